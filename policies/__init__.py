@@ -1,0 +1,1 @@
+"""Pluggable policies: KV-cache allocators, routing, restart, autoscaling, admission."""

@@ -1,0 +1,233 @@
+"""The allocator contract: one replica's KV pool, in token slots.
+
+The scheduler asks, the allocator answers. Nothing outside ``policies/allocators``
+reads a free list. "Does not fit" is a return value (``None`` / ``False``); a broken
+invariant (double free, unknown request, negative refcount) raises.
+
+Units are token slots of one replica's pool; bytes come from ``PoolSpec.kv_bytes_per_token``.
+
+Vocabulary used in every policy:
+
+* *held* tokens: slots holding a prompt or generated token of a live request.
+* *reserved* slots: slots a live request owns (held + reserved-but-unused). A paged
+  sequence's partly filled last block and a static max-length reservation are reserved.
+* *free* slots: owned by no live request. Prefix-cache blocks whose refcount fell to
+  zero are free (and counted again in ``cached_free_tokens``): they can be evicted.
+* *extent*: a run of free slots one request can use as a whole. For paged policies any
+  free block serves any request, so all free memory is one usable extent.
+
+Invariant every policy keeps, checked by the property tests after every operation::
+
+    used_tokens + reserved_unused_tokens + free_tokens == capacity_tokens
+    largest_free_extent_tokens <= free_tokens
+
+Engine seam (fast mode): between allocator decisions the engine grows sequences in
+closed form. ``headroom_tokens`` says how far a sequence can grow touching only its own
+reservation; a *pooled* policy (``pool_block_tokens`` is not None) draws further growth
+as interchangeable blocks from a shared pool, so the engine can also precompute how many
+steps the pool covers (``pool_free_blocks`` and ``blocks_to_extend``). Growth that stays
+inside these bounds gives the same state whatever order the ``extend`` calls come in.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+FailureCause = Literal["capacity", "fragmentation"]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    """What a policy is built for: the pool size and the model facts it may need."""
+
+    capacity_tokens: int
+    """KV slots in this replica's pool."""
+    kv_bytes_per_token: int = 1
+    """Bytes one token's K and V take over all layers (page and segment sizes convert
+    through this)."""
+    max_seq_tokens: int = 4096
+    """The serving stack's maximum sequence length (prompt + output)."""
+
+    def __post_init__(self) -> None:
+        if self.capacity_tokens <= 0:
+            raise ValueError(f"capacity_tokens must be > 0, got {self.capacity_tokens}")
+        if self.kv_bytes_per_token <= 0:
+            raise ValueError(f"kv_bytes_per_token must be > 0, got {self.kv_bytes_per_token}")
+        if self.max_seq_tokens <= 0:
+            raise ValueError(f"max_seq_tokens must be > 0, got {self.max_seq_tokens}")
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """The answer to a successful ``allocate``."""
+
+    request_id: int
+    reserved_tokens: int
+    """Slots the request now owns (held + reserved-but-unused)."""
+    cached_tokens: int = 0
+    """Prompt tokens found in the prefix cache: their KV need not be computed."""
+    moved_tokens: int = 0
+    """Tokens of other requests moved (compaction) to make room; the engine stalls."""
+
+
+@dataclass(frozen=True, slots=True)
+class AllocStats:
+    """A snapshot of the pool; every field O(1) or O(log n) to read."""
+
+    capacity_tokens: int
+    used_tokens: int
+    """Slots holding tokens (a slot shared by several requests counts once)."""
+    reserved_unused_tokens: int
+    """Owned by live requests, holding no token (internal fragmentation + reservation)."""
+    shared_tokens: int
+    """Slots referenced by more than one live request (prefix sharing, forks)."""
+    free_tokens: int
+    """Owned by no live request (includes ``cached_free_tokens``)."""
+    largest_free_extent_tokens: int
+    free_extent_count: int
+    cached_free_tokens: int = 0
+    """Free slots still holding reusable prefix-cache content (evictable)."""
+    copied_tokens_total: int = 0
+    """Tokens copied by growth-by-reallocation and copy-on-write since construction."""
+    moved_tokens_total: int = 0
+    """Tokens moved by compaction since construction."""
+
+    @property
+    def largest_contiguous_free_block_ratio(self) -> float | None:
+        """The seed's metric: largest usable free extent / total free; None when nothing
+        is free (undefined, never alerted on)."""
+        if self.free_tokens == 0:
+            return None
+        return self.largest_free_extent_tokens / self.free_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why the last ``allocate``/``extend``/``fork`` answered no."""
+
+    need_tokens: int
+    """The contiguous span (or total, for pooled policies) the policy could not place."""
+    free_tokens: int
+    largest_free_extent_tokens: int
+    cause: FailureCause
+
+
+def classify(need_tokens: int, free_tokens: int, largest_free_extent_tokens: int) -> FailureCause:
+    """The seed's diagnosis: enough free memory in total but no usable extent large
+    enough is *fragmentation*; not enough in total is *capacity*."""
+    if free_tokens >= need_tokens and largest_free_extent_tokens < need_tokens:
+        return "fragmentation"
+    return "capacity"
+
+
+class Allocator(ABC):
+    """Base of every KV-cache allocation policy. See the module docstring."""
+
+    #: Not None for pooled policies: growth beyond ``headroom_tokens`` takes
+    #: interchangeable blocks of this many slots from a shared pool.
+    pool_block_tokens: int | None = None
+
+    def __init__(self, spec: PoolSpec) -> None:
+        self.spec = spec
+        self._last_failure: Failure | None = None
+
+    # -- the operations -------------------------------------------------------------
+    @abstractmethod
+    def allocate(
+        self,
+        request_id: int,
+        tokens: int,
+        *,
+        reserve_tokens: int | None = None,
+        prefix_hashes: Sequence[int] = (),
+    ) -> Allocation | None:
+        """Admit ``request_id`` holding ``tokens`` tokens (its prompt).
+
+        ``reserve_tokens`` is the total length (prompt + output) the caller expects the
+        request to reach, where it knows it; policies that reserve ahead use it (static
+        oracle / power-of-two) and others ignore it. ``prefix_hashes`` are chained
+        prefix-block hashes for prefix caching; policies without a cache ignore them.
+        Returns None when the request does not fit; the state is then unchanged and
+        ``last_failure()`` says why. Raises if ``request_id`` is already live.
+        """
+
+    @abstractmethod
+    def extend(self, request_id: int, tokens: int) -> bool:
+        """Grow a live request by ``tokens`` held tokens (decoding). False when the
+        growth cannot be placed; the state is then unchanged."""
+
+    @abstractmethod
+    def fork(self, parent_id: int, child_id: int) -> bool:
+        """Make ``child_id`` a copy of live ``parent_id`` (parallel sampling, beam
+        search). Sharing policies share slots (copy-on-write); others copy. False when
+        it cannot be placed."""
+
+    @abstractmethod
+    def free(self, request_id: int) -> None:
+        """Release everything ``request_id`` owns. Raises if it is not live."""
+
+    @abstractmethod
+    def stats(self) -> AllocStats:
+        """A snapshot; cheap enough to call after every operation."""
+
+    @abstractmethod
+    def held_tokens(self, request_id: int) -> int:
+        """Tokens the live request holds."""
+
+    @abstractmethod
+    def reserved_tokens(self, request_id: int) -> int:
+        """Slots the live request owns (held + reserved-but-unused; shared slots count
+        for every owner)."""
+
+    @abstractmethod
+    def free_extent_sizes(self) -> list[int]:
+        """Sizes of the free extents, in tokens (for histograms; may be O(n))."""
+
+    # -- engine seams -----------------------------------------------------------------
+    def headroom_tokens(self, request_id: int) -> int:
+        """Tokens the request can still add inside what it already owns, with no
+        decision by the allocator (and so in any order with other requests)."""
+        return self.reserved_tokens(request_id) - self.held_tokens(request_id)
+
+    def pool_free_blocks(self) -> int:
+        """Pooled policies: blocks growth can draw without failing (evictable cached
+        blocks included)."""
+        raise NotImplementedError(f"{type(self).__name__} is not a pooled policy")
+
+    def blocks_to_extend(self, request_id: int, tokens: int) -> int:
+        """Pooled policies: blocks ``extend(request_id, tokens)`` would draw."""
+        raise NotImplementedError(f"{type(self).__name__} is not a pooled policy")
+
+    # -- diagnosis --------------------------------------------------------------------
+    def classify_failure(self, tokens: int) -> FailureCause:
+        """Would a ``tokens``-slot need fail for lack of memory or for fragmentation?"""
+        s = self.stats()
+        return classify(tokens, s.free_tokens, s.largest_free_extent_tokens)
+
+    def last_failure(self) -> Failure | None:
+        """Why the most recent refused operation was refused (None if none was)."""
+        return self._last_failure
+
+    def _refuse(self, need_tokens: int) -> None:
+        """Record a refusal of a ``need_tokens`` placement; policies call this before
+        returning None/False."""
+        s = self.stats()
+        self._last_failure = Failure(
+            need_tokens=need_tokens,
+            free_tokens=s.free_tokens,
+            largest_free_extent_tokens=s.largest_free_extent_tokens,
+            cause=classify(need_tokens, s.free_tokens, s.largest_free_extent_tokens),
+        )
+
+    def free_extent_histogram(self, edges_tokens: Sequence[int]) -> list[int]:
+        """Counts of free extents per bin ``[edges[i], edges[i+1])``, last bin open."""
+        counts = [0] * len(edges_tokens)
+        for size in self.free_extent_sizes():
+            for i in range(len(edges_tokens) - 1, -1, -1):
+                if size >= edges_tokens[i]:
+                    counts[i] += 1
+                    break
+        return counts

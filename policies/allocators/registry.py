@@ -1,0 +1,55 @@
+"""The one registry of allocator policies: ``kind`` name -> config class.
+
+A scenario names a policy as ``{kind: best_fit, ...}``; :func:`parse_allocator`
+validates it against the class registered for that kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from policies.allocators.config import AllocatorConfig
+
+
+def _kind_of(cls: type[AllocatorConfig]) -> str:
+    default = cls.model_fields["kind"].default
+    if not isinstance(default, str):
+        raise TypeError(f"{cls.__name__}.kind needs a Literal default naming the policy")
+    return default
+
+
+def build_registry(classes: Iterable[type[AllocatorConfig]]) -> dict[str, type[AllocatorConfig]]:
+    """A registry from config classes; naming a kind twice is an error."""
+    registry: dict[str, type[AllocatorConfig]] = {}
+    for cls in classes:
+        kind = _kind_of(cls)
+        if kind in registry:
+            raise ValueError(
+                f"allocator kind {kind!r} registered twice "
+                f"({registry[kind].__name__} and {cls.__name__})"
+            )
+        registry[kind] = cls
+    return registry
+
+
+def _policy_classes() -> list[type[AllocatorConfig]]:
+    # One import line per policy family; keep this list explicit.
+    classes: list[type[AllocatorConfig]] = []
+    # --- contiguous family (static, contiguous fits, buddy, compaction) ---
+    # --- paged family (paged, vm_paged, caching) ---
+    return classes
+
+
+ALLOCATORS: dict[str, type[AllocatorConfig]] = build_registry(_policy_classes())
+
+
+def parse_allocator(data: Mapping[str, Any]) -> AllocatorConfig:
+    """Validate a ``{kind: ..., ...}`` mapping. Raises ValueError naming the kind and the
+    allowed kinds, or pydantic's ValidationError naming the bad field."""
+    kind = data.get("kind")
+    if kind not in ALLOCATORS:
+        raise ValueError(
+            f"unknown allocator kind {kind!r}; allowed: {', '.join(sorted(ALLOCATORS))}"
+        )
+    return ALLOCATORS[kind].model_validate(dict(data))

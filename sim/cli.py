@@ -1,0 +1,33 @@
+"""The ``fragsim`` command line. Subcommands live beside their subject
+(``sim/cli_trace.py`` for traces); this module wires them together.
+
+Errors a user can cause (bad files, bad fields) exit with status 2 and one clear
+message; nothing is half-written.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from sim.cli_trace import trace_app
+
+app = typer.Typer(
+    name="fragsim",
+    help="Simulate what KV-cache memory fragmentation costs an LLM-serving fleet.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(trace_app, name="trace")
+
+
+@app.command()
+def demo() -> None:
+    """Run the main job on built-in defaults."""
+    from sim.cli_trace import demo_trace
+
+    demo_trace()
+
+
+def main() -> None:
+    app()

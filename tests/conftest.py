@@ -1,0 +1,18 @@
+"""Shared fixtures: where the real public traces live."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces_external"
+
+
+@pytest.fixture(scope="session")
+def shared_traces() -> Path:
+    """The folder of real public traces (``../shared/traces_external``); tests that
+    need it skip where it is absent."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"real traces not found at {SHARED_TRACES} (../shared is absent)")
+    return SHARED_TRACES
