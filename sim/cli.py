@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import typer
 
+from sim.cli_run import run_command
 from sim.cli_trace import trace_app
 
 app = typer.Typer(
@@ -19,6 +20,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(trace_app, name="trace")
+app.command("run")(run_command)
 
 
 @app.command()

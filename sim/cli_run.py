@@ -1,0 +1,111 @@
+"""``fragsim run SCENARIO -o OUT/``: simulate a scenario and write its results."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sim.results import FILES, RunResult, summary_json
+from sim.scenario import Scenario, ScenarioError, load_scenario
+from sim.workload import load_workload
+
+err = Console(stderr=True)
+
+
+def fail(message: str) -> typer.Exit:
+    """Print a user error and return the exit-2 exception to raise."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    return typer.Exit(2)
+
+
+def simulate(scenario: Scenario, requests: pd.DataFrame, *, quiet: bool) -> RunResult:
+    """Run with a rich progress bar over simulated time (on stderr)."""
+    from sim.run import run
+
+    if quiet or not sys.stderr.isatty():
+        return run(scenario, requests)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                  TextColumn("{task.fields[sim]}"), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task(scenario.name, total=1.0, sim="")
+
+        def report(now_s: float, end_s: float) -> None:
+            bar.update(task, completed=min(now_s / end_s, 1.0),
+                       sim=f"simulated {now_s / 3600:.1f} h")
+
+        return run(scenario, requests, progress=report)
+
+
+def print_summary(summary: dict[str, Any], console: Console) -> None:
+    """The headline numbers of a run as a table, then its alerts."""
+    req, fails, mem = summary["requests"], summary["failures"], summary["memory"]
+    t = Table(title=f"{summary['scenario']} — allocator {summary['allocator']}",
+              show_header=False)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_row("requests", f"{req['total']:,}")
+    for status, n in req["by_status"].items():
+        t.add_row(f"  {status}", f"{n:,}")
+    t.add_row("allocation failures", f"{fails['allocation_failures']:,}")
+    for cause, n in fails["by_cause"].items():
+        t.add_row(f"  {cause}", f"{n:,}")
+    t.add_row("  at > 25 % free memory", f"{fails['at_high_free_memory']:,}")
+    t.add_row("preemptions / restarts", f"{fails['preemptions']:,} / {fails['restarts']:,}")
+    ratio = mem["largest_contiguous_free_block_ratio"]
+    t.add_row("largest_contiguous_free_block_ratio min / mean",
+              f"{_f(ratio['min'])} / {_f(ratio['mean'])}")
+    for name, share in mem["waste_breakdown"].items():
+        t.add_row(f"waste: {name.replace('_', ' ')}", "—" if share is None else f"{share:.1%}")
+    for name in ("ttft", "tpot", "e2e"):
+        p = summary["latency_s"][name]
+        t.add_row(f"{name} p50 / p99 (s)", f"{_f(p['p50'])} / {_f(p['p99'])}")
+    t.add_row("output tokens/s", f"{summary['throughput']['output_tokens_per_s']:.1f}")
+    console.print(t)
+    for a in summary["alerts"]:
+        console.print(f"ALERT ({a['severity']}) {a['alert']}: {a['condition']}",
+                      markup=False, highlight=False)
+
+
+def _f(v: object) -> str:
+    return "—" if v is None else f"{v:.3f}"
+
+
+def run_command(
+    scenario_path: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
+    seed: Annotated[int | None, typer.Option(help="Override the scenario's seed.")] = None,
+    mode: Annotated[str | None, typer.Option(help="Override the mode: fast or exact.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or table.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary JSON.")] = False,
+) -> None:
+    """Simulate SCENARIO and write requests/timeseries/events Parquet + summary.json."""
+    from traces import TraceError
+
+    try:
+        scenario = load_scenario(scenario_path)
+        overrides: dict[str, object] = {}
+        if seed is not None:
+            overrides["seed"] = seed
+        if mode is not None:
+            if mode not in ("fast", "exact"):
+                raise fail(f"--mode: got {mode!r}, expected fast or exact")
+            overrides["mode"] = mode
+        if overrides:
+            scenario = scenario.model_copy(update=overrides)
+        requests = load_workload(scenario)
+    except (ScenarioError, TraceError) as e:
+        raise fail(str(e)) from None
+    result = simulate(scenario, requests, quiet=quiet)
+    result.write(out)
+    if json_out:
+        typer.echo(summary_json(result.summary), nl=False)
+    elif not quiet:
+        print_summary(result.summary, Console())
+        typer.echo(f"wrote {out}/ ({', '.join(FILES)})")

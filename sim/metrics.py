@@ -1,0 +1,134 @@
+"""What a run records: periodic and failure-time samples of every replica's pool, the
+allocation-failure / preemption / restart event log, and finished requests.
+
+Definitions (DESIGN.md, the seeds):
+
+* ``largest_contiguous_free_block_ratio`` = largest usable free extent / total free;
+  missing (NaN) when nothing is free, never alerted on.
+* Waste breakdown as shares of KV capacity: *token states* (slots holding tokens),
+  *reservation* (reserved slots the request's own future tokens will fill), *internal
+  fragmentation* (reserved slots it will never fill), *external fragmentation & free*
+  (everything not reserved). The four add up to 1.
+* A failure is *fragmentation* when total free >= the need but no usable extent is
+  large enough, *capacity* otherwise (the allocator classifies it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from sim.scheduler import Group, SchedEvent
+
+if TYPE_CHECKING:
+    from sim.replica import Replica, RestartMode
+
+SAMPLE_COLUMNS = (
+    "time_s", "replica", "trigger", "up", "uptime_s", "capacity_tokens", "used_tokens",
+    "reserved_unused_tokens", "shared_tokens", "free_tokens", "cached_free_tokens",
+    "largest_free_extent_tokens", "free_extent_count", "largest_contiguous_free_block_ratio",
+    "share_token_states", "share_reservation", "share_internal_fragmentation",
+    "share_external_fragmentation_free", "running_requests", "running_seqs",
+    "waiting_requests", "preemptions_total",
+)
+EVENT_COLUMNS = (
+    "time_s", "replica", "kind", "request_id", "need_tokens", "free_tokens",
+    "largest_free_extent_tokens", "free_share", "cause", "uptime_s", "detail",
+)
+REQUEST_COLUMNS = (
+    "request_id", "replica", "arrival_s", "prompt_tokens", "output_tokens", "num_seqs",
+    "admit_s", "first_token_s", "finish_s", "status", "preemptions", "retries",
+    "peak_reserved_tokens", "cached_tokens",
+)
+
+
+@dataclass
+class Recorder:
+    """Collects rows as the simulation runs; :meth:`frames` turns them into DataFrames.
+
+    Implements the replica hooks (``on_event``, ``on_done``, ``on_restart``)."""
+
+    samples: list[tuple[object, ...]] = field(default_factory=list)
+    events: list[tuple[object, ...]] = field(default_factory=list)
+    done: list[tuple[object, ...]] = field(default_factory=list)
+    done_count: int = 0
+    on_count: Callable[[int], None] | None = None
+    """Called with the number of ended requests after each one ends."""
+
+    # -- replica hooks --------------------------------------------------------------
+    def on_event(self, replica: Replica, event: SchedEvent) -> None:
+        capacity = replica.allocator.spec.capacity_tokens
+        self.events.append((
+            replica.env.now, replica.replica_id, event.kind, event.request_id,
+            event.need_tokens, event.free_tokens, event.largest_free_extent_tokens,
+            event.free_tokens / capacity, event.cause, replica.uptime_s, "",
+        ))
+        if event.kind != "preemption":
+            self.sample(replica, trigger="failure")
+
+    def on_done(self, replica: Replica, group: Group) -> None:
+        self.done_count += 1
+        self.done.append(_request_row(group, replica.replica_id))
+        if self.on_count is not None:
+            self.on_count(self.done_count)
+
+    def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
+        s = replica.allocator.stats()
+        self.events.append((
+            replica.env.now, replica.replica_id, "restart", -1, 0, s.free_tokens,
+            s.largest_free_extent_tokens, s.free_tokens / s.capacity_tokens, "",
+            replica.uptime_s, f"{mode} downtime_s={downtime_s:g}",
+        ))
+
+    # -- sampling ---------------------------------------------------------------------
+    def sample(self, replica: Replica, trigger: str = "periodic") -> None:
+        """Record the replica's pool and batch as of now."""
+        replica.observe()
+        alloc = replica.allocator
+        s = alloc.stats()
+        sched = replica.sched
+        reservation = 0
+        for g in sched.running:
+            final = g.final_tokens
+            for sid in g.seq_ids:
+                reserved = alloc.reserved_tokens(sid)
+                reservation += max(0, min(reserved, final) - alloc.held_tokens(sid))
+        reservation = min(reservation, s.reserved_unused_tokens)
+        cap = s.capacity_tokens
+        ratio = s.largest_contiguous_free_block_ratio
+        self.samples.append((
+            replica.env.now, replica.replica_id, trigger, replica.up, replica.uptime_s, cap,
+            s.used_tokens, s.reserved_unused_tokens, s.shared_tokens, s.free_tokens,
+            s.cached_free_tokens, s.largest_free_extent_tokens, s.free_extent_count,
+            math.nan if ratio is None else ratio,
+            s.used_tokens / cap, reservation / cap,
+            (s.reserved_unused_tokens - reservation) / cap, s.free_tokens / cap,
+            len(sched.running), sched.running_seqs, len(sched.waiting),
+            sched.preemptions_total,
+        ))
+
+    def finish(self, replicas: list[Replica], groups: list[Group]) -> None:
+        """Close the run: requests still queued or running are recorded ``unfinished``."""
+        for g in groups:
+            if g.status == "unfinished":
+                self.done.append(_request_row(g, -1))
+
+    def frames(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+        """(requests, timeseries, events), requests sorted by request id."""
+        requests = pd.DataFrame.from_records(self.done, columns=list(REQUEST_COLUMNS))
+        requests = requests.sort_values("request_id", kind="stable").reset_index(drop=True)
+        timeseries = pd.DataFrame.from_records(self.samples, columns=list(SAMPLE_COLUMNS))
+        events = pd.DataFrame.from_records(self.events, columns=list(EVENT_COLUMNS))
+        return requests, timeseries, events
+
+
+def _request_row(g: Group, replica_id: int) -> tuple[object, ...]:
+    return (
+        g.request_id, replica_id, g.arrival_s, g.prompt_tokens, g.output_tokens, g.num_seqs,
+        g.admit_s, g.first_token_s, g.finish_s, g.status, g.preemptions, g.retries,
+        g.peak_reserved_tokens, g.cached_tokens,
+    )

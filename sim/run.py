@@ -1,0 +1,147 @@
+"""``run(scenario, requests) -> RunResult``: wire a scenario into a SimPy environment.
+
+Processes: the arrival process (one timeout per distinct arrival time), the replica,
+the periodic metric sampler, and an optional scheduled restart. The run ends when every
+request has ended (ok, refused, timed out) or at ``duration_s``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from policies.allocators.base import PoolSpec
+from sim.metrics import Recorder
+from sim.replica import Replica
+from sim.results import RunResult
+from sim.scenario import Scenario
+from sim.scheduler import Group
+from sim.summary import summarize
+
+
+def make_groups(requests: pd.DataFrame) -> list[Group]:
+    """One Group per trace row, in arrival order."""
+    n = len(requests)
+    col = requests.get
+    ids = requests["request_id"].to_numpy().tolist()
+    arrivals = requests["arrival_s"].to_numpy(dtype=float).tolist()
+    prompts = requests["prompt_tokens"].to_numpy().tolist()
+    outputs = requests["output_tokens"].to_numpy().tolist()
+    samples = col("num_samples")
+    beams = col("beam_width")
+    width = np.ones(n, dtype=np.int64)
+    if samples is not None:
+        width = np.maximum(width, samples.fillna(1).to_numpy(dtype=np.int64))
+    if beams is not None:
+        width = np.maximum(width, beams.fillna(1).to_numpy(dtype=np.int64))
+    widths = width.tolist()
+    hashes = col("prefix_hashes")
+    hash_lists: list[Any] = [()] * n if hashes is None else [
+        () if h is None else tuple(int(x) for x in h) for h in hashes.tolist()
+    ]
+    return [
+        Group(ids[i], arrivals[i], prompts[i], outputs[i], widths[i], hash_lists[i])
+        for i in range(n)
+    ]
+
+
+def run(
+    scenario: Scenario,
+    requests: pd.DataFrame,
+    *,
+    progress: Callable[[float, float], None] | None = None,
+) -> RunResult:
+    """Simulate ``requests`` (canonical trace frame, sorted by arrival) under ``scenario``.
+
+    ``progress(now_s, end_s)`` is called every 1 % of simulated time when given."""
+    hw = scenario.hardware
+    budget = hw.resolve()
+    model, gpu = hw.model_spec, hw.gpu_spec
+    spec = PoolSpec(
+        capacity_tokens=budget.kv_capacity_tokens,
+        kv_bytes_per_token=budget.replica_kv_bytes_per_token,
+        max_seq_tokens=model.max_seq_tokens,
+    )
+    sched_config = scenario.scheduler.build(
+        model.max_seq_tokens, budget.replica_kv_bytes_per_token, gpu.hbm_bytes_per_s
+    )
+    latency = scenario.latency.build(model, gpu, hw.tensor_parallel)
+    groups = make_groups(requests)
+
+    env = simpy.Environment()
+    recorder = Recorder()
+    replica = Replica(
+        env, 0, sched_config, lambda: scenario.allocator.build(spec), latency,
+        hooks=recorder, exact=scenario.mode == "exact",
+        initial_uptime_s=scenario.initial_uptime_s,
+    )
+    all_done = env.event()
+    total = len(groups)
+
+    def on_count(done: int) -> None:
+        if done == total and not all_done.triggered:
+            all_done.succeed()
+
+    recorder.on_count = on_count
+    env.process(_arrivals(env, replica, groups))
+    env.process(_sampler(env, replica, recorder, scenario.metrics.sample_interval_s))
+    if scenario.restart is not None:
+        env.process(_restarts(env, replica, scenario.restart.every_s, scenario.restart.mode,
+                              scenario.restart.downtime_s))
+    last_arrival = groups[-1].arrival_s if groups else 0.0
+    end_hint = scenario.duration_s or max(last_arrival * 1.05, 1.0)
+    if progress is not None:
+        env.process(_progress(env, progress, end_hint))
+    if total == 0:
+        all_done.succeed()
+    stop: simpy.Event = all_done
+    if scenario.duration_s is not None:
+        stop = all_done | env.timeout(scenario.duration_s)
+    env.run(until=stop)
+    recorder.sample(replica, trigger="final")
+    recorder.finish([replica], groups)
+    req_df, ts_df, ev_df = recorder.frames()
+    summary = summarize(req_df, ts_df, ev_df, end_s=env.now,
+                        thresholds=scenario.metrics.thresholds())
+    summary["scenario"] = scenario.name
+    summary["seed"] = scenario.seed
+    summary["allocator"] = scenario.allocator.kind
+    summary["kv_capacity_tokens"] = budget.kv_capacity_tokens
+    summary["engine"] = {
+        "mode": scenario.mode, "steps": replica.steps_total, "wakeups": replica.wakeups_total,
+        "end_s": env.now,
+    }
+    return RunResult(req_df, ts_df, ev_df, summary)
+
+
+def _arrivals(env: simpy.Environment, replica: Replica,
+              groups: list[Group]) -> Generator[simpy.Event, Any, None]:
+    for g in groups:
+        if g.arrival_s > env.now:
+            yield env.timeout(g.arrival_s - env.now)
+        replica.submit(g)
+
+
+def _sampler(env: simpy.Environment, replica: Replica, recorder: Recorder,
+             interval_s: float) -> Generator[simpy.Event, Any, None]:
+    while True:
+        recorder.sample(replica)
+        yield env.timeout(interval_s)
+
+
+def _restarts(env: simpy.Environment, replica: Replica, every_s: float, mode: Any,
+              downtime_s: float) -> Generator[simpy.Event, Any, None]:
+    while True:
+        yield env.timeout(max(0.0, every_s - replica.uptime_s))
+        yield replica.request_restart(mode, downtime_s)
+
+
+def _progress(env: simpy.Environment, report: Callable[[float, float], None],
+              end_s: float) -> Generator[simpy.Event, Any, None]:
+    while True:
+        report(env.now, end_s)
+        yield env.timeout(end_s / 100)

@@ -1,0 +1,527 @@
+"""Iteration-level (continuous-batching) scheduler. Pure Python: no SimPy, no clock.
+
+The SimPy replica (and later the GPU replay) drives it with one protocol::
+
+    step = sched.begin_step(now)      # growth, preemption, admission; None when idle
+    ...the step runs for latency(step) + step.stall_s seconds...
+    sched.end_step(step, now)         # prefill progress, tokens out, finishes
+
+and, in fast mode, jumps over runs of pure-decode steps::
+
+    k = sched.steady_steps()          # steps that need no decision (0: take a real step)
+    sched.advance(m)                  # apply m <= k of those steps at once
+
+The scheduler asks the allocator; the allocator answers. Each request is a *group* of
+``n`` sequences (parallel sampling / beam width) that prefill together, share the prompt
+through ``Allocator.fork`` and decode in lockstep, one token each per step.
+
+Token accounting (vLLM's): admission allocates the prompt; the step that finishes the
+prefill emits output token 1; each later decode step first grows every sequence by one
+slot (the KV of the token it feeds) and emits the next token. A decoding group therefore
+holds ``prompt + generated - 1`` slots per sequence, and ``output - 1`` growths happen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from policies.allocators.base import Allocator, FailureCause
+
+Preemption = Literal["recompute", "swap", "fail"]
+OnAdmissionFailure = Literal["queue", "reject"]
+Status = Literal[
+    "ok",
+    "rejected-fragmentation",
+    "rejected-capacity",
+    "rejected-too-long",
+    "failed-fragmentation",
+    "failed-capacity",
+    "timed-out",
+    "unfinished",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Past-the-edge scheduler settings (validated in ``sim.scenario``)."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    chunked_prefill: bool = False
+    preemption: Preemption = "recompute"
+    on_admission_failure: OnAdmissionFailure = "queue"
+    head_of_line: bool = True
+    retry_attempts: int = 0
+    retry_backoff_s: float = 1.0
+    queue_timeout_s: float | None = None
+    max_seq_tokens: int = 4096
+    swap_s_per_token: float = 0.0
+    """Host<->device transfer time per KV token (swap preemption)."""
+    copy_s_per_token: float = 0.0
+    """Device memcpy time per KV token (reallocation copies, compaction moves)."""
+
+
+@dataclass(slots=True, eq=False)
+class Group:
+    """One request on one replica: its sequences' shared progress and its record."""
+
+    request_id: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    num_seqs: int = 1
+    prefix_hashes: Sequence[int] = ()
+    seq_ids: list[int] = field(default_factory=list)
+    held_tokens: int = 0
+    """Slots each sequence holds (equal across the group's sequences)."""
+    prefill_left_tokens: int = 0
+    generated_tokens: int = 0
+    swapped: bool = False
+    enqueued_s: float = 0.0
+    blocked: tuple[int, int] | None = None
+    """(free, largest free extent) when admission last failed; retried once either grows."""
+    # -- the record ---------------------------------------------------------------
+    admit_s: float = math.nan
+    first_token_s: float = math.nan
+    finish_s: float = math.nan
+    status: Status = "unfinished"
+    preemptions: int = 0
+    retries: int = 0
+    peak_reserved_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def final_tokens(self) -> int:
+        """Slots each sequence holds when it finishes."""
+        return self.prompt_tokens + self.output_tokens - 1
+
+
+@dataclass(slots=True)
+class Step:
+    """What one iteration runs (inputs to the latency model) and who is in it."""
+
+    prefill_tokens: int = 0
+    decode_seqs: int = 0
+    kv_tokens: int = 0
+    stall_s: float = 0.0
+    prefill_chunks: list[tuple[Group, int]] = field(default_factory=list)
+    decoding: list[Group] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedEvent:
+    """An allocation failure or a preemption, with the pool state at that moment."""
+
+    kind: Literal["admission_failure", "growth_failure", "preemption"]
+    request_id: int
+    need_tokens: int
+    free_tokens: int
+    largest_free_extent_tokens: int
+    cause: FailureCause
+
+
+class Scheduler:
+    """FCFS continuous batching over one allocator. See the module docstring."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        allocator: Allocator,
+        *,
+        on_event: Callable[[SchedEvent], None] = lambda e: None,
+        on_retry: Callable[[Group, float], None] = lambda g, delay_s: None,
+        on_done: Callable[[Group], None] = lambda g: None,
+    ) -> None:
+        self.config = config
+        self.allocator = allocator
+        self.waiting: deque[Group] = deque()
+        self.running: list[Group] = []
+        self.admitting = True
+        self._on_event = on_event
+        self._on_retry = on_retry
+        self._on_done = on_done
+        self._next_seq_id = 0
+        self.preemptions_total = 0
+
+    # -- arrivals ---------------------------------------------------------------------
+    def submit(self, group: Group, now: float) -> None:
+        """Queue a request (first arrival or client retry)."""
+        if group.prompt_tokens >= self.config.max_seq_tokens:
+            self._finish(group, now, "rejected-too-long")
+            return
+        # Generation stops at the maximum sequence length, as serving engines do.
+        # Every request has at least one prompt token and emits at least one token.
+        group.prompt_tokens = max(1, group.prompt_tokens)
+        group.output_tokens = max(1, min(group.output_tokens,
+                                         self.config.max_seq_tokens - group.prompt_tokens))
+        group.enqueued_s = now
+        group.blocked = None
+        self.waiting.append(group)
+
+    @property
+    def running_seqs(self) -> int:
+        return sum(g.num_seqs for g in self.running)
+
+    def reset_allocator(self, allocator: Allocator) -> None:
+        """A restart: every running group loses its KV and waits to be recomputed."""
+        for g in reversed(list(self.running)):
+            self._note_reserved(g)
+            self.running.remove(g)
+            g.swapped = False
+            self._requeue_preempted(g, count=False)
+        self.allocator = allocator
+        for g in self.waiting:
+            g.blocked = None
+            if g.swapped:  # host memory goes with the process
+                g.swapped = False
+                g.held_tokens = g.prompt_tokens + max(g.generated_tokens - 1, 0)
+
+    # -- one step -----------------------------------------------------------------------
+    def begin_step(self, now: float) -> Step | None:
+        """Grow decoding groups (preempting on failure), admit, compose the step."""
+        self._expire_waiting(now)
+        copied0 = self._copied_total()
+        step = Step()
+        for g in list(self.running):
+            # A group may have left the batch as an earlier group's preemption victim.
+            if g.prefill_left_tokens == 0 and g in self.running and self._grow(g, now, step):
+                step.decoding.append(g)
+        if self.admitting:
+            self._admit(now, step)
+        budget = self.config.max_num_batched_tokens - sum(g.num_seqs for g in step.decoding)
+        for g in self.running:
+            if g.prefill_left_tokens == 0:
+                continue
+            chunk = g.prefill_left_tokens
+            if self.config.chunked_prefill:
+                chunk = min(chunk, budget)
+            elif chunk > budget and step.prefill_chunks:
+                continue
+            if chunk <= 0:
+                break
+            step.prefill_chunks.append((g, chunk))
+            step.prefill_tokens += chunk
+            budget -= chunk
+        if not step.decoding and not step.prefill_chunks:
+            return None
+        step.decode_seqs = sum(g.num_seqs for g in step.decoding)
+        step.kv_tokens = sum(g.num_seqs * g.held_tokens for g in step.decoding) + sum(
+            g.held_tokens - g.prefill_left_tokens + c for g, c in step.prefill_chunks
+        )
+        step.stall_s += (self._copied_total() - copied0) * self.config.copy_s_per_token
+        return step
+
+    def end_step(self, step: Step, now: float) -> None:
+        """Apply a finished step: prefill progress, one token per group, finishes."""
+        for g, chunk in step.prefill_chunks:
+            g.prefill_left_tokens -= chunk
+            if g.prefill_left_tokens == 0:
+                g.generated_tokens += 1
+                if math.isnan(g.first_token_s):
+                    g.first_token_s = now
+        for g in step.decoding:
+            g.generated_tokens += 1
+        self._collect_finished(now)
+
+    # -- fast mode --------------------------------------------------------------------
+    def steady_steps(self) -> int:
+        """How many pure-decode steps can run from now with no decision: no prefill, no
+        admission possible, no finish before the last of them, and growth the allocator
+        covers without choosing. 0 means: take a real step."""
+        if not self.running or any(g.prefill_left_tokens for g in self.running):
+            return 0
+        if self.waiting and self.admitting and self._admission_possible():
+            return 0
+        k = min(g.output_tokens - g.generated_tokens for g in self.running)
+        alloc = self.allocator
+        block = alloc.pool_block_tokens
+        heads: list[int] = []
+        for g in self.running:
+            for sid in g.seq_ids:
+                h = alloc.headroom_tokens(sid)
+                # A shared (copy-on-write) last block needs a decision: take a real step.
+                if block is not None and g.num_seqs > 1 and (
+                    alloc.blocks_to_extend(sid, 1) != (1 if h == 0 else 0)
+                ):
+                    return 0
+                heads.append(h)
+        headroom = np.asarray(heads, dtype=np.int64)
+        if block is None:
+            return int(min(k, int(headroom.min())))
+        free_blocks = alloc.pool_free_blocks()
+
+        def blocks(steps: int) -> int:
+            return int(((np.maximum(steps - headroom, 0) + block - 1) // block).sum())
+
+        if blocks(k) <= free_blocks:
+            return k
+        lo, hi = 0, k  # blocks(lo) fits, blocks(hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if blocks(mid) <= free_blocks:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def advance(self, steps: int) -> None:
+        """Apply ``steps`` pure-decode steps to every running group (fast mode). The
+        caller guarantees ``steps <= steady_steps()`` at the start of the run."""
+        if steps <= 0:
+            return
+        extend = self.allocator.extend
+        for g in self.running:
+            for sid in g.seq_ids:
+                ok = extend(sid, steps)
+                assert ok, "growth inside the steady bound was refused"
+            g.held_tokens += steps
+            g.generated_tokens += steps
+
+    def finish_ready(self, now: float) -> None:
+        """Free groups that have emitted their last token (after ``advance``)."""
+        self._collect_finished(now)
+
+    def decode_load(self) -> tuple[int, int]:
+        """(decode sequences, KV tokens held) of the running batch."""
+        return (
+            sum(g.num_seqs for g in self.running),
+            sum(g.num_seqs * g.held_tokens for g in self.running),
+        )
+
+    def next_timeout_s(self) -> float | None:
+        """The earliest time a waiting request times out, if any does."""
+        t = self.config.queue_timeout_s
+        if t is None:
+            return None
+        pending = [g.enqueued_s for g in self.waiting if math.isnan(g.admit_s)]
+        return min(pending) + t if pending else None
+
+    # -- internals ------------------------------------------------------------------
+    def _copied_total(self) -> int:
+        s = self.allocator.stats()
+        return s.copied_tokens_total + s.moved_tokens_total
+
+    def _expire_waiting(self, now: float) -> None:
+        t = self.config.queue_timeout_s
+        if t is None or not self.waiting:
+            return
+        deadline = self.next_timeout_s()
+        if deadline is None or now < deadline:
+            return
+        keep: deque[Group] = deque()
+        for g in self.waiting:
+            if math.isnan(g.admit_s) and now >= g.enqueued_s + t:
+                self._finish(g, now, "timed-out")
+            else:
+                keep.append(g)
+        self.waiting = keep
+
+    def _admission_possible(self) -> bool:
+        """Could the admission pass do anything now? (Used to decide steadiness.)"""
+        if self.running_seqs >= self.config.max_num_seqs:
+            return False
+        budget = self.config.max_num_batched_tokens - self.running_seqs
+        if budget <= 0:
+            return False
+        if not self.config.chunked_prefill and (
+            self._prefill_work(self.waiting[0]) > budget
+            and budget < self.config.max_num_batched_tokens
+        ):
+            return False
+        s = self.allocator.stats()
+        for g in self.waiting:
+            if g.blocked is None or s.free_tokens > g.blocked[0] or (
+                s.largest_free_extent_tokens > g.blocked[1]
+            ):
+                return True
+            if self.config.head_of_line:
+                return False
+        return False
+
+    def _admit(self, now: float, step: Step) -> None:
+        budget = self.config.max_num_batched_tokens - sum(g.num_seqs for g in step.decoding)
+        budget -= sum(g.prefill_left_tokens for g in self.running)
+        skipped: deque[Group] = deque()
+        while self.waiting:
+            g = self.waiting[0]
+            if self.running_seqs + g.num_seqs > self.config.max_num_seqs:
+                break
+            if budget <= 0 or (not self.config.chunked_prefill and (
+                self._prefill_work(g) > budget
+                and budget < self.config.max_num_batched_tokens
+            )):
+                break
+            s = self.allocator.stats()
+            if g.blocked is not None and s.free_tokens <= g.blocked[0] and (
+                s.largest_free_extent_tokens <= g.blocked[1]
+            ):
+                if self.config.head_of_line:
+                    break
+                skipped.append(self.waiting.popleft())
+                continue
+            self.waiting.popleft()
+            if self._place(g, now, step):
+                budget -= g.prefill_left_tokens
+                continue
+            failure = self.allocator.last_failure()
+            assert failure is not None, "allocator refused without recording why"
+            self._on_event(SchedEvent("admission_failure", g.request_id, failure.need_tokens,
+                                      failure.free_tokens,
+                                      failure.largest_free_extent_tokens, failure.cause))
+            if not self.running:  # an empty pool cannot hold it: it never fits here
+                self._reject(g, now, "capacity")
+            elif self.config.on_admission_failure == "reject":
+                self._reject(g, now, failure.cause)
+            else:
+                g.blocked = (s.free_tokens, s.largest_free_extent_tokens)
+                if self.config.head_of_line:
+                    self.waiting.appendleft(g)
+                    break
+                skipped.append(g)
+        self.waiting.extendleft(reversed(skipped))
+
+    def _prefill_work(self, g: Group) -> int:
+        if g.swapped:
+            return 0
+        return g.held_tokens if g.held_tokens else g.prompt_tokens
+
+    def _place(self, g: Group, now: float, step: Step) -> bool:
+        """Allocate the group's sequences; on any refusal undo and return False."""
+        alloc = self.allocator
+        resume_tokens = max(g.held_tokens, g.prompt_tokens)
+        grow = resume_tokens - g.prompt_tokens
+        ids = [self._next_seq_id + i for i in range(g.num_seqs)]
+        got = alloc.allocate(ids[0], g.prompt_tokens,
+                             reserve_tokens=g.final_tokens + 1,
+                             prefix_hashes=g.prefix_hashes)
+        if got is None:
+            return False
+        placed = [ids[0]]
+        ok = True
+        for sid in ids[1:]:
+            if not alloc.fork(ids[0], sid):
+                ok = False
+                break
+            placed.append(sid)
+        if ok and grow:
+            for sid in ids:
+                if not alloc.extend(sid, grow):
+                    ok = False
+                    break
+        if not ok:
+            failure = alloc.last_failure()
+            for sid in placed:
+                alloc.free(sid)
+            alloc._last_failure = failure
+            return False
+        self._next_seq_id += g.num_seqs
+        g.seq_ids = ids
+        cached = min(got.cached_tokens, g.prompt_tokens - 1)
+        if g.swapped:
+            g.prefill_left_tokens = 0
+            g.swapped = False
+            step.stall_s += g.num_seqs * resume_tokens * self.config.swap_s_per_token
+        else:
+            g.prefill_left_tokens = (g.prompt_tokens - cached) + g.num_seqs * grow
+            g.cached_tokens += cached
+        g.held_tokens = resume_tokens
+        if math.isnan(g.admit_s):
+            g.admit_s = now
+        g.blocked = None
+        self._note_reserved(g)
+        self.running.append(g)
+        return True
+
+    def _note_reserved(self, g: Group) -> None:
+        r = sum(self.allocator.reserved_tokens(sid) for sid in g.seq_ids)
+        if r > g.peak_reserved_tokens:
+            g.peak_reserved_tokens = r
+
+    def _grow(self, g: Group, now: float, step: Step) -> bool:
+        """Grow each of ``g``'s sequences by one slot; preempt on refusal. False when
+        ``g`` itself left the batch."""
+        alloc = self.allocator
+        for sid in g.seq_ids:
+            while not alloc.extend(sid, 1):
+                failure = alloc.last_failure()
+                assert failure is not None, "allocator refused without recording why"
+                self._on_event(SchedEvent("growth_failure", g.request_id, failure.need_tokens,
+                                          failure.free_tokens,
+                                          failure.largest_free_extent_tokens, failure.cause))
+                if self.config.preemption == "fail":
+                    self._drop(g)
+                    self._fail(g, now, failure.cause)
+                    return False
+                victim = self.running[-1]
+                self._preempt(victim, step, failure.cause)
+                if victim is g:
+                    return False
+        g.held_tokens += 1
+        return True
+
+    def _preempt(self, victim: Group, step: Step, cause: FailureCause) -> None:
+        s = self.allocator.stats()
+        self._on_event(SchedEvent("preemption", victim.request_id, 0, s.free_tokens,
+                                  s.largest_free_extent_tokens, cause))
+        self._drop(victim)
+        if victim in step.decoding:
+            step.decoding.remove(victim)
+        self.preemptions_total += 1
+        if self.config.preemption == "swap":
+            step.stall_s += victim.num_seqs * victim.held_tokens * self.config.swap_s_per_token
+            victim.swapped = True
+        self._requeue_preempted(victim, count=True)
+
+    def _requeue_preempted(self, g: Group, *, count: bool) -> None:
+        if count:
+            g.preemptions += 1
+        if not g.swapped:
+            # Recompute: the held context becomes prompt work again on re-admission.
+            g.held_tokens = g.prompt_tokens + max(g.generated_tokens - 1, 0)
+        g.seq_ids = []
+        g.prefill_left_tokens = 0
+        g.blocked = None
+        self.waiting.appendleft(g)
+
+    def _drop(self, g: Group) -> None:
+        """Take ``g`` out of the batch and free its memory (a sequence that grew
+        earlier in a refused step goes with it)."""
+        self._note_reserved(g)
+        for sid in g.seq_ids:
+            self.allocator.free(sid)
+        self.running.remove(g)
+
+    def _reject(self, g: Group, now: float, cause: FailureCause) -> None:
+        self._retry_or_finish(g, now, f"rejected-{cause}")  # type: ignore[arg-type]
+
+    def _fail(self, g: Group, now: float, cause: FailureCause) -> None:
+        self._retry_or_finish(g, now, f"failed-{cause}")  # type: ignore[arg-type]
+
+    def _retry_or_finish(self, g: Group, now: float, status: Status) -> None:
+        if g.retries < self.config.retry_attempts:
+            g.retries += 1
+            g.seq_ids = []
+            g.held_tokens = 0
+            g.generated_tokens = 0
+            g.prefill_left_tokens = 0
+            g.admit_s = g.first_token_s = math.nan
+            self._on_retry(g, self.config.retry_backoff_s * 2 ** (g.retries - 1))
+            return
+        self._finish(g, now, status)
+
+    def _finish(self, g: Group, now: float, status: Status) -> None:
+        g.status = status
+        g.finish_s = now
+        self._on_done(g)
+
+    def _collect_finished(self, now: float) -> None:
+        done = [g for g in self.running if g.generated_tokens >= g.output_tokens]
+        for g in done:
+            self._drop(g)
+            self._finish(g, now, "ok")
