@@ -1,0 +1,435 @@
+"""Model and GPU presets, and the KV-cache memory budget of one replica.
+
+A *replica* is one model instance served by ``tensor_parallel`` GPUs. With tensor
+parallelism every rank holds its share of every token's K and V (the KV heads are split
+across ranks), so the replica's KV capacity in tokens equals one GPU's KV bytes divided
+by one GPU's KV bytes per token. All byte terms of :class:`KvBudget` are per GPU; token
+counts are per replica.
+
+Capacity, as vLLM budgets it (``gpu_memory_utilization`` caps everything the engine
+uses: weights, activations and the KV cache)::
+
+    usable_bytes       = floor(gpu_memory_bytes * memory_utilization)
+    kv_bytes           = usable_bytes - weights_bytes - activation_reserve_bytes
+    kv_capacity_tokens = kv_bytes // kv_bytes_per_token
+
+Every term can be overridden in :class:`HardwareConfig`; a scenario may also give
+``kv_capacity_tokens`` directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+_S = TypeVar("_S")
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer as far as memory and roofline time need it."""
+
+    name: str
+    num_layers: int
+    num_kv_heads: int
+    """Key/value heads per layer (fewer than query heads under GQA/MQA)."""
+    head_dim: int
+    dtype_bytes: int
+    """Bytes per weight and per KV element (2 for fp16/bf16)."""
+    num_params: int
+    hidden_size: int
+    max_seq_tokens: int
+    """Longest sequence (prompt + output) the model serves."""
+
+    def __post_init__(self) -> None:
+        for field in (
+            "num_layers",
+            "num_kv_heads",
+            "head_dim",
+            "dtype_bytes",
+            "num_params",
+            "hidden_size",
+            "max_seq_tokens",
+        ):
+            if getattr(self, field) <= 0:
+                raise ValueError(
+                    f"model {self.name!r}: {field} must be > 0, got {getattr(self, field)}"
+                )
+
+    @property
+    def weights_bytes(self) -> int:
+        """All weights on one GPU (tp = 1)."""
+        return self.num_params * self.dtype_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One accelerator: memory, HBM bandwidth, dense bf16 peak and price."""
+
+    name: str
+    memory_bytes: int
+    """Total device memory as the driver reports it (nvidia-smi MiB x 2^20)."""
+    hbm_bytes_per_s: float
+    dense_bf16_flops: float
+    """Peak dense (no sparsity) bf16 tensor-core FLOP/s."""
+    usd_per_hour: float
+    """A typical cloud on-demand price of one GPU (instance price / GPUs per instance)."""
+
+    def __post_init__(self) -> None:
+        for field in ("memory_bytes", "hbm_bytes_per_s", "dense_bf16_flops"):
+            if getattr(self, field) <= 0:
+                raise ValueError(
+                    f"gpu {self.name!r}: {field} must be > 0, got {getattr(self, field)}"
+                )
+        if self.usd_per_hour < 0:
+            raise ValueError(f"gpu {self.name!r}: usd_per_hour must be >= 0")
+
+
+# Architecture numbers from each model's Hugging Face config.json; parameter counts are
+# exact sums of the weight shapes in that config (embeddings, untied LM head where the
+# model has one, norms, biases). All presets are fp16/bf16 (2 bytes).
+_MODEL_PRESETS = (
+    # facebook/opt-13b: MHA, 40 heads, tied embeddings, learned positions (2048 + 2).
+    ModelSpec("opt-13b", 40, 40, 128, 2, 12_853_473_280, 5120, 2048),
+    # meta-llama/Llama-2-7b-hf: MHA.
+    ModelSpec("llama-2-7b", 32, 32, 128, 2, 6_738_415_616, 4096, 4096),
+    # meta-llama/Llama-2-13b-hf: MHA.
+    ModelSpec("llama-2-13b", 40, 40, 128, 2, 13_015_864_320, 5120, 4096),
+    # meta-llama/Llama-2-70b-hf: GQA, 64 query / 8 KV heads.
+    ModelSpec("llama-2-70b", 80, 8, 128, 2, 68_976_648_192, 8192, 4096),
+    # meta-llama/Meta-Llama-3-8B: GQA, 32 query / 8 KV heads, vocab 128256.
+    ModelSpec("llama-3-8b", 32, 8, 128, 2, 8_030_261_248, 4096, 8192),
+    # meta-llama/Meta-Llama-3-70B: GQA, 64 query / 8 KV heads.
+    ModelSpec("llama-3-70b", 80, 8, 128, 2, 70_553_706_496, 8192, 8192),
+    # mistralai/Mistral-7B-Instruct-v0.2: GQA 32/8, 32k context, no sliding window.
+    ModelSpec("mistral-7b", 32, 8, 128, 2, 7_241_732_096, 4096, 32768),
+    # Qwen/Qwen2.5-7B-Instruct: GQA 28/4, untied LM head, 32k native context (128k YaRN).
+    ModelSpec("qwen2.5-7b", 28, 4, 128, 2, 7_615_616_512, 3584, 32768),
+)
+
+# Memory: nvidia-smi's total (MiB). Bandwidth and dense bf16 FLOP/s: NVIDIA datasheets
+# (A100 SXM, H100 SXM5, H200 SXM, L4, A10G per Baseten's A10 vs A10G comparison).
+# $/hour: approximate 2025 on-demand list prices per GPU (GCP a2-highgpu/a2-ultragpu,
+# AWS p5/p5e after the June 2025 cut, GCP g2, AWS g5.xlarge); override for your contract.
+_GPU_PRESETS = (
+    GpuSpec("a100-40gb", 40_960 * MIB, 1.555e12, 312e12, 3.67),
+    GpuSpec("a100-80gb", 81_920 * MIB, 2.039e12, 312e12, 5.07),
+    GpuSpec("h100-80gb", 81_559 * MIB, 3.35e12, 989e12, 6.88),
+    GpuSpec("h200-141gb", 143_771 * MIB, 4.8e12, 989e12, 7.91),
+    GpuSpec("l4", 23_034 * MIB, 300e9, 121e12, 0.85),
+    GpuSpec("a10g", 23_028 * MIB, 600e9, 70e12, 1.01),
+)
+
+MODELS: Mapping[str, ModelSpec] = MappingProxyType({m.name: m for m in _MODEL_PRESETS})
+"""Model presets by name (read-only)."""
+GPUS: Mapping[str, GpuSpec] = MappingProxyType({g.name: g for g in _GPU_PRESETS})
+"""GPU presets by name (read-only)."""
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def kv_heads_per_gpu(model: ModelSpec, tp: int = 1) -> int:
+    """KV heads one tensor-parallel rank holds: the heads split evenly across ranks, and
+    when there are more ranks than KV heads each rank keeps (a replica of) one head, as
+    vLLM does. Always at least 1."""
+    if tp < 1:
+        raise ValueError(f"tensor parallel degree must be >= 1, got {tp}")
+    return _ceil_div(model.num_kv_heads, tp)
+
+
+def kv_bytes_per_token(model: ModelSpec, tp: int = 1) -> int:
+    """Bytes one token's K and V take over all layers on one GPU of a ``tp``-way replica:
+    ``2 * num_layers * kv_heads_per_gpu * head_dim * dtype_bytes`` (with ``tp = 1``, the
+    whole token)."""
+    return 2 * model.num_layers * kv_heads_per_gpu(model, tp) * model.head_dim * model.dtype_bytes
+
+
+ACTIVATION_BASE_BYTES = 1 * GIB
+"""CUDA context, cuBLAS/NCCL workspaces and CUDA graphs (the default reserve's floor)."""
+ACTIVATION_PROFILE_TOKENS = 8192
+"""Tokens in the profiling forward pass the default reserve is sized for (vLLM profiles
+one step of ``max_num_batched_tokens``)."""
+ACTIVATION_BYTES_PER_HIDDEN = 16
+"""Peak live activation elements per token, in units of ``hidden_size`` (residual, QKV,
+the gated-MLP intermediate at ~3.5x hidden twice, temporaries)."""
+
+
+def default_activation_reserve_bytes(model: ModelSpec) -> int:
+    """The default per-GPU activation reserve: ``ACTIVATION_BASE_BYTES +
+    ACTIVATION_PROFILE_TOKENS * hidden_size * dtype_bytes * ACTIVATION_BYTES_PER_HIDDEN``
+    (2 GiB for Llama-2-7B). A rough estimate of what vLLM's profiling run leaves out of
+    the KV cache; override it with a measured value where you have one."""
+    return ACTIVATION_BASE_BYTES + (
+        ACTIVATION_PROFILE_TOKENS
+        * model.hidden_size
+        * model.dtype_bytes
+        * ACTIVATION_BYTES_PER_HIDDEN
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KvBudget:
+    """The KV-cache budget of one replica with every term visible. Byte terms are per
+    GPU; ``kv_capacity_tokens`` is per replica (= per GPU, see the module docstring).
+
+    Invariant (when ``capacity_source == "derived"``)::
+
+        kv_bytes == usable_bytes - weights_bytes - activation_reserve_bytes > 0
+        kv_capacity_tokens == kv_bytes // kv_bytes_per_token >= 1
+    """
+
+    gpu_memory_bytes: int
+    memory_utilization: float
+    usable_bytes: int
+    weights_bytes: int
+    """Weights on one GPU (all weights / tensor_parallel unless overridden)."""
+    activation_reserve_bytes: int
+    kv_bytes: int
+    """KV bytes on one GPU (``kv_capacity_tokens * kv_bytes_per_token`` when the
+    capacity is overridden)."""
+    kv_bytes_per_token: int
+    """One token's K and V on one GPU."""
+    kv_capacity_tokens: int
+    tensor_parallel: int = 1
+    capacity_source: Literal["derived", "override"] = "derived"
+
+    @property
+    def replica_kv_bytes_per_token(self) -> int:
+        """One token's K and V over the whole replica (all ranks, replicated heads
+        included): bytes for reports and replica-wide byte totals. Anything sized per
+        rank (a page or segment of one GPU's pool, a rank's swap over its own link) uses
+        ``kv_bytes_per_token``, the per-GPU share; with tp = 1 the two are equal."""
+        return self.kv_bytes_per_token * self.tensor_parallel
+
+    def describe(self) -> str:
+        """The budget as one line per term (for errors and logs)."""
+        rows = (
+            ("gpu_memory_bytes", f"{self.gpu_memory_bytes:,}"),
+            ("x memory_utilization", f"{self.memory_utilization}"),
+            ("= usable_bytes", f"{self.usable_bytes:,}"),
+            (
+                "- weights_bytes",
+                f"{self.weights_bytes:,} (per GPU, tensor_parallel={self.tensor_parallel})",
+            ),
+            ("- activation_reserve_bytes", f"{self.activation_reserve_bytes:,}"),
+            ("= kv_bytes", f"{self.kv_bytes:,}"),
+            ("/ kv_bytes_per_token", f"{self.kv_bytes_per_token:,}"),
+            ("= kv_capacity_tokens", f"{self.kv_capacity_tokens:,} ({self.capacity_source})"),
+        )
+        return "\n".join(f"  {term:<28} {value}" for term, value in rows)
+
+
+class ModelSpecConfig(BaseModel):
+    """An inline model (instead of a preset name)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(default="custom", min_length=1, description="A label for results.")
+    num_layers: int = Field(ge=1, le=1024, description="Transformer layers.")
+    num_kv_heads: int = Field(ge=1, le=1024, description="KV heads per layer (GQA: < query heads).")
+    head_dim: int = Field(ge=1, le=4096, description="Size of one attention head.")
+    dtype_bytes: int = Field(default=2, ge=1, le=8, description="Bytes per weight and KV element.")
+    num_params: int = Field(ge=1, description="Parameter count (weights = params x dtype).")
+    hidden_size: int = Field(ge=1, le=1 << 17, description="Model (residual) width.")
+    max_seq_tokens: int = Field(ge=1, description="Longest sequence (prompt + output).")
+
+    def to_spec(self) -> ModelSpec:
+        return ModelSpec(**self.model_dump())
+
+
+class GpuSpecConfig(BaseModel):
+    """An inline GPU (instead of a preset name)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(default="custom", min_length=1, description="A label for results.")
+    memory_bytes: int = Field(ge=1, description="Total device memory, bytes.")
+    hbm_bytes_per_s: float = Field(gt=0, description="Peak memory bandwidth, bytes/s.")
+    dense_bf16_flops: float = Field(gt=0, description="Peak dense bf16 FLOP/s.")
+    usd_per_hour: float = Field(default=0.0, ge=0, description="Price of one GPU per hour.")
+
+    def to_spec(self) -> GpuSpec:
+        return GpuSpec(**self.model_dump())
+
+
+def _lookup(presets: Mapping[str, _S], what: str, name: str) -> _S:
+    if name not in presets:
+        raise ValueError(f"unknown {what} preset {name!r}; allowed: {', '.join(presets)}")
+    return presets[name]
+
+
+def _preset_or_inline(value: Any) -> str:
+    return "preset" if isinstance(value, str) else "inline"
+
+
+# A preset name or an inline mapping; errors name the branch the value took.
+ModelChoice = Annotated[
+    Annotated[str, Tag("preset")] | Annotated[ModelSpecConfig, Tag("inline")],
+    Discriminator(_preset_or_inline),
+]
+GpuChoice = Annotated[
+    Annotated[str, Tag("preset")] | Annotated[GpuSpecConfig, Tag("inline")],
+    Discriminator(_preset_or_inline),
+]
+
+
+class HardwareConfig(BaseModel):
+    """Model, GPU and memory budget of one replica, as a scenario gives them.
+
+    Presets by name (``model: llama-2-7b``, ``gpu: a100-80gb``) or inline mappings.
+    ``resolve()`` gives the :class:`KvBudget`; a budget that leaves no KV memory is a
+    validation error that shows every term.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: ModelChoice = Field(
+        default="llama-2-7b", description=f"Model preset ({', '.join(MODELS)}) or an inline model."
+    )
+    gpu: GpuChoice = Field(
+        default="a100-80gb", description=f"GPU preset ({', '.join(GPUS)}) or an inline GPU."
+    )
+    tensor_parallel: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="GPUs per replica; KV heads split across them "
+        "(must divide the KV heads, or be a multiple of them: heads are then replicated).",
+    )
+    memory_utilization: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="Share of GPU memory the engine may use for weights, "
+        "activations and KV (vLLM's gpu_memory_utilization).",
+    )
+    activation_reserve_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Per-GPU memory kept for activations, workspaces and CUDA "
+        "graphs; default: default_activation_reserve_bytes(model).",
+    )
+    weights_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Per-GPU weight bytes (e.g. quantised weights); default: "
+        "num_params x dtype_bytes / tensor_parallel.",
+    )
+    kv_capacity_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="KV capacity of the replica in tokens; when given it is used "
+        "directly and the memory terms are only reported.",
+    )
+    max_seq_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Longest sequence served (prompt + output); default: the model's.",
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str | ModelSpecConfig) -> str | ModelSpecConfig:
+        if isinstance(value, str):
+            _lookup(MODELS, "model", value)
+        return value
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str | GpuSpecConfig) -> str | GpuSpecConfig:
+        if isinstance(value, str):
+            _lookup(GPUS, "gpu", value)
+        return value
+
+    @model_validator(mode="after")
+    def _budget_fits(self) -> HardwareConfig:
+        heads, tp = self.model_spec.num_kv_heads, self.tensor_parallel
+        if heads % tp != 0 and tp % heads != 0:
+            raise ValueError(
+                f"tensor_parallel={tp} must divide num_kv_heads={heads} or be a multiple of it"
+            )
+        self.resolve()
+        return self
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        """The resolved model, ``max_seq_tokens`` override applied."""
+        spec = (
+            _lookup(MODELS, "model", self.model)
+            if isinstance(self.model, str)
+            else self.model.to_spec()
+        )
+        if self.max_seq_tokens is not None:
+            spec = replace(spec, max_seq_tokens=self.max_seq_tokens)
+        return spec
+
+    @property
+    def gpu_spec(self) -> GpuSpec:
+        """The resolved GPU."""
+        return _lookup(GPUS, "gpu", self.gpu) if isinstance(self.gpu, str) else self.gpu.to_spec()
+
+    @property
+    def replica_usd_per_hour(self) -> float:
+        """Price of one replica: ``tensor_parallel`` GPUs."""
+        return self.tensor_parallel * self.gpu_spec.usd_per_hour
+
+    def resolve(self) -> KvBudget:
+        """The replica's KV budget. Raises ValueError (showing every term) when the
+        derived budget leaves less than one token of KV memory."""
+        model, gpu, tp = self.model_spec, self.gpu_spec, self.tensor_parallel
+        usable_bytes = int(gpu.memory_bytes * self.memory_utilization)
+        weights_bytes = (
+            self.weights_bytes
+            if self.weights_bytes is not None
+            else _ceil_div(model.weights_bytes, tp)
+        )
+        activation_bytes = (
+            self.activation_reserve_bytes
+            if self.activation_reserve_bytes is not None
+            else default_activation_reserve_bytes(model)
+        )
+        per_token = kv_bytes_per_token(model, tp)
+        kv_bytes = usable_bytes - weights_bytes - activation_bytes
+        budget = KvBudget(
+            gpu_memory_bytes=gpu.memory_bytes,
+            memory_utilization=self.memory_utilization,
+            usable_bytes=usable_bytes,
+            weights_bytes=weights_bytes,
+            activation_reserve_bytes=activation_bytes,
+            kv_bytes=kv_bytes,
+            kv_bytes_per_token=per_token,
+            kv_capacity_tokens=max(kv_bytes, 0) // per_token,
+            tensor_parallel=tp,
+        )
+        if self.kv_capacity_tokens is not None:
+            return replace(
+                budget,
+                kv_bytes=self.kv_capacity_tokens * per_token,
+                kv_capacity_tokens=self.kv_capacity_tokens,
+                capacity_source="override",
+            )
+        if budget.kv_capacity_tokens < 1:
+            raise ValueError(
+                f"no KV-cache memory left for {model.name} on {tp} x {gpu.name}:\n"
+                f"{budget.describe()}\n"
+                "raise memory_utilization or tensor_parallel, lower weights_bytes or "
+                "activation_reserve_bytes, or give kv_capacity_tokens"
+            )
+        return budget

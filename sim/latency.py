@@ -1,0 +1,557 @@
+"""Latency models: the time of one continuous-batching iteration.
+
+One *step* runs ``prefill_tokens`` prompt tokens (whole prompts or prefill chunks) and
+``decode_seqs`` sequences that each decode one token, and its attention reads
+``kv_tokens`` KV tokens. All three are >= 0 (callers guarantee it; nothing is checked
+on the hot path).
+
+Contracts every model here keeps:
+
+* ``step_times_s`` (vectorised) equals ``step_time_s`` element by element, bit for bit:
+  both evaluate the same float64 operations in the same order.
+* ``linear_decode_coefficients()`` is ``(a, b, c)`` when, for ``prefill_tokens == 0``,
+  ``step_time_s(0, n, k) == a + b*n + c*k`` exactly (same operations); None otherwise.
+* :func:`decode_run_s` sums a run of decode-only steps (step ``i`` reads
+  ``kv_tokens_start + i * decode_seqs`` KV tokens) in closed form where the model
+  allows; it equals the step-by-step sum to float rounding.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sim.hardware import GpuSpec, ModelSpec, kv_bytes_per_token
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@runtime_checkable
+class LatencyModel(Protocol):
+    """The time of one iteration of continuous batching."""
+
+    def step_time_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float:
+        """Seconds one step takes."""
+        ...
+
+    def step_times_s(
+        self,
+        prefill_tokens: npt.NDArray[Any],
+        decode_seqs: npt.NDArray[Any],
+        kv_tokens: npt.NDArray[Any],
+    ) -> FloatArray:
+        """``step_time_s`` over arrays (broadcast together), as float64, bit-identical."""
+        ...
+
+    def linear_decode_coefficients(self) -> tuple[float, float, float] | None:
+        """``(a, b, c)`` with ``step_time_s(0, n, k) == a + b*n + c*k``, else None."""
+        ...
+
+
+def _shape(*arrays: npt.NDArray[Any]) -> tuple[int, ...]:
+    return np.broadcast(*arrays).shape
+
+
+class ConstantLatency:
+    """Every step takes ``step_s`` whatever it runs (for M/D/c-style hand checks)."""
+
+    def __init__(self, step_s: float) -> None:
+        if not step_s > 0:
+            raise ValueError(f"step_s must be > 0, got {step_s}")
+        self.step_s = float(step_s)
+
+    def step_time_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float:
+        return self.step_s
+
+    def step_times_s(
+        self,
+        prefill_tokens: npt.NDArray[Any],
+        decode_seqs: npt.NDArray[Any],
+        kv_tokens: npt.NDArray[Any],
+    ) -> FloatArray:
+        return np.full(_shape(prefill_tokens, decode_seqs, kv_tokens), self.step_s)
+
+    def linear_decode_coefficients(self) -> tuple[float, float, float]:
+        return (self.step_s, 0.0, 0.0)
+
+    def decode_run_s(self, decode_seqs: int, kv_tokens_start: int, steps: int) -> float:
+        return steps * self.step_s
+
+
+class RooflineLatency:
+    """A roofline step time from the hardware presets.
+
+    Per step, on one GPU of a ``tp``-way replica::
+
+        memory_s  = (weights_bytes/tp + kv_tokens * kv_bytes_per_token(tp)) / (hbm * mem_eff)
+        compute_s = 2 * num_params/tp * (prefill_tokens + decode_seqs) / (flops * compute_eff)
+        comm_s    = 2 * num_layers * (allreduce_latency_s
+                      + 2 (tp-1)/tp * tokens * hidden_size * dtype_bytes / link_bytes_per_s)
+                    (tp > 1 only: two ring all-reduces per layer)
+        step_s    = max(memory_s, compute_s) + comm_s + overhead_s
+
+    Attention FLOPs are left out (they matter only for prompts of many thousand tokens:
+    use a calibrated model there). Memory and compute overlap (max); communication and
+    the fixed overhead (scheduling, kernel launches) do not. Not linear (the max), so
+    ``linear_decode_coefficients`` is None; :meth:`decode_run_s` is still closed form.
+    """
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        tp: int = 1,
+        *,
+        mem_efficiency: float = 0.8,
+        compute_efficiency: float = 0.6,
+        overhead_s: float = 0.5e-3,
+        tp_allreduce_latency_s: float = 10e-6,
+        tp_link_bytes_per_s: float = 200e9,
+    ) -> None:
+        if tp < 1:
+            raise ValueError(f"tp must be >= 1, got {tp}")
+        if not (0 < mem_efficiency <= 1 and 0 < compute_efficiency <= 1):
+            raise ValueError("efficiencies must be in (0, 1]")
+        if overhead_s < 0 or tp_allreduce_latency_s < 0 or tp_link_bytes_per_s <= 0:
+            raise ValueError(
+                "overhead_s and tp_allreduce_latency_s must be >= 0, tp_link_bytes_per_s > 0"
+            )
+        self.model, self.gpu, self.tp = model, gpu, tp
+        bandwidth = gpu.hbm_bytes_per_s * mem_efficiency
+        self.memory_fixed_s = model.weights_bytes / tp / bandwidth
+        """Weights read once per step."""
+        self.memory_per_kv_token_s = kv_bytes_per_token(model, tp) / bandwidth
+        self.compute_per_token_s = (
+            2.0 * model.num_params / tp / (gpu.dense_bf16_flops * compute_efficiency)
+        )
+        comm_fixed_s, comm_per_token_s = 0.0, 0.0
+        if tp > 1:
+            layers_x2 = 2 * model.num_layers
+            comm_fixed_s = layers_x2 * tp_allreduce_latency_s
+            comm_per_token_s = (
+                layers_x2
+                * 2.0
+                * (tp - 1)
+                / tp
+                * (model.hidden_size * model.dtype_bytes)
+                / tp_link_bytes_per_s
+            )
+        self.fixed_s = overhead_s + comm_fixed_s
+        """Per-step time that depends on nothing: overhead and all-reduce latency."""
+        self.comm_per_token_s = comm_per_token_s
+
+    def step_time_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float:
+        tokens = prefill_tokens + decode_seqs
+        memory_s = self.memory_fixed_s + self.memory_per_kv_token_s * kv_tokens
+        compute_s = self.compute_per_token_s * tokens
+        return float(max(memory_s, compute_s) + self.fixed_s + self.comm_per_token_s * tokens)
+
+    def step_times_s(
+        self,
+        prefill_tokens: npt.NDArray[Any],
+        decode_seqs: npt.NDArray[Any],
+        kv_tokens: npt.NDArray[Any],
+    ) -> FloatArray:
+        tokens = np.asarray(prefill_tokens) + np.asarray(decode_seqs)
+        memory_s = self.memory_fixed_s + self.memory_per_kv_token_s * np.asarray(kv_tokens)
+        compute_s = self.compute_per_token_s * tokens
+        out = np.maximum(memory_s, compute_s) + self.fixed_s + self.comm_per_token_s * tokens
+        return np.asarray(out, dtype=np.float64)
+
+    def linear_decode_coefficients(self) -> tuple[float, float, float] | None:
+        return None  # max(memory, compute) is not linear
+
+    def decode_run_s(self, decode_seqs: int, kv_tokens_start: int, steps: int) -> float:
+        """Closed form: the first ``j`` steps are compute-bound (memory grows by
+        ``decode_seqs`` KV tokens a step), the rest memory-bound."""
+        if steps <= 0:
+            return 0.0
+        compute_s = self.compute_per_token_s * decode_seqs
+        memory0_s = self.memory_fixed_s + self.memory_per_kv_token_s * kv_tokens_start
+        slope_s = self.memory_per_kv_token_s * decode_seqs
+        if memory0_s >= compute_s:
+            bound_steps = 0
+        elif slope_s <= 0:
+            bound_steps = steps
+        else:
+            bound_steps = min(steps, math.ceil((compute_s - memory0_s) / slope_s))
+        rest = steps - bound_steps
+        memory_sum_s = rest * memory0_s + slope_s * (bound_steps + steps - 1) * rest / 2
+        per_step_s = self.fixed_s + self.comm_per_token_s * decode_seqs
+        return bound_steps * compute_s + memory_sum_s + steps * per_step_s
+
+
+LATENCY_FORMAT = "fragsim-latency/1"
+"""The ``format`` tag of calibration files this version reads and writes."""
+
+_Bounds = tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]
+
+
+class LatencyCoefficients(BaseModel):
+    """``step_s = intercept_s + per_prefill_token_s*p + per_decode_seq_s*d
+    + per_kv_token_s*k + per_prefill_token_sq_s*p*p`` (seconds)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    intercept_s: float
+    per_prefill_token_s: float
+    per_decode_seq_s: float
+    per_kv_token_s: float
+    per_prefill_token_sq_s: float = 0.0
+
+
+class ValidRange(BaseModel):
+    """Inclusive ``[lo, hi]`` of each input the fit saw; outside it, steps are counted."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefill_tokens: _Bounds
+    decode_seqs: _Bounds
+    kv_tokens: _Bounds
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ValidRange:
+        for name in ("prefill_tokens", "decode_seqs", "kv_tokens"):
+            lo, hi = getattr(self, name)
+            if lo > hi:
+                raise ValueError(f"{name}: lo {lo} > hi {hi}")
+        return self
+
+
+class FitQuality(BaseModel):
+    """How well the coefficients fit the measured steps."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    r2: float = Field(le=1)
+    mape: float = Field(ge=0, description="Mean absolute percentage error, as a fraction.")
+    samples: int = Field(ge=1)
+
+
+class CalibrationFile(BaseModel):
+    """The ``fragsim-latency/1`` JSON document (see the README)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: Literal["fragsim-latency/1"]
+    model: str = Field(min_length=1, description="Model preset name (ModelSpec.name).")
+    gpu: str = Field(min_length=1, description="GPU preset name (GpuSpec.name).")
+    tensor_parallel: int = Field(default=1, ge=1)
+    coefficients: LatencyCoefficients
+    valid: ValidRange
+    fit: FitQuality | None = None
+    source: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="Provenance: device, software versions, date."
+    )
+
+
+class CalibratedLatency:
+    """A model fitted on a GPU. Evaluating outside the validity range still answers but
+    is counted: ``out_of_range_calls`` (steps, not calls, for the vectorised forms) and
+    ``first_out_of_range`` (the first offending ``(prefill_tokens, decode_seqs,
+    kv_tokens)``), so the engine can report it. Linear for ``prefill_tokens == 0``."""
+
+    def __init__(self, calibration: CalibrationFile) -> None:
+        self.calibration = calibration
+        c = calibration.coefficients
+        self._a, self._p, self._d = c.intercept_s, c.per_prefill_token_s, c.per_decode_seq_s
+        self._k, self._pp = c.per_kv_token_s, c.per_prefill_token_sq_s
+        v = calibration.valid
+        self._bounds = (*v.prefill_tokens, *v.decode_seqs, *v.kv_tokens)
+        self.out_of_range_calls = 0
+        self.first_out_of_range: tuple[int, int, int] | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>") -> CalibratedLatency:
+        """Validate a decoded document; ValueError naming ``source`` and the field."""
+        try:
+            return cls(CalibrationFile.model_validate(data))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"field {'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise ValueError(f"{source}: bad latency calibration: {problems}") from None
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> CalibratedLatency:
+        """Load a calibration file; ValueError naming the file (and field) when bad."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: cannot read latency calibration: {exc}") from None
+        return cls.from_dict(data, source=str(path))
+
+    def to_json(self, path: str | Path) -> None:
+        """Write the calibration (not the counters), keys in a fixed order."""
+        text = json.dumps(self.calibration.model_dump(mode="json"), indent=2)
+        Path(path).write_text(text + "\n", encoding="utf-8")
+
+    def check_hardware(self, model: str, gpu: str, tp: int, source: str = "") -> None:
+        """ValueError when the file was calibrated for other hardware."""
+        cal = self.calibration
+        if (cal.model, cal.gpu, cal.tensor_parallel) != (model, gpu, tp):
+            raise ValueError(
+                f"{source or 'latency calibration'}: calibrated for {cal.model} on "
+                f"{cal.tensor_parallel} x {cal.gpu}, scenario runs {model} on {tp} x {gpu} "
+                "(set check_hardware: false to use it anyway)"
+            )
+
+    def _note(self, point: tuple[int, int, int], steps: int) -> None:
+        self.out_of_range_calls += steps
+        if self.first_out_of_range is None:
+            self.first_out_of_range = point
+
+    def step_time_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float:
+        p_lo, p_hi, d_lo, d_hi, k_lo, k_hi = self._bounds
+        if not (
+            p_lo <= prefill_tokens <= p_hi
+            and d_lo <= decode_seqs <= d_hi
+            and k_lo <= kv_tokens <= k_hi
+        ):
+            self._note((int(prefill_tokens), int(decode_seqs), int(kv_tokens)), 1)
+        return float(
+            self._a
+            + self._p * prefill_tokens
+            + self._d * decode_seqs
+            + self._k * kv_tokens
+            + self._pp * prefill_tokens * prefill_tokens
+        )
+
+    def step_times_s(
+        self,
+        prefill_tokens: npt.NDArray[Any],
+        decode_seqs: npt.NDArray[Any],
+        kv_tokens: npt.NDArray[Any],
+    ) -> FloatArray:
+        p, d, k = np.broadcast_arrays(
+            np.asarray(prefill_tokens), np.asarray(decode_seqs), np.asarray(kv_tokens)
+        )
+        p_lo, p_hi, d_lo, d_hi, k_lo, k_hi = self._bounds
+        outside = (p < p_lo) | (p > p_hi) | (d < d_lo) | (d > d_hi) | (k < k_lo) | (k > k_hi)
+        count = int(np.count_nonzero(outside))
+        if count:
+            i = np.unravel_index(int(np.argmax(outside)), outside.shape)
+            self._note((int(p[i]), int(d[i]), int(k[i])), count)
+        out = self._a + self._p * p + self._d * d + self._k * k + self._pp * p * p
+        return np.asarray(out, dtype=np.float64)
+
+    def linear_decode_coefficients(self) -> tuple[float, float, float]:
+        return (self._a, self._d, self._k)
+
+    def decode_run_s(
+        self, decode_seqs: int, kv_tokens_start: int, steps: int, *, record: bool = True
+    ) -> float:
+        """Closed form; counts the run's out-of-range steps as ``step_time_s`` would
+        (unless ``record`` is False: a what-if evaluation)."""
+        if steps <= 0:
+            return 0.0
+        if record:
+            self._note_run(decode_seqs, kv_tokens_start, steps)
+        return _linear_run_s((self._a, self._d, self._k), decode_seqs, kv_tokens_start, steps)
+
+    def _note_run(self, decode_seqs: int, kv_tokens_start: int, steps: int) -> None:
+        p_lo, p_hi, d_lo, d_hi, k_lo, k_hi = self._bounds
+        if not (p_lo <= 0 <= p_hi and d_lo <= decode_seqs <= d_hi):
+            self._note((0, decode_seqs, kv_tokens_start), steps)
+        else:  # kv of step i is kv_tokens_start + i*decode_seqs: in range for i in [first, last]
+            n = max(decode_seqs, 0)
+            if n == 0:
+                first, last = (0, steps - 1) if k_lo <= kv_tokens_start <= k_hi else (0, -1)
+            else:
+                first = max(0, -(-(k_lo - kv_tokens_start) // n))
+                last = min(steps - 1, (k_hi - kv_tokens_start) // n)
+            inside = max(0, last - first + 1)
+            if inside < steps:
+                bad = 0 if first > 0 or inside == 0 else last + 1
+                self._note((0, decode_seqs, kv_tokens_start + bad * n), steps - inside)
+
+
+def fit_calibrated_latency(
+    prefill_tokens: npt.NDArray[Any],
+    decode_seqs: npt.NDArray[Any],
+    kv_tokens: npt.NDArray[Any],
+    measured_s: npt.NDArray[Any],
+    *,
+    model: str,
+    gpu: str,
+    tensor_parallel: int = 1,
+    quadratic_prefill: bool = False,
+    source: dict[str, str | int | float | bool] | None = None,
+) -> CalibratedLatency:
+    """Least-squares fit of the calibrated form to measured step times; the validity
+    range is the measured points' bounding box."""
+    p, d, k, y = (
+        np.asarray(x, dtype=np.float64)
+        for x in (prefill_tokens, decode_seqs, kv_tokens, measured_s)
+    )
+    columns = [np.ones_like(y), p, d, k] + ([p * p] if quadratic_prefill else [])
+    design = np.column_stack(columns)
+    solution = np.linalg.lstsq(design, y, rcond=None)[0]
+    predicted = design @ solution
+    total = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((y - predicted) ** 2)) / total if total > 0 else 1.0
+    names = (
+        "intercept_s",
+        "per_prefill_token_s",
+        "per_decode_seq_s",
+        "per_kv_token_s",
+        "per_prefill_token_sq_s",
+    )
+    document = {
+        "format": LATENCY_FORMAT,
+        "model": model,
+        "gpu": gpu,
+        "tensor_parallel": tensor_parallel,
+        "coefficients": {name: float(v) for name, v in zip(names, solution, strict=False)},
+        "valid": {
+            name: [int(np.min(x)), int(np.max(x))]
+            for name, x in (("prefill_tokens", p), ("decode_seqs", d), ("kv_tokens", k))
+        },
+        "fit": {
+            "r2": min(r2, 1.0),
+            "mape": float(np.mean(np.abs(predicted - y) / y)),
+            "samples": int(y.size),
+        },
+        "source": dict(source or {}),
+    }
+    return CalibratedLatency.from_dict(document, source="fit_calibrated_latency")
+
+
+def _linear_run_s(
+    coefficients: tuple[float, float, float], decode_seqs: int, kv_tokens_start: int, steps: int
+) -> float:
+    a, b, c = coefficients
+    first_s = a + b * decode_seqs + c * kv_tokens_start
+    return steps * first_s + c * decode_seqs * (steps * (steps - 1) / 2)
+
+
+def decode_run_s(
+    model: LatencyModel, decode_seqs: int, kv_tokens_start: int, steps: int, *, record: bool = True
+) -> float:
+    """Seconds ``steps`` consecutive decode-only steps take, step ``i`` reading
+    ``kv_tokens_start + i * decode_seqs`` KV tokens (every sequence grows by one token a
+    step). O(1) for the models here; a calibrated model also counts the run's
+    out-of-range steps unless ``record`` is False. A foreign model without a linear
+    form is summed with ``step_times_s``."""
+    if steps <= 0:
+        return 0.0
+    if isinstance(model, CalibratedLatency):
+        return model.decode_run_s(decode_seqs, kv_tokens_start, steps, record=record)
+    if isinstance(model, ConstantLatency | RooflineLatency):
+        return model.decode_run_s(decode_seqs, kv_tokens_start, steps)
+    coefficients = model.linear_decode_coefficients()
+    if coefficients is not None:
+        return _linear_run_s(coefficients, decode_seqs, kv_tokens_start, steps)
+    kv = kv_tokens_start + decode_seqs * np.arange(steps, dtype=np.int64)
+    times = model.step_times_s(np.zeros(1, np.int64), np.full(1, decode_seqs, np.int64), kv)
+    return float(times.sum())
+
+
+def decode_steps_within_s(
+    model: LatencyModel, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
+) -> int:
+    """The largest ``k <= max_steps`` with ``decode_run_s(model, ..., k) <= budget_s``:
+    how many whole steps of a decode run have finished ``budget_s`` after it began.
+    Binary search over the closed form (O(log max_steps) evaluations); records no
+    out-of-range steps."""
+    lo, hi = 0, max_steps
+    if decode_run_s(model, decode_seqs, kv_tokens_start, hi, record=False) <= budget_s:
+        return hi
+    while hi - lo > 1:  # invariant: run(lo) <= budget_s < run(hi)
+        mid = (lo + hi) // 2
+        if decode_run_s(model, decode_seqs, kv_tokens_start, mid, record=False) <= budget_s:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class RooflineLatencyConfig(BaseModel):
+    """The roofline model from the hardware presets (the default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["roofline"] = "roofline"
+    mem_efficiency: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="Achieved share of peak HBM bandwidth reading weights and KV.",
+    )
+    compute_efficiency: float = Field(
+        default=0.6, gt=0, le=1, description="Achieved share of peak dense bf16 FLOP/s (prefill)."
+    )
+    overhead_s: float = Field(
+        default=0.5e-3,
+        ge=0,
+        le=1,
+        description="Fixed per-step time: scheduling, sampling, kernel launches.",
+    )
+    tp_allreduce_latency_s: float = Field(
+        default=10e-6,
+        ge=0,
+        le=1e-2,
+        description="Latency of one all-reduce (tp > 1; two per layer).",
+    )
+    tp_link_bytes_per_s: float = Field(
+        default=200e9, gt=0, description="All-reduce bandwidth between ranks (tp > 1), bytes/s."
+    )
+
+    def build(self, model: ModelSpec, gpu: GpuSpec, tp: int) -> LatencyModel:
+        return RooflineLatency(
+            model,
+            gpu,
+            tp,
+            mem_efficiency=self.mem_efficiency,
+            compute_efficiency=self.compute_efficiency,
+            overhead_s=self.overhead_s,
+            tp_allreduce_latency_s=self.tp_allreduce_latency_s,
+            tp_link_bytes_per_s=self.tp_link_bytes_per_s,
+        )
+
+
+class ConstantLatencyConfig(BaseModel):
+    """Every step takes ``step_s`` (hand-checkable queueing runs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["constant"] = "constant"
+    step_s: float = Field(gt=0, le=60, description="Seconds every step takes.")
+
+    def build(self, model: ModelSpec, gpu: GpuSpec, tp: int) -> LatencyModel:
+        return ConstantLatency(self.step_s)
+
+
+class CalibratedLatencyConfig(BaseModel):
+    """A model fitted on a GPU, loaded from its ``fragsim-latency/1`` JSON file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["calibrated"] = "calibrated"
+    path: Path = Field(
+        description="The calibration JSON (relative paths: to the working "
+        "directory unless the scenario loader rebases them)."
+    )
+    check_hardware: bool = Field(
+        default=True, description="Refuse a file calibrated for another model, GPU or tp."
+    )
+
+    def build(self, model: ModelSpec, gpu: GpuSpec, tp: int) -> LatencyModel:
+        latency = CalibratedLatency.from_json(self.path)
+        if self.check_hardware:
+            latency.check_hardware(model.name, gpu.name, tp, source=str(self.path))
+        return latency
+
+
+LatencyConfig = Annotated[
+    RooflineLatencyConfig | ConstantLatencyConfig | CalibratedLatencyConfig,
+    Field(discriminator="kind"),
+]
+"""A scenario's ``latency:`` block, chosen by ``kind``; each member has ``build``."""

@@ -1,0 +1,287 @@
+"""Latency models: roofline sanity, scalar == vector, linear forms, decode runs and the
+calibrated JSON format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
+
+from sim.hardware import GPUS, MODELS
+from sim.latency import (
+    LATENCY_FORMAT,
+    CalibratedLatency,
+    CalibratedLatencyConfig,
+    ConstantLatency,
+    ConstantLatencyConfig,
+    LatencyConfig,
+    LatencyModel,
+    RooflineLatency,
+    RooflineLatencyConfig,
+    decode_run_s,
+    decode_steps_within_s,
+    fit_calibrated_latency,
+)
+
+LLAMA7, A100 = MODELS["llama-2-7b"], GPUS["a100-80gb"]
+
+
+def _document(**changes: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "format": LATENCY_FORMAT,
+        "model": "llama-2-7b",
+        "gpu": "a100-80gb",
+        "coefficients": {
+            "intercept_s": 7e-3,
+            "per_prefill_token_s": 6e-5,
+            "per_decode_seq_s": 4e-5,
+            "per_kv_token_s": 3e-8,
+            "per_prefill_token_sq_s": 1e-10,
+        },
+        "valid": {"prefill_tokens": [0, 8192], "decode_seqs": [0, 256], "kv_tokens": [0, 200_000]},
+        "fit": {"r2": 0.998, "mape": 0.02, "samples": 5000},
+    }
+    doc.update(changes)
+    return doc
+
+
+def _models() -> list[LatencyModel]:
+    return [
+        ConstantLatency(0.01),
+        RooflineLatency(LLAMA7, A100),
+        RooflineLatency(MODELS["llama-3-70b"], GPUS["h100-80gb"], tp=4),
+        CalibratedLatency.from_dict(_document()),
+    ]
+
+
+def test_roofline_decode_step_of_llama2_7b_on_a100_is_memory_bound() -> None:
+    # 13.5 GB of weights / 2.0 TB/s / 0.8 + 0.5 ms
+    step_s = RooflineLatency(LLAMA7, A100).step_time_s(0, 1, 100)
+    assert 7e-3 <= step_s <= 10e-3
+
+
+def test_roofline_prefill_is_compute_bound() -> None:
+    model = RooflineLatency(LLAMA7, A100, compute_efficiency=0.5, overhead_s=0.0)
+    expected_s = 2 * LLAMA7.num_params * 4096 / (312e12 * 0.5)
+    assert model.step_time_s(4096, 0, 4096) == pytest.approx(expected_s)
+
+
+def test_roofline_tensor_parallel_adds_communication_only_when_tp_above_one() -> None:
+    llama70, h100 = MODELS["llama-2-70b"], GPUS["h100-80gb"]
+    assert RooflineLatency(llama70, h100, 1).comm_per_token_s == 0.0
+    tp4 = RooflineLatency(llama70, h100, 4, overhead_s=0.0)
+    assert tp4.comm_per_token_s > 0
+    assert tp4.fixed_s == pytest.approx(2 * 80 * 10e-6)
+    assert tp4.linear_decode_coefficients() is None
+
+
+steps = st.integers(0, 100_000)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 16_384), st.integers(0, 512), st.integers(0, 2_000_000)),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_vectorised_equals_scalar_exactly(points: list[tuple[int, int, int]]) -> None:
+    prefill, decode, kv = (np.array(column, dtype=np.int64) for column in zip(*points, strict=True))
+    for model in _models():
+        vector = model.step_times_s(prefill, decode, kv)
+        assert vector.dtype == np.float64
+        scalar = [model.step_time_s(p, d, k) for p, d, k in points]
+        assert vector.tolist() == scalar, type(model).__name__
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 512), st.integers(0, 2_000_000))
+def test_linear_coefficients_agree_with_step_time(decode: int, kv: int) -> None:
+    for model in _models():
+        coefficients = model.linear_decode_coefficients()
+        if coefficients is None:
+            assert isinstance(model, RooflineLatency)
+            continue
+        a, b, c = coefficients
+        assert model.step_time_s(0, decode, kv) == a + b * decode + c * kv
+
+
+class _Foreign:
+    """A latency model known only through the protocol (no closed form)."""
+
+    def __init__(self, inner: LatencyModel) -> None:
+        self.inner = inner
+
+    def step_time_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float:
+        return self.inner.step_time_s(prefill_tokens, decode_seqs, kv_tokens)
+
+    def step_times_s(
+        self,
+        prefill_tokens: npt.NDArray[Any],
+        decode_seqs: npt.NDArray[Any],
+        kv_tokens: npt.NDArray[Any],
+    ) -> npt.NDArray[np.float64]:
+        return self.inner.step_times_s(prefill_tokens, decode_seqs, kv_tokens)
+
+    def linear_decode_coefficients(self) -> None:
+        return None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 400), st.integers(0, 300_000), st.integers(0, 3000))
+def test_decode_run_equals_the_step_by_step_sum(decode: int, kv_start: int, n: int) -> None:
+    for model in [*_models(), _Foreign(RooflineLatency(LLAMA7, A100))]:
+        total = sum(model.step_time_s(0, decode, kv_start + i * decode) for i in range(n))
+        assert decode_run_s(model, decode, kv_start, n) == pytest.approx(
+            total, rel=1e-10, abs=1e-12
+        )
+
+
+def test_roofline_decode_run_crossing_from_compute_to_memory_bound() -> None:
+    # a big batch starts compute-bound and becomes memory-bound as KV grows
+    model = RooflineLatency(LLAMA7, A100)
+    first = model.step_time_s(0, 400, 0)
+    last = model.step_time_s(0, 400, 400 * 2000)
+    assert model.compute_per_token_s * 400 > model.memory_fixed_s
+    assert last > first
+    total = sum(model.step_time_s(0, 400, 400 * i) for i in range(2001))
+    assert decode_run_s(model, 400, 0, 2001) == pytest.approx(total, rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300), st.integers(0, 100_000), st.floats(0, 30.0))
+def test_decode_steps_within_budget(decode: int, kv_start: int, budget_s: float) -> None:
+    for model in _models():
+        k = decode_steps_within_s(model, decode, kv_start, budget_s, 5000)
+        assert decode_run_s(model, decode, kv_start, k, record=False) <= budget_s
+        if k < 5000:
+            assert decode_run_s(model, decode, kv_start, k + 1, record=False) > budget_s
+
+
+def test_constant_latency() -> None:
+    model = ConstantLatency(0.02)
+    assert model.step_time_s(100, 3, 10) == 0.02
+    assert model.step_times_s(np.zeros(3), np.ones(3), np.ones(3)).tolist() == [0.02] * 3
+    assert model.linear_decode_coefficients() == (0.02, 0.0, 0.0)
+    with pytest.raises(ValueError):
+        ConstantLatency(0.0)
+
+
+def test_calibrated_json_round_trip(tmp_path: Path) -> None:
+    model = CalibratedLatency.from_dict(_document(source={"device": "A100-SXM4-80GB"}))
+    path = tmp_path / "latency.json"
+    model.to_json(path)
+    again = CalibratedLatency.from_json(path)
+    assert again.calibration == model.calibration
+    assert json.loads(path.read_text())["format"] == "fragsim-latency/1"
+    assert again.step_time_s(512, 8, 4000) == model.step_time_s(512, 8, 4000)
+
+
+def test_calibrated_out_of_range_is_counted_not_refused() -> None:
+    model = CalibratedLatency.from_dict(_document())
+    model.step_time_s(100, 10, 1000)
+    assert model.out_of_range_calls == 0 and model.first_out_of_range is None
+    assert model.step_time_s(100, 300, 1000) > 0  # decode_seqs above 256
+    assert model.out_of_range_calls == 1
+    assert model.first_out_of_range == (100, 300, 1000)
+    model.step_times_s(np.array([0, 9000, 0]), np.array([1, 1, 1]), np.array([5, 5, 300_000]))
+    assert model.out_of_range_calls == 3
+    assert model.first_out_of_range == (100, 300, 1000)  # the first one stays
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 300), st.integers(0, 250_000), st.integers(0, 400))
+def test_decode_run_counts_out_of_range_like_stepping(decode: int, kv: int, n: int) -> None:
+    stepped, run = (CalibratedLatency.from_dict(_document()) for _ in range(2))
+    for i in range(n):
+        stepped.step_time_s(0, decode, kv + i * decode)
+    decode_run_s(run, decode, kv, n)
+    assert run.out_of_range_calls == stepped.out_of_range_calls
+    assert run.first_out_of_range == stepped.first_out_of_range
+
+
+def test_bad_calibration_files_name_file_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=r"bad\.json.*cannot read"):
+        CalibratedLatency.from_json(path)
+    with pytest.raises(ValueError, match="cannot read"):
+        CalibratedLatency.from_json(tmp_path / "missing.json")
+    cases = [
+        (_document(format="fragsim-latency/9"), "field format"),
+        ({k: v for k, v in _document().items() if k != "coefficients"}, "field coefficients"),
+        (_document(coefficients={"intercept_s": 1.0}), "field coefficients.per_prefill"),
+        (
+            _document(valid={"prefill_tokens": [5, 1], "decode_seqs": [0, 1], "kv_tokens": [0, 1]}),
+            "lo 5 > hi 1",
+        ),
+        (_document(extra_field=1), "field extra_field"),
+    ]
+    for document, message in cases:
+        path.write_text(json.dumps(document))
+        with pytest.raises(ValueError, match=message) as info:
+            CalibratedLatency.from_json(path)
+        assert str(path) in str(info.value)
+
+
+def test_fit_recovers_linear_coefficients() -> None:
+    rng = np.random.default_rng(7)
+    prefill = rng.integers(0, 4096, 400)
+    decode = rng.integers(0, 256, 400)
+    kv = rng.integers(0, 100_000, 400)
+    measured = 5e-3 + 5e-5 * prefill + 3e-5 * decode + 2e-8 * kv
+    model = fit_calibrated_latency(
+        prefill, decode, kv, measured, model="llama-2-7b", gpu="a100-80gb"
+    )
+    c = model.calibration.coefficients
+    assert c.intercept_s == pytest.approx(5e-3, rel=1e-6)
+    assert c.per_kv_token_s == pytest.approx(2e-8, rel=1e-6)
+    assert c.per_prefill_token_sq_s == 0.0
+    assert model.calibration.fit is not None and model.calibration.fit.r2 == pytest.approx(1.0)
+    assert model.calibration.valid.decode_seqs == (int(decode.min()), int(decode.max()))
+
+
+def test_latency_config_dispatches_on_kind(tmp_path: Path) -> None:
+    adapter: TypeAdapter[Any] = TypeAdapter(LatencyConfig)
+    assert isinstance(adapter.validate_python({"kind": "roofline"}), RooflineLatencyConfig)
+    constant = adapter.validate_python({"kind": "constant", "step_s": 0.01})
+    assert isinstance(constant, ConstantLatencyConfig)
+    assert isinstance(constant.build(LLAMA7, A100, 1), ConstantLatency)
+    roofline = adapter.validate_python({"kind": "roofline", "overhead_s": 0.0})
+    assert isinstance(roofline.build(LLAMA7, A100, 1), RooflineLatency)
+    for bad in (
+        {"kind": "magic"},
+        {"kind": "constant"},
+        {"kind": "roofline", "x": 1},
+        {"kind": "roofline", "mem_efficiency": 1.5},
+    ):
+        with pytest.raises(ValidationError):
+            adapter.validate_python(bad)
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(_document()))
+    calibrated = adapter.validate_python({"kind": "calibrated", "path": str(path)})
+    assert isinstance(calibrated, CalibratedLatencyConfig)
+    assert isinstance(calibrated.build(LLAMA7, A100, 1), CalibratedLatency)
+    with pytest.raises(ValueError, match="calibrated for llama-2-7b"):
+        calibrated.build(MODELS["mistral-7b"], A100, 1)
+    lenient = CalibratedLatencyConfig(path=path, check_hardware=False)
+    assert isinstance(lenient.build(MODELS["mistral-7b"], A100, 1), CalibratedLatency)
+
+
+def test_readme_calibration_example_is_valid() -> None:
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    if not readme.is_file():
+        pytest.skip("README.md not found")
+    text = readme.read_text(encoding="utf-8")
+    section = text[text.index("<!-- section:hardware -->") :]
+    example = section.split("```json\n", 1)[1].split("```", 1)[0]
+    model = CalibratedLatency.from_dict(json.loads(example), source="README")
+    assert model.calibration.format == LATENCY_FORMAT
