@@ -1,13 +1,277 @@
-"""``fragsim trace ...``: describe, convert and synthesise request traces."""
+"""``fragsim trace ...``: describe, convert and synthesise request traces.
+
+Every user error (a bad file, field, spec or option) prints one ``error: ...`` line on
+stderr and exits with status 2; outputs are written atomically, so a failed command
+leaves no partial file. Repairs (sorting, dropped failed rows) print ``warning: ...``.
+"""
 
 from __future__ import annotations
 
+import json
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
 
-trace_app = typer.Typer(help="Read, check, describe, convert and synthesise traces.",
-                        no_args_is_help=True)
+trace_app = typer.Typer(
+    help="Read, check, describe, convert and synthesise traces.", no_args_is_help=True
+)
+
+FormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        "-f",
+        help=(
+            "Input format: canonical, azure, vidur, mooncake, burstgpt, lengths (default: from the header)."
+        ),
+    ),
+]
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="Unsorted arrivals are an error, not sorted.")
+]
+RateOpt = Annotated[
+    float,
+    typer.Option("--rate", min=1e-9, help=("Length-only files: Poisson arrival rate, requests/s.")),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the random stream.")]
+KeepFailedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--keep-failed",
+        help=("BurstGPT: keep failed rows (0 response tokens) instead of dropping them."),
+    ),
+]
 
 
-def demo_trace() -> None:
-    """Placeholder until the traces package lands."""
-    typer.echo("fragsim: traces package not built yet")
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    """Turn trace/spec errors into one stderr line and exit status 2; show warnings."""
+    from traces import TraceError
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+        err.print(f"warning: {message}", markup=False)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = show
+        try:
+            yield
+        except TraceError as exc:
+            err.print(f"error: {exc}", markup=False)
+            raise typer.Exit(2) from None
+        except (ValidationError, yaml.YAMLError, OSError) as exc:
+            err.print(f"error: {exc}", markup=False)
+            raise typer.Exit(2) from None
+
+
+def _fmt(value: object, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def render_summary(title: str, summary: dict[str, Any], console: Console | None = None) -> None:
+    """Print a :func:`traces.describe` summary as rich tables."""
+    console = console or Console()
+    console.print(title, style="bold", markup=False)
+    top = Table(show_header=False)
+    top.add_column("metric")
+    top.add_column("value", justify="right")
+    rate = summary["rate_per_s"]
+    top.add_row("requests", _fmt(summary["rows"]))
+    top.add_row("span", f"{_fmt(summary['span_s'])} s")
+    top.add_row("rate", "-" if rate is None else f"{rate:,.3f} req/s")
+    top.add_row("num_samples (mean)", _fmt(summary["num_samples_mean"], 2))
+    top.add_row("beam_width (mean)", _fmt(summary["beam_width_mean"], 2))
+    ratio, hit = summary["prefix_reuse_token_ratio"], summary["prefix_hit_fraction_mean"]
+    top.add_row(
+        "prefix reuse (input tokens)", "no prefix hashes" if ratio is None else f"{ratio:.1%}"
+    )
+    top.add_row("prefix hit per request (mean)", "-" if hit is None else f"{hit:.1%}")
+    console.print(top)
+    lengths = Table(title="token lengths")
+    lengths.add_column("")
+    for key in ("mean", "min", "p50", "p90", "p99", "max"):
+        lengths.add_column(key, justify="right")
+    for name in ("prompt_tokens", "output_tokens"):
+        s = summary[name]
+        lengths.add_row(name, *(_fmt(s[k]) for k in ("mean", "min", "p50", "p90", "p99", "max")))
+    console.print(lengths)
+
+
+@trace_app.command()
+def describe(
+    file: Annotated[Path, typer.Argument(help="Trace file (CSV, JSONL or Parquet).")],
+    format: FormatOpt = None,
+    strict: StrictOpt = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    rate: RateOpt = 1.0,
+    seed: SeedOpt = 0,
+    keep_failed: KeepFailedOpt = False,
+) -> None:
+    """Rows, span, rate, length percentiles and prefix reuse (streamed: bounded memory)."""
+    import traces
+    from traces.arrivals import PoissonArrival
+
+    with _user_errors():
+        fmt = traces.detect_format(file).name if format is None else format
+        chunks = traces.iter_tables(
+            file,
+            format=format,
+            strict=strict,
+            keep_failed=keep_failed,
+            arrivals=PoissonArrival(rate_per_s=rate),
+            seed=seed,
+        )
+        summary = {"file": str(file), "format": fmt, **traces.describe(chunks)}
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        render_summary(f"{file} ({fmt})", summary)
+
+
+@trace_app.command()
+def convert(
+    src: Annotated[Path, typer.Argument(help="Input trace, any readable format.")],
+    dst: Annotated[Path, typer.Argument(help="Output: .csv, .jsonl or .parquet (canonical).")],
+    format: FormatOpt = None,
+    strict: StrictOpt = False,
+    rate: RateOpt = 1.0,
+    seed: SeedOpt = 0,
+    keep_failed: KeepFailedOpt = False,
+) -> None:
+    """Convert a trace to canonical CSV / JSONL / Parquet (streamed, atomic)."""
+    import traces
+    from traces.arrivals import PoissonArrival
+
+    with _user_errors():
+        rows = traces.convert(
+            src,
+            dst,
+            format=format,
+            strict=strict,
+            keep_failed=keep_failed,
+            arrivals=PoissonArrival(rate_per_s=rate),
+            seed=seed,
+        )
+    typer.echo(f"wrote {rows:,} requests to {dst}")
+
+
+def _spec(source: str) -> Any:
+    from traces.errors import TraceError
+    from traces.synth import PRESETS, SynthSpec
+
+    if source in PRESETS:
+        return PRESETS[source]
+    path = Path(source)
+    if path.suffix.lower() in (".yaml", ".yml", ".json") and path.is_file():
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and "workload" in data and "arrival" not in data:
+            data = data["workload"]
+        return SynthSpec.model_validate(data)
+    raise TraceError(
+        source,
+        "not a preset or a spec file",
+        expected=f"one of {', '.join(PRESETS)} or a .yaml/.json SynthSpec file",
+    )
+
+
+def _override(
+    spec: Any, rate: float | None, duration_s: float | None, num_requests: int | None
+) -> Any:
+    from traces.errors import TraceError
+    from traces.synth import SynthSpec
+
+    data = spec.model_dump()
+    if rate is not None:
+        if "rate_per_s" not in data["arrival"]:
+            raise TraceError(
+                None,
+                "--rate needs a poisson or gamma arrival process",
+                field="arrival",
+                got=data["arrival"]["kind"],
+            )
+        data["arrival"]["rate_per_s"] = rate
+    if duration_s is not None or num_requests is not None:
+        data["duration_s"], data["num_requests"] = duration_s, num_requests
+    return SynthSpec.model_validate(data)
+
+
+@trace_app.command()
+def synth(
+    preset: Annotated[
+        str,
+        typer.Argument(
+            help="A preset name (see `fragsim trace presets`) or a SynthSpec YAML/JSON file."
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output: .csv, .jsonl or .parquet.")],
+    seed: SeedOpt = 0,
+    rate: Annotated[
+        float | None, typer.Option("--rate", help="Override the Poisson/Gamma rate, req/s.")
+    ] = None,
+    duration_s: Annotated[
+        float | None, typer.Option("--duration-s", help="Override: generate this many seconds.")
+    ] = None,
+    num_requests: Annotated[
+        int | None, typer.Option("--num-requests", help="Override: generate this many requests.")
+    ] = None,
+) -> None:
+    """Synthesise a trace from a preset or a spec file (same seed => same bytes)."""
+    import traces
+    from traces.synth import generate
+
+    with _user_errors():
+        spec = _override(_spec(preset), rate, duration_s, num_requests)
+        rows = traces.write(generate(spec, seed), out)
+    typer.echo(f"wrote {rows:,} requests to {out}")
+
+
+@trace_app.command()
+def presets(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the specs as JSON.")] = False,
+) -> None:
+    """List the synthetic workload presets."""
+    from traces.synth import PRESETS
+
+    if as_json:
+        typer.echo(json.dumps({k: v.model_dump(mode="json") for k, v in PRESETS.items()}, indent=2))
+        return
+    table = Table(title="synthetic presets")
+    for col in ("name", "arrival", "lengths", "size"):
+        table.add_column(col)
+    for name, spec in PRESETS.items():
+        size = f"{spec.duration_s:,.0f} s" if spec.duration_s else f"{spec.num_requests:,} requests"
+        table.add_row(name, spec.arrival.kind, spec.lengths.kind, size)
+    Console().print(table)
+
+
+def demo_trace(write_to: Callable[[str], None] | None = None) -> None:
+    """Until the engine lands, ``fragsim demo``: synthesise the seed's bimodal preset
+    (seed 0) and describe it."""
+    import traces
+    from traces.synth import PRESETS, generate
+
+    df = generate(PRESETS["bimodal"], seed=0)
+    summary = traces.describe(df)
+    render_summary(
+        "bimodal preset (seed 0): 70 % < 500-token chat, 30 % 15k-30k-token documents", summary
+    )
+    short = float((df["prompt_tokens"] < 500).mean())
+    (write_to or typer.echo)(
+        f"short requests (< 500 prompt tokens): {short:.1%}; long: {1 - short:.1%}"
+    )

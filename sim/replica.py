@@ -162,6 +162,8 @@ class Replica:
                 sched.admitting = False
             step = sched.begin_step(env.now)
             if step is None:
+                # Idle with work queued would wait forever: that is a scheduler bug.
+                assert not (sched.waiting and sched.admitting), "scheduler stalled"
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None

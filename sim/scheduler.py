@@ -245,9 +245,10 @@ class Scheduler:
         for g in self.running:
             for sid in g.seq_ids:
                 h = alloc.headroom_tokens(sid)
-                # A shared (copy-on-write) last block needs a decision: take a real step.
+                # A shared (copy-on-write) partly filled last block must be copied first:
+                # growing past the headroom by one block then draws two. Take a real step.
                 if block is not None and g.num_seqs > 1 and (
-                    alloc.blocks_to_extend(sid, 1) != (1 if h == 0 else 0)
+                    alloc.blocks_to_extend(sid, h + block) != 1
                 ):
                     return 0
                 heads.append(h)
@@ -336,7 +337,7 @@ class Scheduler:
             return False
         s = self.allocator.stats()
         for g in self.waiting:
-            if g.blocked is None or s.free_tokens > g.blocked[0] or (
+            if g.blocked is None or not self.running or s.free_tokens > g.blocked[0] or (
                 s.largest_free_extent_tokens > g.blocked[1]
             ):
                 return True
@@ -358,7 +359,7 @@ class Scheduler:
             )):
                 break
             s = self.allocator.stats()
-            if g.blocked is not None and s.free_tokens <= g.blocked[0] and (
+            if g.blocked is not None and self.running and s.free_tokens <= g.blocked[0] and (
                 s.largest_free_extent_tokens <= g.blocked[1]
             ):
                 if self.config.head_of_line:
@@ -368,6 +369,13 @@ class Scheduler:
             self.waiting.popleft()
             if self._place(g, now, step):
                 budget -= g.prefill_left_tokens
+                # A group swapped back in resumes decoding in this very step; if its
+                # growth is refused it is swapped out again and admission stops here.
+                if g.prefill_left_tokens == 0:
+                    if self._grow(g, now, step):
+                        step.decoding.append(g)
+                    elif self.waiting and self.waiting[0] is g:
+                        break
                 continue
             failure = self.allocator.last_failure()
             assert failure is not None, "allocator refused without recording why"
@@ -454,7 +462,12 @@ class Scheduler:
                 self._on_event(SchedEvent("growth_failure", g.request_id, failure.need_tokens,
                                           failure.free_tokens,
                                           failure.largest_free_extent_tokens, failure.cause))
-                if self.config.preemption == "fail":
+                # Swapping out the only running group restores the same refusal on its
+                # return: it can never grow here, so it fails like a naive server's.
+                alone = len(self.running) == 1
+                if self.config.preemption == "fail" or (
+                    alone and self.config.preemption == "swap"
+                ):
                     self._drop(g)
                     self._fail(g, now, failure.cause)
                     return False

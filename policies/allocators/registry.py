@@ -37,7 +37,33 @@ def _policy_classes() -> list[type[AllocatorConfig]]:
     # One import line per policy family; keep this list explicit.
     classes: list[type[AllocatorConfig]] = []
     # --- contiguous family (static, contiguous fits, buddy, compaction) ---
+    from policies.allocators.buddy import BuddyConfig
+    from policies.allocators.compaction import CompactionConfig
+    from policies.allocators.contiguous import (
+        BestFitConfig,
+        FirstFitConfig,
+        NextFitConfig,
+        WorstFitConfig,
+    )
+    from policies.allocators.static import StaticConfig
+
+    classes.extend(
+        [
+            StaticConfig,
+            FirstFitConfig,
+            BestFitConfig,
+            NextFitConfig,
+            WorstFitConfig,
+            BuddyConfig,
+            CompactionConfig,
+        ]
+    )
     # --- paged family (paged, vm_paged, caching) ---
+    from policies.allocators.caching import CachingConfig
+    from policies.allocators.paged import PagedConfig
+    from policies.allocators.vm_paged import VmPagedConfig
+
+    classes.extend([PagedConfig, VmPagedConfig, CachingConfig])
     return classes
 
 

@@ -1,0 +1,488 @@
+"""Paged KV cache (vLLM-style): fixed blocks, prefix caching, LRU eviction, CoW forks.
+
+The pool is ``capacity_tokens // block_size_tokens`` blocks (a remainder smaller than one
+block is not part of the pool: ``stats().capacity_tokens`` is the whole-block capacity).
+A request owns a block table; any free block serves any request, so all free memory is
+one usable extent (``largest_free_extent_tokens == free_tokens``, ``free_extent_count``
+is 1 when anything is free, else 0) and a refusal is always a *capacity* failure.
+
+Prefix caching (vLLM semantics). A prompt's full blocks are identified by the request's
+chained ``prefix_hashes``; each hash covers ``hash_block_tokens`` tokens (the trace's
+hash block, e.g. 512 for Mooncake), which may differ from the pool's block size. Pool
+block ``j`` is keyed by ``(h_k, j)`` where ``h_k`` is the hash covering its last token:
+equal chained hashes mean equal prefixes, so equal keys mean equal block content. Only
+full prompt blocks are cached (generated tokens have no ids to hash); with
+``cache_partial_block`` the partly filled last prompt block is cached too, keyed with its
+fill (the Mooncake trace's accounting, whose hashes cover the partial last block); the
+first decode write into it drops it from the cache (sole owner) or copies it (shared).
+A request's hits are its leading cached blocks up to the first miss. A block whose
+reference count falls to zero stays cached and reusable (counted in ``free_tokens`` and
+``cached_free_tokens``) until it is evicted.
+
+Free-block queue. Like vLLM's ``FreeKVCacheBlockQueue`` there is one queue of free
+blocks, cached or not, in the order they were freed; allocation takes blocks from its
+head (least recently freed first), evicting a cached block's hash when it takes one.
+A request's blocks are freed tail first, so its prefix blocks are evicted last. Blocks
+never used yet sit before everything else (vLLM's queue starts with all blocks). The
+queue is an ``OrderedDict`` because a prefix hit must remove a cached block from the
+middle in O(1) while keeping LRU order (vLLM uses a doubly linked list for the same
+reason); its entries are either one cached block (key = block id >= 0) or a *run* of
+anonymous free blocks (key < 0, value = block count), so the hot path without prefix
+hashes touches O(1) entries per operation instead of one per block.
+
+Block identity. Only blocks that need it have an id: prefix-cached blocks and blocks
+shared by a fork. A request's table is ``named_blocks`` (ids, always the leading part)
+followed by ``anon_blocks`` private blocks counted but not individually tracked.
+
+Invariants (checked by the property tests)::
+
+    owned_blocks + free_blocks == num_blocks
+    used_tokens + reserved_unused_tokens + free_tokens == capacity_tokens
+    every refcount >= 1 for owned named blocks; queued cached blocks have none
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from policies.allocators.base import (
+    Allocation,
+    Allocator,
+    AllocStats,
+    Failure,
+    PoolSpec,
+    classify,
+)
+from policies.allocators.config import AllocatorConfig
+
+BlockKey = tuple[int, ...]
+"""``(hash, block_index)`` for a full block, ``(hash, block_index, fill_tokens)`` for a
+cached partial last block."""
+
+
+class _Seq:
+    """One live request's block table: ``named`` ids first, then ``anon`` private blocks."""
+
+    __slots__ = ("anon", "blocks", "held", "named")
+
+    def __init__(self, held: int, blocks: int, anon: int, named: list[int] | None) -> None:
+        self.held = held
+        self.blocks = blocks
+        self.anon = anon
+        self.named = named
+
+
+class PagedAllocator(Allocator):
+    """Fixed-size blocks with prefix caching and copy-on-write forks (see module doc)."""
+
+    def __init__(
+        self,
+        spec: PoolSpec,
+        *,
+        block_size_tokens: int = 16,
+        prefix_caching: bool = True,
+        hash_block_tokens: int | None = None,
+        cache_partial_block: bool = False,
+    ) -> None:
+        super().__init__(spec)
+        if block_size_tokens <= 0:
+            raise ValueError(f"block_size_tokens must be > 0, got {block_size_tokens}")
+        self.num_blocks = spec.capacity_tokens // block_size_tokens
+        if self.num_blocks == 0:
+            raise ValueError(
+                f"pool of {spec.capacity_tokens} tokens is smaller than one "
+                f"{block_size_tokens}-token block"
+            )
+        self.pool_block_tokens = block_size_tokens
+        self._bt = block_size_tokens
+        self._hash_bt = hash_block_tokens or block_size_tokens
+        self._prefix_caching = prefix_caching
+        self._cache_partial = cache_partial_block
+        self._seqs: dict[int, _Seq] = {}
+        # anonymous free blocks ahead of the whole queue: never-used blocks, and blocks
+        # freed while the queue was empty (order among anonymous blocks is irrelevant)
+        self._head_free_blocks = self.num_blocks
+        self._free_blocks = self.num_blocks  # head + queued (runs + cached)
+        self._refusal: tuple[int, int] | None = None  # (need, free) tokens, built lazily
+        self._queue: OrderedDict[int, int] = OrderedDict()
+        self._next_run_key = -1
+        self._next_block_id = 0
+        self._ref: dict[int, int] = {}  # owned named block -> refcount (>= 1)
+        self._key_of: dict[int, BlockKey] = {}  # cached block -> its key
+        self._cache: dict[BlockKey, int] = {}  # key -> cached block
+        self._owned_blocks = 0
+        self._used_tokens = 0
+        self._shared_blocks = 0
+        self._cached_free_blocks = 0
+        self._copied_tokens = 0
+
+    # -- the operations -------------------------------------------------------------
+    def allocate(
+        self,
+        request_id: int,
+        tokens: int,
+        *,
+        reserve_tokens: int | None = None,
+        prefix_hashes: Sequence[int] = (),
+    ) -> Allocation | None:
+        """Admit a prompt of ``tokens``; ``cached_tokens`` counts prompt tokens found in
+        the prefix cache (the engine still computes at least one token)."""
+        if request_id in self._seqs:
+            raise ValueError(f"request {request_id} is already live")
+        if tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {tokens}")
+        if prefix_hashes and self._prefix_caching:
+            return self._allocate_with_prefix(request_id, tokens, prefix_hashes)
+        bt = self._bt
+        need = -(-tokens // bt)
+        if need > self._free_blocks:
+            self._refuse(need * bt)
+            return None
+        if need <= self._head_free_blocks:
+            self._head_free_blocks -= need
+            self._free_blocks -= need
+        else:
+            self._draw(need)
+        self._seqs[request_id] = _Seq(tokens, need, need, None)
+        self._owned_blocks += need
+        self._used_tokens += tokens
+        return Allocation(request_id, need * bt)
+
+    def extend(self, request_id: int, tokens: int) -> bool:
+        try:
+            s = self._seqs[request_id]
+        except KeyError:
+            raise KeyError(f"request {request_id} is not live") from None
+        if not s.anon or tokens < 0:  # the last block may be shared or cached
+            return self._extend_slow(s, tokens)
+        # hot path: the last block is private, growth draws plain blocks
+        bt = self._bt
+        over = tokens - (s.blocks * bt - s.held)
+        if over > 0:
+            need = -(-over // bt)
+            if need > self._free_blocks:
+                self._refuse(need * bt)
+                return False
+            if need <= self._head_free_blocks:
+                self._head_free_blocks -= need
+                self._free_blocks -= need
+            else:
+                self._draw(need)
+            s.anon += need
+            s.blocks += need
+            self._owned_blocks += need
+        s.held += tokens
+        self._used_tokens += tokens
+        return True
+
+    def fork(self, parent_id: int, child_id: int) -> bool:
+        """Share every block of the parent (refcount + 1); never draws a block. The
+        first write of either into a shared, partly filled last block copies it."""
+        if child_id in self._seqs:
+            raise ValueError(f"request {child_id} is already live")
+        p = self._seq(parent_id)
+        named = self._name_anon_blocks(p)
+        ref = self._ref
+        for b in named:
+            r = ref[b]
+            ref[b] = r + 1
+            if r == 1:
+                self._shared_blocks += 1
+        self._seqs[child_id] = _Seq(p.held, p.blocks, 0, list(named))
+        return True
+
+    def free(self, request_id: int) -> None:
+        try:
+            s = self._seqs.pop(request_id)
+        except KeyError:
+            raise KeyError(f"request {request_id} is not live (double free?)") from None
+        bt = self._bt
+        named = s.named or []
+        if s.anon:
+            self._used_tokens -= s.held - len(named) * bt
+            self._owned_blocks -= s.anon
+            self._push_run(s.anon)
+        ref = self._ref
+        last_fill = s.held - (len(named) - 1) * bt  # fill of the last named block
+        for i in range(len(named) - 1, -1, -1):  # tail first: prefix blocks evicted last
+            b = named[i]
+            r = ref[b] - 1
+            if r > 0:
+                ref[b] = r
+                if r == 1:
+                    self._shared_blocks -= 1
+                continue
+            assert r == 0, f"negative refcount on block {b}"
+            del ref[b]
+            self._owned_blocks -= 1
+            self._used_tokens -= last_fill if (i == len(named) - 1 and not s.anon) else bt
+            if b in self._key_of:
+                self._queue[b] = 0
+                self._free_blocks += 1
+                self._cached_free_blocks += 1
+            else:
+                self._push_run(1)
+
+    # -- reading ----------------------------------------------------------------------
+    def stats(self) -> AllocStats:
+        bt = self._bt
+        free = self._free_blocks * bt
+        return AllocStats(
+            capacity_tokens=self.num_blocks * bt,
+            used_tokens=self._used_tokens,
+            reserved_unused_tokens=self._owned_blocks * bt - self._used_tokens,
+            shared_tokens=self._shared_blocks * bt,
+            free_tokens=free,
+            largest_free_extent_tokens=free,
+            free_extent_count=1 if free else 0,
+            cached_free_tokens=self._cached_free_blocks * bt,
+            copied_tokens_total=self._copied_tokens,
+        )
+
+    def held_tokens(self, request_id: int) -> int:
+        return self._seq(request_id).held
+
+    def reserved_tokens(self, request_id: int) -> int:
+        return self._seq(request_id).blocks * self._bt
+
+    def free_extent_sizes(self) -> list[int]:
+        free = self._free_blocks * self._bt
+        return [free] if free else []
+
+    def named_block_ids(self, request_id: int) -> tuple[int, ...]:
+        """Ids of the request's leading blocks that have an identity (prefix-cached or
+        fork-shared); the rest of its table are private blocks counted, not tracked."""
+        return tuple(self._seq(request_id).named or ())
+
+    def refcount(self, block_id: int) -> int:
+        """Live requests referencing ``block_id`` (0 for a free or unknown block)."""
+        return self._ref.get(block_id, 0)
+
+    # -- engine seams -----------------------------------------------------------------
+    def headroom_tokens(self, request_id: int) -> int:
+        s = self._seq(request_id)
+        room = s.blocks * self._bt - s.held
+        if room and not s.anon and s.named:
+            last = s.named[-1]
+            if self._ref[last] > 1 or last in self._key_of:
+                return 0
+        return room
+
+    def pool_free_blocks(self) -> int:
+        return self._free_blocks
+
+    def blocks_to_extend(self, request_id: int, tokens: int) -> int:
+        return self._extend_need(self._seq(request_id), tokens)[0]
+
+    def last_failure(self) -> Failure | None:
+        if self._refusal is None:
+            return None
+        need, free = self._refusal
+        return Failure(need, free, free, classify(need, free, free))
+
+    # -- internals --------------------------------------------------------------------
+    def _refuse(self, need_tokens: int) -> None:
+        """Record the refusal cheaply (the pool may refuse on most calls when full)."""
+        self._refusal = (need_tokens, self._free_blocks * self._bt)
+
+    def _seq(self, request_id: int) -> _Seq:
+        try:
+            return self._seqs[request_id]
+        except KeyError:
+            raise KeyError(f"request {request_id} is not live") from None
+
+    def _extend_need(self, s: _Seq, tokens: int) -> tuple[int, int]:
+        """(blocks to draw, CoW/uncache action on the last block: 0 none, 1 copy it,
+        2 drop its cache entry)."""
+        if tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {tokens}")
+        bt = self._bt
+        room = s.blocks * bt - s.held
+        if tokens == 0:
+            return 0, 0
+        if room and not s.anon and s.named:
+            last = s.named[-1]
+            if self._ref[last] > 1:
+                return -(-(bt - room + tokens) // bt), 1
+            if last in self._key_of:
+                return max(0, -(-(tokens - room) // bt)), 2
+        return max(0, -(-(tokens - room) // bt)), 0
+
+    def _extend_slow(self, s: _Seq, tokens: int) -> bool:
+        need, action = self._extend_need(s, tokens)
+        if need > self._free_blocks:
+            self._refuse(need * self._bt)
+            return False
+        if action == 1:  # copy-on-write of the shared, partly filled last block
+            assert s.named is not None
+            last = s.named.pop()
+            fill = self._bt - (s.blocks * self._bt - s.held)
+            self._ref[last] -= 1
+            if self._ref[last] == 1:
+                self._shared_blocks -= 1
+            s.blocks -= 1
+            self._copied_tokens += fill
+            self._used_tokens += fill
+        elif action == 2:  # sole owner writes into its cached partial block
+            assert s.named is not None
+            del self._cache[self._key_of.pop(s.named[-1])]
+        if need:
+            self._draw(need)
+            s.anon += need
+            s.blocks += need
+            self._owned_blocks += need
+        s.held += tokens
+        self._used_tokens += tokens
+        return True
+
+    def _draw(self, n: int) -> None:
+        """Take ``n`` blocks (caller checked ``n <= free``) from the queue head: the
+        anonymous head blocks first, then least recently freed, evicting cached blocks."""
+        self._free_blocks -= n
+        fresh = self._head_free_blocks
+        if fresh:
+            if fresh >= n:
+                self._head_free_blocks = fresh - n
+                return
+            self._head_free_blocks = 0
+            n -= fresh
+        queue = self._queue
+        while n:
+            key, count = next(iter(queue.items()))
+            if key < 0:  # a run of anonymous blocks
+                if count > n:
+                    queue[key] = count - n
+                    return
+                del queue[key]
+                n -= count
+            else:  # a cached block: evict it
+                del queue[key]
+                del self._cache[self._key_of.pop(key)]
+                self._cached_free_blocks -= 1
+                n -= 1
+
+    def _push_run(self, n: int) -> None:
+        """Append ``n`` anonymous free blocks to the queue tail (merging with a tail run)."""
+        self._free_blocks += n
+        queue = self._queue
+        if not queue:
+            self._head_free_blocks += n
+            return
+        tail = next(reversed(queue))
+        if tail < 0:
+            queue[tail] += n
+            return
+        queue[self._next_run_key] = n
+        self._next_run_key -= 1
+
+    def _name_anon_blocks(self, s: _Seq) -> list[int]:
+        """Give the request's private blocks ids (refcount 1) so they can be shared."""
+        named = s.named if s.named is not None else []
+        if s.anon:
+            first = self._next_block_id
+            self._next_block_id += s.anon
+            ids = range(first, first + s.anon)
+            named.extend(ids)
+            self._ref.update(dict.fromkeys(ids, 1))
+            s.anon = 0
+        s.named = named
+        return named
+
+    def _block_keys(self, tokens: int, hashes: Sequence[int]) -> list[BlockKey]:
+        """Keys of the prompt's cacheable blocks, leading and contiguous from block 0."""
+        bt, hbt = self._bt, self._hash_bt
+        n_full = tokens // bt
+        if bt == hbt:
+            keys: list[BlockKey] = [(h, j) for j, h in enumerate(hashes[:n_full])]
+        else:
+            keys = []
+            for j in range(n_full):
+                k = ((j + 1) * bt - 1) // hbt
+                if k >= len(hashes):
+                    break
+                keys.append((hashes[k], j))
+        fill = tokens - n_full * bt
+        if self._cache_partial and fill and len(keys) == n_full:
+            k = (tokens - 1) // hbt
+            if k < len(hashes):
+                keys.append((hashes[k], n_full, fill))
+        return keys
+
+    def _allocate_with_prefix(
+        self, request_id: int, tokens: int, hashes: Sequence[int]
+    ) -> Allocation | None:
+        bt = self._bt
+        need = -(-tokens // bt)
+        keys = self._block_keys(tokens, hashes)
+        cache, ref = self._cache, self._ref
+        hits: list[int] = []
+        revive = 0
+        for key in keys:
+            b = cache.get(key)
+            if b is None:
+                break
+            hits.append(b)
+            revive += b not in ref
+        new = need - len(hits)
+        if new + revive > self._free_blocks:  # revived hits leave the free pool too
+            self._refuse((new + revive) * bt)
+            return None
+        cached_tokens = 0
+        for key, b in zip(keys, hits, strict=False):
+            fill = key[2] if len(key) == 3 else bt
+            cached_tokens += fill
+            r = ref.get(b, 0)
+            if r == 0:  # revive a cached free block
+                del self._queue[b]
+                self._free_blocks -= 1
+                self._cached_free_blocks -= 1
+                self._owned_blocks += 1
+                self._used_tokens += fill
+            elif r == 1:
+                self._shared_blocks += 1
+            ref[b] = r + 1
+        self._draw(new)
+        self._owned_blocks += new
+        self._used_tokens += tokens - cached_tokens
+        named = hits
+        for key in keys[len(hits) :]:  # newly computed prompt blocks enter the cache
+            b = self._next_block_id
+            self._next_block_id += 1
+            ref[b] = 1
+            named.append(b)
+            if key not in cache:
+                cache[key] = b
+                self._key_of[b] = key
+        self._seqs[request_id] = _Seq(tokens, need, need - len(named), named)
+        return Allocation(request_id, need * bt, cached_tokens=cached_tokens)
+
+
+class PagedConfig(AllocatorConfig):
+    """``{kind: paged}``: vLLM-style paged KV cache (PagedAttention, vLLM v1 block pool)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    kind: Literal["paged"] = "paged"
+    block_size_tokens: int = Field(16, ge=1, le=1 << 20)
+    """Tokens per KV block (vLLM default 16)."""
+    prefix_caching: bool = True
+    """Reuse cached full prompt blocks across requests (vLLM automatic prefix caching)."""
+    hash_block_tokens: int | None = Field(None, ge=1, le=1 << 20)
+    """Tokens each of a request's ``prefix_hashes`` covers (Mooncake traces: 512); None
+    means the pool's block size."""
+    cache_partial_block: bool = False
+    """Also cache a prompt's partly filled last block when a hash covers it (Mooncake's
+    accounting); vLLM caches only full blocks."""
+
+    def build(self, spec: PoolSpec) -> PagedAllocator:
+        return PagedAllocator(
+            spec,
+            block_size_tokens=self.block_size_tokens,
+            prefix_caching=self.prefix_caching,
+            hash_block_tokens=self.hash_block_tokens,
+            cache_partial_block=self.cache_partial_block,
+        )

@@ -1,0 +1,186 @@
+"""Virtual-memory paged KV cache (vAttention-like): contiguous virtual, paged physical.
+
+Each request gets its own contiguous *virtual* range of the maximum size, so kernels see
+an unpaged KV tensor; virtual space is never the constraint. Physical memory is mapped
+on demand, one page at a time, as the request grows (vAttention, Prabhu et al., 2024).
+
+Page size in tokens. vAttention keeps one virtual buffer per layer for K and one for V
+(``buffers_per_token`` = 2 x num_layers of them) and maps a physical page of
+``page_bytes`` into each buffer together, so one page *group* holds::
+
+    page_tokens = page_bytes * buffers_per_token // kv_bytes_per_token
+
+tokens (``kv_bytes_per_token`` covers all layers, K and V). Example: Llama-2-7B in fp16,
+524,288 bytes per token over 64 buffers: 2 MiB pages hold 256 tokens, 64 KiB pages 8.
+The pool is ``capacity_tokens // page_tokens`` page groups; a remainder smaller than one
+group is not part of the pool (``stats().capacity_tokens`` is the whole-page capacity).
+
+Internal fragmentation is the unfilled part of a request's last page group
+(``reserved_unused_tokens``). Free pages are interchangeable, so all free memory is one
+usable extent and a refusal is always a *capacity* failure. There is no prefix sharing:
+``prefix_hashes`` are ignored and ``fork`` copies the parent's tokens into new pages
+(counted in ``copied_tokens_total``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from policies.allocators.base import Allocation, Allocator, AllocStats, PoolSpec
+from policies.allocators.config import AllocatorConfig
+
+
+def page_tokens_for(page_bytes: int, buffers_per_token: int, kv_bytes_per_token: int) -> int:
+    """Tokens one page group holds (at least 1); see the module docstring."""
+    return max(1, page_bytes * buffers_per_token // kv_bytes_per_token)
+
+
+class VmPagedAllocator(Allocator):
+    """Per-request contiguous virtual ranges backed by pages mapped on demand."""
+
+    def __init__(self, spec: PoolSpec, *, page_tokens: int) -> None:
+        super().__init__(spec)
+        if page_tokens <= 0:
+            raise ValueError(f"page_tokens must be > 0, got {page_tokens}")
+        self.num_pages = spec.capacity_tokens // page_tokens
+        if self.num_pages == 0:
+            raise ValueError(
+                f"pool of {spec.capacity_tokens} tokens is smaller than one "
+                f"{page_tokens}-token page group (is PoolSpec.kv_bytes_per_token the "
+                f"model's, {spec.kv_bytes_per_token} bytes?)"
+            )
+        self.page_tokens = page_tokens
+        self.pool_block_tokens = page_tokens
+        self._held: dict[int, int] = {}
+        self._pages: dict[int, int] = {}
+        self._free_pages = self.num_pages
+        self._used_tokens = 0
+        self._copied_tokens = 0
+
+    def allocate(
+        self,
+        request_id: int,
+        tokens: int,
+        *,
+        reserve_tokens: int | None = None,
+        prefix_hashes: Sequence[int] = (),
+    ) -> Allocation | None:
+        if request_id in self._held:
+            raise ValueError(f"request {request_id} is already live")
+        if tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {tokens}")
+        pt = self.page_tokens
+        need = -(-tokens // pt)
+        if need > self._free_pages:
+            self._refuse(need * pt)
+            return None
+        self._free_pages -= need
+        self._held[request_id] = tokens
+        self._pages[request_id] = need
+        self._used_tokens += tokens
+        return Allocation(request_id, need * pt)
+
+    def extend(self, request_id: int, tokens: int) -> bool:
+        held = self._live(request_id)
+        if tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {tokens}")
+        pt = self.page_tokens
+        pages = self._pages[request_id]
+        need = -(-(held + tokens) // pt) - pages
+        if need > 0:
+            if need > self._free_pages:
+                self._refuse(need * pt)
+                return False
+            self._free_pages -= need
+            self._pages[request_id] = pages + need
+        self._held[request_id] = held + tokens
+        self._used_tokens += tokens
+        return True
+
+    def fork(self, parent_id: int, child_id: int) -> bool:
+        """Copy the parent's tokens into the child's own pages (no sharing)."""
+        if child_id in self._held:
+            raise ValueError(f"request {child_id} is already live")
+        held = self._live(parent_id)
+        pages = self._pages[parent_id]
+        if pages > self._free_pages:
+            self._refuse(pages * self.page_tokens)
+            return False
+        self._free_pages -= pages
+        self._held[child_id] = held
+        self._pages[child_id] = pages
+        self._used_tokens += held
+        self._copied_tokens += held
+        return True
+
+    def free(self, request_id: int) -> None:
+        try:
+            held = self._held.pop(request_id)
+        except KeyError:
+            raise KeyError(f"request {request_id} is not live (double free?)") from None
+        self._free_pages += self._pages.pop(request_id)
+        self._used_tokens -= held
+
+    def stats(self) -> AllocStats:
+        pt = self.page_tokens
+        free = self._free_pages * pt
+        capacity = self.num_pages * pt
+        return AllocStats(
+            capacity_tokens=capacity,
+            used_tokens=self._used_tokens,
+            reserved_unused_tokens=capacity - free - self._used_tokens,
+            shared_tokens=0,
+            free_tokens=free,
+            largest_free_extent_tokens=free,
+            free_extent_count=1 if free else 0,
+            copied_tokens_total=self._copied_tokens,
+        )
+
+    def held_tokens(self, request_id: int) -> int:
+        return self._live(request_id)
+
+    def reserved_tokens(self, request_id: int) -> int:
+        self._live(request_id)
+        return self._pages[request_id] * self.page_tokens
+
+    def free_extent_sizes(self) -> list[int]:
+        free = self._free_pages * self.page_tokens
+        return [free] if free else []
+
+    def pool_free_blocks(self) -> int:
+        return self._free_pages
+
+    def blocks_to_extend(self, request_id: int, tokens: int) -> int:
+        held = self._live(request_id)
+        return max(0, -(-(held + tokens) // self.page_tokens) - self._pages[request_id])
+
+    def _live(self, request_id: int) -> int:
+        try:
+            return self._held[request_id]
+        except KeyError:
+            raise KeyError(f"request {request_id} is not live") from None
+
+
+class VmPagedConfig(AllocatorConfig):
+    """``{kind: vm_paged}``: vAttention-style demand-mapped pages behind contiguous
+    virtual ranges."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    kind: Literal["vm_paged"] = "vm_paged"
+    page_bytes: int = Field(2 << 20, ge=64 << 10, le=2 << 20)
+    """Physical page size mapped into each K/V buffer (vAttention: 64 KiB to 2 MiB)."""
+    buffers_per_token: int = Field(64, ge=1, le=4096)
+    """Virtual buffers a token's KV spans: 2 x num_layers (K and V per layer); 64 for a
+    32-layer model."""
+
+    def build(self, spec: PoolSpec) -> VmPagedAllocator:
+        return VmPagedAllocator(
+            spec,
+            page_tokens=page_tokens_for(
+                self.page_bytes, self.buffers_per_token, spec.kv_bytes_per_token
+            ),
+        )

@@ -1,0 +1,163 @@
+"""`fragsim trace ...` end to end: output, exit status 2 on bad input, no partial files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import traces
+from sim.cli import app
+
+runner = CliRunner()
+
+
+def test_describe_json_on_mooncake(shared_traces: Path) -> None:
+    path = shared_traces / "mooncake_fast25" / "conversation_trace.jsonl"
+    result = runner.invoke(app, ["trace", "describe", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["format"] == "mooncake" and summary["rows"] == 12_031
+    assert round(summary["prefix_reuse_token_ratio"], 3) == 0.374
+
+
+def test_describe_table_on_sample() -> None:
+    result = runner.invoke(
+        app, ["trace", "describe", str(traces.sample_path("system_prompt_200.jsonl"))]
+    )
+    assert result.exit_code == 0, result.output
+    assert "prefix reuse" in result.stdout and "prompt_tokens" in result.stdout
+
+
+def test_describe_length_file_with_rate(shared_traces: Path) -> None:
+    path = shared_traces / "sharegpt_sarathi" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+    result = runner.invoke(app, ["trace", "describe", str(path), "--json", "--rate", "4"])
+    summary = json.loads(result.stdout)
+    assert summary["format"] == "lengths" and summary["rate_per_s"] == pytest.approx(4.0, rel=0.05)
+
+
+def test_convert_azure_to_parquet_and_back(shared_traces: Path, tmp_path: Path) -> None:
+    src = shared_traces / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+    out = tmp_path / "conv.parquet"
+    result = runner.invoke(app, ["trace", "convert", str(src), str(out)])
+    assert result.exit_code == 0, result.output
+    assert "19,366" in result.stdout
+    pd.testing.assert_frame_equal(traces.load(out), traces.load(src))
+
+
+def test_bad_input_exits_2_and_leaves_no_output(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text(
+        "request_id,arrival_s,prompt_tokens,output_tokens\n"
+        + "0,0.0,10,5\n" * 1
+        + "".join(f"{i},{i}.0,10,5\n" for i in range(1, 50))
+        + "50,51.0,-4,5\n"
+    )
+    out = tmp_path / "out.parquet"
+    result = runner.invoke(app, ["trace", "convert", str(bad), str(out)])
+    assert result.exit_code == 2
+    assert "line 52" in result.stderr and "prompt_tokens" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv"]
+    result = runner.invoke(app, ["trace", "describe", str(bad)])
+    assert result.exit_code == 2 and "error:" in result.stderr
+
+
+def test_error_mid_stream_leaves_no_output(tmp_path: Path) -> None:
+    """A bad row after the first chunk has been written still leaves nothing behind."""
+    src = tmp_path / "big.csv"
+    rows = "".join(f"{i},{i}.0,10,5\n" for i in range(3_000))
+    src.write_text(
+        "request_id,arrival_s,prompt_tokens,output_tokens\n" + rows + "3000,3000.0,1.5,5\n"
+    )
+    out = tmp_path / "out.csv"
+    with pytest.raises(traces.TraceError):
+        traces.convert(src, out, chunk_rows=1_000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.csv"]
+
+
+def test_unsorted_warns_or_fails_under_strict(tmp_path: Path) -> None:
+    src = tmp_path / "u.csv"
+    src.write_text("request_id,arrival_s,prompt_tokens,output_tokens\n0,5.0,1,1\n1,1.0,1,1\n")
+    result = runner.invoke(app, ["trace", "convert", str(src), str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 0 and "warning:" in result.stderr
+    result = runner.invoke(
+        app, ["trace", "convert", str(src), str(tmp_path / "s.jsonl"), "--strict"]
+    )
+    assert result.exit_code == 2 and not (tmp_path / "s.jsonl").exists()
+
+
+def test_synth_preset_is_deterministic(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    for out in (a, b):
+        result = runner.invoke(
+            app,
+            ["trace", "synth", "bimodal", "-o", str(out), "--seed", "3", "--num-requests", "300"],
+        )
+        assert result.exit_code == 0, result.output
+    assert a.read_bytes() == b.read_bytes()
+    assert len(traces.load(a)) == 300
+
+
+def test_synth_from_yaml_spec(tmp_path: Path) -> None:
+    spec = tmp_path / "w.yaml"
+    spec.write_text(
+        "arrival: {kind: gamma, rate_per_s: 3, cv: 2}\n"
+        "lengths: {kind: pair, prompt: {kind: fixed, tokens: 64}, output: {kind: fixed, tokens: 8}}\n"
+        "shared_prefix: {fraction: 1.0, prefix_tokens: 32, block_tokens: 16}\n"
+        "duration_s: 100\n"
+    )
+    out = tmp_path / "w.parquet"
+    result = runner.invoke(app, ["trace", "synth", str(spec), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    df = traces.load(out)
+    assert (df["prompt_tokens"] == 96).all()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["trace", "synth", "no-such-preset", "-o", "x.csv"],
+        ["trace", "synth", "bimodal", "-o", "x.txt"],
+        ["trace", "synth", "bursty-bimodal", "-o", "x.csv", "--rate", "3"],
+        ["trace", "describe", "does-not-exist.csv"],
+    ],
+)
+def test_user_errors_exit_2(
+    tmp_path: Path, args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error:")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_presets_and_demo() -> None:
+    assert runner.invoke(app, ["trace", "presets"]).exit_code == 0
+    result = runner.invoke(app, ["demo"])
+    assert result.exit_code == 0
+    assert "short requests" in result.stdout or result.stdout  # the engine may replace the demo
+
+
+def test_python_dash_m_sim_runs_trace() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sim",
+            "trace",
+            "describe",
+            str(traces.sample_path("bimodal_200.csv")),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["rows"] == 200

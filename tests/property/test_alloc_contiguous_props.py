@@ -1,0 +1,199 @@
+"""Invariants of the contiguous family (static, fits, buddy, compaction) over random
+sequences of allocate / extend / fork / free, checked after every operation."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from policies.allocators.base import AllocStats, PoolSpec, classify
+from policies.allocators.compaction import CompactingAllocator
+from policies.allocators.contiguous import ContiguousAllocator
+from policies.allocators.registry import parse_allocator
+
+CONFIGS: list[dict[str, Any]] = [
+    {"kind": "first_fit", "initial_extra_tokens": 8},
+    {"kind": "best_fit", "initial_extra_tokens": 8},
+    {"kind": "next_fit", "initial_extra_tokens": 8, "growth_chunk_tokens": 16},
+    {"kind": "worst_fit", "initial_extra_tokens": 0, "growth_factor": 1.5},
+    {"kind": "best_fit", "initial_extra_tokens": 4, "growth_chunk_tokens": 7},
+    {"kind": "buddy", "initial_extra_tokens": 8, "min_block_tokens": 1},
+    {"kind": "buddy", "initial_extra_tokens": 8, "min_block_tokens": 8},
+    {"kind": "static", "mode": "max", "max_tokens": 96, "placement": "first_fit"},
+    {"kind": "static", "mode": "pow2", "placement": "best_fit"},
+    {"kind": "static", "mode": "oracle", "placement": "buddy", "min_block_tokens": 4},
+    {"kind": "compaction", "fit": "best_fit", "initial_extra_tokens": 8},
+    {"kind": "compaction", "fit": "first_fit", "initial_extra_tokens": 8},
+    {"kind": "compaction", "fit": "next_fit", "initial_extra_tokens": 0},
+    {"kind": "compaction", "fit": "worst_fit", "growth_chunk_tokens": 16},
+]
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["allocate", "allocate", "extend", "extend", "fork", "free"]),
+        st.integers(0, 10_000),  # picks a live request
+        st.one_of(st.integers(0, 60), st.integers(0, 400)),  # tokens
+        st.integers(0, 200),  # output tokens (reserve_tokens - tokens)
+    ),
+    max_size=80,
+)
+
+
+Snapshot = tuple[AllocStats, list[tuple[int, int]], dict[int, tuple[list[tuple[int, int]], int]]]
+
+
+def _snapshot(alloc: ContiguousAllocator) -> Snapshot:
+    live = {
+        rid: (alloc._extents_of(rid), alloc.held_tokens(rid)) for rid in alloc.live_request_ids()
+    }
+    return (alloc.stats(), alloc._free_extents(), live)
+
+
+def _buddy_roots(capacity: int) -> list[tuple[int, int]]:
+    roots, start = [], 0
+    for order in range(capacity.bit_length() - 1, -1, -1):
+        if capacity >> order & 1:
+            roots.append((start, 1 << order))
+            start += 1 << order
+    return roots
+
+
+def check_invariants(alloc: ContiguousAllocator, is_buddy: bool) -> None:
+    s = alloc.stats()
+    cap = s.capacity_tokens
+    assert s.used_tokens + s.reserved_unused_tokens + s.free_tokens == cap
+    assert s.largest_free_extent_tokens <= s.free_tokens
+    free = alloc._free_extents()
+    assert sum(size for _, size in free) == s.free_tokens
+    assert len(free) == s.free_extent_count
+    assert max((size for _, size in free), default=0) == s.largest_free_extent_tokens
+    assert sorted(alloc.free_extent_sizes()) == sorted(size for _, size in free)
+    held = reserved = 0
+    spans: list[tuple[int, int, int | None]] = [(start, size, None) for start, size in free]
+    for rid in alloc.live_request_ids():
+        assert 0 <= alloc.held_tokens(rid) <= alloc.reserved_tokens(rid)
+        assert alloc.headroom_tokens(rid) == alloc.reserved_tokens(rid) - alloc.held_tokens(rid)
+        held += alloc.held_tokens(rid)
+        reserved += alloc.reserved_tokens(rid)
+        spans += [(start, size, rid) for start, size in alloc._extents_of(rid)]
+    assert held == s.used_tokens
+    assert reserved == s.used_tokens + s.reserved_unused_tokens
+    if isinstance(alloc, CompactingAllocator):  # its start -> buffer map is in step
+        starts = sorted(alloc._extents_of(rid)[0][0] for rid in alloc.live_request_ids())
+        assert sorted(alloc._owner_at) == starts
+    # Live buffers and free extents tile the pool exactly: no overlap, no gap.
+    cursor = 0
+    for start, size, _ in sorted(spans):
+        assert size > 0
+        assert start == cursor, f"overlap or hole at {start} (cursor {cursor})"
+        cursor = start + size
+    assert cursor == cap
+    if is_buddy:  # free blocks are aligned powers of two, never two free buddies
+        at = dict(free)
+        for start, size in free:
+            assert size & (size - 1) == 0
+            assert at.get(start ^ size) != size or (start ^ size) + size > cap
+    else:  # coalesced: no two free extents touch
+        for (a, a_size), (b, _) in itertools.pairwise(free):
+            assert a + a_size < b
+
+
+def check_fit_choice(
+    config: dict[str, Any],
+    free_before: list[tuple[int, int]],
+    size: int,
+    alloc: ContiguousAllocator,
+    rid: int,
+) -> None:
+    """First fit took the lowest fitting extent; best fit the smallest (lowest address on
+    ties); worst fit a largest one."""
+    fit = config.get("fit", config["kind"])
+    fitting = [(start, ext) for start, ext in free_before if ext >= size]
+    if not fitting:
+        return  # compaction made room
+    [(start, _)] = alloc._extents_of(rid)
+    if fit == "first_fit":
+        assert start == fitting[0][0]
+    elif fit == "best_fit":
+        assert start == min(fitting, key=lambda e: (e[1], e[0]))[0]
+    elif fit == "worst_fit":
+        assert dict(free_before)[start] == max(ext for _, ext in fitting)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(str(v) for v in c.values()))
+@settings(max_examples=60, deadline=None)
+@given(ops=OPS, capacity=st.integers(300, 1500))
+def test_random_operation_sequences_keep_invariants(
+    config: dict[str, Any], ops: list[tuple[str, int, int, int]], capacity: int
+) -> None:
+    alloc = parse_allocator(config).build(PoolSpec(capacity_tokens=capacity, max_seq_tokens=256))
+    assert isinstance(alloc, ContiguousAllocator)
+    is_buddy = config["kind"] == "buddy" or config.get("placement") == "buddy"
+    next_id = 0
+    for op, pick, tokens, output in ops:
+        live = alloc.live_request_ids()
+        before = _snapshot(alloc)
+        copied_before = alloc.stats().copied_tokens_total
+        if op == "allocate" or not live:
+            result = alloc.allocate(next_id, tokens, reserve_tokens=tokens + output)
+            ok = result is not None
+            if result is not None:
+                if result.moved_tokens:
+                    event("compacted")
+                moved = sum(
+                    held
+                    for rid, (extents, held) in before[2].items()
+                    if alloc._extents_of(rid) != extents
+                )
+                assert result.moved_tokens == moved
+                assert alloc.stats().moved_tokens_total - before[0].moved_tokens_total == moved
+                assert result.reserved_tokens == alloc.reserved_tokens(next_id)
+                check_fit_choice(config, before[1], result.reserved_tokens, alloc, next_id)
+                assert result.moved_tokens >= 0
+            next_id += 1
+        elif op == "extend":
+            rid = live[pick % len(live)]
+            old_held = alloc.held_tokens(rid)
+            ok = alloc.extend(rid, tokens // 4)
+            if ok:
+                assert alloc.held_tokens(rid) == old_held + tokens // 4
+                moved_self = alloc.reserved_tokens(rid) != before[2][rid][0][0][1]
+                copied = alloc.stats().copied_tokens_total - copied_before
+                assert copied == (old_held if moved_self else 0)
+        elif op == "fork":
+            parent = live[pick % len(live)]
+            ok = alloc.fork(parent, next_id)
+            if ok:
+                assert alloc.held_tokens(next_id) == alloc.held_tokens(parent)
+                assert alloc.stats().copied_tokens_total - copied_before == alloc.held_tokens(
+                    parent
+                )
+            next_id += 1
+        else:
+            alloc.free(live[pick % len(live)])
+            ok = True
+        if not ok:  # refused: nothing changed, and the diagnosis is right
+            assert _snapshot(alloc) == before
+            failure = alloc.last_failure()
+            assert failure is not None
+            event(f"{op} refused: {failure.cause}")
+            s = alloc.stats()
+            assert failure.free_tokens == s.free_tokens
+            assert failure.largest_free_extent_tokens == s.largest_free_extent_tokens
+            assert failure.cause == classify(
+                failure.need_tokens, s.free_tokens, s.largest_free_extent_tokens
+            )
+            if not (op == "extend" and config["kind"] == "static"):
+                assert failure.need_tokens > s.largest_free_extent_tokens  # truly no room
+                if config["kind"] == "compaction":
+                    assert failure.cause == "capacity"  # fragmentation is compacted away
+        check_invariants(alloc, is_buddy)
+    for rid in alloc.live_request_ids():
+        alloc.free(rid)
+    check_invariants(alloc, is_buddy)
+    expected = _buddy_roots(capacity) if is_buddy else [(0, capacity)]
+    assert alloc._free_extents() == expected

@@ -1,0 +1,292 @@
+"""Turn a raw Arrow table read from one format into the canonical table, checking it.
+
+Every check is vectorised over the chunk; the first offending row (lowest row number)
+is reported as a :class:`TraceError`. Rules:
+
+- token counts (``prompt_tokens``, ``output_tokens`` and their source names) must be
+  present, finite, whole and in ``[0, MAX_TOKENS]``;
+- ``num_samples`` and ``beam_width`` whole and >= 1; ``prefix_block_tokens`` whole and
+  >= 0, and > 0 on every row that has prefix hashes; hash lists hold no nulls;
+- ``arrival_s`` (or the source timestamp) present and finite;
+- ``request_id`` present (uniqueness is checked over the whole trace by ``load``).
+
+Rows are numbered from 0 over the data rows of the file; lines from 1 with the header as
+line 1 (CSV) or the first object as line 1 (JSONL), assuming one record per line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traces.errors import TraceError
+from traces.formats import MOONCAKE_BLOCK_TOKENS, Format
+from traces.schema import ARROW_SCHEMA, OPTIONAL_DEFAULTS
+
+MAX_TOKENS: Final = 1 << 40
+
+
+@dataclass
+class ReadContext:
+    """Per-read state (one per ``load``/``iter_chunks`` call, never shared)."""
+
+    path: Path | None
+    line_base: int | None  # line of data row 0 (2 for CSV, 1 for JSONL); None for Parquet
+    keep_failed: bool = False
+    row_offset: int = 0
+    t0_ns: int | None = None  # Azure: the first row's timestamp
+    dropped_failed: int = 0
+    arrivals_s: np.ndarray | None = None  # length-only files: arrival per data row
+    notes: list[str] = field(default_factory=list)
+
+    def error(self, i: int | None, message: str, **kw: object) -> TraceError:
+        row = None if i is None else self.row_offset + i
+        line = None if row is None or self.line_base is None else row + self.line_base
+        return TraceError(self.path, message, row=row, line=line, **kw)  # type: ignore[arg-type]
+
+
+def _floats(table: pa.Table, name: str) -> np.ndarray:
+    col = table.column(name)
+    if not pa.types.is_floating(col.type):
+        col = pc.cast(col, pa.float64())
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def check_counts(ctx: ReadContext, x: np.ndarray, name: str, minimum: int = 0) -> np.ndarray:
+    """``x`` as int64 after checking every value is a whole number in [minimum, MAX_TOKENS]."""
+    with np.errstate(invalid="ignore"):
+        nonfinite = ~np.isfinite(x)
+        frac = ~nonfinite & (x != np.floor(x))
+        out_of_range = ~nonfinite & ((x < minimum) | (x > MAX_TOKENS))
+    bad = nonfinite | frac | out_of_range
+    if bad.any():
+        i = int(np.argmax(bad))
+        what = (
+            "missing or NaN"
+            if np.isnan(x[i])
+            else "not a whole number"
+            if frac[i]
+            else "out of range"
+        )
+        if np.isinf(x[i]):
+            what = "infinite"
+        raise ctx.error(
+            i, what, field=name, expected=f"a whole number >= {minimum}", got=float(x[i])
+        )
+    return x.astype(np.int64)
+
+
+def counts(
+    ctx: ReadContext, table: pa.Table, name: str, minimum: int = 0, default: int | None = None
+) -> np.ndarray:
+    """Column ``name`` as int64 token/multiplicity counts, checked; integer columns
+    (Parquet, canonical frames) skip the float detour. Nulls take ``default`` if given."""
+    col = table.column(name)
+    if not pa.types.is_integer(col.type):
+        x = _floats(table, name)
+        if default is not None:
+            x = np.where(np.isnan(x), float(default), x)
+        return check_counts(ctx, x, name, minimum)
+    if col.null_count:
+        if default is None:
+            i = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
+            raise ctx.error(
+                i, "missing or NaN", field=name, expected=f"a whole number >= {minimum}"
+            )
+        col = pc.fill_null(col, default)
+    x = np.asarray(col.to_numpy(), dtype=np.int64)
+    if len(x) and (int(x.min()) < minimum or int(x.max()) > MAX_TOKENS):
+        i = int(np.argmax((x < minimum) | (x > MAX_TOKENS)))
+        raise ctx.error(
+            i, "out of range", field=name, expected=f"a whole number >= {minimum}", got=int(x[i])
+        )
+    return x
+
+
+def check_finite(ctx: ReadContext, x: np.ndarray, name: str) -> np.ndarray:
+    bad = ~np.isfinite(x)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ctx.error(
+            i, "missing or not finite", field=name, expected="a finite number", got=float(x[i])
+        )
+    return x
+
+
+def parse_hash_strings(ctx: ReadContext, col: pa.ChunkedArray | pa.Array, name: str) -> pa.Array:
+    """CSV cells of space-separated integers ("" = no hashes) -> list<int64>.
+
+    Also accepts a bracketed, comma-separated list (``[1, 2]``, as ``DataFrame.to_csv``
+    writes Python lists)."""
+    if pc.any(pc.match_substring_regex(col, r"[\[\],]")).as_py():
+        col = pc.replace_substring_regex(col, r"[\[\],]", " ")
+    arr = pc.utf8_trim_whitespace(col)
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    arr = pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
+    parts = pc.split_pattern_regex(arr, pattern=r"\s+")
+    lengths = pc.fill_null(pc.list_value_length(parts), 0).to_numpy(zero_copy_only=False)
+    values = pc.list_flatten(parts)
+    try:
+        ints = pc.cast(values, pa.int64())
+    except pa.ArrowInvalid:
+        num = pd.to_numeric(pd.Series(values.to_pylist(), dtype=object), errors="coerce")
+        bad = num.isna().to_numpy() | (num.to_numpy(dtype=float, na_value=np.nan) % 1 != 0)
+        k = int(np.argmax(bad))
+        i = int(np.searchsorted(np.cumsum(lengths), k, side="right"))
+        raise ctx.error(
+            i,
+            "bad prefix hash",
+            field=name,
+            expected="space-separated integers",
+            got=values[k].as_py(),
+        ) from None
+    return list_from(lengths, ints)
+
+
+def list_from(lengths: np.ndarray, values: pa.Array) -> pa.Array:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), values)
+
+
+def check_hashes(ctx: ReadContext, col: pa.Array, block: np.ndarray, name: str) -> pa.Array:
+    """Hash lists: nulls become empty lists; elements must not be null; block > 0 where used."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False)
+    values = pc.list_flatten(col)
+    if values.null_count:
+        k = int(np.argmax(values.is_null().to_numpy(zero_copy_only=False)))
+        i = int(np.searchsorted(np.cumsum(lengths), k, side="right"))
+        raise ctx.error(i, "null prefix hash", field=name, expected="a list of integers")
+    bad = (lengths > 0) & (block <= 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ctx.error(
+            i,
+            "prefix hashes without a block size",
+            field="prefix_block_tokens",
+            expected="a block size > 0 on rows with prefix hashes",
+            got=int(block[i]),
+        )
+    return list_from(lengths, values)
+
+
+def _canonical(ctx: ReadContext, fmt: Format, t: pa.Table) -> dict[str, object]:
+    n = t.num_rows
+    names = t.column_names
+    cols: dict[str, object] = {}
+    rid = t.column("request_id")
+    if rid.null_count:
+        i = int(np.argmax(rid.is_null().to_numpy(zero_copy_only=False)))
+        raise ctx.error(i, "missing request id", field="request_id", expected="an integer")
+    cols["request_id"] = rid.to_numpy()
+    cols["arrival_s"] = check_finite(ctx, _floats(t, "arrival_s"), "arrival_s")
+    for name in ("prompt_tokens", "output_tokens"):
+        cols[name] = counts(ctx, t, name)
+    for name, minimum in (("num_samples", 1), ("beam_width", 1), ("prefix_block_tokens", 0)):
+        if name in names:
+            cols[name] = counts(ctx, t, name, minimum, default=int(OPTIONAL_DEFAULTS[name]))  # type: ignore[call-overload]
+    block = np.asarray(cols.get("prefix_block_tokens", np.zeros(n, np.int64)))
+    if "prefix_hashes" in names:
+        col = t.column("prefix_hashes")
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            col = parse_hash_strings(ctx, col, "prefix_hashes")
+        cols["prefix_hashes"] = check_hashes(ctx, col, block, "prefix_hashes")
+    if "session_id" in names:
+        cols["session_id"] = t.column("session_id")
+    return cols
+
+
+def to_canonical(ctx: ReadContext, fmt: Format, t: pa.Table) -> pa.Table:
+    """Validate one raw chunk of format ``fmt`` and map it to :data:`ARROW_SCHEMA`."""
+    n = t.num_rows
+    ids = np.arange(ctx.row_offset, ctx.row_offset + n, dtype=np.int64)
+    if fmt.name == "canonical":
+        cols = _canonical(ctx, fmt, t)
+    elif fmt.name == "azure":
+        ts = t.column("TIMESTAMP")
+        if ts.null_count:
+            i = int(np.argmax(ts.is_null().to_numpy(zero_copy_only=False)))
+            raise ctx.error(
+                i, "missing timestamp", field="TIMESTAMP", expected="YYYY-MM-DD HH:MM:SS.fffffff"
+            )
+        ns = pc.cast(ts, pa.int64()).to_numpy()
+        if ctx.t0_ns is None and n:
+            ctx.t0_ns = int(ns[0])
+        cols = {
+            "request_id": ids,
+            "arrival_s": (ns - (ctx.t0_ns or 0)) / 1e9,
+            "prompt_tokens": counts(ctx, t, "ContextTokens"),
+            "output_tokens": counts(ctx, t, "GeneratedTokens"),
+        }
+    elif fmt.name == "vidur":
+        cols = {
+            "request_id": ids,
+            "arrival_s": check_finite(ctx, _floats(t, "arrived_at"), "arrived_at"),
+            "prompt_tokens": counts(ctx, t, "num_prefill_tokens"),
+            "output_tokens": counts(ctx, t, "num_decode_tokens"),
+        }
+    elif fmt.name == "lengths":
+        assert ctx.arrivals_s is not None, "length-only files need arrival times"
+        cols = {
+            "request_id": ids,
+            "arrival_s": ctx.arrivals_s[ctx.row_offset : ctx.row_offset + n],
+            "prompt_tokens": counts(ctx, t, "num_prefill_tokens"),
+            "output_tokens": counts(ctx, t, "num_decode_tokens"),
+        }
+    elif fmt.name == "mooncake":
+        prompt = counts(ctx, t, "input_length")
+        cols = {
+            "request_id": ids,
+            "arrival_s": check_finite(ctx, _floats(t, "timestamp"), "timestamp") / 1000.0,
+            "prompt_tokens": prompt,
+            "output_tokens": counts(ctx, t, "output_length"),
+        }
+        if "hash_ids" in t.column_names:
+            block = np.full(n, MOONCAKE_BLOCK_TOKENS, dtype=np.int64)
+            hashes = check_hashes(ctx, t.column("hash_ids"), block, "hash_ids")
+            lengths = pc.list_value_length(hashes).to_numpy(zero_copy_only=False)
+            cols["prefix_hashes"] = hashes
+            cols["prefix_block_tokens"] = np.where(lengths > 0, block, 0)
+    elif fmt.name == "burstgpt":
+        out = counts(ctx, t, "Response tokens")
+        cols = {
+            "request_id": ids,
+            "arrival_s": check_finite(ctx, _floats(t, "Timestamp"), "Timestamp"),
+            "prompt_tokens": counts(ctx, t, "Request tokens"),
+            "output_tokens": out,
+        }
+    else:  # pragma: no cover - FORMATS and this function are kept in step
+        raise AssertionError(fmt.name)
+    table = assemble(cols, n)
+    if fmt.name == "burstgpt" and not ctx.keep_failed:
+        failed = np.asarray(cols["output_tokens"]) == 0
+        if failed.any():
+            ctx.dropped_failed += int(failed.sum())
+            table = table.filter(pa.array(~failed))
+    return table
+
+
+def assemble(cols: dict[str, object], n: int) -> pa.Table:
+    """Build an :data:`ARROW_SCHEMA` table, filling absent optional columns with defaults."""
+    arrays: list[pa.Array | pa.ChunkedArray] = []
+    for f in ARROW_SCHEMA:
+        value = cols.get(f.name)
+        if value is None:
+            if f.name == "prefix_hashes":
+                value = list_from(np.zeros(n, np.int64), pa.array([], pa.int64()))
+            elif f.name == "session_id":
+                value = pa.nulls(n, pa.int64())
+            else:
+                value = np.full(n, OPTIONAL_DEFAULTS[f.name], dtype=np.int64)
+        if isinstance(value, pa.Array | pa.ChunkedArray):
+            arrays.append(value.cast(f.type))
+        else:
+            arrays.append(pa.array(value, type=f.type))
+    return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
