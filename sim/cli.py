@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from sim.cli_run import run_command
+from sim.cli_run import demo_command, run_command, scenarios_command
 from sim.cli_trace import trace_app
 
 app = typer.Typer(
@@ -21,14 +21,8 @@ app = typer.Typer(
 )
 app.add_typer(trace_app, name="trace")
 app.command("run")(run_command)
-
-
-@app.command()
-def demo() -> None:
-    """Run the main job on built-in defaults."""
-    from sim.cli_trace import demo_trace
-
-    demo_trace()
+app.command("scenarios")(scenarios_command)
+app.command("demo")(demo_command)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from sim.builtin import DEMO, builtin_names, describe_builtin, resolve_scenario
 from sim.results import FILES, RunResult, summary_json
 from sim.scenario import Scenario, ScenarioError, load_scenario
 from sim.workload import load_workload
@@ -31,14 +32,20 @@ def simulate(scenario: Scenario, requests: pd.DataFrame, *, quiet: bool) -> RunR
 
     if quiet or not sys.stderr.isatty():
         return run(scenario, requests)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                  TextColumn("{task.fields[sim]}"), TimeElapsedColumn(),
-                  console=err, transient=True) as bar:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[sim]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
         task = bar.add_task(scenario.name, total=1.0, sim="")
 
         def report(now_s: float, end_s: float) -> None:
-            bar.update(task, completed=min(now_s / end_s, 1.0),
-                       sim=f"simulated {now_s / 3600:.1f} h")
+            bar.update(
+                task, completed=min(now_s / end_s, 1.0), sim=f"simulated {now_s / 3600:.1f} h"
+            )
 
         return run(scenario, requests, progress=report)
 
@@ -46,8 +53,7 @@ def simulate(scenario: Scenario, requests: pd.DataFrame, *, quiet: bool) -> RunR
 def print_summary(summary: dict[str, Any], console: Console) -> None:
     """The headline numbers of a run as a table, then its alerts."""
     req, fails, mem = summary["requests"], summary["failures"], summary["memory"]
-    t = Table(title=f"{summary['scenario']} — allocator {summary['allocator']}",
-              show_header=False)
+    t = Table(title=f"{summary['scenario']} — allocator {summary['allocator']}", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_row("requests", f"{req['total']:,}")
@@ -59,8 +65,10 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
     t.add_row("  at > 25 % free memory", f"{fails['at_high_free_memory']:,}")
     t.add_row("preemptions / restarts", f"{fails['preemptions']:,} / {fails['restarts']:,}")
     ratio = mem["largest_contiguous_free_block_ratio"]
-    t.add_row("largest_contiguous_free_block_ratio min / mean",
-              f"{_f(ratio['min'])} / {_f(ratio['mean'])}")
+    t.add_row(
+        "largest_contiguous_free_block_ratio min / mean",
+        f"{_f(ratio['min'])} / {_f(ratio['mean'])}",
+    )
     for name, share in mem["waste_breakdown"].items():
         t.add_row(f"waste: {name.replace('_', ' ')}", "—" if share is None else f"{share:.1%}")
     for name in ("ttft", "tpot", "e2e"):
@@ -69,8 +77,9 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
     t.add_row("output tokens/s", f"{summary['throughput']['output_tokens_per_s']:.1f}")
     console.print(t)
     for a in summary["alerts"]:
-        console.print(f"ALERT ({a['severity']}) {a['alert']}: {a['condition']}",
-                      markup=False, highlight=False)
+        console.print(
+            f"ALERT ({a['severity']}) {a['alert']}: {a['condition']}", markup=False, highlight=False
+        )
 
 
 def _f(v: object) -> str:
@@ -78,7 +87,12 @@ def _f(v: object) -> str:
 
 
 def run_command(
-    scenario_path: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    scenario_path: Annotated[
+        Path,
+        typer.Argument(
+            help="Scenario YAML file, or the name of a built-in scenario (fragsim scenarios)."
+        ),
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
     seed: Annotated[int | None, typer.Option(help="Override the scenario's seed.")] = None,
     mode: Annotated[str | None, typer.Option(help="Override the mode: fast or exact.")] = None,
@@ -89,7 +103,7 @@ def run_command(
     from traces import TraceError
 
     try:
-        scenario = load_scenario(scenario_path)
+        scenario = load_scenario(resolve_scenario(scenario_path))
         overrides: dict[str, object] = {}
         if seed is not None:
             overrides["seed"] = seed
@@ -109,3 +123,63 @@ def run_command(
     elif not quiet:
         print_summary(result.summary, Console())
         typer.echo(f"wrote {out}/ ({', '.join(FILES)})")
+
+
+def scenarios_command() -> None:
+    """List the built-in scenarios (run any of them by name)."""
+    t = Table("name", "what it models")
+    for name in builtin_names():
+        t.add_row(name, describe_builtin(name))
+    Console().print(t)
+
+
+def demo_command(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")] = Path("out/demo"),
+) -> None:
+    """The main job on built-in defaults: the fleet seed's worked example (six days of
+    bimodal traffic on a contiguous best-fit replica), its paged counterfactual and a
+    daily-restart mitigation; writes each run under OUT and compares them."""
+    console = Console()
+    summaries = []
+    for name in DEMO:
+        scenario = load_scenario(resolve_scenario(name))
+        result = simulate(scenario, load_workload(scenario), quiet=False)
+        result.write(out / name)
+        print_summary(result.summary, console)
+        summaries.append(result.summary)
+    console.print(compare_table(summaries))
+    console.print(f"results in {out}/")
+
+
+def compare_table(summaries: list[dict[str, Any]]) -> Table:
+    """Side-by-side headline numbers of several runs."""
+    t = Table("metric", *(_label(s) for s in summaries), title="comparison")
+
+    def row(label: str, fmt: Any) -> None:
+        t.add_row(label, *(fmt(s) for s in summaries))
+
+    row("requests ok", lambda s: f"{s['requests']['by_status'].get('ok', 0):,}")
+    row(
+        "requests failed or rejected",
+        lambda s: (
+            f"{sum(v for k, v in s['requests']['by_status'].items() if k.startswith(('failed', 'rejected'))):,}"
+        ),
+    )
+    row("allocation failures", lambda s: f"{s['failures']['allocation_failures']:,}")
+    row("  fragmentation", lambda s: f"{s['failures']['by_cause'].get('fragmentation', 0):,}")
+    row("  at > 25 % free memory", lambda s: f"{s['failures']['at_high_free_memory']:,}")
+    row(
+        "min largest_contiguous_free_block_ratio",
+        lambda s: _f(s["memory"]["largest_contiguous_free_block_ratio"]["min"]),
+    )
+    row("restarts", lambda s: f"{s['failures']['restarts']:,}")
+    row("TTFT p99 (s)", lambda s: _f(s["latency_s"]["ttft"]["p99"]))
+    row("alerts", lambda s: ", ".join(a["alert"] for a in s["alerts"]) or "none")
+    return t
+
+
+def _label(summary: dict[str, Any]) -> str:
+    label = str(summary["allocator"])
+    if summary["failures"]["restarts"]:
+        label += " + restarts"
+    return label

@@ -1,0 +1,82 @@
+"""Golden seeded summaries of the built-in scenarios, shortened to run in seconds.
+
+Regenerate after an intended change of behaviour with
+``FRAGSIM_UPDATE_GOLDEN=1 pytest tests/golden/test_builtin_scenarios.py`` and review the
+diff of ``tests/golden/data/builtin_summaries.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sim.builtin import builtin_data, builtin_names
+from sim.run import run
+from sim.scenario import parse_scenario
+from sim.workload import load_workload
+
+GOLDEN = Path(__file__).parent / "data" / "builtin_summaries.json"
+SHORT_S = {"seed-bimodal-best-fit": 43_200.0, "seed-bimodal-paged": 43_200.0,
+           "seed-bimodal-best-fit-daily-restart": 43_200.0}
+
+
+def shortened(name: str) -> Any:
+    data = builtin_data(name)
+    workload = dict(data["workload"])  # type: ignore[call-overload]
+    synth = dict(workload.get("synth") or {})
+    synth["duration_s"] = SHORT_S.get(name, 900.0)
+    workload["synth"] = synth
+    data["workload"] = workload
+    if "restart" in data:
+        data["restart"] = {**data["restart"], "every_s": 10_800.0}  # type: ignore[dict-item]
+    return parse_scenario(data, source=name)
+
+
+def headline(summary: dict[str, Any]) -> dict[str, Any]:
+    """The numbers a behaviour change would move."""
+    return {
+        "requests": summary["requests"],
+        "failures": {k: summary["failures"][k] for k in
+                     ("allocation_failures", "by_cause", "at_high_free_memory",
+                      "preemptions", "restarts")},
+        "ratio_min": summary["memory"]["largest_contiguous_free_block_ratio"]["min"],
+        "waste_breakdown": summary["memory"]["waste_breakdown"],
+        "ttft_p50_s": summary["latency_s"]["ttft"]["p50"],
+        "e2e_p99_s": summary["latency_s"]["e2e"]["p99"],
+        "alerts": sorted(a["alert"] for a in summary["alerts"]),
+        "end_s": summary["engine"]["end_s"],
+    }
+
+
+def rounded(value: Any) -> Any:
+    """Floats to 9 significant digits, so the comparison survives float re-association."""
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    if isinstance(value, float):
+        return float(f"{value:.9g}")
+    return value
+
+
+def compute() -> dict[str, Any]:
+    out = {}
+    for name in builtin_names():
+        scenario = shortened(name)
+        out[name] = rounded(headline(run(scenario, load_workload(scenario)).summary))
+    return out
+
+
+@pytest.mark.slow
+def test_builtin_scenarios_match_golden_summaries() -> None:
+    got = compute()
+    if os.environ.get("FRAGSIM_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
+    want = json.loads(GOLDEN.read_text())
+    assert set(got) == set(want)
+    for name in want:
+        assert got[name] == want[name], name
