@@ -83,6 +83,7 @@ class Group:
     prefill_left_tokens: int = 0
     generated_tokens: int = 0
     swapped: bool = False
+    in_batch: bool = False
     enqueued_s: float = 0.0
     blocked: tuple[int, int] | None = None
     """(free, largest free extent) when admission last failed; retried once either grows."""
@@ -142,6 +143,10 @@ class Scheduler:
         self.allocator = allocator
         self.waiting: deque[Group] = deque()
         self.running: list[Group] = []
+        """The batch in admission order (the last is the first preemption victim)."""
+        self.prefilling: list[Group] = []
+        """Running groups with prefill left, in admission order."""
+        self.running_seqs = 0
         self.admitting = True
         self._on_event = on_event
         self._on_retry = on_retry
@@ -164,15 +169,11 @@ class Scheduler:
         group.blocked = None
         self.waiting.append(group)
 
-    @property
-    def running_seqs(self) -> int:
-        return sum(g.num_seqs for g in self.running)
-
     def reset_allocator(self, allocator: Allocator) -> None:
         """A restart: every running group loses its KV and waits to be recomputed."""
         for g in reversed(list(self.running)):
             self._note_reserved(g)
-            self.running.remove(g)
+            self._leave_batch(g)
             g.swapped = False
             self._requeue_preempted(g, count=False)
         self.allocator = allocator
@@ -188,16 +189,28 @@ class Scheduler:
         self._expire_waiting(now)
         copied0 = self._copied_total()
         step = Step()
-        for g in list(self.running):
+        decoding = step.decoding
+        extend = self.allocator.extend
+        for g in list(self.running) if self.running else ():
             # A group may have left the batch as an earlier group's preemption victim.
-            if g.prefill_left_tokens == 0 and g in self.running and self._grow(g, now, step):
-                step.decoding.append(g)
-        if self.admitting:
-            self._admit(now, step)
-        budget = self.config.max_num_batched_tokens - sum(g.num_seqs for g in step.decoding)
-        for g in self.running:
-            if g.prefill_left_tokens == 0:
+            if g.prefill_left_tokens or not g.in_batch:
                 continue
+            ids = g.seq_ids
+            if len(ids) == 1:  # the common case, inlined
+                if extend(ids[0], 1) or self._grow_refused(g, ids[0], now, step):
+                    g.held_tokens += 1
+                    decoding.append(g)
+            elif self._grow(g, now, step):
+                decoding.append(g)
+        if self.admitting and self.waiting:
+            self._admit(now, step)
+        decode_seqs = 0
+        kv_tokens = 0
+        for g in decoding:
+            decode_seqs += g.num_seqs
+            kv_tokens += g.num_seqs * g.held_tokens
+        budget = self.config.max_num_batched_tokens - decode_seqs
+        for g in self.prefilling:
             chunk = g.prefill_left_tokens
             if self.config.chunked_prefill:
                 chunk = min(chunk, budget)
@@ -208,10 +221,10 @@ class Scheduler:
             step.prefill_chunks.append((g, chunk))
             step.prefill_tokens += chunk
             budget -= chunk
-        if not step.decoding and not step.prefill_chunks:
+        if not decoding and not step.prefill_chunks:
             return None
-        step.decode_seqs = sum(g.num_seqs for g in step.decoding)
-        step.kv_tokens = sum(g.num_seqs * g.held_tokens for g in step.decoding) + sum(
+        step.decode_seqs = decode_seqs
+        step.kv_tokens = kv_tokens + sum(
             g.held_tokens - g.prefill_left_tokens + c for g, c in step.prefill_chunks
         )
         step.stall_s += (self._copied_total() - copied0) * self.config.copy_s_per_token
@@ -219,22 +232,31 @@ class Scheduler:
 
     def end_step(self, step: Step, now: float) -> None:
         """Apply a finished step: prefill progress, one token per group, finishes."""
+        done: list[Group] = []
         for g, chunk in step.prefill_chunks:
             g.prefill_left_tokens -= chunk
             if g.prefill_left_tokens == 0:
+                self.prefilling.remove(g)
                 g.generated_tokens += 1
                 if math.isnan(g.first_token_s):
                     g.first_token_s = now
+                if g.generated_tokens >= g.output_tokens:
+                    done.append(g)
         for g in step.decoding:
             g.generated_tokens += 1
-        self._collect_finished(now)
+            if g.generated_tokens >= g.output_tokens:
+                done.append(g)
+        for g in done:
+            if g.in_batch:
+                self._drop(g)
+                self._finish(g, now, "ok")
 
     # -- fast mode --------------------------------------------------------------------
     def steady_steps(self) -> int:
         """How many pure-decode steps can run from now with no decision: no prefill, no
         admission possible, no finish before the last of them, and growth the allocator
         covers without choosing. 0 means: take a real step."""
-        if not self.running or any(g.prefill_left_tokens for g in self.running):
+        if not self.running or self.prefilling:
             return 0
         if self.waiting and self.admitting and self._admission_possible():
             return 0
@@ -347,7 +369,7 @@ class Scheduler:
 
     def _admit(self, now: float, step: Step) -> None:
         budget = self.config.max_num_batched_tokens - sum(g.num_seqs for g in step.decoding)
-        budget -= sum(g.prefill_left_tokens for g in self.running)
+        budget -= sum(g.prefill_left_tokens for g in self.prefilling)
         skipped: deque[Group] = deque()
         while self.waiting:
             g = self.waiting[0]
@@ -444,6 +466,10 @@ class Scheduler:
         g.blocked = None
         self._note_reserved(g)
         self.running.append(g)
+        self.running_seqs += g.num_seqs
+        g.in_batch = True
+        if g.prefill_left_tokens:
+            self.prefilling.append(g)
         return True
 
     def _note_reserved(self, g: Group) -> None:
@@ -454,29 +480,36 @@ class Scheduler:
     def _grow(self, g: Group, now: float, step: Step) -> bool:
         """Grow each of ``g``'s sequences by one slot; preempt on refusal. False when
         ``g`` itself left the batch."""
-        alloc = self.allocator
+        extend = self.allocator.extend
         for sid in g.seq_ids:
-            while not alloc.extend(sid, 1):
-                failure = alloc.last_failure()
-                assert failure is not None, "allocator refused without recording why"
-                self._on_event(SchedEvent("growth_failure", g.request_id, failure.need_tokens,
-                                          failure.free_tokens,
-                                          failure.largest_free_extent_tokens, failure.cause))
-                # Swapping out the only running group restores the same refusal on its
-                # return: it can never grow here, so it fails like a naive server's.
-                alone = len(self.running) == 1
-                if self.config.preemption == "fail" or (
-                    alone and self.config.preemption == "swap"
-                ):
-                    self._drop(g)
-                    self._fail(g, now, failure.cause)
-                    return False
-                victim = self.running[-1]
-                self._preempt(victim, step, failure.cause)
-                if victim is g:
-                    return False
+            if not extend(sid, 1) and not self._grow_refused(g, sid, now, step):
+                return False
         g.held_tokens += 1
         return True
+
+    def _grow_refused(self, g: Group, sid: int, now: float, step: Step) -> bool:
+        """``extend(sid, 1)`` of ``g`` was just refused: preempt (or fail) until it is
+        granted. False when ``g`` itself left the batch."""
+        alloc = self.allocator
+        while True:
+            failure = alloc.last_failure()
+            assert failure is not None, "allocator refused without recording why"
+            self._on_event(SchedEvent("growth_failure", g.request_id, failure.need_tokens,
+                                      failure.free_tokens,
+                                      failure.largest_free_extent_tokens, failure.cause))
+            # Swapping out the only running group restores the same refusal on its
+            # return: it can never grow here, so it fails like a naive server's.
+            alone = len(self.running) == 1
+            if self.config.preemption == "fail" or (alone and self.config.preemption == "swap"):
+                self._drop(g)
+                self._fail(g, now, failure.cause)
+                return False
+            victim = self.running[-1]
+            self._preempt(victim, step, failure.cause)
+            if victim is g:
+                return False
+            if alloc.extend(sid, 1):
+                return True
 
     def _preempt(self, victim: Group, step: Step, cause: FailureCause) -> None:
         s = self.allocator.stats()
@@ -508,7 +541,14 @@ class Scheduler:
         self._note_reserved(g)
         for sid in g.seq_ids:
             self.allocator.free(sid)
+        self._leave_batch(g)
+
+    def _leave_batch(self, g: Group) -> None:
         self.running.remove(g)
+        self.running_seqs -= g.num_seqs
+        g.in_batch = False
+        if g.prefill_left_tokens:
+            self.prefilling.remove(g)
 
     def _reject(self, g: Group, now: float, cause: FailureCause) -> None:
         self._retry_or_finish(g, now, f"rejected-{cause}")  # type: ignore[arg-type]
