@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sim.builtin import DEMO, builtin_names, describe_builtin, resolve_scenario
-from sim.results import FILES, RunResult, summary_json
+from sim.results import FILES, RunResult, check_replaceable, summary_json
 from sim.scenario import Scenario, ScenarioError, load_scenario
 from sim.workload import load_workload
 
@@ -24,6 +24,19 @@ def fail(message: str) -> typer.Exit:
     """Print a user error and return the exit-2 exception to raise."""
     err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
     return typer.Exit(2)
+
+
+def check_output_dir(out: Path) -> None:
+    """Fail early (before simulating) when OUT cannot become a results directory."""
+    try:
+        check_replaceable(out)
+    except FileExistsError as e:
+        raise fail(f"output directory: {e}") from None
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise fail(f"{out}: output path: {parent} exists and is not a directory")
+            return
 
 
 def simulate(scenario: Scenario, requests: pd.DataFrame, *, quiet: bool) -> RunResult:
@@ -94,7 +107,7 @@ def run_command(
         ),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
-    seed: Annotated[int | None, typer.Option(help="Override the scenario's seed.")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, help="Override the scenario's seed.")] = None,
     mode: Annotated[str | None, typer.Option(help="Override the mode: fast or exact.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or table.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary JSON.")] = False,
@@ -114,10 +127,16 @@ def run_command(
         if overrides:
             scenario = scenario.model_copy(update=overrides)
         requests = load_workload(scenario)
-    except (ScenarioError, TraceError) as e:
+    except ScenarioError as e:
         raise fail(str(e)) from None
+    except TraceError as e:
+        raise fail(f"{scenario_path}: field workload.trace: {e}") from None
+    check_output_dir(out)
     result = simulate(scenario, requests, quiet=quiet)
-    result.write(out)
+    try:
+        result.write(out)
+    except OSError as e:
+        raise fail(f"{out}: cannot write results: {e}") from None
     if json_out:
         typer.echo(summary_json(result.summary), nl=False)
     elif not quiet:

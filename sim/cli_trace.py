@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -258,20 +258,3 @@ def presets(
         size = f"{spec.duration_s:,.0f} s" if spec.duration_s else f"{spec.num_requests:,} requests"
         table.add_row(name, spec.arrival.kind, spec.lengths.kind, size)
     Console().print(table)
-
-
-def demo_trace(write_to: Callable[[str], None] | None = None) -> None:
-    """Until the engine lands, ``fragsim demo``: synthesise the seed's bimodal preset
-    (seed 0) and describe it."""
-    import traces
-    from traces.synth import PRESETS, generate
-
-    df = generate(PRESETS["bimodal"], seed=0)
-    summary = traces.describe(df)
-    render_summary(
-        "bimodal preset (seed 0): 70 % < 500-token chat, 30 % 15k-30k-token documents", summary
-    )
-    short = float((df["prompt_tokens"] < 500).mean())
-    (write_to or typer.echo)(
-        f"short requests (< 500 prompt tokens): {short:.1%}; long: {1 - short:.1%}"
-    )

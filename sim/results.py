@@ -34,8 +34,10 @@ class RunResult:
     summary: dict[str, Any]
 
     def write(self, out_dir: str | Path) -> Path:
-        """Write the four files into ``out_dir`` (replacing a previous run there)."""
+        """Write the four files into ``out_dir``, replacing a previous run there. A
+        directory holding anything else is never touched (FileExistsError)."""
         out = Path(out_dir)
+        check_replaceable(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
         try:
@@ -52,6 +54,19 @@ class RunResult:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return out
+
+
+def check_replaceable(out: Path) -> None:
+    """Raise unless ``out`` is absent or an earlier run's directory (only our files)."""
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir() or out.is_symlink():
+        raise FileExistsError(f"{out} exists and is not a directory")
+    extra = sorted(p.name for p in out.iterdir() if p.name not in FILES)
+    if extra or out.resolve() == Path.cwd().resolve():
+        shown = ", ".join(extra[:3]) or "the working directory"
+        raise FileExistsError(f"{out} exists and holds other files ({shown}); "
+                              f"refusing to replace it: choose a new or empty directory")
 
 
 def summary_json(summary: dict[str, Any]) -> str:
