@@ -88,6 +88,7 @@ class Recorder:
     def sample(self, replica: Replica, trigger: str = "periodic") -> None:
         """Record the replica's pool and batch as of now."""
         replica.observe()
+        replica.sched.sync_allocator()
         alloc = replica.allocator
         s = alloc.stats()
         sched = replica.sched

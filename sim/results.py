@@ -47,6 +47,9 @@ class RunResult:
                 table = table.replace_schema_metadata(None)
                 pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
             (tmp / "summary.json").write_text(summary_json(self.summary))
+            umask = os.umask(0)
+            os.umask(umask)
+            tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; a run folder is ordinary
             if out.exists():
                 shutil.rmtree(out)
             os.replace(tmp, out)

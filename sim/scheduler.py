@@ -80,6 +80,11 @@ class Group:
     seq_ids: list[int] = field(default_factory=list)
     held_tokens: int = 0
     """Slots each sequence holds (equal across the group's sequences)."""
+    synced_tokens: int = 0
+    """Held tokens the allocator has been told of (single-sequence groups defer growth
+    inside their headroom; see ``Scheduler.sync_allocator``)."""
+    limit_tokens: int = 0
+    """Held tokens up to which growth needs no allocator decision."""
     prefill_left_tokens: int = 0
     generated_tokens: int = 0
     swapped: bool = False
@@ -111,6 +116,7 @@ class Step:
     decode_seqs: int = 0
     kv_tokens: int = 0
     stall_s: float = 0.0
+    preempted: bool = False
     prefill_chunks: list[tuple[Group, int]] = field(default_factory=list)
     decoding: list[Group] = field(default_factory=list)
 
@@ -160,6 +166,9 @@ class Scheduler:
         if group.prompt_tokens >= self.config.max_seq_tokens:
             self._finish(group, now, "rejected-too-long")
             return
+        if group.num_seqs > self.config.max_num_seqs:  # can never be batched here
+            self._finish(group, now, "rejected-capacity")
+            return
         # Generation stops at the maximum sequence length, as serving engines do.
         # Every request has at least one prompt token and emits at least one token.
         group.prompt_tokens = max(1, group.prompt_tokens)
@@ -195,14 +204,25 @@ class Scheduler:
             # A group may have left the batch as an earlier group's preemption victim.
             if g.prefill_left_tokens or not g.in_batch:
                 continue
-            ids = g.seq_ids
-            if len(ids) == 1:  # the common case, inlined
-                if extend(ids[0], 1) or self._grow_refused(g, ids[0], now, step):
-                    g.held_tokens += 1
+            if g.num_seqs > 1:
+                if self._grow(g, now, step):
                     decoding.append(g)
-            elif self._grow(g, now, step):
+            elif g.held_tokens < g.limit_tokens:  # inside its headroom: no decision
+                g.held_tokens += 1
                 decoding.append(g)
-        if self.admitting and self.waiting:
+            else:
+                sid = g.seq_ids[0]
+                self._sync(g)
+                if self.allocator.decisions_read_held:
+                    self.sync_allocator()
+                if extend(sid, 1) or self._grow_refused(g, sid, now, step):
+                    g.held_tokens += 1
+                    g.synced_tokens = g.held_tokens
+                    g.limit_tokens = g.held_tokens + self.allocator.headroom_tokens(sid)
+                    decoding.append(g)
+        # As vLLM does: no admission in a step that had to preempt (unless the batch
+        # emptied, which would leave the step with nothing to run).
+        if self.admitting and self.waiting and not (step.preempted and self.running):
             self._admit(now, step)
         decode_seqs = 0
         kv_tokens = 0
@@ -265,6 +285,9 @@ class Scheduler:
         block = alloc.pool_block_tokens
         heads: list[int] = []
         for g in self.running:
+            if g.num_seqs == 1:
+                heads.append(g.limit_tokens - g.held_tokens)
+                continue
             for sid in g.seq_ids:
                 h = alloc.headroom_tokens(sid)
                 # A shared (copy-on-write) partly filled last block must be copied first:
@@ -298,13 +321,33 @@ class Scheduler:
         caller guarantees ``steps <= steady_steps()`` at the start of the run."""
         if steps <= 0:
             return
-        extend = self.allocator.extend
+        alloc = self.allocator
         for g in self.running:
-            for sid in g.seq_ids:
-                ok = extend(sid, steps)
-                assert ok, "growth inside the steady bound was refused"
             g.held_tokens += steps
             g.generated_tokens += steps
+            if g.num_seqs > 1:
+                for sid in g.seq_ids:
+                    ok = alloc.extend(sid, steps)
+                    assert ok, "growth inside the steady bound was refused"
+            elif g.held_tokens > g.limit_tokens:  # pooled growth: blocks the pool covers
+                self._sync(g)
+                g.limit_tokens = g.held_tokens + alloc.headroom_tokens(g.seq_ids[0])
+
+    def sync_allocator(self) -> None:
+        """Tell the allocator of growth deferred inside sequences' headroom. Growth
+        there is a pure counter update (no decision, no change to free memory), so it is
+        applied lazily: before reading held/used tokens (metrics) and before decisions of
+        policies whose decisions read other requests' held tokens (compaction)."""
+        for g in self.running:
+            if g.num_seqs == 1:
+                self._sync(g)
+
+    def _sync(self, g: Group) -> None:
+        pending = g.held_tokens - g.synced_tokens
+        if pending and g.num_seqs == 1:
+            ok = self.allocator.extend(g.seq_ids[0], pending)
+            assert ok, "growth inside the headroom was refused"
+            g.synced_tokens = g.held_tokens
 
     def finish_ready(self, now: float) -> None:
         """Free groups that have emitted their last token (after ``advance``)."""
@@ -424,6 +467,8 @@ class Scheduler:
     def _place(self, g: Group, now: float, step: Step) -> bool:
         """Allocate the group's sequences; on any refusal undo and return False."""
         alloc = self.allocator
+        if alloc.decisions_read_held:
+            self.sync_allocator()
         resume_tokens = max(g.held_tokens, g.prompt_tokens)
         grow = resume_tokens - g.prompt_tokens
         ids = [self._next_seq_id + i for i in range(g.num_seqs)]
@@ -460,7 +505,8 @@ class Scheduler:
         else:
             g.prefill_left_tokens = (g.prompt_tokens - cached) + g.num_seqs * grow
             g.cached_tokens += cached
-        g.held_tokens = resume_tokens
+        g.held_tokens = g.synced_tokens = resume_tokens
+        g.limit_tokens = resume_tokens + alloc.headroom_tokens(ids[0])
         if math.isnan(g.admit_s):
             g.admit_s = now
         g.blocked = None
@@ -480,11 +526,14 @@ class Scheduler:
     def _grow(self, g: Group, now: float, step: Step) -> bool:
         """Grow each of ``g``'s sequences by one slot; preempt on refusal. False when
         ``g`` itself left the batch."""
-        extend = self.allocator.extend
+        alloc = self.allocator
+        self._sync(g)
         for sid in g.seq_ids:
-            if not extend(sid, 1) and not self._grow_refused(g, sid, now, step):
+            if not alloc.extend(sid, 1) and not self._grow_refused(g, sid, now, step):
                 return False
         g.held_tokens += 1
+        g.synced_tokens = g.held_tokens
+        g.limit_tokens = g.held_tokens + alloc.headroom_tokens(g.seq_ids[-1])
         return True
 
     def _grow_refused(self, g: Group, sid: int, now: float, step: Step) -> bool:
@@ -519,10 +568,15 @@ class Scheduler:
         if victim in step.decoding:
             step.decoding.remove(victim)
         self.preemptions_total += 1
+        step.preempted = True
         if self.config.preemption == "swap":
             step.stall_s += victim.num_seqs * victim.held_tokens * self.config.swap_s_per_token
             victim.swapped = True
         self._requeue_preempted(victim, count=True)
+        if victim.swapped:
+            # Its state comes back whole, so it returns only once memory has grown.
+            s = self.allocator.stats()
+            victim.blocked = (s.free_tokens, s.largest_free_extent_tokens)
 
     def _requeue_preempted(self, g: Group, *, count: bool) -> None:
         if count:

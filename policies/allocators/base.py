@@ -130,6 +130,11 @@ class Allocator(ABC):
     #: interchangeable blocks of this many slots from a shared pool.
     pool_block_tokens: int | None = None
 
+    #: True when a decision (allocate / extend past the headroom) depends on how many
+    #: tokens *other* live requests hold (compaction moves only held tokens). The engine
+    #: defers growth inside a request's headroom and applies it before such decisions.
+    decisions_read_held: bool = False
+
     def __init__(self, spec: PoolSpec) -> None:
         self.spec = spec
         self._last_failure: Failure | None = None

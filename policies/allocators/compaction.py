@@ -31,6 +31,8 @@ class CompactingAllocator(ContiguousAllocator):
     fragmentation failures. Keeps ``_owner_at`` (start slot -> live record) in step with
     every placement, growth and free."""
 
+    decisions_read_held = True  # a compaction moves (and charges) only held tokens
+
     def __init__(
         self,
         spec: PoolSpec,
