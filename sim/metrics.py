@@ -92,14 +92,19 @@ class Recorder:
         alloc = replica.allocator
         s = alloc.stats()
         sched = replica.sched
-        reservation = 0
-        for g in sched.running:
-            final = g.final_tokens
-            for sid in g.seq_ids:
-                reserved = alloc.reserved_tokens(sid)
-                reservation += max(0, min(reserved, final) - alloc.held_tokens(sid))
-        reservation = min(reservation, s.reserved_unused_tokens)
         cap = s.capacity_tokens
+        # Reservation vs internal fragmentation needs every sequence's reservation: done
+        # on periodic samples (the time-weighted breakdown); failure samples record the
+        # pool's signals only and leave the split missing.
+        reservation: float = math.nan
+        if trigger != "failure":
+            reserved_to_fill = 0
+            reserved_of = alloc.reserved_tokens
+            for g in sched.running:
+                final, held = g.final_tokens, g.held_tokens
+                for sid in g.seq_ids:
+                    reserved_to_fill += max(0, min(reserved_of(sid), final) - held)
+            reservation = min(reserved_to_fill, s.reserved_unused_tokens)
         ratio = s.largest_contiguous_free_block_ratio
         self.samples.append((
             replica.env.now, replica.replica_id, trigger, replica.up, replica.uptime_s, cap,
