@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces_external"
+#: The real public traces: ``$FRAGSIM_TRACES_DIR``, else ``../shared/traces_external``
+#: beside the checkout.
+SHARED_TRACES = Path(
+    os.environ.get("FRAGSIM_TRACES_DIR")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "traces_external"
+)
 
 
 @pytest.fixture(scope="session")
@@ -14,5 +20,6 @@ def shared_traces() -> Path:
     """The folder of real public traces (``../shared/traces_external``); tests that
     need it skip where it is absent."""
     if not SHARED_TRACES.is_dir():
-        pytest.skip(f"real traces not found at {SHARED_TRACES} (../shared is absent)")
+        pytest.skip(f"real traces not found at {SHARED_TRACES} (../shared is absent; "
+                    f"set FRAGSIM_TRACES_DIR to use another copy)")
     return SHARED_TRACES

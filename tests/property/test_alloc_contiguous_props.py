@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -39,7 +40,8 @@ OPS = st.lists(
         st.one_of(st.integers(0, 60), st.integers(0, 400)),  # tokens
         st.integers(0, 200),  # output tokens (reserve_tokens - tokens)
     ),
-    max_size=80,
+    min_size=5,
+    max_size=100,
 )
 
 
@@ -125,7 +127,7 @@ def check_fit_choice(
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(str(v) for v in c.values()))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(ops=OPS, capacity=st.integers(300, 1500))
 def test_random_operation_sequences_keep_invariants(
     config: dict[str, Any], ops: list[tuple[str, int, int, int]], capacity: int
@@ -195,5 +197,38 @@ def test_random_operation_sequences_keep_invariants(
     for rid in alloc.live_request_ids():
         alloc.free(rid)
     check_invariants(alloc, is_buddy)
+    expected = _buddy_roots(capacity) if is_buddy else [(0, capacity)]
+    assert alloc._free_extents() == expected
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(str(v) for v in c.values()))
+def test_a_long_seeded_bimodal_run_keeps_invariants(config: dict[str, Any]) -> None:
+    """3,000 operations of the seed's bimodal mix (scaled down) on a pool kept near full:
+    many extents per address bucket, repeated compactions, growth and forks."""
+    rng = np.random.default_rng(7)
+    capacity = 200_000
+    alloc = parse_allocator(config).build(PoolSpec(capacity_tokens=capacity, max_seq_tokens=4_096))
+    assert isinstance(alloc, ContiguousAllocator)
+    is_buddy = config["kind"] == "buddy" or config.get("placement") == "buddy"
+    for step in range(3_000):
+        live = alloc.live_request_ids()
+        u = rng.random()
+        if u < 0.4 or not live:
+            tokens = int(rng.integers(1_500, 3_001) if rng.random() < 0.3 else rng.integers(5, 51))
+            if alloc.allocate(step, tokens, reserve_tokens=tokens + 64) is None and live:
+                alloc.free(live[int(rng.integers(len(live)))])
+        elif u < 0.8:
+            rid = live[int(rng.integers(len(live)))]
+            if not alloc.extend(rid, int(rng.integers(1, 40))):
+                alloc.free(rid)
+        elif u < 0.85:
+            alloc.fork(live[int(rng.integers(len(live)))], step)
+        else:
+            alloc.free(live[int(rng.integers(len(live)))])
+        if step % 100 == 0:
+            check_invariants(alloc, is_buddy)
+    check_invariants(alloc, is_buddy)
+    for rid in alloc.live_request_ids():
+        alloc.free(rid)
     expected = _buddy_roots(capacity) if is_buddy else [(0, capacity)]
     assert alloc._free_extents() == expected
