@@ -22,8 +22,9 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/pytest -q
 
+# make bench BENCH_ARGS=--quick for a short run
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -101,8 +101,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--repeats", type=int, default=3, help="runs per measurement (median reported)"
     )
+    parser.add_argument("--quick", action="store_true", help="1,000,000 rows, one repeat")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rows, args.repeats = min(args.rows, 1_000_000), 1
     if args.child:
         _child(args.child[0], args.child[1], args.child[2] if len(args.child) > 2 else None)
         return
