@@ -50,6 +50,13 @@ class PoolSpec:
     through this)."""
     max_seq_tokens: int = 4096
     """The serving stack's maximum sequence length (prompt + output)."""
+    num_layers: int = 32
+    """Transformer layers: each holds a K and a V buffer per token (vAttention maps
+    2 x num_layers buffers; a page of one buffer holds page_bytes / its per-token bytes)."""
+    tensor_parallel: int = 1
+    """GPUs per replica. ``kv_bytes_per_token`` is the replica's (all GPUs); each GPU
+    holds ``kv_bytes_per_token // tensor_parallel`` bytes of every token, and byte-sized
+    things (pages, segments, rounding) live on one GPU."""
 
     def __post_init__(self) -> None:
         if self.capacity_tokens <= 0:
@@ -58,6 +65,14 @@ class PoolSpec:
             raise ValueError(f"kv_bytes_per_token must be > 0, got {self.kv_bytes_per_token}")
         if self.max_seq_tokens <= 0:
             raise ValueError(f"max_seq_tokens must be > 0, got {self.max_seq_tokens}")
+        if self.num_layers <= 0 or self.tensor_parallel <= 0:
+            raise ValueError(f"num_layers and tensor_parallel must be > 0, got "
+                             f"{self.num_layers} and {self.tensor_parallel}")
+
+    @property
+    def gpu_kv_bytes_per_token(self) -> int:
+        """Bytes of one token's K and V (all layers) on one GPU of the replica."""
+        return max(1, self.kv_bytes_per_token // self.tensor_parallel)
 
 
 @dataclass(frozen=True, slots=True)
