@@ -14,6 +14,7 @@ from rich.table import Table
 
 from sim.builtin import DEMO, builtin_names, describe_builtin, resolve_scenario
 from sim.results import FILES, RunResult, check_replaceable, summary_json
+from sim.run import Parts, build_parts, run
 from sim.scenario import Scenario, ScenarioError, load_scenario
 from sim.workload import load_workload
 
@@ -39,12 +40,11 @@ def check_output_dir(out: Path) -> None:
             return
 
 
-def simulate(scenario: Scenario, requests: pd.DataFrame, *, quiet: bool) -> RunResult:
+def simulate(scenario: Scenario, requests: pd.DataFrame, *, quiet: bool,
+             parts: Parts | None = None) -> RunResult:
     """Run with a rich progress bar over simulated time (on stderr)."""
-    from sim.run import run
-
     if quiet or not sys.stderr.isatty():
-        return run(scenario, requests)
+        return run(scenario, requests, parts=parts)
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -60,7 +60,7 @@ def simulate(scenario: Scenario, requests: pd.DataFrame, *, quiet: bool) -> RunR
                 task, completed=min(now_s / end_s, 1.0), sim=f"simulated {now_s / 3600:.1f} h"
             )
 
-        return run(scenario, requests, progress=report)
+        return run(scenario, requests, progress=report, parts=parts)
 
 
 def print_summary(summary: dict[str, Any], console: Console) -> None:
@@ -115,8 +115,9 @@ def run_command(
     """Simulate SCENARIO and write requests/timeseries/events Parquet + summary.json."""
     from traces import TraceError
 
+    path = resolve_scenario(scenario_path)
     try:
-        scenario = load_scenario(resolve_scenario(scenario_path))
+        scenario = load_scenario(path)
         overrides: dict[str, object] = {}
         if seed is not None:
             overrides["seed"] = seed
@@ -127,12 +128,21 @@ def run_command(
         if overrides:
             scenario = scenario.model_copy(update=overrides)
         requests = load_workload(scenario)
+        parts = build_parts(scenario, requests)
     except ScenarioError as e:
-        raise fail(str(e)) from None
+        message = str(e)
+        raise fail(message if message.startswith(str(path)) else f"{path}: {message}") from None
     except TraceError as e:
-        raise fail(f"{scenario_path}: field workload.trace: {e}") from None
+        raise fail(f"{path}: field workload.trace: {e}") from None
+    except (ValueError, OSError) as e:  # a calibration file, a hardware budget
+        raise fail(f"{path}: {e}") from None
     check_output_dir(out)
-    result = simulate(scenario, requests, quiet=quiet)
+    result = simulate(scenario, requests, quiet=quiet, parts=parts)
+    calls = result.summary["latency"].get("out_of_range_calls")
+    if calls:
+        err.print(f"warning: the calibrated latency model was evaluated outside its validity "
+                  f"range {calls:,} times (first at prefill_tokens, decode_seqs, kv_tokens = "
+                  f"{result.summary['latency']['first_out_of_range']})", highlight=False)
     try:
         result.write(out)
     except OSError as e:

@@ -162,6 +162,8 @@ class Replica:
                 sched.admitting = False
             step = sched.begin_step(env.now)
             if step is None:
+                if self._restart is not None:  # a drain just emptied the batch
+                    continue
                 # Idle with work queued would wait forever: that is a scheduler bug.
                 assert not (sched.waiting and sched.admitting), "scheduler stalled"
                 self._wake = env.event()
@@ -187,6 +189,8 @@ class Replica:
             np.zeros(k, dtype=np.int64), np.full(k, seqs, dtype=np.int64), kv0 + j * seqs
         ))
         deadline = sched.next_timeout_s()
+        if deadline is not None and deadline <= env.now:
+            return  # a timeout is already due: the next real step enforces it
         if deadline is not None:  # the boundary at/after a queue timeout is a decision
             k = min(k, int(np.searchsorted(ends, deadline - env.now, side="left")) + 1)
             ends = ends[:k]
@@ -199,9 +203,13 @@ class Replica:
         self.observe()
         target = k
         if wake.triggered and plan.applied < k:
-            # Woken early: the step in progress still completes, then we decide.
-            target = plan.applied + 1
-            yield env.timeout(max(0.0, plan.start_s + float(ends[plan.applied]) - env.now))
+            last_end_s = plan.start_s + (float(ends[plan.applied - 1]) if plan.applied else 0.0)
+            if env.now > last_end_s:
+                # Woken inside a step: it still completes, then we decide.
+                target = plan.applied + 1
+                yield env.timeout(max(0.0, plan.start_s + float(ends[plan.applied]) - env.now))
+            else:  # woken exactly on a step boundary: decide now
+                target = plan.applied
         if plan.applied < target:
             sched.advance(target - plan.applied)
             plan.applied = target

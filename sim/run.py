@@ -8,6 +8,7 @@ request has ended (ok, refused, timed out) or at ``duration_s``.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,11 +16,13 @@ import pandas as pd
 import simpy
 
 from policies.allocators.base import PoolSpec
+from policies.allocators.config import AllocatorConfig
+from sim.latency import LatencyModel
 from sim.metrics import Recorder
 from sim.replica import Replica
 from sim.results import RunResult
-from sim.scenario import Scenario
-from sim.scheduler import Group
+from sim.scenario import Scenario, ScenarioError
+from sim.scheduler import Group, SchedulerConfig
 from sim.summary import summarize
 
 
@@ -49,15 +52,22 @@ def make_groups(requests: pd.DataFrame) -> list[Group]:
     ]
 
 
-def run(
-    scenario: Scenario,
-    requests: pd.DataFrame,
-    *,
-    progress: Callable[[float, float], None] | None = None,
-) -> RunResult:
-    """Simulate ``requests`` (canonical trace frame, sorted by arrival) under ``scenario``.
+@dataclass(frozen=True)
+class Parts:
+    """What a scenario builds into before simulating (so its errors surface early)."""
 
-    ``progress(now_s, end_s)`` is called every 1 % of simulated time when given."""
+    spec: PoolSpec
+    scheduler: SchedulerConfig
+    latency: LatencyModel
+    allocator: AllocatorConfig
+    kv_capacity_tokens: int
+
+
+def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Parts:
+    """Resolve the hardware budget, the scheduler, the latency model and the allocator
+    (one is built to check it fits the pool). ``requests`` lets the allocator adopt the
+    trace's prefix-hash block size. Raises ScenarioError (or ValueError / OSError from
+    a latency file) naming what is wrong."""
     hw = scenario.hardware
     budget = hw.resolve()
     model, gpu = hw.model_spec, hw.gpu_spec
@@ -65,17 +75,65 @@ def run(
         capacity_tokens=budget.kv_capacity_tokens,
         kv_bytes_per_token=budget.replica_kv_bytes_per_token,
         max_seq_tokens=model.max_seq_tokens,
+        num_layers=model.num_layers,
+        tensor_parallel=hw.tensor_parallel,
     )
     sched_config = scenario.scheduler.build(
         model.max_seq_tokens, budget.replica_kv_bytes_per_token, gpu.hbm_bytes_per_s
     )
     latency = scenario.latency.build(model, gpu, hw.tensor_parallel)
+    allocator = scenario.allocator
+    if requests is not None:
+        allocator = _adopt_hash_block(allocator, requests)
+    try:
+        allocator.build(spec)
+    except ValueError as e:
+        raise ScenarioError(f"field allocator: {e}") from None
+    return Parts(spec, sched_config, latency, allocator, budget.kv_capacity_tokens)
+
+
+def _adopt_hash_block(allocator: AllocatorConfig, requests: pd.DataFrame) -> AllocatorConfig:
+    """A prefix-caching policy reads each hash as covering ``hash_block_tokens``; take it
+    from the trace's ``prefix_block_tokens`` unless the scenario sets it (and refuse a
+    mismatch: hits would be silently wrong)."""
+    column = requests.get("prefix_block_tokens")
+    if column is None or "hash_block_tokens" not in type(allocator).model_fields:
+        return allocator
+    sizes = sorted({int(v) for v in column.to_numpy() if v > 0})
+    if not sizes:
+        return allocator
+    if len(sizes) > 1:
+        raise ScenarioError(f"workload: the trace mixes prefix block sizes {sizes}; "
+                            f"the prefix cache needs one")
+    configured = getattr(allocator, "hash_block_tokens", None)
+    if configured is None:
+        return allocator.model_copy(update={"hash_block_tokens": sizes[0]})
+    if configured != sizes[0]:
+        raise ScenarioError(f"field allocator.hash_block_tokens: got {configured}, but the "
+                            f"trace's prefix hashes cover {sizes[0]}-token blocks")
+    return allocator
+
+
+def run(
+    scenario: Scenario,
+    requests: pd.DataFrame,
+    *,
+    progress: Callable[[float, float], None] | None = None,
+    parts: Parts | None = None,
+) -> RunResult:
+    """Simulate ``requests`` (canonical trace frame, sorted by arrival) under ``scenario``.
+
+    ``progress(now_s, end_s)`` is called every 1 % of simulated time when given;
+    ``parts`` (from :func:`build_parts`) skips building them again."""
+    parts = parts or build_parts(scenario, requests)
+    spec, sched_config, latency = parts.spec, parts.scheduler, parts.latency
+    allocator = parts.allocator
     groups = make_groups(requests)
 
     env = simpy.Environment()
     recorder = Recorder()
     replica = Replica(
-        env, 0, sched_config, lambda: scenario.allocator.build(spec), latency,
+        env, 0, sched_config, lambda: allocator.build(spec), latency,
         hooks=recorder, exact=scenario.mode == "exact",
         initial_uptime_s=scenario.initial_uptime_s,
     )
@@ -109,8 +167,9 @@ def run(
                         thresholds=scenario.metrics.thresholds())
     summary["scenario"] = scenario.name
     summary["seed"] = scenario.seed
-    summary["allocator"] = scenario.allocator.kind
-    summary["kv_capacity_tokens"] = budget.kv_capacity_tokens
+    summary["allocator"] = allocator.kind
+    summary["kv_capacity_tokens"] = parts.kv_capacity_tokens
+    summary["latency"] = _latency_report(scenario, latency)
     summary["engine"] = {
         "mode": scenario.mode, "steps": replica.steps_total, "wakeups": replica.wakeups_total,
         "end_s": env.now,
@@ -145,3 +204,16 @@ def _progress(env: simpy.Environment, report: Callable[[float, float], None],
     while True:
         report(env.now, end_s)
         yield env.timeout(end_s / 100)
+
+
+def _latency_report(scenario: Scenario, latency: LatencyModel) -> dict[str, Any]:
+    """The latency model used, and for a calibrated one how often the run evaluated it
+    outside its validity range (vectorised fast-mode planning counts the steps it
+    evaluated, a few of which an early wake-up may not run)."""
+    report: dict[str, Any] = {"kind": scenario.latency.kind}
+    calls = getattr(latency, "out_of_range_calls", None)
+    if calls is not None:
+        first = getattr(latency, "first_out_of_range", None)
+        report["out_of_range_calls"] = int(calls)
+        report["first_out_of_range"] = None if first is None else [int(v) for v in first]
+    return report

@@ -36,6 +36,9 @@ class WorkloadConfig(_Strict):
 
     trace: Path | None = Field(None, description="A trace file (relative to the scenario).")
     format: str | None = Field(None, description="Trace format; default: detected.")
+    arrival: dict[str, Any] | None = Field(
+        None, description="Arrival process for a length-only trace (traces.arrivals: "
+        "{kind: poisson, rate_per_s: 2.0}, gamma, diurnal, bursty), seeded by the scenario.")
     preset: str | None = Field(None, description="A named synthetic workload (traces.synth).")
     synth: dict[str, Any] | None = Field(
         None, description="A synthetic workload spec (traces.synth.SynthSpec fields); with "
@@ -101,7 +104,7 @@ class RestartOptions(_Strict):
 class MetricsOptions(_Strict):
     """Sampling and the seed's alert thresholds."""
 
-    sample_interval_s: float = Field(60.0, gt=0, description="Periodic sample spacing.")
+    sample_interval_s: float = Field(60.0, ge=1e-3, description="Periodic sample spacing.")
     high_free_share: float = Field(0.25, ge=0, le=1, description="Failure at > this free: "
                                    "fragmentation alert.")
     ratio_alert: float = Field(0.6, ge=0, le=1, description="Medium alert below this ratio.")

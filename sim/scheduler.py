@@ -190,7 +190,7 @@ class Scheduler:
             g.blocked = None
             if g.swapped:  # host memory goes with the process
                 g.swapped = False
-                g.held_tokens = g.prompt_tokens + max(g.generated_tokens - 1, 0)
+                g.held_tokens = g.prompt_tokens + g.generated_tokens
 
     # -- one step -----------------------------------------------------------------------
     def begin_step(self, now: float) -> Step | None:
@@ -432,15 +432,8 @@ class Scheduler:
                 skipped.append(self.waiting.popleft())
                 continue
             self.waiting.popleft()
-            if self._place(g, now, step):
+            if self._swap_in(g, now, step) if g.swapped else self._place(g, now, step):
                 budget -= g.prefill_left_tokens
-                # A group swapped back in resumes decoding in this very step; if its
-                # growth is refused it is swapped out again and admission stops here.
-                if g.prefill_left_tokens == 0:
-                    if self._grow(g, now, step):
-                        step.decoding.append(g)
-                    elif self.waiting and self.waiting[0] is g:
-                        break
                 continue
             failure = self.allocator.last_failure()
             assert failure is not None, "allocator refused without recording why"
@@ -449,7 +442,8 @@ class Scheduler:
                                       failure.largest_free_extent_tokens, failure.cause))
             if not self.running:  # an empty pool cannot hold it: it never fits here
                 self._reject(g, now, "capacity")
-            elif self.config.on_admission_failure == "reject":
+            elif self.config.on_admission_failure == "reject" and math.isnan(g.admit_s):
+                # A naive server refuses new requests; one it preempted waits.
                 self._reject(g, now, failure.cause)
             else:
                 g.blocked = (s.free_tokens, s.largest_free_extent_tokens)
@@ -500,11 +494,9 @@ class Scheduler:
         cached = min(got.cached_tokens, g.prompt_tokens - 1)
         if g.swapped:
             g.prefill_left_tokens = 0
-            g.swapped = False
-            step.stall_s += g.num_seqs * resume_tokens * self.config.swap_s_per_token
         else:
             g.prefill_left_tokens = (g.prompt_tokens - cached) + g.num_seqs * grow
-            g.cached_tokens += cached
+            g.cached_tokens = max(g.cached_tokens, cached)
         g.held_tokens = g.synced_tokens = resume_tokens
         g.limit_tokens = resume_tokens + alloc.headroom_tokens(ids[0])
         if math.isnan(g.admit_s):
@@ -518,6 +510,27 @@ class Scheduler:
             self.prefilling.append(g)
         return True
 
+    def _swap_in(self, g: Group, now: float, step: Step) -> bool:
+        """Bring a swapped-out group back, decoding in this very step, only if its next
+        growth fits too; otherwise undo (no preemption, no transfer) and return False
+        with the refusal recorded by the allocator."""
+        if not self._place(g, now, step):
+            return False
+        alloc = self.allocator
+        for sid in g.seq_ids:
+            if not alloc.extend(sid, 1):
+                failure = alloc.last_failure()
+                self._drop(g)
+                g.seq_ids = []
+                alloc._last_failure = failure
+                return False
+        g.swapped = False
+        step.stall_s += g.num_seqs * g.held_tokens * self.config.swap_s_per_token
+        g.held_tokens = g.synced_tokens = g.held_tokens + 1
+        g.limit_tokens = g.held_tokens + alloc.headroom_tokens(g.seq_ids[0])
+        step.decoding.append(g)
+        return True
+
     def _note_reserved(self, g: Group) -> None:
         r = sum(self.allocator.reserved_tokens(sid) for sid in g.seq_ids)
         if r > g.peak_reserved_tokens:
@@ -528,6 +541,8 @@ class Scheduler:
         ``g`` itself left the batch."""
         alloc = self.allocator
         self._sync(g)
+        if alloc.decisions_read_held:
+            self.sync_allocator()
         for sid in g.seq_ids:
             if not alloc.extend(sid, 1) and not self._grow_refused(g, sid, now, step):
                 return False
@@ -569,7 +584,8 @@ class Scheduler:
             step.decoding.remove(victim)
         self.preemptions_total += 1
         step.preempted = True
-        if self.config.preemption == "swap":
+        # A group still prefilling is recomputed even under swap (as vLLM does).
+        if self.config.preemption == "swap" and victim.prefill_left_tokens == 0:
             step.stall_s += victim.num_seqs * victim.held_tokens * self.config.swap_s_per_token
             victim.swapped = True
         self._requeue_preempted(victim, count=True)
@@ -582,8 +598,10 @@ class Scheduler:
         if count:
             g.preemptions += 1
         if not g.swapped:
-            # Recompute: the held context becomes prompt work again on re-admission.
-            g.held_tokens = g.prompt_tokens + max(g.generated_tokens - 1, 0)
+            # Recompute (vLLM): prompt and every emitted token are prefilled again on
+            # re-admission (the last token's KV was never stored), then the next token
+            # comes out of that prefill.
+            g.held_tokens = g.prompt_tokens + g.generated_tokens
         g.seq_ids = []
         g.prefill_left_tokens = 0
         g.blocked = None

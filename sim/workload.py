@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from sim.scenario import Scenario, ScenarioError, WorkloadConfig
 from traces import load, synth, transform
+from traces.arrivals import ArrivalSpec
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -36,8 +37,23 @@ def synth_spec(w: WorkloadConfig) -> synth.SynthSpec:
         return synth.SynthSpec.model_validate(data)
     except ValidationError as e:
         raise ScenarioError("; ".join(
-            f"workload.synth.{'.'.join(str(p) for p in x['loc'])}: {x['msg']}" for x in e.errors()
+            f"field workload.synth.{'.'.join(str(p) for p in x['loc'])}: "
+            f"got {x.get('input')!r}: {x['msg']}" for x in e.errors()
         )) from None
+
+
+def arrival_spec(w: WorkloadConfig) -> ArrivalSpec | None:
+    """The validated ``workload.arrival`` (for length-only traces), if any."""
+    if w.arrival is None:
+        return None
+    try:
+        spec: ArrivalSpec = TypeAdapter(ArrivalSpec).validate_python(w.arrival)
+    except ValidationError as e:
+        raise ScenarioError("; ".join(
+            f"field workload.arrival.{'.'.join(str(p) for p in x['loc'])}: "
+            f"got {x.get('input')!r}: {x['msg']}" for x in e.errors()
+        )) from None
+    return spec
 
 
 def load_workload(scenario: Scenario) -> pd.DataFrame:
@@ -45,7 +61,7 @@ def load_workload(scenario: Scenario) -> pd.DataFrame:
     Raises TraceError for bad trace files and ScenarioError for bad specs."""
     w = scenario.workload
     if w.trace is not None:
-        df = load(w.trace, format=w.format)
+        df = load(w.trace, format=w.format, arrivals=arrival_spec(w), seed=scenario.seed)
     else:
         df = synth.generate(synth_spec(w), seed=scenario.seed)
     if w.rate_scale is not None:

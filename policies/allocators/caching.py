@@ -3,8 +3,12 @@
 This is how a naive serving stack (Hugging Face generate, a custom fork) keeps its KV
 cache: one tensor per request, grown by reallocation (``torch.cat``-style: allocate a new
 tensor, copy, free the old, so both coexist at the peak), on top of PyTorch's caching
-allocator (``c10/cuda/CUDACachingAllocator.cpp``). Internally everything is bytes
-(``tokens * kv_bytes_per_token``); the device has ``capacity_tokens * kv_bytes_per_token``.
+allocator (``c10/cuda/CUDACachingAllocator.cpp``). Internally everything is bytes of one
+GPU: ``tokens * PoolSpec.gpu_kv_bytes_per_token``, the device has ``capacity_tokens *
+gpu_kv_bytes_per_token``. Under tensor parallelism every GPU of the replica holds its
+share of each tensor in its own caching allocator and makes the same decisions, so one
+GPU's allocator stands for the replica, and PyTorch's byte thresholds below apply to
+per-GPU sizes (a tensor is 1/tp of the replica's bytes).
 
 Modelled from PyTorch:
 
@@ -109,7 +113,7 @@ class CachingAllocator(Allocator):
         super().__init__(spec)
         if growth_factor < 1.0:
             raise ValueError(f"growth_factor must be >= 1, got {growth_factor}")
-        self._kvb = spec.kv_bytes_per_token
+        self._kvb = spec.gpu_kv_bytes_per_token  # one GPU's bytes per token
         self._device_bytes = spec.capacity_tokens * self._kvb
         self._device_free = self._device_bytes  # outside segments / unmapped
         self._expandable = expandable_segments

@@ -4,14 +4,19 @@ Each request gets its own contiguous *virtual* range of the maximum size, so ker
 an unpaged KV tensor; virtual space is never the constraint. Physical memory is mapped
 on demand, one page at a time, as the request grows (vAttention, Prabhu et al., 2024).
 
-Page size in tokens. vAttention keeps one virtual buffer per layer for K and one for V
-(``buffers_per_token`` = 2 x num_layers of them) and maps a physical page of
+Page size in tokens. vAttention keeps, on every GPU, one virtual buffer per layer for K
+and one for V (``buffers_per_token`` = 2 x num_layers of them; under tensor parallelism
+each GPU's buffers hold its share of the KV heads) and maps a physical page of
 ``page_bytes`` into each buffer together, so one page *group* holds::
 
-    page_tokens = page_bytes * buffers_per_token // kv_bytes_per_token
+    page_tokens = page_bytes * buffers_per_token // gpu_kv_bytes_per_token
 
-tokens (``kv_bytes_per_token`` covers all layers, K and V). Example: Llama-2-7B in fp16,
-524,288 bytes per token over 64 buffers: 2 MiB pages hold 256 tokens, 64 KiB pages 8.
+tokens, at least 1 (``gpu_kv_bytes_per_token`` = ``PoolSpec.gpu_kv_bytes_per_token``: one
+token's K and V over all layers on one GPU, i.e. the replica's bytes / tensor_parallel).
+Every GPU of the replica maps the same pages for the same tokens, so one GPU's page
+groups are the replica's. Examples in fp16: Llama-2-7B (32 layers, 524,288 bytes per
+token) at tp=1: 2 MiB pages hold 256 tokens, 64 KiB pages 8; Llama-2-13B (40 layers,
+819,200 bytes per token): 204 tokens per 2 MiB page at tp=1, 409 at tp=2.
 The pool is ``capacity_tokens // page_tokens`` page groups; a remainder smaller than one
 group is not part of the pool (``stats().capacity_tokens`` is the whole-page capacity).
 
@@ -33,9 +38,13 @@ from policies.allocators.base import Allocation, Allocator, AllocStats, PoolSpec
 from policies.allocators.config import AllocatorConfig
 
 
-def page_tokens_for(page_bytes: int, buffers_per_token: int, kv_bytes_per_token: int) -> int:
-    """Tokens one page group holds (at least 1); see the module docstring."""
-    return max(1, page_bytes * buffers_per_token // kv_bytes_per_token)
+def page_tokens_for(page_bytes: int, buffers_per_token: int, gpu_kv_bytes_per_token: int) -> int:
+    """Tokens one page group holds (at least 1); see the module docstring.
+
+    ``gpu_kv_bytes_per_token`` is one GPU's share of a token's KV (all layers, K and V),
+    ``buffers_per_token`` the K/V buffers it is spread over on that GPU (2 x num_layers).
+    """
+    return max(1, page_bytes * buffers_per_token // gpu_kv_bytes_per_token)
 
 
 class VmPagedAllocator(Allocator):
@@ -49,8 +58,9 @@ class VmPagedAllocator(Allocator):
         if self.num_pages == 0:
             raise ValueError(
                 f"pool of {spec.capacity_tokens} tokens is smaller than one "
-                f"{page_tokens}-token page group (is PoolSpec.kv_bytes_per_token the "
-                f"model's, {spec.kv_bytes_per_token} bytes?)"
+                f"{page_tokens}-token page group (are PoolSpec.kv_bytes_per_token, "
+                f"{spec.kv_bytes_per_token} bytes, and tensor_parallel, "
+                f"{spec.tensor_parallel}, the model's?)"
             )
         self.page_tokens = page_tokens
         self.pool_block_tokens = page_tokens
@@ -173,14 +183,16 @@ class VmPagedConfig(AllocatorConfig):
     kind: Literal["vm_paged"] = "vm_paged"
     page_bytes: int = Field(2 << 20, ge=64 << 10, le=2 << 20)
     """Physical page size mapped into each K/V buffer (vAttention: 64 KiB to 2 MiB)."""
-    buffers_per_token: int = Field(64, ge=1, le=4096)
-    """Virtual buffers a token's KV spans: 2 x num_layers (K and V per layer); 64 for a
-    32-layer model."""
+    buffers_per_token: int | None = Field(None, ge=1, le=4096)
+    """Virtual buffers a token's KV spans on one GPU: K and V per layer. None (default):
+    2 x ``PoolSpec.num_layers``, i.e. derived from the model (64 for 32 layers)."""
+
+    def page_tokens(self, spec: PoolSpec) -> int:
+        """Tokens per page group for ``spec``'s model and tensor parallelism."""
+        buffers = self.buffers_per_token
+        if buffers is None:
+            buffers = 2 * spec.num_layers
+        return page_tokens_for(self.page_bytes, buffers, spec.gpu_kv_bytes_per_token)
 
     def build(self, spec: PoolSpec) -> VmPagedAllocator:
-        return VmPagedAllocator(
-            spec,
-            page_tokens=page_tokens_for(
-                self.page_bytes, self.buffers_per_token, spec.kv_bytes_per_token
-            ),
-        )
+        return VmPagedAllocator(spec, page_tokens=self.page_tokens(spec))

@@ -136,3 +136,26 @@ def test_config_is_registered() -> None:
     assert isinstance(config, CachingConfig)
     alloc = config.build(PoolSpec(1_000, kv_bytes_per_token=MIB))
     assert alloc.pool_block_tokens is None and alloc.stats().free_tokens == 1_000
+
+
+def test_tensor_parallelism_sizes_pools_and_segments_per_gpu() -> None:
+    """200 tokens of 8 KiB (replica bytes) are 1.56 MiB on one GPU at tp=1 (large pool,
+    20 MiB segment) but 0.78 MiB at tp=2 (small pool, 2 MiB segment); a 1,000-token
+    tensor (large pool either way) then shares the segment at tp=1 only."""
+    segments = {}
+    for tp in (1, 2):
+        a = CachingAllocator(PoolSpec(100_000, kv_bytes_per_token=8192, tensor_parallel=tp))
+        assert a.allocate(1, 200) is not None and a.reserved_tokens(1) == 200
+        assert a.allocate(2, 1_000) is not None and a.reserved_tokens(2) == 1_000
+        assert a.stats().free_tokens == 100_000 - 1_200
+        segments[tp] = a.segment_count()
+    assert segments == {1: 1, 2: 2}
+
+
+def test_rounding_applies_to_one_gpus_bytes() -> None:
+    # 768 B per token over the replica; one token is 384 B per GPU at tp=2: rounded to
+    # 512 B, which holds one token (at tp=1 it would be 768 -> 1,024 B, also one token).
+    # 3 tokens at tp=2: 1,152 B -> 1,536 B = 4 tokens; at tp=1: 2,304 B -> 2,560 B = 3.
+    for tp, reserved in ((1, 3), (2, 4)):
+        a = CachingAllocator(PoolSpec(10_000, kv_bytes_per_token=768, tensor_parallel=tp))
+        assert a.allocate(1, 3) is not None and a.reserved_tokens(1) == reserved

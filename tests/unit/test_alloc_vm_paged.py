@@ -10,6 +10,7 @@ from policies.allocators.registry import parse_allocator
 from policies.allocators.vm_paged import VmPagedAllocator, VmPagedConfig, page_tokens_for
 
 LLAMA2_7B_KV_BYTES = 2 * 32 * 4096 * 2  # K and V x 32 layers x 4096 x fp16
+LLAMA2_13B_KV_BYTES = 2 * 40 * 5120 * 2  # K and V x 40 layers x 5120 x fp16 = 819,200
 
 
 def test_page_tokens_from_page_bytes_and_model() -> None:
@@ -57,3 +58,31 @@ def test_config_builds_from_the_model_bytes() -> None:
         parse_allocator({"kind": "vm_paged", "page_bytes": 4096})
     with pytest.raises(ValueError, match="smaller than one"):
         VmPagedConfig().build(PoolSpec(100, kv_bytes_per_token=LLAMA2_7B_KV_BYTES))
+
+
+@pytest.mark.parametrize(("tp", "page_tokens"), [(1, 204), (2, 409)])
+def test_page_tokens_follow_the_layers_and_one_gpus_bytes(tp: int, page_tokens: int) -> None:
+    # Llama-2-13B: 80 buffers (2 x 40 layers); a 2 MiB page per buffer holds
+    # 2 MiB / (bytes per token per buffer on one GPU) tokens: 2 MiB * 80 / (819,200 / tp).
+    spec = PoolSpec(
+        100_000, kv_bytes_per_token=LLAMA2_13B_KV_BYTES, num_layers=40, tensor_parallel=tp
+    )
+    assert spec.gpu_kv_bytes_per_token == LLAMA2_13B_KV_BYTES // tp
+    config = VmPagedConfig()
+    assert config.buffers_per_token is None  # derived from the model
+    assert config.page_tokens(spec) == page_tokens
+    alloc = config.build(spec)
+    assert alloc.pool_block_tokens == page_tokens
+    assert alloc.stats().capacity_tokens == 100_000 // page_tokens * page_tokens
+
+
+def test_tensor_parallelism_scales_pages_of_a_32_layer_model() -> None:
+    spec = PoolSpec(100_000, kv_bytes_per_token=LLAMA2_7B_KV_BYTES, tensor_parallel=2)
+    assert VmPagedConfig().page_tokens(spec) == 512  # half the bytes per GPU: twice the tokens
+
+
+def test_explicit_buffers_per_token_overrides_the_model() -> None:
+    spec = PoolSpec(100_000, kv_bytes_per_token=LLAMA2_13B_KV_BYTES, num_layers=40)
+    assert VmPagedConfig(buffers_per_token=64).page_tokens(spec) == 163  # the old default
+    with pytest.raises(ValidationError):
+        VmPagedConfig(buffers_per_token=0)

@@ -292,16 +292,10 @@ def test_a_shared_prefix_is_cached_for_the_second_request() -> None:
 # -- bugs -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: fast mode admits an arrival that lands exactly "
-                   "on a step boundary one step later than exact mode (Replica._macro always "
-                   "waits for 'the step in progress', even when none is)")
 def test_an_arrival_on_a_step_boundary_is_admitted_there_in_both_modes() -> None:
     both_modes(PAGED, 100_000, [(0.0, 10, 20), (1.0, 10, 5)], step_s=0.25)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a queue deadline that passed during a real "
-                   "step is only enforced one step later in fast mode: Replica._macro plans "
-                   "searchsorted(...)+1 >= 1 steps even when the deadline is already past")
 def test_a_timeout_that_passes_during_a_real_step_agrees_in_both_modes() -> None:
     # Request 1 (deadline 1.1 s) waits; request 2's arrival at 0.9 s ends the fast-mode
     # plan at 1.0 s, so the step [1.0, 1.25] that crosses the deadline is a real step.
@@ -309,10 +303,6 @@ def test_a_timeout_that_passes_during_a_real_step_agrees_in_both_modes() -> None
                scheduler={"queue_timeout_s": 1.0})
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the trace's prefix_block_tokens is ignored: "
-                   "sim.run.make_groups drops it and the paged allocator reads each hash as "
-                   "covering one 16-token block, so a 512-token-hash trace caches 64 tokens "
-                   "instead of the whole shared prefix")
 def test_prefix_hashes_are_read_with_the_traces_block_size() -> None:
     hashes = [[11, 12, 13, 14], [11, 12, 13, 14]]
     r = simulate({"kind": "paged", "block_size_tokens": 16}, 100_000,
@@ -350,10 +340,6 @@ def test_fast_and_exact_agree_with_restarts_forks_and_prefixes(
     assert (ended["finish_s"] >= ended["first_token_s"]).all()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a drain restart never happens when the batch "
-                   "empties inside begin_step (the last running request fails or is "
-                   "preempted): Replica._run idles waiting for a wake-up with the restart "
-                   "pending and requests queued; without duration_s run() never returns")
 @pytest.mark.parametrize("preemption", ["fail", "recompute"])
 def test_a_drain_restart_happens_when_the_last_request_leaves_by_failure(
         preemption: str) -> None:
@@ -366,11 +352,6 @@ def test_a_drain_restart_happens_when_the_last_request_leaves_by_failure(
     assert rec(r, 1)["status"] == "ok"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: with compaction (decisions_read_held) the "
-                   "multi-sequence growth path (Scheduler._grow) decides without syncing "
-                   "growth deferred inside single-sequence headrooms, so the tokens a "
-                   "compaction moves (and its copy stall) depend on when a metric sample "
-                   "last synced: fast and exact differ by one moved token")
 def test_compaction_moves_the_same_tokens_in_both_modes() -> None:
     both_modes({"kind": "compaction"}, 20_000,
                [(0.105688, 511, 94), (0.166452, 580, 138), (0.375302, 2373, 247)],

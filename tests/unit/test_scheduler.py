@@ -192,10 +192,6 @@ def test_recompute_preempts_the_most_recent_and_reprefills_its_context() -> None
     assert r[1].finish_s == pytest.approx(1.01 + 38 * STEP_S)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a recomputed request re-prefills prompt + "
-                   "generated - 1 tokens but then emits a token, so it holds one slot less "
-                   "than the module invariant (P + generated - 1) ever after; vLLM re-prefills "
-                   "P + generated tokens (sim/scheduler.py _requeue_preempted)")
 def test_a_recomputed_request_holds_prompt_plus_output_minus_one_at_its_last_step() -> None:
     d = _two_growing("recompute")
     r = d.by_id()
@@ -236,10 +232,6 @@ def test_fail_preemption_fails_the_request_that_cannot_grow() -> None:
     assert d.sched.preemptions_total == 0
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: swapping out a group whose chunked prefill is "
-                   "unfinished drops the rest of its prefill (_requeue_preempted zeroes "
-                   "prefill_left_tokens, _place resumes it as decoding): it finishes ok with "
-                   "no first token")
 def test_swapping_a_half_prefilled_request_keeps_its_remaining_prefill() -> None:
     # Request 0 decodes; request 1's 1900-token prompt prefills 15 tokens a step when the
     # pool runs out and request 1 (the most recent) is swapped out mid-prefill.
@@ -441,10 +433,6 @@ def test_a_group_wider_than_max_num_seqs_is_refused_not_stuck() -> None:
     assert d.done and d.done[0].status.startswith("rejected")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a swapped-out group is swapped back in once "
-                   "free memory or the largest extent grows, without checking that its next "
-                   "growth fits; the growth fails and it is swapped out again (one more "
-                   "preemption and two more transfers for nothing)")
 def test_a_swapped_out_request_stays_out_until_its_growth_fits() -> None:
     # Request 1's 664-slot buffer is full at 0.66 s and the 728-slot buffer it needs does
     # not fit beside it while request 0 runs (until 1.5 s).
