@@ -32,7 +32,7 @@ inside these bounds gives the same state whatever order the ``extend`` calls com
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -220,6 +220,15 @@ class Allocator(ABC):
     def blocks_to_extend(self, request_id: int, tokens: int) -> int:
         """Pooled policies: blocks ``extend(request_id, tokens)`` would draw."""
         raise NotImplementedError(f"{type(self).__name__} is not a pooled policy")
+
+    # -- argument checks shared by the policies ------------------------------------------
+    @staticmethod
+    def _check_new(request_id: int, live: Container[int], tokens: int = 0) -> None:
+        """Raise unless ``request_id`` is new and ``tokens`` is not negative."""
+        if request_id in live:
+            raise ValueError(f"request {request_id} is already live")
+        if tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {tokens}")
 
     # -- diagnosis --------------------------------------------------------------------
     def classify_failure(self, tokens: int) -> FailureCause:

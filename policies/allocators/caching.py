@@ -142,10 +142,7 @@ class CachingAllocator(Allocator):
         prefix_hashes: Sequence[int] = (),
     ) -> Allocation | None:
         """A tensor of exactly ``tokens`` (growth later reallocates)."""
-        if request_id in self._tensors:
-            raise ValueError(f"request {request_id} is already live")
-        if tokens < 0:
-            raise ValueError(f"tokens must be >= 0, got {tokens}")
+        self._check_new(request_id, self._tensors, tokens)
         block = self._malloc(tokens * self._kvb) if tokens else None
         if tokens and block is None:
             return None
@@ -174,8 +171,7 @@ class CachingAllocator(Allocator):
 
     def fork(self, parent_id: int, child_id: int) -> bool:
         """A copy of the parent's tensor (no sharing)."""
-        if child_id in self._tensors:
-            raise ValueError(f"request {child_id} is already live")
+        self._check_new(child_id, self._tensors)
         p = self._live(parent_id)
         block = self._malloc(p.cap * self._kvb) if p.cap else None
         if p.cap and block is None:

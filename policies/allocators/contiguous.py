@@ -105,10 +105,7 @@ class ContiguousAllocator(Allocator):
         reserve_tokens: int | None = None,
         prefix_hashes: Sequence[int] = (),
     ) -> Allocation | None:
-        if request_id in self._live:
-            raise ValueError(f"request {request_id} is already live")
-        if tokens < 0:
-            raise ValueError(f"tokens must be >= 0, got {tokens}")
+        self._check_new(request_id, self._live, tokens)
         size = self._admit_tokens(tokens, reserve_tokens)
         self._moved_in_op = 0
         start = self._place(size)
@@ -154,8 +151,7 @@ class ContiguousAllocator(Allocator):
 
     def fork(self, parent_id: int, child_id: int) -> bool:
         parent = self._record(parent_id)
-        if child_id in self._live:
-            raise ValueError(f"request {child_id} is already live")
+        self._check_new(child_id, self._live)
         size = parent[_RESERVED]
         self._moved_in_op = 0
         start = self._place(size)

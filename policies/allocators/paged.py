@@ -131,10 +131,7 @@ class PagedAllocator(Allocator):
     ) -> Allocation | None:
         """Admit a prompt of ``tokens``; ``cached_tokens`` counts prompt tokens found in
         the prefix cache (the engine still computes at least one token)."""
-        if request_id in self._seqs:
-            raise ValueError(f"request {request_id} is already live")
-        if tokens < 0:
-            raise ValueError(f"tokens must be >= 0, got {tokens}")
+        self._check_new(request_id, self._seqs, tokens)
         if prefix_hashes and self._prefix_caching:
             return self._allocate_with_prefix(request_id, tokens, prefix_hashes)
         bt = self._bt
@@ -182,8 +179,7 @@ class PagedAllocator(Allocator):
     def fork(self, parent_id: int, child_id: int) -> bool:
         """Share every block of the parent (refcount + 1); never draws a block. The
         first write of either into a shared, partly filled last block copies it."""
-        if child_id in self._seqs:
-            raise ValueError(f"request {child_id} is already live")
+        self._check_new(child_id, self._seqs)
         p = self._seq(parent_id)
         named = self._name_anon_blocks(p)
         ref = self._ref

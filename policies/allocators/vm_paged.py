@@ -78,10 +78,7 @@ class VmPagedAllocator(Allocator):
         reserve_tokens: int | None = None,
         prefix_hashes: Sequence[int] = (),
     ) -> Allocation | None:
-        if request_id in self._held:
-            raise ValueError(f"request {request_id} is already live")
-        if tokens < 0:
-            raise ValueError(f"tokens must be >= 0, got {tokens}")
+        self._check_new(request_id, self._held, tokens)
         pt = self.page_tokens
         need = -(-tokens // pt)
         if need > self._free_pages:
@@ -112,8 +109,7 @@ class VmPagedAllocator(Allocator):
 
     def fork(self, parent_id: int, child_id: int) -> bool:
         """Copy the parent's tokens into the child's own pages (no sharing)."""
-        if child_id in self._held:
-            raise ValueError(f"request {child_id} is already live")
+        self._check_new(child_id, self._held)
         held = self._live(parent_id)
         pages = self._pages[parent_id]
         if pages > self._free_pages:
