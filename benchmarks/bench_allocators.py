@@ -18,9 +18,9 @@ Run: ``python -m benchmarks bench_allocators`` (``--quick`` for a smoke run).
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 
@@ -185,10 +185,31 @@ def bench_policy(
     }
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """``[--quick] [KIND ...]``; unknown options or kinds exit 2 with argparse's usage
+    message (``--help`` prints it and exits 0) instead of starting the benchmark."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_allocators",
+        description="Operations per second of allocator policies (one JSON line per run).",
+    )
+    parser.add_argument("--quick", action="store_true", help="Small pools and windows (smoke run).")
+    parser.add_argument(
+        "kinds",
+        nargs="*",
+        metavar="KIND",
+        help=f"Policies to run (default: all): {', '.join(sorted(ALLOCATORS))}.",
+    )
+    args = parser.parse_args(argv)
+    unknown = [k for k in args.kinds if k not in ALLOCATORS]
+    if unknown:
+        parser.error(f"unknown policy {unknown[0]!r}; choose from {', '.join(sorted(ALLOCATORS))}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    quick = "--quick" in args
-    kinds = [a for a in args if not a.startswith("--")] or sorted(ALLOCATORS)
+    args = parse_args(argv)
+    quick = bool(args.quick)
+    kinds = list(args.kinds) or sorted(ALLOCATORS)
     pools = [(1_000_000, 50_000, 100_000), (100_000_000, 300_000, 100_000)]
     repeats = 3
     if quick:

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sim.builtin import DEMO, builtin_names, describe_builtin, resolve_scenario
+from sim.cli_trace import show_trace_warnings
 from sim.results import FILES, RunResult, check_replaceable, summary_json
 from sim.run import Parts, build_parts, run
 from sim.scenario import Scenario, ScenarioError, load_scenario
@@ -127,7 +128,8 @@ def run_command(
             overrides["mode"] = mode
         if overrides:
             scenario = scenario.model_copy(update=overrides)
-        requests = load_workload(scenario)
+        with show_trace_warnings():
+            requests = load_workload(scenario)
         parts = build_parts(scenario, requests)
     except ScenarioError as e:
         message = str(e)

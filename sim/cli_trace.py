@@ -3,6 +3,10 @@
 Every user error (a bad file, field, spec or option) prints one ``error: ...`` line on
 stderr and exits with status 2; outputs are written atomically, so a failed command
 leaves no partial file. Repairs (sorting, dropped failed rows) print ``warning: ...``.
+
+Reusable by other commands: :func:`show_trace_warnings` (TraceWarnings as ``warning:``
+lines), :func:`validation_lines` (a pydantic error as ``FILE: field a.b: got V: msg``
+lines) and :class:`SpecError` (pre-worded error lines).
 """
 
 from __future__ import annotations
@@ -51,26 +55,93 @@ KeepFailedOpt = Annotated[
 ]
 
 
+class SpecError(Exception):
+    """A user error already worded for the terminal: one or more lines, each printed as
+    ``error: LINE``."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__("\n".join(lines))
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def validation_lines(source: str, exc: ValidationError, data: object) -> list[str]:
+    """One ``SOURCE: field a.b: got VALUE: message`` line per pydantic error.
+
+    The dotted path follows the user's input (``arrival.rate_per_s``): the union tags
+    pydantic inserts (``arrival.poisson.rate_per_s``) are dropped when the input at that
+    point is a mapping whose ``kind`` is the tag. No pydantic URL is printed.
+    """
+    lines = []
+    for e in exc.errors(include_url=False):
+        path: list[str] = []
+        node: object = data
+        for step in e["loc"]:
+            if isinstance(node, dict) and step in node:  # noqa: SIM114 (mypy: index types)
+                node = node[step]
+            elif isinstance(node, list | tuple) and isinstance(step, int) and step < len(node):
+                node = node[step]
+            elif isinstance(node, dict) and node.get("kind") == step:
+                continue  # a discriminated union's tag, not a key the user wrote
+            else:
+                node = None
+            path.append(str(step))
+        msg = str(e["msg"]).removeprefix("Value error, ")
+        parts = [source, f"field {'.'.join(path)}" if path else "spec"]
+        if e["type"] != "missing" and path:
+            parts.append(f"got {_short(e.get('input'))}")
+        parts.append(msg[:1].lower() + msg[1:])
+        lines.append(": ".join(parts))
+    return lines
+
+
+@contextmanager
+def show_trace_warnings() -> Iterator[None]:
+    """Within the block, print every :class:`traces.TraceWarning` as one
+    ``warning: MESSAGE`` line on stderr (each time, not once per place), instead of
+    Python's ``FILE:LINE: TraceWarning: ...`` format. Other warnings keep their usual
+    handling. Restores the warning state on exit."""
+    from traces import TraceWarning
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    previous = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
+        if issubclass(category, TraceWarning):
+            err.print(f"warning: {message}", markup=False)
+        else:
+            previous(message, category, *args, **kw)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", TraceWarning)
+        warnings.showwarning = show
+        yield
+
+
 @contextmanager
 def _user_errors() -> Iterator[None]:
-    """Turn trace/spec errors into one stderr line and exit status 2; show warnings."""
+    """Turn trace/spec errors into ``error: ...`` lines on stderr and exit status 2;
+    show TraceWarnings as ``warning: ...``."""
     from traces import TraceError
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-    def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
-        err.print(f"warning: {message}", markup=False)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        warnings.showwarning = show
+    with show_trace_warnings():
         try:
             yield
         except TraceError as exc:
             err.print(f"error: {exc}", markup=False)
             raise typer.Exit(2) from None
-        except (ValidationError, yaml.YAMLError, OSError) as exc:
-            err.print(f"error: {exc}", markup=False)
+        except SpecError as exc:
+            for line in exc.lines:
+                err.print(f"error: {line}", markup=False)
+            raise typer.Exit(2) from None
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            err.print(f"error: {where}{exc.strerror or exc}", markup=False)
             raise typer.Exit(2) from None
 
 
@@ -171,44 +242,87 @@ def convert(
     typer.echo(f"wrote {rows:,} requests to {dst}")
 
 
+def _load_spec_data(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([f"{path}: cannot read spec file ({exc})"]) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise SpecError([f"{path}: not valid YAML: {problem}{at}"]) from None
+
+
 def _spec(source: str) -> Any:
-    from traces.errors import TraceError
+    """A preset's spec, or the SynthSpec in a YAML/JSON file (optionally under a
+    ``workload:`` key); errors are :class:`SpecError` lines naming the file."""
     from traces.synth import PRESETS, SynthSpec
 
     if source in PRESETS:
         return PRESETS[source]
     path = Path(source)
     if path.suffix.lower() in (".yaml", ".yml", ".json") and path.is_file():
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = _load_spec_data(path)
         if isinstance(data, dict) and "workload" in data and "arrival" not in data:
             data = data["workload"]
-        return SynthSpec.model_validate(data)
-    raise TraceError(
-        source,
-        "not a preset or a spec file",
-        expected=f"one of {', '.join(PRESETS)} or a .yaml/.json SynthSpec file",
+        if not isinstance(data, dict):
+            raise SpecError(
+                [f"{path}: got {_short(data)}: expected a mapping with arrival and lengths"]
+            )
+        try:
+            return SynthSpec.model_validate(data)
+        except ValidationError as exc:
+            raise SpecError(validation_lines(str(path), exc, data)) from None
+    what = (
+        "no such spec file"
+        if path.suffix.lower() in (".yaml", ".yml", ".json")
+        else ("not a preset or a spec file")
+    )
+    raise SpecError(
+        [f"{source}: {what}; expected one of {', '.join(PRESETS)} or a .yaml/.json SynthSpec file"]
     )
 
 
 def _override(
-    spec: Any, rate: float | None, duration_s: float | None, num_requests: int | None
+    source: str,
+    spec: Any,
+    rate: float | None,
+    duration_s: float | None,
+    num_requests: int | None,
 ) -> Any:
-    from traces.errors import TraceError
+    """``spec`` with the command-line overrides applied; errors name ``source`` (the
+    preset or spec file) and the option."""
     from traces.synth import SynthSpec
 
+    if rate is None and duration_s is None and num_requests is None:
+        return spec
     data = spec.model_dump()
+    options = []
     if rate is not None:
         if "rate_per_s" not in data["arrival"]:
-            raise TraceError(
-                None,
-                "--rate needs a poisson or gamma arrival process",
-                field="arrival",
-                got=data["arrival"]["kind"],
+            raise SpecError(
+                [
+                    f"{source}: option --rate: got {rate!r}: needs a poisson or gamma "
+                    f"arrival process, but this spec's arrival is {data['arrival']['kind']!r}"
+                ]
             )
         data["arrival"]["rate_per_s"] = rate
+        options.append("--rate")
     if duration_s is not None or num_requests is not None:
         data["duration_s"], data["num_requests"] = duration_s, num_requests
-    return SynthSpec.model_validate(data)
+        options += [
+            o
+            for o, v in (("--duration-s", duration_s), ("--num-requests", num_requests))
+            if v is not None
+        ]
+    try:
+        return SynthSpec.model_validate(data)
+    except ValidationError as exc:
+        label = f"{source} with {' '.join(options)}"
+        raise SpecError(validation_lines(label, exc, data)) from None
 
 
 @trace_app.command()
@@ -236,7 +350,7 @@ def synth(
     from traces.synth import generate
 
     with _user_errors():
-        spec = _override(_spec(preset), rate, duration_s, num_requests)
+        spec = _override(preset, _spec(preset), rate, duration_s, num_requests)
         rows = traces.write(generate(spec, seed), out)
     typer.echo(f"wrote {rows:,} requests to {out}")
 

@@ -2,7 +2,8 @@
 
 Each :class:`Format` names the source columns it needs, the Arrow type each is read as
 (token counts are read as float64 so that NaN, fractions and negatives can be reported
-precisely by :mod:`traces.validate`), and the containers it comes in.
+precisely by :mod:`traces.validate`; Azure timestamps as text, parsed by
+:mod:`traces.timestamps`), and the containers it comes in.
 
 Detection (:func:`detect_format`) looks only at the header: the CSV header line, the keys
 of the first JSON object, or the Parquet schema. Every format whose columns overlap the
@@ -74,7 +75,7 @@ FORMATS: Final[Mapping[str, Format]] = MappingProxyType(
                 ("csv",),
                 ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
                 (),
-                {"TIMESTAMP": pa.timestamp("ns"), "ContextTokens": F64, "GeneratedTokens": F64},
+                {"TIMESTAMP": pa.string(), "ContextTokens": F64, "GeneratedTokens": F64},
                 "Azure LLM inference trace 2023 / 2024 (arrival = TIMESTAMP - first row's)",
             ),
             Format(

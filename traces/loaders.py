@@ -15,6 +15,8 @@ Contracts:
 - Length-only files have no arrival times: they are drawn from ``arrivals`` (an
   :mod:`traces.arrivals` spec) with a Generator seeded by ``seed``; without ``arrivals``
   they raise :class:`TraceError`.
+- Request ids (canonical files) are unique over the whole trace, checked chunk by chunk
+  in bounded memory by :class:`traces.ids.UniqueIds`; a repeat names its row.
 - Every failure is a :class:`TraceError`; no pyarrow/JSON/Unicode exception escapes.
 """
 
@@ -33,6 +35,7 @@ import pyarrow.compute as pc
 from traces.arrivals import ArrivalSpec, arrival_times
 from traces.errors import TraceError, TraceWarning
 from traces.formats import FORMATS, Format, Header, check_columns, detect_format, read_header
+from traces.ids import UniqueIds
 from traces.readers import iter_raw
 from traces.schema import ARROW_SCHEMA
 from traces.table import to_frame
@@ -99,9 +102,12 @@ def iter_tables(
         ctx.arrivals_s = arrival_times(arrivals, np.random.default_rng(seed), num_requests=n)
     rows = 0
     last_s = -np.inf
+    seen = UniqueIds() if fmt.name == "canonical" else None  # others number rows 0..n-1
     for raw in iter_raw(path, fmt, header, chunk_rows):
         ctx.row_offset = rows
         table = to_canonical(ctx, fmt, raw)
+        if seen is not None:  # before sorting and filtering: index i is row row_offset + i
+            seen.add(ctx, table.column("request_id").to_numpy())
         rows += raw.num_rows
         if table.num_rows == 0:
             continue
@@ -204,24 +210,7 @@ def load_table(
             f"{path}: arrivals not sorted; sorted by arrival_s", TraceWarning, stacklevel=2
         )
         table = table.take(pc.sort_indices(table, sort_keys=[("arrival_s", "ascending")]))
-    _check_unique_ids(Path(path), table.column("request_id").to_numpy())
     return table.combine_chunks()
-
-
-def _check_unique_ids(path: Path, ids: np.ndarray) -> None:
-    """Raise naming a repeated request id (O(n) when ids increase, as they usually do)."""
-    if len(ids) < 2 or bool((ids[1:] > ids[:-1]).all()):
-        return
-    ordered = np.sort(ids, kind="stable")
-    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
-    if len(repeated):
-        raise TraceError(
-            path,
-            "duplicate request id",
-            field="request_id",
-            expected="unique request ids",
-            got=int(repeated[0]),
-        )
 
 
 def load(
@@ -265,8 +254,8 @@ def iter_chunks(
 
     Memory is bounded by the chunk size (plus 8 bytes per row of arrival times for a
     length-only file). Each chunk is validated and sorted; see :func:`iter_tables` for
-    what happens when chunks overlap in time. Request-id uniqueness is checked by
-    :func:`load` only.
+    what happens when chunks overlap in time. Request ids are checked unique over the
+    whole stream (:class:`traces.ids.UniqueIds`).
     """
     for table in iter_tables(
         path,

@@ -3,11 +3,13 @@
 Parsing is pyarrow's (multi-megabyte blocks, no Python per row). When pyarrow rejects a
 value, the file is re-read with the offending columns as text to find the first bad
 cell, so the :class:`TraceError` can name its row, line, column and value; that slow path
-runs only on a broken file.
+runs only on a broken file. A row with too many or too few fields is found the same
+way (a rescan with Python's csv module), so its line is named too.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from collections.abc import Iterator
@@ -137,6 +139,13 @@ def locate(
 ) -> TraceError:
     """Find the first cell pyarrow could not convert; fall back to pyarrow's own message."""
     line_base = 2 if header.container == "csv" else 1  # line of data row 0
+    if header.container == "csv" and "CSV parse error" in str(exc):
+        try:
+            ragged = _locate_csv_structure(path)
+        except (OSError, csv.Error):
+            ragged = None
+        if ragged is not None:
+            return ragged
     try:
         found = (
             _locate_csv(path, types) if header.container == "csv" else _locate_jsonl(path, types)
@@ -160,6 +169,33 @@ def locate(
     if at is None and rows_before and header.container == "csv":
         at = rows_before + line_base
     return TraceError(path, f"cannot parse file as {header.container.upper()} ({message})", line=at)
+
+
+def _locate_csv_structure(path: Path) -> TraceError | None:
+    """The first data row whose field count differs from the header's (Python's csv
+    module, so the line is exact even with quoted newlines); None if every row fits."""
+    with path.open(encoding="utf-8-sig", errors="replace", newline="") as fh:
+        reader = csv.reader(fh)
+        columns = next(reader, [])
+        row = -1
+        for record in reader:
+            if not record:  # a blank line: pyarrow skips it too
+                continue
+            row += 1
+            if len(record) == len(columns):
+                continue
+            short = len(record) < len(columns)
+            return TraceError(
+                path,
+                f"row has {len(record)} field{'' if len(record) == 1 else 's'} "
+                f"under a {len(columns)}-column header",
+                row=row,
+                line=reader.line_num,
+                field=columns[len(record)].strip() if short else "<record>",
+                expected=f"{len(columns)} comma-separated fields, one per header column",
+                got=",".join(record)[:120],
+            )
+    return None
 
 
 def _expected(t: pa.DataType) -> str:

@@ -7,7 +7,8 @@ is reported as a :class:`TraceError`. Rules:
   present, finite, whole and in ``[0, MAX_TOKENS]``;
 - ``num_samples`` and ``beam_width`` whole and >= 1; ``prefix_block_tokens`` whole and
   >= 0, and > 0 on every row that has prefix hashes; hash lists hold no nulls;
-- ``arrival_s`` (or the source timestamp) present and finite;
+- ``arrival_s`` (or the source timestamp) present and finite; Azure timestamps parse
+  (:mod:`traces.timestamps`: zone offsets are converted to UTC);
 - ``request_id`` present (uniqueness is checked over the whole trace by ``load``).
 
 Rows are numbered from 0 over the data rows of the file; lines from 1 with the header as
@@ -28,6 +29,8 @@ import pyarrow.compute as pc
 from traces.errors import TraceError
 from traces.formats import MOONCAKE_BLOCK_TOKENS, Format
 from traces.schema import ARROW_SCHEMA, OPTIONAL_DEFAULTS
+from traces.timestamps import EXPECTED as TIMESTAMP_EXPECTED
+from traces.timestamps import timestamps_ns
 
 MAX_TOKENS: Final = 1 << 40
 
@@ -210,13 +213,16 @@ def to_canonical(ctx: ReadContext, fmt: Format, t: pa.Table) -> pa.Table:
     if fmt.name == "canonical":
         cols = _canonical(ctx, fmt, t)
     elif fmt.name == "azure":
-        ts = t.column("TIMESTAMP")
-        if ts.null_count:
-            i = int(np.argmax(ts.is_null().to_numpy(zero_copy_only=False)))
+        ns, bad, why = timestamps_ns(t.column("TIMESTAMP"))
+        if bad is not None:
+            text = t.column("TIMESTAMP")[bad].as_py()
             raise ctx.error(
-                i, "missing timestamp", field="TIMESTAMP", expected="YYYY-MM-DD HH:MM:SS.fffffff"
+                bad,
+                why or "cannot parse timestamp",
+                field="TIMESTAMP",
+                expected=TIMESTAMP_EXPECTED,
+                got=None if why == "missing timestamp" else text,
             )
-        ns = pc.cast(ts, pa.int64()).to_numpy()
         if ctx.t0_ns is None and n:
             ctx.t0_ns = int(ns[0])
         cols = {

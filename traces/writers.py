@@ -49,9 +49,24 @@ def output_container(path: str | Path) -> str:
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; move it into place only on success."""
+    """Yield a temporary path beside ``path``; move it into place only on success.
+
+    Any ``OSError`` (missing folder, no permission, disk full, ``path`` is a folder)
+    becomes a :class:`TraceError` naming ``path``, never the temporary file.
+    """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or Path("."))
+    folder = path.parent
+    if not folder.is_dir():
+        raise TraceError(
+            path,
+            "output folder does not exist",
+            expected="an existing folder",
+            got=str(folder),
+        )
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise TraceError(path, f"cannot write file ({exc.strerror or exc})") from None
     os.close(fd)
     try:
         yield Path(tmp)
@@ -59,6 +74,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise TraceError(path, f"cannot write file ({exc.strerror or exc})") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -160,3 +160,141 @@ def test_python_dash_m_sim_runs_trace() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["rows"] == 200
+
+
+HEADER = "request_id,arrival_s,prompt_tokens,output_tokens\n"
+
+
+def _fails_cleanly(tmp_path: Path, args: list[str]) -> list[str]:
+    """Run, check exit 2 with only ``error:`` lines on stderr and no new file; return them."""
+    before = sorted(tmp_path.rglob("*"))
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert lines and all(line.startswith("error: ") for line in lines), result.stderr
+    assert "Traceback" not in result.output and "errors.pydantic.dev" not in result.stderr
+    assert sorted(tmp_path.rglob("*")) == before
+    return lines
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ("0,0.0,4,5\n1,1.0,4,5,7\n", ["line 3", "<record>", "5 fields", "4-column header"]),
+        ("0,0.0,4,5\n1,1.0,4\n", ["line 3", "'output_tokens'", "3 fields"]),
+        ("0,0.0,4,5\n1,1.0,4,5\n1,2.0,4,5\n", ["line 4", "'request_id'", "duplicate request id"]),
+    ],
+)
+@pytest.mark.parametrize("command", ["describe", "convert"])
+def test_bad_rows_name_their_line(
+    tmp_path: Path, body: str, words: list[str], command: str
+) -> None:
+    src = tmp_path / "bad.csv"
+    src.write_text(HEADER + body)
+    args = ["trace", command, str(src)] + (
+        [str(tmp_path / "o.parquet")] if command == "convert" else []
+    )
+    (line,) = _fails_cleanly(tmp_path, args)
+    assert line.startswith(f"error: {src}: ")
+    for word in words:
+        assert word in line
+
+
+def test_azure_offsets_convert_and_bad_one_names_line(tmp_path: Path) -> None:
+    src = tmp_path / "az.csv"
+    src.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2024-05-10 00:00:00.0000000+00:00,10,5\n2024-05-10 00:00:02.0000000Z,10,5\n"
+    )
+    out = tmp_path / "az.jsonl"
+    result = runner.invoke(app, ["trace", "convert", str(src), str(out)])
+    assert result.exit_code == 0, result.output
+    assert traces.load(out)["arrival_s"].tolist() == [0.0, 2.0]
+    out.unlink()
+    src.write_text(src.read_text() + "2024-05-10 00:00:03+25:00,1,1\n")
+    (line,) = _fails_cleanly(tmp_path, ["trace", "convert", str(src), str(out)])
+    assert "line 4" in line and "'TIMESTAMP'" in line and "+HH:MM" in line
+
+
+def test_synth_bad_spec_one_line_per_error(tmp_path: Path) -> None:
+    spec = tmp_path / "badspec.yaml"
+    spec.write_text(
+        "arrival: {kind: poisson, rate_per_s: -1}\n"
+        "lengths: {kind: pair, prompt: {kind: fixed, tokens: 4}}\n"
+        "duration_s: 5\nbogus: 1\n"
+    )
+    lines = _fails_cleanly(tmp_path, ["trace", "synth", str(spec), "-o", str(tmp_path / "o.csv")])
+    assert lines == [
+        f"error: {spec}: field arrival.rate_per_s: got -1: input should be greater than 0",
+        f"error: {spec}: field lengths.output: field required",
+        f"error: {spec}: field bogus: got 1: extra inputs are not permitted",
+    ]
+
+
+def test_synth_invalid_yaml_names_file(tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text("arrival: {kind: poisson\nlengths: [\n")
+    (line,) = _fails_cleanly(tmp_path, ["trace", "synth", str(spec), "-o", str(tmp_path / "o.csv")])
+    assert line.startswith(f"error: {spec}: not valid YAML: ") and "(line " in line
+
+
+def test_synth_option_errors_name_preset_and_option(tmp_path: Path) -> None:
+    out = str(tmp_path / "o.csv")
+    (line,) = _fails_cleanly(
+        tmp_path, ["trace", "synth", "bursty-bimodal", "-o", out, "--rate", "3"]
+    )
+    assert line.startswith("error: bursty-bimodal: option --rate: got 3.0: ") and "bursty" in line
+    (line,) = _fails_cleanly(
+        tmp_path, ["trace", "synth", "bimodal", "-o", out, "--duration-s", "-5"]
+    )
+    assert line == (
+        "error: bimodal with --duration-s: field duration_s: got -5.0: input should be greater than 0"
+    )
+
+
+def test_synth_missing_output_folder_names_output(tmp_path: Path) -> None:
+    out = tmp_path / "nodir" / "o.csv"
+    (line,) = _fails_cleanly(tmp_path, ["trace", "synth", "bimodal", "-o", str(out)])
+    assert line.startswith(f"error: {out}: output folder does not exist") and ".tmp" not in line
+
+
+def test_show_trace_warnings_formats_only_trace_warnings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import warnings
+
+    from sim.cli_trace import show_trace_warnings
+
+    with show_trace_warnings():
+        for _ in range(2):  # shown every time, not once per place
+            warnings.warn("u.csv: arrivals not sorted", traces.TraceWarning, stacklevel=1)
+        with pytest.warns(DeprecationWarning):  # other warnings keep their usual handling
+            warnings.warn("old", DeprecationWarning, stacklevel=1)
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["warning: u.csv: arrivals not sorted"] * 2
+
+
+def test_cli_warning_lines_are_plain(tmp_path: Path) -> None:
+    src = tmp_path / "u.csv"
+    src.write_text(HEADER + "0,5.0,1,1\n1,1.0,1,1\n")
+    result = runner.invoke(app, ["trace", "describe", str(src), "--json"])
+    assert result.exit_code == 0
+    assert result.stderr.splitlines() == [
+        f"warning: {src}: arrivals not sorted (first at request 1); sorted by arrival_s"
+    ]
+
+
+def test_bench_allocators_rejects_unknown_arguments(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
+    from benchmarks.bench_allocators import parse_args
+
+    for argv in (["--help"], ["--bogus"], ["no_such_policy"]):
+        with pytest.raises(SystemExit) as info:
+            parse_args(argv)
+        assert info.value.code == (0 if argv == ["--help"] else 2)
+    assert "usage:" in capsys.readouterr().out
+    args = parse_args(["--quick", "paged", "buddy"])
+    assert args.quick and args.kinds == ["paged", "buddy"]
+    assert parse_args([]).kinds == [] and not parse_args([]).quick
