@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import typer
 
+from sim.cli_info import allocators_command, hardware_command
 from sim.cli_run import demo_command, run_command, scenarios_command
 from sim.cli_trace import trace_app
 
@@ -23,6 +24,8 @@ app.add_typer(trace_app, name="trace")
 app.command("run")(run_command)
 app.command("scenarios")(scenarios_command)
 app.command("demo")(demo_command)
+app.command("hardware")(hardware_command)
+app.command("allocators")(allocators_command)
 
 
 def main() -> None:

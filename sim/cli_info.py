@@ -1,0 +1,68 @@
+"""``fragsim hardware`` and ``fragsim allocators``: what a scenario can name."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from policies.allocators.registry import ALLOCATORS
+from sim.cli_run import fail
+from sim.hardware import GPUS, MODELS, HardwareConfig
+
+
+def hardware_command(
+    model: Annotated[str | None, typer.Option(help="Model preset: show its KV budget.")] = None,
+    gpu: Annotated[str, typer.Option(help="GPU preset.")] = "a100-80gb",
+    tp: Annotated[int, typer.Option("--tp", min=1, help="Tensor parallelism.")] = 1,
+    memory_utilization: Annotated[float, typer.Option(help="Share of GPU memory used.")] = 0.9,
+    max_seq_tokens: Annotated[int | None, typer.Option(help="Override max sequence.")] = None,
+) -> None:
+    """List model and GPU presets, or show one replica's KV budget term by term."""
+    console = Console()
+    if model is None:
+        t = Table("model", "layers", "KV heads", "head dim", "KV bytes/token", "params",
+                  "max seq", title="model presets")
+        for m in MODELS.values():
+            kv = 2 * m.num_layers * m.num_kv_heads * m.head_dim * m.dtype_bytes
+            t.add_row(m.name, str(m.num_layers), str(m.num_kv_heads), str(m.head_dim),
+                      f"{kv:,}", f"{m.num_params / 1e9:.2f} B", f"{m.max_seq_tokens:,}")
+        console.print(t)
+        g = Table("gpu", "memory", "HBM GB/s", "dense bf16 TFLOP/s", "$/h", title="GPU presets")
+        for spec in GPUS.values():
+            g.add_row(spec.name, f"{spec.memory_bytes / 2**30:.0f} GiB",
+                      f"{spec.hbm_bytes_per_s / 1e9:,.0f}",
+                      f"{spec.dense_bf16_flops / 1e12:,.0f}", f"{spec.usd_per_hour:.2f}")
+        console.print(g)
+        return
+    try:
+        config = HardwareConfig(model=model, gpu=gpu, tensor_parallel=tp,
+                                memory_utilization=memory_utilization,
+                                max_seq_tokens=max_seq_tokens)
+    except (ValidationError, ValueError) as e:
+        message = "; ".join(x["msg"] for x in e.errors()) if isinstance(e, ValidationError) \
+            else str(e)
+        raise fail(f"--model/--gpu/--tp: {message}") from None
+    budget = config.resolve()
+    typer.echo(f"{model} on {tp} x {gpu} (memory_utilization {memory_utilization}):")
+    typer.echo(budget.describe())
+    typer.echo(f"  {'max_seq_tokens':<28} {config.model_spec.max_seq_tokens:,}")
+    typer.echo(f"  {'replica $/hour':<28} {config.replica_usd_per_hour:.2f}")
+
+
+def allocators_command() -> None:
+    """List the allocator policies a scenario can name, with their parameters."""
+    t = Table("kind", "parameters (default)", "what it models", title="allocator policies")
+    for kind, cls in ALLOCATORS.items():
+        params = []
+        for name, field in cls.model_fields.items():
+            if name == "kind":
+                continue
+            default: Any = field.default
+            params.append(f"{name}={default!r}")
+        doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+        t.add_row(kind, "\n".join(params) or "—", doc)
+    Console().print(t)
