@@ -390,8 +390,8 @@ class Scheduler:
 
     def _admission_possible(self) -> bool:
         """Could the admission pass do anything now? (Used to decide steadiness.)"""
-        if self.running_seqs >= self.config.max_num_seqs:
-            return False
+        if self.running_seqs + self.waiting[0].num_seqs > self.config.max_num_seqs:
+            return False  # the admission pass stops at a head that does not fit the batch
         budget = self.config.max_num_batched_tokens - self.running_seqs
         if budget <= 0:
             return False
@@ -580,8 +580,9 @@ class Scheduler:
         self._on_event(SchedEvent("preemption", victim.request_id, 0, s.free_tokens,
                                   s.largest_free_extent_tokens, cause))
         self._drop(victim)
-        if victim in step.decoding:
+        if victim in step.decoding:  # it grew for a step it will not run
             step.decoding.remove(victim)
+            victim.held_tokens -= 1
         self.preemptions_total += 1
         step.preempted = True
         # A group still prefilling is recomputed even under swap (as vLLM does).
