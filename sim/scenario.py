@@ -109,9 +109,12 @@ class MetricsOptions(_Strict):
                                    "fragmentation alert.")
     ratio_alert: float = Field(0.6, ge=0, le=1, description="Medium alert below this ratio.")
     ratio_severe: float = Field(0.5, ge=0, le=1, description="Severe below this ratio.")
+    uptime_rho_alert: float = Field(0.5, ge=0, le=1, description="Spearman rho of the "
+                                    "fragmentation ratio against uptime that alerts.")
 
     def thresholds(self) -> AlertThresholds:
-        return AlertThresholds(self.high_free_share, self.ratio_alert, self.ratio_severe)
+        return AlertThresholds(self.high_free_share, self.ratio_alert, self.ratio_severe,
+                               self.uptime_rho_alert)
 
 
 class Scenario(_Strict):
