@@ -11,7 +11,7 @@ from rich.table import Table
 
 from policies.allocators.registry import ALLOCATORS
 from sim.cli_run import fail
-from sim.hardware import GPUS, MODELS, HardwareConfig
+from sim.hardware import GPUS, MODELS, HardwareConfig, kv_bytes_per_token
 
 
 def hardware_command(
@@ -27,7 +27,7 @@ def hardware_command(
         t = Table("model", "layers", "KV heads", "head dim", "KV bytes/token", "params",
                   "max seq", title="model presets")
         for m in MODELS.values():
-            kv = 2 * m.num_layers * m.num_kv_heads * m.head_dim * m.dtype_bytes
+            kv = kv_bytes_per_token(m)
             t.add_row(m.name, str(m.num_layers), str(m.num_kv_heads), str(m.head_dim),
                       f"{kv:,}", f"{m.num_params / 1e9:.2f} B", f"{m.max_seq_tokens:,}")
         console.print(t)

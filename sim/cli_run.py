@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -19,12 +20,12 @@ from sim.run import Parts, build_parts, run
 from sim.scenario import Scenario, ScenarioError, load_scenario
 from sim.workload import load_workload
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def fail(message: str) -> typer.Exit:
     """Print a user error and return the exit-2 exception to raise."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)
     return typer.Exit(2)
 
 
@@ -171,11 +172,16 @@ def demo_command(
     bimodal traffic on a contiguous best-fit replica), its paged counterfactual and a
     daily-restart mitigation; writes each run under OUT and compares them."""
     console = Console()
+    for name in DEMO:
+        check_output_dir(out / name)
     summaries = []
     for name in DEMO:
         scenario = load_scenario(resolve_scenario(name))
         result = simulate(scenario, load_workload(scenario), quiet=False)
-        result.write(out / name)
+        try:
+            result.write(out / name)
+        except OSError as e:
+            raise fail(f"{out / name}: cannot write results: {e}") from None
         print_summary(result.summary, console)
         summaries.append(result.summary)
     console.print(compare_table(summaries))

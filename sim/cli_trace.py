@@ -24,6 +24,9 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from sim.errors import short as _short
+from sim.errors import validation_lines
+
 trace_app = typer.Typer(
     help="Read, check, describe, convert and synthesise traces.", no_args_is_help=True
 )
@@ -62,41 +65,6 @@ class SpecError(Exception):
     def __init__(self, lines: list[str]) -> None:
         self.lines = lines
         super().__init__("\n".join(lines))
-
-
-def _short(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def validation_lines(source: str, exc: ValidationError, data: object) -> list[str]:
-    """One ``SOURCE: field a.b: got VALUE: message`` line per pydantic error.
-
-    The dotted path follows the user's input (``arrival.rate_per_s``): the union tags
-    pydantic inserts (``arrival.poisson.rate_per_s``) are dropped when the input at that
-    point is a mapping whose ``kind`` is the tag. No pydantic URL is printed.
-    """
-    lines = []
-    for e in exc.errors(include_url=False):
-        path: list[str] = []
-        node: object = data
-        for step in e["loc"]:
-            if isinstance(node, dict) and step in node:  # noqa: SIM114 (mypy: index types)
-                node = node[step]
-            elif isinstance(node, list | tuple) and isinstance(step, int) and step < len(node):
-                node = node[step]
-            elif isinstance(node, dict) and node.get("kind") == step:
-                continue  # a discriminated union's tag, not a key the user wrote
-            else:
-                node = None
-            path.append(str(step))
-        msg = str(e["msg"]).removeprefix("Value error, ")
-        parts = [source, f"field {'.'.join(path)}" if path else "spec"]
-        if e["type"] != "missing" and path:
-            parts.append(f"got {_short(e.get('input'))}")
-        parts.append(msg[:1].lower() + msg[1:])
-        lines.append(": ".join(parts))
-    return lines
 
 
 @contextmanager

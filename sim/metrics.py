@@ -61,7 +61,7 @@ class Recorder:
 
     # -- replica hooks --------------------------------------------------------------
     def on_event(self, replica: Replica, event: SchedEvent) -> None:
-        capacity = replica.allocator.spec.capacity_tokens
+        capacity = replica.allocator.stats().capacity_tokens
         self.events.append((
             replica.env.now, replica.replica_id, event.kind, event.request_id,
             event.need_tokens, event.free_tokens, event.largest_free_extent_tokens,
@@ -117,7 +117,7 @@ class Recorder:
             sched.preemptions_total,
         ))
 
-    def finish(self, replicas: list[Replica], groups: list[Group]) -> None:
+    def finish(self, groups: list[Group]) -> None:
         """Close the run: requests still queued or running are recorded ``unfinished``."""
         for g in groups:
             if g.status == "unfinished":

@@ -161,7 +161,7 @@ def run(
         stop = all_done | env.timeout(scenario.duration_s)
     env.run(until=stop)
     recorder.sample(replica, trigger="final")
-    recorder.finish([replica], groups)
+    recorder.finish(groups)
     req_df, ts_df, ev_df = recorder.frames()
     summary = summarize(req_df, ts_df, ev_df, end_s=env.now,
                         thresholds=scenario.metrics.thresholds())

@@ -16,7 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from policies.allocators.config import AllocatorConfig
-from policies.allocators.registry import ALLOCATORS
+from policies.allocators.registry import ALLOCATORS, parse_allocator
+from sim.errors import validation_lines
 from sim.hardware import HardwareConfig
 from sim.latency import LatencyConfig, RooflineLatencyConfig
 from sim.scheduler import SchedulerConfig
@@ -139,31 +140,20 @@ class Scenario(_Strict):
     def _allocator(cls, value: Any) -> AllocatorConfig:
         if isinstance(value, AllocatorConfig):
             return value
-        if not isinstance(value, dict) or "kind" not in value:
+        if not isinstance(value, dict):
             raise ValueError(f"expected a mapping with a 'kind' (one of {', '.join(ALLOCATORS)})")
-        kind = value["kind"]
-        if kind not in ALLOCATORS:
-            raise ValueError(f"unknown allocator kind {kind!r}; allowed: "
-                             f"{', '.join(sorted(ALLOCATORS))}")
         try:
-            result: AllocatorConfig = ALLOCATORS[kind].model_validate(value)
+            return parse_allocator(value)
         except ValidationError as e:
             raise ValueError("; ".join(
-                f"{kind}.{'.'.join(str(p) for p in x['loc'])}: got {x.get('input')!r}: "
-                f"{x['msg']}" for x in e.errors()
+                line.removeprefix("allocator: ")
+                for line in validation_lines("allocator", e, value, prefix=str(value["kind"]))
             )) from None
-        return result
 
 
-def format_validation_error(source: str, err: ValidationError) -> str:
+def format_validation_error(source: str, err: ValidationError, data: object) -> str:
     """One line per problem: ``FILE: field a.b: got VALUE: message``."""
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        got = e.get("input")
-        shown = repr(got) if not isinstance(got, dict) else "{...}"
-        lines.append(f"{source}: field {loc}: got {shown}: {e['msg']}")
-    return "\n".join(lines)
+    return "\n".join(validation_lines(source, err, data))
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -175,7 +165,10 @@ def load_scenario(path: str | Path) -> Scenario:
     except OSError as e:
         raise ScenarioError(f"{path}: cannot read: {e.strerror}") from None
     except yaml.YAMLError as e:
-        raise ScenarioError(f"{path}: not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ScenarioError(f"{path}: not valid YAML: "
+                            f"{getattr(e, 'problem', None) or e}{where}") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: expected a mapping of scenario fields at the top level")
     base = path.parent
@@ -189,7 +182,15 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
+    """Validate a scenario mapping; ScenarioError lines name ``source`` and the field."""
+    allocator = data.get("allocator")
+    if isinstance(allocator, dict) and allocator.get("kind") in ALLOCATORS:
+        try:  # checked first so its errors read "field allocator.growth_factor: ..."
+            ALLOCATORS[allocator["kind"]].model_validate(allocator)
+        except ValidationError as e:
+            raise ScenarioError("\n".join(
+                validation_lines(source, e, allocator, prefix="allocator"))) from None
     try:
         return Scenario.model_validate(data)
     except ValidationError as e:
-        raise ScenarioError(format_validation_error(source, e)) from None
+        raise ScenarioError(format_validation_error(source, e, data)) from None

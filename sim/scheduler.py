@@ -432,7 +432,7 @@ class Scheduler:
                 skipped.append(self.waiting.popleft())
                 continue
             self.waiting.popleft()
-            if self._swap_in(g, now, step) if g.swapped else self._place(g, now, step):
+            if self._swap_in(g, now, step) if g.swapped else self._place(g, now):
                 budget -= g.prefill_left_tokens
                 continue
             failure = self.allocator.last_failure()
@@ -458,7 +458,7 @@ class Scheduler:
             return 0
         return g.held_tokens if g.held_tokens else g.prompt_tokens
 
-    def _place(self, g: Group, now: float, step: Step) -> bool:
+    def _place(self, g: Group, now: float) -> bool:
         """Allocate the group's sequences; on any refusal undo and return False."""
         alloc = self.allocator
         if alloc.decisions_read_held:
@@ -483,11 +483,9 @@ class Scheduler:
                 if not alloc.extend(sid, grow):
                     ok = False
                     break
-        if not ok:
-            failure = alloc.last_failure()
+        if not ok:  # undo; the refusal stays recorded (free does not clear it)
             for sid in placed:
                 alloc.free(sid)
-            alloc._last_failure = failure
             return False
         self._next_seq_id += g.num_seqs
         g.seq_ids = ids
@@ -514,15 +512,13 @@ class Scheduler:
         """Bring a swapped-out group back, decoding in this very step, only if its next
         growth fits too; otherwise undo (no preemption, no transfer) and return False
         with the refusal recorded by the allocator."""
-        if not self._place(g, now, step):
+        if not self._place(g, now):
             return False
         alloc = self.allocator
         for sid in g.seq_ids:
             if not alloc.extend(sid, 1):
-                failure = alloc.last_failure()
                 self._drop(g)
                 g.seq_ids = []
-                alloc._last_failure = failure
                 return False
         g.swapped = False
         step.stall_s += g.num_seqs * g.held_tokens * self.config.swap_s_per_token
@@ -540,7 +536,6 @@ class Scheduler:
         """Grow each of ``g``'s sequences by one slot; preempt on refusal. False when
         ``g`` itself left the batch."""
         alloc = self.allocator
-        self._sync(g)
         if alloc.decisions_read_held:
             self.sync_allocator()
         for sid in g.seq_ids:

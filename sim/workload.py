@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
+from sim.errors import validation_lines
 from sim.scenario import Scenario, ScenarioError, WorkloadConfig
 from traces import load, synth, transform
 from traces.arrivals import ArrivalSpec
@@ -36,9 +37,9 @@ def synth_spec(w: WorkloadConfig) -> synth.SynthSpec:
     try:
         return synth.SynthSpec.model_validate(data)
     except ValidationError as e:
-        raise ScenarioError("; ".join(
-            f"field workload.synth.{'.'.join(str(p) for p in x['loc'])}: "
-            f"got {x.get('input')!r}: {x['msg']}" for x in e.errors()
+        raise ScenarioError("\n".join(
+            line.removeprefix("scenario: ")
+            for line in validation_lines("scenario", e, data, prefix="workload.synth")
         )) from None
 
 
@@ -49,9 +50,9 @@ def arrival_spec(w: WorkloadConfig) -> ArrivalSpec | None:
     try:
         spec: ArrivalSpec = TypeAdapter(ArrivalSpec).validate_python(w.arrival)
     except ValidationError as e:
-        raise ScenarioError("; ".join(
-            f"field workload.arrival.{'.'.join(str(p) for p in x['loc'])}: "
-            f"got {x.get('input')!r}: {x['msg']}" for x in e.errors()
+        raise ScenarioError("\n".join(
+            line.removeprefix("scenario: ")
+            for line in validation_lines("scenario", e, w.arrival, prefix="workload.arrival")
         )) from None
     return spec
 

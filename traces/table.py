@@ -10,8 +10,6 @@ may leave optional columns out or hold hashes as lists / arrays in an object col
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -78,12 +76,3 @@ def from_frame(df: pd.DataFrame, *, name: str | None = None) -> pa.Table:
                     name, f"column cannot be read ({exc})", field=c, expected=str(t)
                 ) from None
     return to_canonical(ReadContext(path=None, line_base=None), fmt, raw)
-
-
-def frames_to_tables(chunks: Iterable[pd.DataFrame]) -> Iterator[pa.Table]:
-    for df in chunks:
-        yield from_frame(df)
-
-
-def empty_frame() -> pd.DataFrame:
-    return to_frame(ARROW_SCHEMA.empty_table())

@@ -369,3 +369,16 @@ def test_negative_seed_option_exits_2(tmp_path: Path) -> None:
     result = fragsim_run(scenario, tmp_path / "out", "--seed", "-1")
     assert result.exit_code == 2 and "seed" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_written_run_reads_back_as_the_same_frames(tmp_path: Path) -> None:
+    from sim.results import read_result
+
+    scenario = write_scenario(tmp_path / "tiny.yaml", TINY)
+    result = fragsim_run(scenario, tmp_path / "out")
+    assert result.exit_code == 0
+    back = read_result(tmp_path / "out")
+    assert len(back.requests) > 0 and set(back.requests["status"]) <= {
+        "ok", "rejected-capacity", "rejected-fragmentation", "failed-capacity",
+        "failed-fragmentation", "rejected-too-long"}
+    assert back.summary["requests"]["total"] == len(back.requests)

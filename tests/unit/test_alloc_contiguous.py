@@ -112,3 +112,17 @@ def test_seed_worked_example_a_22000_token_request_fails_at_38_percent_free(kind
     assert failure is not None and failure.cause == "fragmentation"
     assert alloc.classify_failure(22_000) == "fragmentation"
     assert alloc.classify_failure(200_000) == "capacity"
+
+
+def test_free_extent_histogram_bins_the_free_extents() -> None:
+    from policies.allocators.base import PoolSpec
+    from policies.allocators.registry import ALLOCATORS
+
+    alloc = ALLOCATORS["first_fit"](kind="first_fit", initial_extra_tokens=0).build(
+        PoolSpec(capacity_tokens=1000))
+    for rid in range(10):
+        assert alloc.allocate(rid, 100) is not None
+    for rid in (1, 3, 4, 8):  # holes of 100, 200 and 100 tokens, nothing else free
+        alloc.free(rid)
+    assert sorted(alloc.free_extent_sizes()) == [100, 100, 200]
+    assert alloc.free_extent_histogram([1, 150, 1000]) == [2, 1, 0]
