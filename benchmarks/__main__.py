@@ -20,8 +20,7 @@ def main(argv: list[str]) -> int:
     names = names or sorted(p.stem for p in here.glob("bench_*.py"))
     failed = 0
     for name in names:
-        proc = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *options],
-                              check=False)
+        proc = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *options], check=False)
         if proc.returncode != 0:
             print(json.dumps({"bench": name, "error": f"exit {proc.returncode}"}), flush=True)
             failed += 1

@@ -24,27 +24,51 @@ def hardware_command(
     """List model and GPU presets, or show one replica's KV budget term by term."""
     console = Console()
     if model is None:
-        t = Table("model", "layers", "KV heads", "head dim", "KV bytes/token", "params",
-                  "max seq", title="model presets")
+        t = Table(
+            "model",
+            "layers",
+            "KV heads",
+            "head dim",
+            "KV bytes/token",
+            "params",
+            "max seq",
+            title="model presets",
+        )
         for m in MODELS.values():
             kv = kv_bytes_per_token(m)
-            t.add_row(m.name, str(m.num_layers), str(m.num_kv_heads), str(m.head_dim),
-                      f"{kv:,}", f"{m.num_params / 1e9:.2f} B", f"{m.max_seq_tokens:,}")
+            t.add_row(
+                m.name,
+                str(m.num_layers),
+                str(m.num_kv_heads),
+                str(m.head_dim),
+                f"{kv:,}",
+                f"{m.num_params / 1e9:.2f} B",
+                f"{m.max_seq_tokens:,}",
+            )
         console.print(t)
         g = Table("gpu", "memory", "HBM GB/s", "dense bf16 TFLOP/s", "$/h", title="GPU presets")
         for spec in GPUS.values():
-            g.add_row(spec.name, f"{spec.memory_bytes / 2**30:.0f} GiB",
-                      f"{spec.hbm_bytes_per_s / 1e9:,.0f}",
-                      f"{spec.dense_bf16_flops / 1e12:,.0f}", f"{spec.usd_per_hour:.2f}")
+            g.add_row(
+                spec.name,
+                f"{spec.memory_bytes / 2**30:.0f} GiB",
+                f"{spec.hbm_bytes_per_s / 1e9:,.0f}",
+                f"{spec.dense_bf16_flops / 1e12:,.0f}",
+                f"{spec.usd_per_hour:.2f}",
+            )
         console.print(g)
         return
     try:
-        config = HardwareConfig(model=model, gpu=gpu, tensor_parallel=tp,
-                                memory_utilization=memory_utilization,
-                                max_seq_tokens=max_seq_tokens)
+        config = HardwareConfig(
+            model=model,
+            gpu=gpu,
+            tensor_parallel=tp,
+            memory_utilization=memory_utilization,
+            max_seq_tokens=max_seq_tokens,
+        )
     except (ValidationError, ValueError) as e:
-        message = "; ".join(x["msg"] for x in e.errors()) if isinstance(e, ValidationError) \
-            else str(e)
+        message = (
+            "; ".join(x["msg"] for x in e.errors()) if isinstance(e, ValidationError) else str(e)
+        )
         raise fail(f"--model/--gpu/--tp: {message}") from None
     budget = config.resolve()
     typer.echo(f"{model} on {tp} x {gpu} (memory_utilization {memory_utilization}):")

@@ -42,8 +42,9 @@ def check_output_dir(out: Path) -> None:
             return
 
 
-def simulate(scenario: Scenario, requests: pd.DataFrame, *, quiet: bool,
-             parts: Parts | None = None) -> RunResult:
+def simulate(
+    scenario: Scenario, requests: pd.DataFrame, *, quiet: bool, parts: Parts | None = None
+) -> RunResult:
     """Run with a rich progress bar over simulated time (on stderr)."""
     if quiet or not sys.stderr.isatty():
         return run(scenario, requests, parts=parts)
@@ -143,9 +144,12 @@ def run_command(
     result = simulate(scenario, requests, quiet=quiet, parts=parts)
     calls = result.summary["latency"].get("out_of_range_calls")
     if calls:
-        err.print(f"warning: the calibrated latency model was evaluated outside its validity "
-                  f"range {calls:,} times (first at prefill_tokens, decode_seqs, kv_tokens = "
-                  f"{result.summary['latency']['first_out_of_range']})", highlight=False)
+        err.print(
+            f"warning: the calibrated latency model was evaluated outside its validity "
+            f"range {calls:,} times (first at prefill_tokens, decode_seqs, kv_tokens = "
+            f"{result.summary['latency']['first_out_of_range']})",
+            highlight=False,
+        )
     try:
         result.write(out)
     except OSError as e:

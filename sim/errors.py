@@ -10,8 +10,9 @@ def short(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def validation_lines(source: str, exc: ValidationError, data: object,
-                     prefix: str = "") -> list[str]:
+def validation_lines(
+    source: str, exc: ValidationError, data: object, prefix: str = ""
+) -> list[str]:
     """One ``SOURCE: field a.b: got VALUE: message`` line per pydantic error
     (``prefix`` names where ``data`` sits in a larger file, e.g. ``workload.synth``).
 

@@ -28,21 +28,57 @@ if TYPE_CHECKING:
     from sim.replica import Replica, RestartMode
 
 SAMPLE_COLUMNS = (
-    "time_s", "replica", "trigger", "up", "uptime_s", "capacity_tokens", "used_tokens",
-    "reserved_unused_tokens", "shared_tokens", "free_tokens", "cached_free_tokens",
-    "largest_free_extent_tokens", "free_extent_count", "largest_contiguous_free_block_ratio",
-    "share_token_states", "share_reservation", "share_internal_fragmentation",
-    "share_external_fragmentation_free", "running_requests", "running_seqs",
-    "waiting_requests", "preemptions_total",
+    "time_s",
+    "replica",
+    "trigger",
+    "up",
+    "uptime_s",
+    "capacity_tokens",
+    "used_tokens",
+    "reserved_unused_tokens",
+    "shared_tokens",
+    "free_tokens",
+    "cached_free_tokens",
+    "largest_free_extent_tokens",
+    "free_extent_count",
+    "largest_contiguous_free_block_ratio",
+    "share_token_states",
+    "share_reservation",
+    "share_internal_fragmentation",
+    "share_external_fragmentation_free",
+    "running_requests",
+    "running_seqs",
+    "waiting_requests",
+    "preemptions_total",
 )
 EVENT_COLUMNS = (
-    "time_s", "replica", "kind", "request_id", "need_tokens", "free_tokens",
-    "largest_free_extent_tokens", "free_share", "cause", "uptime_s", "detail",
+    "time_s",
+    "replica",
+    "kind",
+    "request_id",
+    "need_tokens",
+    "free_tokens",
+    "largest_free_extent_tokens",
+    "free_share",
+    "cause",
+    "uptime_s",
+    "detail",
 )
 REQUEST_COLUMNS = (
-    "request_id", "replica", "arrival_s", "prompt_tokens", "output_tokens", "num_seqs",
-    "admit_s", "first_token_s", "finish_s", "status", "preemptions", "retries",
-    "peak_reserved_tokens", "cached_tokens",
+    "request_id",
+    "replica",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "num_seqs",
+    "admit_s",
+    "first_token_s",
+    "finish_s",
+    "status",
+    "preemptions",
+    "retries",
+    "peak_reserved_tokens",
+    "cached_tokens",
 )
 
 
@@ -62,11 +98,21 @@ class Recorder:
     # -- replica hooks --------------------------------------------------------------
     def on_event(self, replica: Replica, event: SchedEvent) -> None:
         capacity = replica.allocator.stats().capacity_tokens
-        self.events.append((
-            replica.env.now, replica.replica_id, event.kind, event.request_id,
-            event.need_tokens, event.free_tokens, event.largest_free_extent_tokens,
-            event.free_tokens / capacity, event.cause, replica.uptime_s, "",
-        ))
+        self.events.append(
+            (
+                replica.env.now,
+                replica.replica_id,
+                event.kind,
+                event.request_id,
+                event.need_tokens,
+                event.free_tokens,
+                event.largest_free_extent_tokens,
+                event.free_tokens / capacity,
+                event.cause,
+                replica.uptime_s,
+                "",
+            )
+        )
         if event.kind != "preemption":
             self.sample(replica, trigger="failure")
 
@@ -78,11 +124,21 @@ class Recorder:
 
     def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
         s = replica.allocator.stats()
-        self.events.append((
-            replica.env.now, replica.replica_id, "restart", -1, 0, s.free_tokens,
-            s.largest_free_extent_tokens, s.free_tokens / s.capacity_tokens, "",
-            replica.uptime_s, f"{mode} downtime_s={downtime_s:g}",
-        ))
+        self.events.append(
+            (
+                replica.env.now,
+                replica.replica_id,
+                "restart",
+                -1,
+                0,
+                s.free_tokens,
+                s.largest_free_extent_tokens,
+                s.free_tokens / s.capacity_tokens,
+                "",
+                replica.uptime_s,
+                f"{mode} downtime_s={downtime_s:g}",
+            )
+        )
 
     # -- sampling ---------------------------------------------------------------------
     def sample(self, replica: Replica, trigger: str = "periodic") -> None:
@@ -106,16 +162,32 @@ class Recorder:
                     reserved_to_fill += max(0, min(reserved_of(sid), final) - held)
             reservation = min(reserved_to_fill, s.reserved_unused_tokens)
         ratio = s.largest_contiguous_free_block_ratio
-        self.samples.append((
-            replica.env.now, replica.replica_id, trigger, replica.up, replica.uptime_s, cap,
-            s.used_tokens, s.reserved_unused_tokens, s.shared_tokens, s.free_tokens,
-            s.cached_free_tokens, s.largest_free_extent_tokens, s.free_extent_count,
-            math.nan if ratio is None else ratio,
-            s.used_tokens / cap, reservation / cap,
-            (s.reserved_unused_tokens - reservation) / cap, s.free_tokens / cap,
-            len(sched.running), sched.running_seqs, len(sched.waiting),
-            sched.preemptions_total,
-        ))
+        self.samples.append(
+            (
+                replica.env.now,
+                replica.replica_id,
+                trigger,
+                replica.up,
+                replica.uptime_s,
+                cap,
+                s.used_tokens,
+                s.reserved_unused_tokens,
+                s.shared_tokens,
+                s.free_tokens,
+                s.cached_free_tokens,
+                s.largest_free_extent_tokens,
+                s.free_extent_count,
+                math.nan if ratio is None else ratio,
+                s.used_tokens / cap,
+                reservation / cap,
+                (s.reserved_unused_tokens - reservation) / cap,
+                s.free_tokens / cap,
+                len(sched.running),
+                sched.running_seqs,
+                len(sched.waiting),
+                sched.preemptions_total,
+            )
+        )
 
     def finish(self, groups: list[Group]) -> None:
         """Close the run: requests still queued or running are recorded ``unfinished``."""
@@ -134,7 +206,18 @@ class Recorder:
 
 def _request_row(g: Group, replica_id: int) -> tuple[object, ...]:
     return (
-        g.request_id, replica_id, g.arrival_s, g.prompt_tokens, g.output_tokens, g.num_seqs,
-        g.admit_s, g.first_token_s, g.finish_s, g.status, g.preemptions, g.retries,
-        g.peak_reserved_tokens, g.cached_tokens,
+        g.request_id,
+        replica_id,
+        g.arrival_s,
+        g.prompt_tokens,
+        g.output_tokens,
+        g.num_seqs,
+        g.admit_s,
+        g.first_token_s,
+        g.finish_s,
+        g.status,
+        g.preemptions,
+        g.retries,
+        g.peak_reserved_tokens,
+        g.cached_tokens,
     )

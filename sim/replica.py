@@ -185,9 +185,11 @@ class Replica:
             return
         seqs, kv0 = sched.decode_load()
         j = np.arange(1, k + 1, dtype=np.int64)
-        ends = np.cumsum(self.latency.step_times_s(
-            np.zeros(k, dtype=np.int64), np.full(k, seqs, dtype=np.int64), kv0 + j * seqs
-        ))
+        ends = np.cumsum(
+            self.latency.step_times_s(
+                np.zeros(k, dtype=np.int64), np.full(k, seqs, dtype=np.int64), kv0 + j * seqs
+            )
+        )
         deadline = sched.next_timeout_s()
         if deadline is not None and deadline <= env.now:
             return  # a timeout is already due: the next real step enforces it

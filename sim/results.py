@@ -41,8 +41,11 @@ class RunResult:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
         try:
-            for name, frame in (("requests", self.requests), ("timeseries", self.timeseries),
-                                ("events", self.events)):
+            for name, frame in (
+                ("requests", self.requests),
+                ("timeseries", self.timeseries),
+                ("events", self.events),
+            ):
                 table = pa.Table.from_pandas(frame, preserve_index=False)
                 table = table.replace_schema_metadata(None)
                 pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
@@ -68,8 +71,10 @@ def check_replaceable(out: Path) -> None:
     extra = sorted(p.name for p in out.iterdir() if p.name not in FILES)
     if extra or out.resolve() == Path.cwd().resolve():
         shown = ", ".join(extra[:3]) or "the working directory"
-        raise FileExistsError(f"{out} exists and holds other files ({shown}); "
-                              f"refusing to replace it: choose a new or empty directory")
+        raise FileExistsError(
+            f"{out} exists and holds other files ({shown}); "
+            f"refusing to replace it: choose a new or empty directory"
+        )
 
 
 def summary_json(summary: dict[str, Any]) -> str:

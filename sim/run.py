@@ -43,9 +43,11 @@ def make_groups(requests: pd.DataFrame) -> list[Group]:
         width = np.maximum(width, beams.fillna(1).to_numpy(dtype=np.int64))
     widths = width.tolist()
     hashes = col("prefix_hashes")
-    hash_lists: list[Any] = [()] * n if hashes is None else [
-        () if h is None else tuple(int(x) for x in h) for h in hashes.tolist()
-    ]
+    hash_lists: list[Any] = (
+        [()] * n
+        if hashes is None
+        else [() if h is None else tuple(int(x) for x in h) for h in hashes.tolist()]
+    )
     return [
         Group(ids[i], arrivals[i], prompts[i], outputs[i], widths[i], hash_lists[i])
         for i in range(n)
@@ -103,14 +105,17 @@ def _adopt_hash_block(allocator: AllocatorConfig, requests: pd.DataFrame) -> All
     if not sizes:
         return allocator
     if len(sizes) > 1:
-        raise ScenarioError(f"workload: the trace mixes prefix block sizes {sizes}; "
-                            f"the prefix cache needs one")
+        raise ScenarioError(
+            f"workload: the trace mixes prefix block sizes {sizes}; the prefix cache needs one"
+        )
     configured = getattr(allocator, "hash_block_tokens", None)
     if configured is None:
         return allocator.model_copy(update={"hash_block_tokens": sizes[0]})
     if configured != sizes[0]:
-        raise ScenarioError(f"field allocator.hash_block_tokens: got {configured}, but the "
-                            f"trace's prefix hashes cover {sizes[0]}-token blocks")
+        raise ScenarioError(
+            f"field allocator.hash_block_tokens: got {configured}, but the "
+            f"trace's prefix hashes cover {sizes[0]}-token blocks"
+        )
     return allocator
 
 
@@ -133,8 +138,13 @@ def run(
     env = simpy.Environment()
     recorder = Recorder()
     replica = Replica(
-        env, 0, sched_config, lambda: allocator.build(spec), latency,
-        hooks=recorder, exact=scenario.mode == "exact",
+        env,
+        0,
+        sched_config,
+        lambda: allocator.build(spec),
+        latency,
+        hooks=recorder,
+        exact=scenario.mode == "exact",
         initial_uptime_s=scenario.initial_uptime_s,
     )
     all_done = env.event()
@@ -148,8 +158,15 @@ def run(
     env.process(_arrivals(env, replica, groups))
     env.process(_sampler(env, replica, recorder, scenario.metrics.sample_interval_s))
     if scenario.restart is not None:
-        env.process(_restarts(env, replica, scenario.restart.every_s, scenario.restart.mode,
-                              scenario.restart.downtime_s))
+        env.process(
+            _restarts(
+                env,
+                replica,
+                scenario.restart.every_s,
+                scenario.restart.mode,
+                scenario.restart.downtime_s,
+            )
+        )
     last_arrival = groups[-1].arrival_s if groups else 0.0
     end_hint = scenario.duration_s or max(last_arrival * 1.05, 1.0)
     if progress is not None:
@@ -163,44 +180,51 @@ def run(
     recorder.sample(replica, trigger="final")
     recorder.finish(groups)
     req_df, ts_df, ev_df = recorder.frames()
-    summary = summarize(req_df, ts_df, ev_df, end_s=env.now,
-                        thresholds=scenario.metrics.thresholds())
+    summary = summarize(
+        req_df, ts_df, ev_df, end_s=env.now, thresholds=scenario.metrics.thresholds()
+    )
     summary["scenario"] = scenario.name
     summary["seed"] = scenario.seed
     summary["allocator"] = allocator.kind
     summary["kv_capacity_tokens"] = parts.kv_capacity_tokens
     summary["latency"] = _latency_report(scenario, latency)
     summary["engine"] = {
-        "mode": scenario.mode, "steps": replica.steps_total, "wakeups": replica.wakeups_total,
+        "mode": scenario.mode,
+        "steps": replica.steps_total,
+        "wakeups": replica.wakeups_total,
         "end_s": env.now,
     }
     return RunResult(req_df, ts_df, ev_df, summary)
 
 
-def _arrivals(env: simpy.Environment, replica: Replica,
-              groups: list[Group]) -> Generator[simpy.Event, Any, None]:
+def _arrivals(
+    env: simpy.Environment, replica: Replica, groups: list[Group]
+) -> Generator[simpy.Event, Any, None]:
     for g in groups:
         if g.arrival_s > env.now:
             yield env.timeout(g.arrival_s - env.now)
         replica.submit(g)
 
 
-def _sampler(env: simpy.Environment, replica: Replica, recorder: Recorder,
-             interval_s: float) -> Generator[simpy.Event, Any, None]:
+def _sampler(
+    env: simpy.Environment, replica: Replica, recorder: Recorder, interval_s: float
+) -> Generator[simpy.Event, Any, None]:
     while True:
         recorder.sample(replica)
         yield env.timeout(interval_s)
 
 
-def _restarts(env: simpy.Environment, replica: Replica, every_s: float, mode: Any,
-              downtime_s: float) -> Generator[simpy.Event, Any, None]:
+def _restarts(
+    env: simpy.Environment, replica: Replica, every_s: float, mode: Any, downtime_s: float
+) -> Generator[simpy.Event, Any, None]:
     while True:
         yield env.timeout(max(0.0, every_s - replica.uptime_s))
         yield replica.request_restart(mode, downtime_s)
 
 
-def _progress(env: simpy.Environment, report: Callable[[float, float], None],
-              end_s: float) -> Generator[simpy.Event, Any, None]:
+def _progress(
+    env: simpy.Environment, report: Callable[[float, float], None], end_s: float
+) -> Generator[simpy.Event, Any, None]:
     while True:
         report(env.now, end_s)
         yield env.timeout(end_s / 100)

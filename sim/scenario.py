@@ -38,15 +38,20 @@ class WorkloadConfig(_Strict):
     trace: Path | None = Field(None, description="A trace file (relative to the scenario).")
     format: str | None = Field(None, description="Trace format; default: detected.")
     arrival: dict[str, Any] | None = Field(
-        None, description="Arrival process for a length-only trace (traces.arrivals: "
-        "{kind: poisson, rate_per_s: 2.0}, gamma, diurnal, bursty), seeded by the scenario.")
+        None,
+        description="Arrival process for a length-only trace (traces.arrivals: "
+        "{kind: poisson, rate_per_s: 2.0}, gamma, diurnal, bursty), seeded by the scenario.",
+    )
     preset: str | None = Field(None, description="A named synthetic workload (traces.synth).")
     synth: dict[str, Any] | None = Field(
-        None, description="A synthetic workload spec (traces.synth.SynthSpec fields); with "
-        "``preset`` it overrides the preset's fields.")
+        None,
+        description="A synthetic workload spec (traces.synth.SynthSpec fields); with "
+        "``preset`` it overrides the preset's fields.",
+    )
     rate_scale: float | None = Field(None, gt=0, description="Multiply the arrival rate.")
     tile_to_s: float | None = Field(
-        None, gt=0, description="Repeat the trace back to back until it spans this long.")
+        None, gt=0, description="Repeat the trace back to back until it spans this long."
+    )
     max_requests: int | None = Field(None, ge=1, description="Keep the first N requests.")
 
     @model_validator(mode="after")
@@ -63,31 +68,43 @@ class SchedulerOptions(_Strict):
 
     max_num_seqs: int = Field(256, ge=1, le=65536, description="Sequences per batch.")
     max_num_batched_tokens: int | None = Field(
-        None, ge=1, description="Tokens per step (decode + prefill); default 8192, or the "
-        "max sequence length when larger and prefill is not chunked.")
+        None,
+        ge=1,
+        description="Tokens per step (decode + prefill); default 8192, or the "
+        "max sequence length when larger and prefill is not chunked.",
+    )
     chunked_prefill: bool = Field(False, description="Split long prefills across steps.")
     preemption: Literal["recompute", "swap", "fail"] = Field(
-        "recompute", description="On growth failure: recompute (vLLM), swap to host, or fail "
-        "the request (naive servers).")
+        "recompute",
+        description="On growth failure: recompute (vLLM), swap to host, or fail "
+        "the request (naive servers).",
+    )
     on_admission_failure: Literal["queue", "reject"] = Field(
-        "queue", description="Wait for memory, or answer out-of-memory at once (naive).")
+        "queue", description="Wait for memory, or answer out-of-memory at once (naive)."
+    )
     head_of_line: bool = Field(True, description="A blocked queue head blocks the queue.")
     retry_attempts: int = Field(0, ge=0, le=100, description="Client retries after a refusal.")
     retry_backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles.")
     queue_timeout_s: float | None = Field(None, gt=0, description="Give up waiting after.")
     swap_bytes_per_s: float = Field(25e9, gt=0, description="Host link for swap (PCIe).")
 
-    def build(self, max_seq_tokens: int, kv_bytes_per_token: int,
-              hbm_bytes_per_s: float) -> SchedulerConfig:
+    def build(
+        self, max_seq_tokens: int, kv_bytes_per_token: int, hbm_bytes_per_s: float
+    ) -> SchedulerConfig:
         batched = self.max_num_batched_tokens
         if batched is None:
             batched = 8192 if self.chunked_prefill else max(8192, max_seq_tokens)
         return SchedulerConfig(
-            max_num_seqs=self.max_num_seqs, max_num_batched_tokens=batched,
-            chunked_prefill=self.chunked_prefill, preemption=self.preemption,
-            on_admission_failure=self.on_admission_failure, head_of_line=self.head_of_line,
-            retry_attempts=self.retry_attempts, retry_backoff_s=self.retry_backoff_s,
-            queue_timeout_s=self.queue_timeout_s, max_seq_tokens=max_seq_tokens,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=batched,
+            chunked_prefill=self.chunked_prefill,
+            preemption=self.preemption,
+            on_admission_failure=self.on_admission_failure,
+            head_of_line=self.head_of_line,
+            retry_attempts=self.retry_attempts,
+            retry_backoff_s=self.retry_backoff_s,
+            queue_timeout_s=self.queue_timeout_s,
+            max_seq_tokens=max_seq_tokens,
             swap_s_per_token=kv_bytes_per_token / self.swap_bytes_per_s,
             # A copy reads and writes every byte once.
             copy_s_per_token=2 * kv_bytes_per_token / hbm_bytes_per_s,
@@ -106,16 +123,22 @@ class MetricsOptions(_Strict):
     """Sampling and the seed's alert thresholds."""
 
     sample_interval_s: float = Field(60.0, ge=1e-3, description="Periodic sample spacing.")
-    high_free_share: float = Field(0.25, ge=0, le=1, description="Failure at > this free: "
-                                   "fragmentation alert.")
+    high_free_share: float = Field(
+        0.25, ge=0, le=1, description="Failure at > this free: fragmentation alert."
+    )
     ratio_alert: float = Field(0.6, ge=0, le=1, description="Medium alert below this ratio.")
     ratio_severe: float = Field(0.5, ge=0, le=1, description="Severe below this ratio.")
-    uptime_rho_alert: float = Field(0.5, ge=0, le=1, description="Spearman rho of the "
-                                    "fragmentation ratio against uptime that alerts.")
+    uptime_rho_alert: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Spearman rho of the fragmentation ratio against uptime that alerts.",
+    )
 
     def thresholds(self) -> AlertThresholds:
-        return AlertThresholds(self.high_free_share, self.ratio_alert, self.ratio_severe,
-                               self.uptime_rho_alert)
+        return AlertThresholds(
+            self.high_free_share, self.ratio_alert, self.ratio_severe, self.uptime_rho_alert
+        )
 
 
 class Scenario(_Strict):
@@ -125,7 +148,8 @@ class Scenario(_Strict):
     seed: int = Field(0, ge=0, description="Seeds every random stream.")
     mode: Literal["fast", "exact"] = Field("fast", description="exact: one event per step.")
     duration_s: float | None = Field(
-        None, gt=0, description="Stop simulated time here; default: when every request ended.")
+        None, gt=0, description="Stop simulated time here; default: when every request ended."
+    )
     initial_uptime_s: float = Field(0.0, ge=0, description="Uptime of the replica at t=0.")
     workload: WorkloadConfig
     hardware: HardwareConfig = HardwareConfig()
@@ -145,10 +169,12 @@ class Scenario(_Strict):
         try:
             return parse_allocator(value)
         except ValidationError as e:
-            raise ValueError("; ".join(
-                line.removeprefix("allocator: ")
-                for line in validation_lines("allocator", e, value, prefix=str(value["kind"]))
-            )) from None
+            raise ValueError(
+                "; ".join(
+                    line.removeprefix("allocator: ")
+                    for line in validation_lines("allocator", e, value, prefix=str(value["kind"]))
+                )
+            ) from None
 
 
 def format_validation_error(source: str, err: ValidationError, data: object) -> str:
@@ -167,8 +193,9 @@ def load_scenario(path: str | Path) -> Scenario:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ScenarioError(f"{path}: not valid YAML: "
-                            f"{getattr(e, 'problem', None) or e}{where}") from None
+        raise ScenarioError(
+            f"{path}: not valid YAML: {getattr(e, 'problem', None) or e}{where}"
+        ) from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: expected a mapping of scenario fields at the top level")
     base = path.parent
@@ -188,8 +215,9 @@ def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario
         try:  # checked first so its errors read "field allocator.growth_factor: ..."
             ALLOCATORS[allocator["kind"]].model_validate(allocator)
         except ValidationError as e:
-            raise ScenarioError("\n".join(
-                validation_lines(source, e, allocator, prefix="allocator"))) from None
+            raise ScenarioError(
+                "\n".join(validation_lines(source, e, allocator, prefix="allocator"))
+            ) from None
     try:
         return Scenario.model_validate(data)
     except ValidationError as e:

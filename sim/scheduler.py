@@ -172,8 +172,9 @@ class Scheduler:
         # Generation stops at the maximum sequence length, as serving engines do.
         # Every request has at least one prompt token and emits at least one token.
         group.prompt_tokens = max(1, group.prompt_tokens)
-        group.output_tokens = max(1, min(group.output_tokens,
-                                         self.config.max_seq_tokens - group.prompt_tokens))
+        group.output_tokens = max(
+            1, min(group.output_tokens, self.config.max_seq_tokens - group.prompt_tokens)
+        )
         group.enqueued_s = now
         group.blocked = None
         self.waiting.append(group)
@@ -292,8 +293,10 @@ class Scheduler:
                 h = alloc.headroom_tokens(sid)
                 # A shared (copy-on-write) partly filled last block must be copied first:
                 # growing past the headroom by one block then draws two. Take a real step.
-                if block is not None and g.num_seqs > 1 and (
-                    alloc.blocks_to_extend(sid, h + block) != 1
+                if (
+                    block is not None
+                    and g.num_seqs > 1
+                    and (alloc.blocks_to_extend(sid, h + block) != 1)
                 ):
                     return 0
                 heads.append(h)
@@ -402,8 +405,11 @@ class Scheduler:
             return False
         s = self.allocator.stats()
         for g in self.waiting:
-            if g.blocked is None or not self.running or s.free_tokens > g.blocked[0] or (
-                s.largest_free_extent_tokens > g.blocked[1]
+            if (
+                g.blocked is None
+                or not self.running
+                or s.free_tokens > g.blocked[0]
+                or (s.largest_free_extent_tokens > g.blocked[1])
             ):
                 return True
             if self.config.head_of_line:
@@ -418,14 +424,17 @@ class Scheduler:
             g = self.waiting[0]
             if self.running_seqs + g.num_seqs > self.config.max_num_seqs:
                 break
-            if budget <= 0 or (not self.config.chunked_prefill and (
-                self._prefill_work(g) > budget
-                and budget < self.config.max_num_batched_tokens
-            )):
+            if budget <= 0 or (
+                not self.config.chunked_prefill
+                and (self._prefill_work(g) > budget and budget < self.config.max_num_batched_tokens)
+            ):
                 break
             s = self.allocator.stats()
-            if g.blocked is not None and self.running and s.free_tokens <= g.blocked[0] and (
-                s.largest_free_extent_tokens <= g.blocked[1]
+            if (
+                g.blocked is not None
+                and self.running
+                and s.free_tokens <= g.blocked[0]
+                and (s.largest_free_extent_tokens <= g.blocked[1])
             ):
                 if self.config.head_of_line:
                     break
@@ -437,9 +446,16 @@ class Scheduler:
                 continue
             failure = self.allocator.last_failure()
             assert failure is not None, "allocator refused without recording why"
-            self._on_event(SchedEvent("admission_failure", g.request_id, failure.need_tokens,
-                                      failure.free_tokens,
-                                      failure.largest_free_extent_tokens, failure.cause))
+            self._on_event(
+                SchedEvent(
+                    "admission_failure",
+                    g.request_id,
+                    failure.need_tokens,
+                    failure.free_tokens,
+                    failure.largest_free_extent_tokens,
+                    failure.cause,
+                )
+            )
             if not self.running:  # an empty pool cannot hold it: it never fits here
                 self._reject(g, now, "capacity")
             elif self.config.on_admission_failure == "reject" and math.isnan(g.admit_s):
@@ -466,9 +482,12 @@ class Scheduler:
         resume_tokens = max(g.held_tokens, g.prompt_tokens)
         grow = resume_tokens - g.prompt_tokens
         ids = [self._next_seq_id + i for i in range(g.num_seqs)]
-        got = alloc.allocate(ids[0], g.prompt_tokens,
-                             reserve_tokens=g.final_tokens + 1,
-                             prefix_hashes=g.prefix_hashes)
+        got = alloc.allocate(
+            ids[0],
+            g.prompt_tokens,
+            reserve_tokens=g.final_tokens + 1,
+            prefix_hashes=g.prefix_hashes,
+        )
         if got is None:
             return False
         placed = [ids[0]]
@@ -553,9 +572,16 @@ class Scheduler:
         while True:
             failure = alloc.last_failure()
             assert failure is not None, "allocator refused without recording why"
-            self._on_event(SchedEvent("growth_failure", g.request_id, failure.need_tokens,
-                                      failure.free_tokens,
-                                      failure.largest_free_extent_tokens, failure.cause))
+            self._on_event(
+                SchedEvent(
+                    "growth_failure",
+                    g.request_id,
+                    failure.need_tokens,
+                    failure.free_tokens,
+                    failure.largest_free_extent_tokens,
+                    failure.cause,
+                )
+            )
             # Swapping out the only running group restores the same refusal on its
             # return: it can never grow here, so it fails like a naive server's.
             alone = len(self.running) == 1
@@ -572,8 +598,16 @@ class Scheduler:
 
     def _preempt(self, victim: Group, step: Step, cause: FailureCause) -> None:
         s = self.allocator.stats()
-        self._on_event(SchedEvent("preemption", victim.request_id, 0, s.free_tokens,
-                                  s.largest_free_extent_tokens, cause))
+        self._on_event(
+            SchedEvent(
+                "preemption",
+                victim.request_id,
+                0,
+                s.free_tokens,
+                s.largest_free_extent_tokens,
+                cause,
+            )
+        )
         self._drop(victim)
         if victim in step.decoding:  # it grew for a step it will not run
             step.decoding.remove(victim)

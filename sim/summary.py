@@ -69,8 +69,12 @@ def summarize(
     ratio = periodic["largest_contiguous_free_block_ratio"]
     shares = {
         name: None if periodic.empty else float(periodic[f"share_{name}"].mean())
-        for name in ("token_states", "reservation", "internal_fragmentation",
-                     "external_fragmentation_free")
+        for name in (
+            "token_states",
+            "reservation",
+            "internal_fragmentation",
+            "external_fragmentation_free",
+        )
     }
     summary: dict[str, Any] = {
         "requests": {"total": len(requests), "by_status": counts},
@@ -86,8 +90,9 @@ def summarize(
         },
         "failures": {
             "allocation_failures": len(fails),
-            "by_cause": {str(k): int(v) for k, v in
-                         fails["cause"].value_counts().sort_index().items()},
+            "by_cause": {
+                str(k): int(v) for k, v in fails["cause"].value_counts().sort_index().items()
+            },
             "at_high_free_memory": len(high),
             "allocation_failure_rate_at_high_free_memory": len(high) / span_s,
             "preemptions": int((events["kind"] == "preemption").sum()),
@@ -99,7 +104,8 @@ def summarize(
             "largest_contiguous_free_block_ratio": {
                 "min": None if ratio.dropna().empty else float(ratio.min()),
                 "mean": None if ratio.dropna().empty else float(ratio.mean()),
-                "share_of_samples_below_alert": None if ratio.dropna().empty
+                "share_of_samples_below_alert": None
+                if ratio.dropna().empty
                 else float((ratio.dropna() < thresholds.ratio_alert).mean()),
             },
         },
@@ -108,40 +114,55 @@ def summarize(
     return _clean(summary)
 
 
-def _alerts(fails: pd.DataFrame, high: pd.DataFrame, periodic: pd.DataFrame,
-            th: AlertThresholds) -> list[dict[str, Any]]:
+def _alerts(
+    fails: pd.DataFrame, high: pd.DataFrame, periodic: pd.DataFrame, th: AlertThresholds
+) -> list[dict[str, Any]]:
     alerts: list[dict[str, Any]] = []
     if len(high):
-        alerts.append({
-            "alert": "fragmentation_driven_allocation_failure", "severity": "high",
-            "condition": f"allocation failure while free memory > {th.high_free_share:.0%}",
-            "count": len(high), "first_time_s": float(high["time_s"].min()),
-            "replicas": sorted(int(r) for r in high["replica"].unique()),
-        })
+        alerts.append(
+            {
+                "alert": "fragmentation_driven_allocation_failure",
+                "severity": "high",
+                "condition": f"allocation failure while free memory > {th.high_free_share:.0%}",
+                "count": len(high),
+                "first_time_s": float(high["time_s"].min()),
+                "replicas": sorted(int(r) for r in high["replica"].unique()),
+            }
+        )
     ratio = periodic["largest_contiguous_free_block_ratio"]
-    for name, sev, limit in (("severe_fragmentation", "high", th.ratio_severe),
-                             ("high_fragmentation", "medium", th.ratio_alert)):
+    for name, sev, limit in (
+        ("severe_fragmentation", "high", th.ratio_severe),
+        ("high_fragmentation", "medium", th.ratio_alert),
+    ):
         low = periodic[ratio < limit]
         if len(low):
-            alerts.append({
-                "alert": name, "severity": sev,
-                "condition": f"largest_contiguous_free_block_ratio < {limit}",
-                "count": len(low), "first_time_s": float(low["time_s"].min()),
-                "replicas": sorted(int(r) for r in low["replica"].unique()),
-            })
+            alerts.append(
+                {
+                    "alert": name,
+                    "severity": sev,
+                    "condition": f"largest_contiguous_free_block_ratio < {limit}",
+                    "count": len(low),
+                    "first_time_s": float(low["time_s"].min()),
+                    "replicas": sorted(int(r) for r in low["replica"].unique()),
+                }
+            )
     valid = periodic.dropna(subset=["largest_contiguous_free_block_ratio"])
     if len(valid) >= 10 and valid["uptime_s"].nunique() > 2:
         frag = 1.0 - valid["largest_contiguous_free_block_ratio"]
         if frag.nunique() > 1:
             rho, p = sps.spearmanr(valid["uptime_s"], frag)
-            tail = frag.iloc[-max(3, len(frag) // 10):].mean()
+            tail = frag.iloc[-max(3, len(frag) // 10) :].mean()
             if rho >= th.uptime_rho_alert and p < 0.01 and tail > 1 - th.ratio_alert:
-                alerts.append({
-                    "alert": "uptime_fragmentation_correlation", "severity": "medium",
-                    "condition": "fragmentation ratio rises with uptime past the alert level",
-                    "spearman_rho": float(rho), "p_value": float(p),
-                    "recent_fragmentation_ratio": float(tail),
-                })
+                alerts.append(
+                    {
+                        "alert": "uptime_fragmentation_correlation",
+                        "severity": "medium",
+                        "condition": "fragmentation ratio rises with uptime past the alert level",
+                        "spearman_rho": float(rho),
+                        "p_value": float(p),
+                        "recent_fragmentation_ratio": float(tail),
+                    }
+                )
     return alerts
 
 

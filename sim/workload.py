@@ -25,8 +25,9 @@ def synth_spec(w: WorkloadConfig) -> synth.SynthSpec:
     data: dict[str, Any] = {}
     if w.preset is not None:
         if w.preset not in synth.PRESETS:
-            raise ScenarioError(f"workload.preset: got {w.preset!r}; allowed: "
-                                f"{', '.join(sorted(synth.PRESETS))}")
+            raise ScenarioError(
+                f"workload.preset: got {w.preset!r}; allowed: {', '.join(sorted(synth.PRESETS))}"
+            )
         data = synth.PRESETS[w.preset].model_dump()
     if w.synth:
         data = _merge(data, w.synth)
@@ -37,10 +38,12 @@ def synth_spec(w: WorkloadConfig) -> synth.SynthSpec:
     try:
         return synth.SynthSpec.model_validate(data)
     except ValidationError as e:
-        raise ScenarioError("\n".join(
-            line.removeprefix("scenario: ")
-            for line in validation_lines("scenario", e, data, prefix="workload.synth")
-        )) from None
+        raise ScenarioError(
+            "\n".join(
+                line.removeprefix("scenario: ")
+                for line in validation_lines("scenario", e, data, prefix="workload.synth")
+            )
+        ) from None
 
 
 def arrival_spec(w: WorkloadConfig) -> ArrivalSpec | None:
@@ -50,10 +53,12 @@ def arrival_spec(w: WorkloadConfig) -> ArrivalSpec | None:
     try:
         spec: ArrivalSpec = TypeAdapter(ArrivalSpec).validate_python(w.arrival)
     except ValidationError as e:
-        raise ScenarioError("\n".join(
-            line.removeprefix("scenario: ")
-            for line in validation_lines("scenario", e, w.arrival, prefix="workload.arrival")
-        )) from None
+        raise ScenarioError(
+            "\n".join(
+                line.removeprefix("scenario: ")
+                for line in validation_lines("scenario", e, w.arrival, prefix="workload.arrival")
+            )
+        ) from None
     return spec
 
 

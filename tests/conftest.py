@@ -20,6 +20,8 @@ def shared_traces() -> Path:
     """The folder of real public traces (``../shared/traces_external``); tests that
     need it skip where it is absent."""
     if not SHARED_TRACES.is_dir():
-        pytest.skip(f"real traces not found at {SHARED_TRACES} (../shared is absent; "
-                    f"set FRAGSIM_TRACES_DIR to use another copy)")
+        pytest.skip(
+            f"real traces not found at {SHARED_TRACES} (../shared is absent; "
+            f"set FRAGSIM_TRACES_DIR to use another copy)"
+        )
     return SHARED_TRACES

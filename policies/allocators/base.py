@@ -66,8 +66,10 @@ class PoolSpec:
         if self.max_seq_tokens <= 0:
             raise ValueError(f"max_seq_tokens must be > 0, got {self.max_seq_tokens}")
         if self.num_layers <= 0 or self.tensor_parallel <= 0:
-            raise ValueError(f"num_layers and tensor_parallel must be > 0, got "
-                             f"{self.num_layers} and {self.tensor_parallel}")
+            raise ValueError(
+                f"num_layers and tensor_parallel must be > 0, got "
+                f"{self.num_layers} and {self.tensor_parallel}"
+            )
 
     @property
     def gpu_kv_bytes_per_token(self) -> int:

@@ -379,6 +379,11 @@ def test_a_written_run_reads_back_as_the_same_frames(tmp_path: Path) -> None:
     assert result.exit_code == 0
     back = read_result(tmp_path / "out")
     assert len(back.requests) > 0 and set(back.requests["status"]) <= {
-        "ok", "rejected-capacity", "rejected-fragmentation", "failed-capacity",
-        "failed-fragmentation", "rejected-too-long"}
+        "ok",
+        "rejected-capacity",
+        "rejected-fragmentation",
+        "failed-capacity",
+        "failed-fragmentation",
+        "rejected-too-long",
+    }
     assert back.summary["requests"]["total"] == len(back.requests)

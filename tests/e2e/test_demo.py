@@ -18,8 +18,7 @@ def test_demo_runs_the_seed_example_and_its_counterfactuals(tmp_path: Path) -> N
     result = CliRunner().invoke(app, ["demo", "-o", str(tmp_path / "demo")])
     assert result.exit_code == 0, result.output
     assert "comparison" in result.stdout
-    summaries = {n: json.loads((tmp_path / "demo" / n / "summary.json").read_text())
-                 for n in DEMO}
+    summaries = {n: json.loads((tmp_path / "demo" / n / "summary.json").read_text()) for n in DEMO}
     contiguous = summaries["seed-bimodal-best-fit"]["failures"]
     paged = summaries["seed-bimodal-paged"]["failures"]
     # The seed's signals show on the contiguous replica and vanish on the paged one.

@@ -14,22 +14,33 @@ from sim.scenario import parse_scenario
 
 
 def scenario(trace: Path, allocator: dict[str, Any], **hardware: Any) -> Any:
-    return parse_scenario({
-        "name": "real",
-        "workload": {"trace": str(trace), "max_requests": 1500},
-        "hardware": {"model": "llama-2-7b", "gpu": "a100-80gb", **hardware},
-        "allocator": allocator,
-        "metrics": {"sample_interval_s": 30},
-    })
+    return parse_scenario(
+        {
+            "name": "real",
+            "workload": {"trace": str(trace), "max_requests": 1500},
+            "hardware": {"model": "llama-2-7b", "gpu": "a100-80gb", **hardware},
+            "allocator": allocator,
+            "metrics": {"sample_interval_s": 30},
+        }
+    )
 
 
-@pytest.mark.parametrize("allocator", [{"kind": "paged"}, {"kind": "best_fit"},
-                                       {"kind": "static", "mode": "max"},
-                                       {"kind": "caching"}], ids=lambda a: a["kind"])
-@pytest.mark.parametrize("name", ["AzureLLMInferenceTrace_conv.csv",
-                                  "AzureLLMInferenceTrace_code.csv"])
+@pytest.mark.parametrize(
+    "allocator",
+    [
+        {"kind": "paged"},
+        {"kind": "best_fit"},
+        {"kind": "static", "mode": "max"},
+        {"kind": "caching"},
+    ],
+    ids=lambda a: a["kind"],
+)
+@pytest.mark.parametrize(
+    "name", ["AzureLLMInferenceTrace_conv.csv", "AzureLLMInferenceTrace_code.csv"]
+)
 def test_azure_traces_run_under_every_allocator_family(
-        shared_traces: Path, name: str, allocator: dict[str, Any]) -> None:
+    shared_traces: Path, name: str, allocator: dict[str, Any]
+) -> None:
     path = shared_traces / "azure_llm_2023" / name
     sc = scenario(path, allocator)
     result = run(sc, traces.load(path).iloc[:1500])
@@ -52,9 +63,12 @@ def test_mooncake_prefix_hashes_are_served_from_the_prefix_cache(shared_traces: 
     reuse = traces.describe(df)["prefix_reuse_token_ratio"]
     shares = {}
     for capacity in (50_000_000, 2_000_000):
-        sc = scenario(path, {"kind": "paged", "block_size_tokens": 16,
-                             "hash_block_tokens": 512},
-                      max_seq_tokens=131072, kv_capacity_tokens=capacity)
+        sc = scenario(
+            path,
+            {"kind": "paged", "block_size_tokens": 16, "hash_block_tokens": 512},
+            max_seq_tokens=131072,
+            kv_capacity_tokens=capacity,
+        )
         req = run(sc, df).requests
         assert (req["status"] == "ok").all()
         shares[capacity] = req["cached_tokens"].sum() / req["prompt_tokens"].sum()

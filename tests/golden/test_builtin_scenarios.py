@@ -20,8 +20,11 @@ from sim.scenario import parse_scenario
 from sim.workload import load_workload
 
 GOLDEN = Path(__file__).parent / "data" / "builtin_summaries.json"
-SHORT_S = {"seed-bimodal-best-fit": 43_200.0, "seed-bimodal-paged": 43_200.0,
-           "seed-bimodal-best-fit-daily-restart": 43_200.0}
+SHORT_S = {
+    "seed-bimodal-best-fit": 43_200.0,
+    "seed-bimodal-paged": 43_200.0,
+    "seed-bimodal-best-fit-daily-restart": 43_200.0,
+}
 
 
 def shortened(name: str) -> Any:
@@ -40,9 +43,16 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
     """The numbers a behaviour change would move."""
     return {
         "requests": summary["requests"],
-        "failures": {k: summary["failures"][k] for k in
-                     ("allocation_failures", "by_cause", "at_high_free_memory",
-                      "preemptions", "restarts")},
+        "failures": {
+            k: summary["failures"][k]
+            for k in (
+                "allocation_failures",
+                "by_cause",
+                "at_high_free_memory",
+                "preemptions",
+                "restarts",
+            )
+        },
         "ratio_min": summary["memory"]["largest_contiguous_free_block_ratio"]["min"],
         "waste_breakdown": summary["memory"]["waste_breakdown"],
         "ttft_p50_s": summary["latency_s"]["ttft"]["p50"],

@@ -16,15 +16,18 @@ from sim.run import run
 from sim.scenario import parse_scenario
 
 
-def trace(arrivals: list[float], prompts: list[int], outputs: list[int],
-          samples: list[int] | None = None) -> pd.DataFrame:
+def trace(
+    arrivals: list[float], prompts: list[int], outputs: list[int], samples: list[int] | None = None
+) -> pd.DataFrame:
     n = len(arrivals)
-    df = pd.DataFrame({
-        "request_id": np.arange(n, dtype=np.int64),
-        "arrival_s": np.sort(np.asarray(arrivals, dtype=float)),
-        "prompt_tokens": np.asarray(prompts, dtype=np.int64),
-        "output_tokens": np.asarray(outputs, dtype=np.int64),
-    })
+    df = pd.DataFrame(
+        {
+            "request_id": np.arange(n, dtype=np.int64),
+            "arrival_s": np.sort(np.asarray(arrivals, dtype=float)),
+            "prompt_tokens": np.asarray(prompts, dtype=np.int64),
+            "output_tokens": np.asarray(outputs, dtype=np.int64),
+        }
+    )
     if samples is not None:
         df["num_samples"] = np.asarray(samples, dtype=np.int64)
     return df
@@ -34,8 +37,12 @@ def scenario(allocator: dict[str, Any], capacity_tokens: int, **extra: Any) -> A
     data: dict[str, Any] = {
         "name": "prop",
         "workload": {"preset": "bimodal"},  # unused: the trace is passed directly
-        "hardware": {"model": "llama-2-7b", "gpu": "a100-80gb",
-                     "kv_capacity_tokens": capacity_tokens, "max_seq_tokens": 32768},
+        "hardware": {
+            "model": "llama-2-7b",
+            "gpu": "a100-80gb",
+            "kv_capacity_tokens": capacity_tokens,
+            "max_seq_tokens": 32768,
+        },
         "allocator": allocator,
         "metrics": {"sample_interval_s": 5.0},
     }
@@ -51,26 +58,35 @@ ALLOCATORS = [
     {"kind": "buddy"},
 ]
 
-requests = st.integers(min_value=2, max_value=40).flatmap(lambda n: st.tuples(
-    st.lists(st.floats(0, 60, allow_nan=False), min_size=n, max_size=n),
-    st.lists(st.integers(1, 3000), min_size=n, max_size=n),
-    st.lists(st.integers(1, 400), min_size=n, max_size=n),
-    st.lists(st.sampled_from([1, 1, 1, 2, 3]), min_size=n, max_size=n),
-))
+requests = st.integers(min_value=2, max_value=40).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.floats(0, 60, allow_nan=False), min_size=n, max_size=n),
+        st.lists(st.integers(1, 3000), min_size=n, max_size=n),
+        st.lists(st.integers(1, 400), min_size=n, max_size=n),
+        st.lists(st.sampled_from([1, 1, 1, 2, 3]), min_size=n, max_size=n),
+    )
+)
 
 
 @pytest.mark.parametrize("allocator", ALLOCATORS, ids=lambda a: a["kind"])
-@given(reqs=requests, capacity=st.sampled_from([6_000, 20_000, 200_000]),
-       preemption=st.sampled_from(["recompute", "swap", "fail"]))
+@given(
+    reqs=requests,
+    capacity=st.sampled_from([6_000, 20_000, 200_000]),
+    preemption=st.sampled_from(["recompute", "swap", "fail"]),
+)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_fast_mode_equals_exact_mode(allocator: dict[str, Any], reqs: Any, capacity: int,
-                                     preemption: str) -> None:
+def test_fast_mode_equals_exact_mode(
+    allocator: dict[str, Any], reqs: Any, capacity: int, preemption: str
+) -> None:
     df = trace(*reqs)
     results = {}
     for mode in ("fast", "exact"):
-        sc = scenario(allocator, capacity, mode=mode,
-                      scheduler={"preemption": preemption, "max_num_seqs": 16,
-                                 "retry_attempts": 1})
+        sc = scenario(
+            allocator,
+            capacity,
+            mode=mode,
+            scheduler={"preemption": preemption, "max_num_seqs": 16, "retry_attempts": 1},
+        )
         results[mode] = run(sc, df).requests
     fast, exact = results["fast"], results["exact"]
     assert list(fast["status"]) == list(exact["status"])
@@ -93,14 +109,23 @@ def test_unlimited_memory_never_fails_or_preempts(reqs: Any) -> None:
 def test_memory_is_conserved_at_every_sample(allocator: dict[str, Any]) -> None:
     rng = np.random.default_rng(3)
     n = 300
-    df = trace(list(np.cumsum(rng.exponential(0.3, n))), list(rng.integers(10, 4000, n)),
-               list(rng.integers(1, 300, n)))
+    df = trace(
+        list(np.cumsum(rng.exponential(0.3, n))),
+        list(rng.integers(10, 4000, n)),
+        list(rng.integers(1, 300, n)),
+    )
     ts = run(scenario(allocator, 30_000), df).timeseries
     total = ts["used_tokens"] + ts["reserved_unused_tokens"] + ts["free_tokens"]
     assert (total == ts["capacity_tokens"]).all()
     periodic = ts[ts["trigger"] != "failure"]  # failure samples leave the split missing
-    shares = periodic[["share_token_states", "share_reservation", "share_internal_fragmentation",
-                 "share_external_fragmentation_free"]]
+    shares = periodic[
+        [
+            "share_token_states",
+            "share_reservation",
+            "share_internal_fragmentation",
+            "share_external_fragmentation_free",
+        ]
+    ]
     assert (shares >= -1e-12).all().all()
     np.testing.assert_allclose(shares.sum(axis=1), 1.0)
     assert (ts["largest_free_extent_tokens"] <= ts["free_tokens"]).all()
@@ -109,8 +134,11 @@ def test_memory_is_conserved_at_every_sample(allocator: dict[str, Any]) -> None:
 def test_littles_law_on_a_long_steady_run() -> None:
     rng = np.random.default_rng(7)
     n = 4000
-    df = trace(list(np.cumsum(rng.exponential(0.5, n))), list(rng.integers(50, 1500, n)),
-               list(rng.integers(20, 300, n)))
+    df = trace(
+        list(np.cumsum(rng.exponential(0.5, n))),
+        list(rng.integers(50, 1500, n)),
+        list(rng.integers(20, 300, n)),
+    )
     result = run(scenario({"kind": "paged"}, 100_000, metrics={"sample_interval_s": 1.0}), df)
     req, ts = result.requests, result.timeseries
     ts = ts[ts["trigger"] == "periodic"]
@@ -128,8 +156,13 @@ def test_m_d_1_queue_matches_the_hand_calculation() -> None:
     rng = np.random.default_rng(11)
     n, d, rho = 20_000, 0.1, 0.7
     df = trace(list(np.cumsum(rng.exponential(d / rho, n))), [100] * n, [10] * n)
-    sc = scenario({"kind": "paged"}, 100_000, latency={"kind": "constant", "step_s": 0.01},
-                  scheduler={"max_num_seqs": 1}, metrics={"sample_interval_s": 3600.0})
+    sc = scenario(
+        {"kind": "paged"},
+        100_000,
+        latency={"kind": "constant", "step_s": 0.01},
+        scheduler={"max_num_seqs": 1},
+        metrics={"sample_interval_s": 3600.0},
+    )
     req = run(sc, df).requests
     service = req["finish_s"] - req["admit_s"]
     np.testing.assert_allclose(service, d, rtol=1e-9)
@@ -141,8 +174,12 @@ def test_m_d_c_batch_by_hand() -> None:
     """Four requests at once, two batch slots, 10 tokens each at 10 ms a step: two run
     in [0, 0.1], two in [0.1, 0.2]; TTFT is one step after admission."""
     df = trace([0.0, 0.0, 0.0, 0.0], [100] * 4, [10] * 4)
-    sc = scenario({"kind": "paged"}, 100_000, latency={"kind": "constant", "step_s": 0.01},
-                  scheduler={"max_num_seqs": 2})
+    sc = scenario(
+        {"kind": "paged"},
+        100_000,
+        latency={"kind": "constant", "step_s": 0.01},
+        scheduler={"max_num_seqs": 2},
+    )
     req = run(sc, df).requests
     np.testing.assert_allclose(req["admit_s"], [0, 0, 0.1, 0.1], atol=1e-12)
     np.testing.assert_allclose(req["first_token_s"], [0.01, 0.01, 0.11, 0.11], atol=1e-12)

@@ -119,7 +119,8 @@ def test_free_extent_histogram_bins_the_free_extents() -> None:
     from policies.allocators.registry import ALLOCATORS
 
     alloc = ALLOCATORS["first_fit"](kind="first_fit", initial_extra_tokens=0).build(
-        PoolSpec(capacity_tokens=1000))
+        PoolSpec(capacity_tokens=1000)
+    )
     for rid in range(10):
         assert alloc.allocate(rid, 100) is not None
     for rid in (1, 3, 4, 8):  # holes of 100, 200 and 100 tokens, nothing else free

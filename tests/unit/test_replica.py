@@ -30,16 +30,27 @@ def trace(rows: list[tuple[float, int, int]], **cols: list[Any]) -> pd.DataFrame
     return df
 
 
-def simulate(allocator: dict[str, Any], capacity_tokens: int,
-             rows: list[tuple[float, int, int]], *, mode: str = "fast",
-             step_s: float = STEP_S, max_seq_tokens: int = 4096,
-             sample_interval_s: float = 1.0, cols: dict[str, list[Any]] | None = None,
-             **extra: Any) -> RunResult:
+def simulate(
+    allocator: dict[str, Any],
+    capacity_tokens: int,
+    rows: list[tuple[float, int, int]],
+    *,
+    mode: str = "fast",
+    step_s: float = STEP_S,
+    max_seq_tokens: int = 4096,
+    sample_interval_s: float = 1.0,
+    cols: dict[str, list[Any]] | None = None,
+    **extra: Any,
+) -> RunResult:
     data: dict[str, Any] = {
         "name": "story",
         "workload": {"preset": "bimodal"},  # unused: the trace is passed in
-        "hardware": {"model": "llama-2-7b", "gpu": "a100-80gb",
-                     "kv_capacity_tokens": capacity_tokens, "max_seq_tokens": max_seq_tokens},
+        "hardware": {
+            "model": "llama-2-7b",
+            "gpu": "a100-80gb",
+            "kv_capacity_tokens": capacity_tokens,
+            "max_seq_tokens": max_seq_tokens,
+        },
         "allocator": allocator,
         "latency": {"kind": "constant", "step_s": step_s},
         "metrics": {"sample_interval_s": sample_interval_s},
@@ -117,8 +128,12 @@ def test_preemption_and_failure_statuses_agree_in_both_modes() -> None:
 
 def test_reject_and_retry_in_both_modes() -> None:
     rows = [(0.005, 100, 200), (0.0075, 250, 5)]
-    r = both_modes(PAGED, 320, rows, scheduler={
-        "on_admission_failure": "reject", "retry_attempts": 2, "retry_backoff_s": 0.503})
+    r = both_modes(
+        PAGED,
+        320,
+        rows,
+        scheduler={"on_admission_failure": "reject", "retry_attempts": 2, "retry_backoff_s": 0.503},
+    )
     g = rec(r, 1)
     assert g["status"] == "rejected-capacity" and g["retries"] == 2
     fails = r.events[r.events["kind"] == "admission_failure"]
@@ -130,8 +145,13 @@ def test_reject_and_retry_in_both_modes() -> None:
 
 def test_queue_timeout_and_too_long_and_truncation() -> None:
     rows = [(0.005, 100, 200), (0.0075, 250, 5), (0.0095, 256, 5), (0.0105, 10, 500)]
-    r = both_modes(PAGED, 320, rows, max_seq_tokens=256,
-                   scheduler={"queue_timeout_s": 0.5, "head_of_line": False})
+    r = both_modes(
+        PAGED,
+        320,
+        rows,
+        max_seq_tokens=256,
+        scheduler={"queue_timeout_s": 0.5, "head_of_line": False},
+    )
     assert rec(r, 1)["status"] == "timed-out"
     assert rec(r, 1)["finish_s"] == pytest.approx(0.515)  # first boundary past 0.5075
     assert rec(r, 2)["status"] == "rejected-too-long"
@@ -143,8 +163,13 @@ def test_queue_timeout_and_too_long_and_truncation() -> None:
 
 
 def test_kill_restart_requeues_the_batch_and_resets_memory() -> None:
-    r = both_modes(PAGED, 100_000, [(0.005, 100, 150)], sample_interval_s=0.25,
-                   restart={"every_s": 1.0, "mode": "kill", "downtime_s": 0.5})
+    r = both_modes(
+        PAGED,
+        100_000,
+        [(0.005, 100, 150)],
+        sample_interval_s=0.25,
+        restart={"every_s": 1.0, "mode": "kill", "downtime_s": 0.5},
+    )
     g = rec(r, 0)
     # Killed at the first boundary after 1.0 s (1.005 s) with 100 tokens out; back at
     # 1.505 s; the re-prefill emits token 101 at 1.515 s, 49 more steps follow.
@@ -167,8 +192,13 @@ def test_kill_restart_requeues_the_batch_and_resets_memory() -> None:
 
 def test_drain_restart_finishes_the_batch_first_and_holds_new_arrivals() -> None:
     rows = [(0.005, 100, 150), (1.2005, 20, 10)]
-    r = both_modes(PAGED, 100_000, rows, sample_interval_s=0.25,
-                   restart={"every_s": 1.0, "mode": "drain", "downtime_s": 0.5})
+    r = both_modes(
+        PAGED,
+        100_000,
+        rows,
+        sample_interval_s=0.25,
+        restart={"every_s": 1.0, "mode": "drain", "downtime_s": 0.5},
+    )
     first, second = rec(r, 0), rec(r, 1)
     assert first["status"] == "ok" and first["finish_s"] == pytest.approx(1.505)
     restarts = r.events[r.events["kind"] == "restart"]
@@ -178,8 +208,13 @@ def test_drain_restart_finishes_the_batch_first_and_holds_new_arrivals() -> None
 
 
 def test_initial_uptime_brings_the_first_restart_forward() -> None:
-    r = both_modes(PAGED, 100_000, [(0.005, 100, 100)], initial_uptime_s=0.5,
-                   restart={"every_s": 1.0, "mode": "kill", "downtime_s": 0.1})
+    r = both_modes(
+        PAGED,
+        100_000,
+        [(0.005, 100, 100)],
+        initial_uptime_s=0.5,
+        restart={"every_s": 1.0, "mode": "kill", "downtime_s": 0.1},
+    )
     assert list(r.events.loc[r.events["kind"] == "restart", "time_s"]) == pytest.approx([0.505])
     assert rec(r, 0)["status"] == "ok"
 
@@ -191,8 +226,13 @@ def _checkerboard(**scheduler: Any) -> RunResult:
     """Static 100-slot spans over 300 slots; after requests 0 and 2 finish, request 3
     needs 149 contiguous slots with 200 free in two 100-slot holes."""
     rows = [(0.001, 99, 1), (0.001, 50, 50), (0.001, 99, 1), (0.0205, 149, 1)]
-    return both_modes({"kind": "static", "mode": "max", "max_tokens": 100}, 300, rows,
-                      sample_interval_s=0.1, scheduler=scheduler)
+    return both_modes(
+        {"kind": "static", "mode": "max", "max_tokens": 100},
+        300,
+        rows,
+        sample_interval_s=0.1,
+        scheduler=scheduler,
+    )
 
 
 def test_a_fragmentation_failure_at_high_free_memory_raises_the_alert() -> None:
@@ -217,27 +257,51 @@ def test_queued_fragmentation_waits_and_is_served() -> None:
     assert rec(r, 3)["admit_s"] == pytest.approx(rec(r, 1)["finish_s"])
 
 
-@pytest.mark.parametrize("allocator", [
-    PAGED, {"kind": "best_fit"}, {"kind": "static", "mode": "max", "max_tokens": 1024},
-    {"kind": "paged", "block_size_tokens": 16, "prefix_caching": True},
-], ids=lambda a: a["kind"] + ("-cache" if a.get("prefix_caching") else ""))
+@pytest.mark.parametrize(
+    "allocator",
+    [
+        PAGED,
+        {"kind": "best_fit"},
+        {"kind": "static", "mode": "max", "max_tokens": 1024},
+        {"kind": "paged", "block_size_tokens": 16, "prefix_caching": True},
+    ],
+    ids=lambda a: a["kind"] + ("-cache" if a.get("prefix_caching") else ""),
+)
 def test_waste_breakdown_shares_add_to_one(allocator: dict[str, Any]) -> None:
     rng = np.random.default_rng(7)
     n = 40
-    rows = list(zip(np.sort(rng.uniform(0, 3, n)).tolist(),
-                    rng.integers(20, 600, n).tolist(), rng.integers(1, 200, n).tolist(),
-                    strict=True))
+    rows = list(
+        zip(
+            np.sort(rng.uniform(0, 3, n)).tolist(),
+            rng.integers(20, 600, n).tolist(),
+            rng.integers(1, 200, n).tolist(),
+            strict=True,
+        )
+    )
     hashes = [list(range(p // 16)) for _, p, _ in rows]
-    r = simulate(allocator, 12_000, rows, sample_interval_s=0.05,
-                 cols={"prefix_hashes": hashes, "num_samples": [1 + i % 3 for i in range(n)]})
+    r = simulate(
+        allocator,
+        12_000,
+        rows,
+        sample_interval_s=0.05,
+        cols={"prefix_hashes": hashes, "num_samples": [1 + i % 3 for i in range(n)]},
+    )
     # Failure-time samples record the pool's signals only (the split may be missing).
     ts = r.timeseries[r.timeseries["trigger"] != "failure"]
-    shares = ts[["share_token_states", "share_reservation", "share_internal_fragmentation",
-                 "share_external_fragmentation_free"]]
+    shares = ts[
+        [
+            "share_token_states",
+            "share_reservation",
+            "share_internal_fragmentation",
+            "share_external_fragmentation_free",
+        ]
+    ]
     assert (shares >= -1e-12).all().all()
     np.testing.assert_allclose(shares.sum(axis=1), 1.0, rtol=0, atol=1e-9)
-    assert (ts["used_tokens"] + ts["reserved_unused_tokens"] + ts["free_tokens"]
-            == ts["capacity_tokens"]).all()
+    assert (
+        ts["used_tokens"] + ts["reserved_unused_tokens"] + ts["free_tokens"]
+        == ts["capacity_tokens"]
+    ).all()
     busy = ts[ts["running_requests"] > 0]
     assert (busy["share_token_states"] > 0).all()
     waste = r.summary["memory"]["waste_breakdown"]
@@ -245,8 +309,12 @@ def test_waste_breakdown_shares_add_to_one(allocator: dict[str, Any]) -> None:
 
 
 def test_static_max_reservation_is_mostly_internal_fragmentation() -> None:
-    r = simulate({"kind": "static", "mode": "max", "max_tokens": 1000}, 10_000,
-                 [(0.005, 50, 400)], sample_interval_s=0.1)
+    r = simulate(
+        {"kind": "static", "mode": "max", "max_tokens": 1000},
+        10_000,
+        [(0.005, 50, 400)],
+        sample_interval_s=0.1,
+    )
     s = r.timeseries.set_index("time_s").loc[0.1]
     # At 0.1 s nine steps are done (9 tokens out): 50 + 8 slots hold tokens, 449 - 58
     # will be filled, 1000 - 449 never are.
@@ -270,8 +338,9 @@ def test_the_ratio_is_one_for_paged_and_missing_when_nothing_is_free() -> None:
 def test_parallel_sampling_shares_on_paged_and_copies_on_best_fit() -> None:
     rows = [(0.005, 100, 40)]
     paged = simulate(PAGED, 100_000, rows, cols={"num_samples": [3]}, sample_interval_s=0.1)
-    fit = simulate({"kind": "best_fit"}, 100_000, rows, cols={"num_samples": [3]},
-                   sample_interval_s=0.1)
+    fit = simulate(
+        {"kind": "best_fit"}, 100_000, rows, cols={"num_samples": [3]}, sample_interval_s=0.1
+    )
     p = paged.timeseries.set_index("time_s").loc[0.1]
     b = fit.timeseries.set_index("time_s").loc[0.1]
     assert p["running_seqs"] == b["running_seqs"] == 3
@@ -284,8 +353,12 @@ def test_parallel_sampling_shares_on_paged_and_copies_on_best_fit() -> None:
 
 def test_a_shared_prefix_is_cached_for_the_second_request() -> None:
     hashes = [list(range(1, 7)), list(range(1, 7))]
-    r = simulate({"kind": "paged", "block_size_tokens": 16}, 100_000,
-                 [(0.005, 100, 5), (1.005, 100, 5)], cols={"prefix_hashes": hashes})
+    r = simulate(
+        {"kind": "paged", "block_size_tokens": 16},
+        100_000,
+        [(0.005, 100, 5), (1.005, 100, 5)],
+        cols={"prefix_hashes": hashes},
+    )
     assert list(r.requests["cached_tokens"]) == [0, 96]
 
 
@@ -299,41 +372,74 @@ def test_an_arrival_on_a_step_boundary_is_admitted_there_in_both_modes() -> None
 def test_a_timeout_that_passes_during_a_real_step_agrees_in_both_modes() -> None:
     # Request 1 (deadline 1.1 s) waits; request 2's arrival at 0.9 s ends the fast-mode
     # plan at 1.0 s, so the step [1.0, 1.25] that crosses the deadline is a real step.
-    both_modes(PAGED, 320, [(0.0, 200, 40), (0.1, 150, 5), (0.9, 150, 5)], step_s=0.25,
-               scheduler={"queue_timeout_s": 1.0})
+    both_modes(
+        PAGED,
+        320,
+        [(0.0, 200, 40), (0.1, 150, 5), (0.9, 150, 5)],
+        step_s=0.25,
+        scheduler={"queue_timeout_s": 1.0},
+    )
 
 
 def test_prefix_hashes_are_read_with_the_traces_block_size() -> None:
     hashes = [[11, 12, 13, 14], [11, 12, 13, 14]]
-    r = simulate({"kind": "paged", "block_size_tokens": 16}, 100_000,
-                 [(0.005, 2048, 4), (1.005, 2048, 4)],
-                 cols={"prefix_hashes": hashes, "prefix_block_tokens": [512, 512]})
+    r = simulate(
+        {"kind": "paged", "block_size_tokens": 16},
+        100_000,
+        [(0.005, 2048, 4), (1.005, 2048, 4)],
+        cols={"prefix_hashes": hashes, "prefix_block_tokens": [512, 512]},
+    )
     assert rec(r, 1)["cached_tokens"] == 2047
 
 
 MIXED_SCHEDULERS = [
-    {"preemption": "recompute", "chunked_prefill": True, "max_num_batched_tokens": 512,
-     "max_num_seqs": 8},
+    {
+        "preemption": "recompute",
+        "chunked_prefill": True,
+        "max_num_batched_tokens": 512,
+        "max_num_seqs": 8,
+    },
     {"preemption": "swap", "head_of_line": False, "max_num_seqs": 16},
-    {"preemption": "fail", "on_admission_failure": "reject", "retry_attempts": 2,
-     "retry_backoff_s": 0.3037},
+    {
+        "preemption": "fail",
+        "on_admission_failure": "reject",
+        "retry_attempts": 2,
+        "retry_backoff_s": 0.3037,
+    },
 ]
 
 
-@pytest.mark.parametrize("allocator", [PAGED, {"kind": "best_fit"}, {"kind": "buddy"}],
-                         ids=lambda a: a["kind"])
-@pytest.mark.parametrize("scheduler", MIXED_SCHEDULERS, ids=["recompute-chunked",
-                                                             "swap-skip", "fail-retry"])
+@pytest.mark.parametrize(
+    "allocator", [PAGED, {"kind": "best_fit"}, {"kind": "buddy"}], ids=lambda a: a["kind"]
+)
+@pytest.mark.parametrize(
+    "scheduler", MIXED_SCHEDULERS, ids=["recompute-chunked", "swap-skip", "fail-retry"]
+)
 def test_fast_and_exact_agree_with_restarts_forks_and_prefixes(
-        allocator: dict[str, Any], scheduler: dict[str, Any]) -> None:
+    allocator: dict[str, Any], scheduler: dict[str, Any]
+) -> None:
     rng = np.random.default_rng(11)
     n = 30
-    rows = list(zip(np.sort(rng.uniform(0, 6, n)).tolist(), rng.integers(1, 1500, n).tolist(),
-                    rng.integers(1, 250, n).tolist(), strict=True))
-    cols = {"num_samples": rng.choice([1, 1, 2, 3], n).tolist(),
-            "prefix_hashes": [list(range(int(p) // 16)) for _, p, _ in rows]}
-    r = both_modes(allocator, 6000, rows, cols=cols, scheduler=scheduler,
-                   restart={"every_s": 2.5, "mode": "kill", "downtime_s": 0.4})
+    rows = list(
+        zip(
+            np.sort(rng.uniform(0, 6, n)).tolist(),
+            rng.integers(1, 1500, n).tolist(),
+            rng.integers(1, 250, n).tolist(),
+            strict=True,
+        )
+    )
+    cols = {
+        "num_samples": rng.choice([1, 1, 2, 3], n).tolist(),
+        "prefix_hashes": [list(range(int(p) // 16)) for _, p, _ in rows],
+    }
+    r = both_modes(
+        allocator,
+        6000,
+        rows,
+        cols=cols,
+        scheduler=scheduler,
+        restart={"every_s": 2.5, "mode": "kill", "downtime_s": 0.4},
+    )
     assert r.summary["failures"]["restarts"] >= 1
     ended = r.requests[r.requests["status"] == "ok"]
     assert (ended["first_token_s"] >= ended["admit_s"]).all()
@@ -341,18 +447,25 @@ def test_fast_and_exact_agree_with_restarts_forks_and_prefixes(
 
 
 @pytest.mark.parametrize("preemption", ["fail", "recompute"])
-def test_a_drain_restart_happens_when_the_last_request_leaves_by_failure(
-        preemption: str) -> None:
+def test_a_drain_restart_happens_when_the_last_request_leaves_by_failure(preemption: str) -> None:
     # Request 0 can never grow past the 320-slot pool; the drain starts at 1.0 s and the
     # batch empties at 2.215 s when its growth is refused. Request 1 waits for the restart.
-    r = simulate(PAGED, 320, [(0.005, 100, 300), (1.5055, 10, 5)], duration_s=30.0,
-                 scheduler={"preemption": preemption},
-                 restart={"every_s": 1.0, "mode": "drain", "downtime_s": 0.1})
+    r = simulate(
+        PAGED,
+        320,
+        [(0.005, 100, 300), (1.5055, 10, 5)],
+        duration_s=30.0,
+        scheduler={"preemption": preemption},
+        restart={"every_s": 1.0, "mode": "drain", "downtime_s": 0.1},
+    )
     assert r.summary["failures"]["restarts"] == 1
     assert rec(r, 1)["status"] == "ok"
 
 
 def test_compaction_moves_the_same_tokens_in_both_modes() -> None:
-    both_modes({"kind": "compaction"}, 20_000,
-               [(0.105688, 511, 94), (0.166452, 580, 138), (0.375302, 2373, 247)],
-               cols={"num_samples": [2, 1, 2]})
+    both_modes(
+        {"kind": "compaction"},
+        20_000,
+        [(0.105688, 511, 94), (0.166452, 580, 138), (0.375302, 2373, 247)],
+        cols={"num_samples": [2, 1, 2]},
+    )

@@ -21,24 +21,29 @@ from sim.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
 STEP_S = 0.01
 
 
-def paged(capacity_tokens: int, *, block_size_tokens: int = 16,
-          prefix_caching: bool = False) -> Allocator:
-    cfg = ALLOCATORS["paged"].model_validate({
-        "kind": "paged", "block_size_tokens": block_size_tokens,
-        "prefix_caching": prefix_caching})
+def paged(
+    capacity_tokens: int, *, block_size_tokens: int = 16, prefix_caching: bool = False
+) -> Allocator:
+    cfg = ALLOCATORS["paged"].model_validate(
+        {"kind": "paged", "block_size_tokens": block_size_tokens, "prefix_caching": prefix_caching}
+    )
     return cfg.build(PoolSpec(capacity_tokens=capacity_tokens))
 
 
 def static_max(capacity_tokens: int, max_tokens: int) -> Allocator:
     """Fixed spans of ``max_tokens`` placed first-fit: a checkerboard is easy to build."""
     cfg = ALLOCATORS["static"].model_validate(
-        {"kind": "static", "mode": "max", "max_tokens": max_tokens})
+        {"kind": "static", "mode": "max", "max_tokens": max_tokens}
+    )
     return cfg.build(PoolSpec(capacity_tokens=capacity_tokens))
 
 
 def best_fit(capacity_tokens: int, **kw: Any) -> Allocator:
-    return ALLOCATORS["best_fit"].model_validate({"kind": "best_fit", **kw}).build(
-        PoolSpec(capacity_tokens=capacity_tokens))
+    return (
+        ALLOCATORS["best_fit"]
+        .model_validate({"kind": "best_fit", **kw})
+        .build(PoolSpec(capacity_tokens=capacity_tokens))
+    )
 
 
 @dataclass
@@ -67,9 +72,11 @@ class Driver:
 
     def __post_init__(self) -> None:
         self.sched = Scheduler(
-            self.config, self.allocator,
+            self.config,
+            self.allocator,
             on_event=lambda e: self.events.append((self.now, e)),
-            on_retry=self._retry, on_done=self.done.append,
+            on_retry=self._retry,
+            on_done=self.done.append,
         )
 
     def _push(self, t: float, g: Group) -> None:
@@ -98,9 +105,15 @@ class Driver:
                 self.now = self._pending[0][0]
                 continue
             self.now = round(self.now + STEP_S + step.stall_s, 9)
-            self.steps.append(StepLog(
-                self.now, [(g.request_id, c) for g, c in step.prefill_chunks],
-                [g.request_id for g in step.decoding], step.kv_tokens, step.stall_s))
+            self.steps.append(
+                StepLog(
+                    self.now,
+                    [(g.request_id, c) for g, c in step.prefill_chunks],
+                    [g.request_id for g in step.decoding],
+                    step.kv_tokens,
+                    step.stall_s,
+                )
+            )
             self.sched.end_step(step, self.now)
         raise AssertionError("scheduler did not settle")
 
@@ -235,8 +248,7 @@ def test_fail_preemption_fails_the_request_that_cannot_grow() -> None:
 def test_swapping_a_half_prefilled_request_keeps_its_remaining_prefill() -> None:
     # Request 0 decodes; request 1's 1900-token prompt prefills 15 tokens a step when the
     # pool runs out and request 1 (the most recent) is swapped out mid-prefill.
-    d = Driver(cfg(preemption="swap", chunked_prefill=True, max_num_batched_tokens=16),
-               paged(3008))
+    d = Driver(cfg(preemption="swap", chunked_prefill=True, max_num_batched_tokens=16), paged(3008))
     d.add(Group(0, 0.0, 1000, 500), Group(1, 0.05, 1900, 50)).run()
     r = d.by_id()
     assert ("preemption", 1) in d.kinds()
@@ -249,8 +261,9 @@ def test_swapping_a_half_prefilled_request_keeps_its_remaining_prefill() -> None
 
 def test_reject_with_retries_backs_off_exponentially_then_gives_up() -> None:
     # Request 0 holds 7 to 19 blocks of 20 for 2 s; request 1 needs 16: refused each time.
-    d = Driver(cfg(on_admission_failure="reject", retry_attempts=2, retry_backoff_s=0.5),
-               paged(320))
+    d = Driver(
+        cfg(on_admission_failure="reject", retry_attempts=2, retry_backoff_s=0.5), paged(320)
+    )
     d.add(Group(0, 0.0, 100, 200), Group(1, 0.005, 250, 5)).run()
     r = d.by_id()
     assert [k for k in d.kinds()] == [("admission_failure", 1)] * 3
@@ -264,8 +277,9 @@ def test_reject_with_retries_backs_off_exponentially_then_gives_up() -> None:
 
 
 def test_a_retry_that_finds_memory_is_served() -> None:
-    d = Driver(cfg(on_admission_failure="reject", retry_attempts=3, retry_backoff_s=0.5),
-               paged(320))
+    d = Driver(
+        cfg(on_admission_failure="reject", retry_attempts=3, retry_backoff_s=0.5), paged(320)
+    )
     d.add(Group(0, 0.0, 100, 30), Group(1, 0.005, 250, 5)).run()
     g = d.by_id()[1]
     assert g.status == "ok" and g.retries == 1  # request 0 is gone after 0.30 s
@@ -278,17 +292,27 @@ def _checkerboard(**kw: Any) -> Driver:
     holds the middle span for 0.5 s. Request 3 then needs a 149-slot span: 200 slots are
     free but the largest extent is 100 (fragmentation). Request 4 is small."""
     d = Driver(cfg(**kw), static_max(300, 100))
-    return d.add(Group(0, 0.0, 99, 1), Group(1, 0.0, 50, 50), Group(2, 0.0, 99, 1),
-                 Group(3, 0.02, 149, 1), Group(4, 0.03, 20, 3))
+    return d.add(
+        Group(0, 0.0, 99, 1),
+        Group(1, 0.0, 50, 50),
+        Group(2, 0.0, 99, 1),
+        Group(3, 0.02, 149, 1),
+        Group(4, 0.03, 20, 3),
+    )
 
 
 def test_a_fragmentation_refusal_is_recorded_with_the_pool_state() -> None:
     d = _checkerboard(on_admission_failure="reject").run()
     r = d.by_id()
-    (t, e), = [(t, e) for t, e in d.events if e.request_id == 3]
+    ((t, e),) = [(t, e) for t, e in d.events if e.request_id == 3]
     assert t == pytest.approx(0.02)  # the first boundary after its arrival
     assert (e.kind, e.cause, e.need_tokens, e.free_tokens, e.largest_free_extent_tokens) == (
-        "admission_failure", "fragmentation", 149, 200, 100)
+        "admission_failure",
+        "fragmentation",
+        149,
+        200,
+        100,
+    )
     assert r[3].status == "rejected-fragmentation" and r[3].retries == 0
     assert r[4].status == "ok"
 
@@ -405,8 +429,9 @@ def test_a_cached_prefix_shortens_the_second_prefill() -> None:
     alloc = paged(10_000, prefix_caching=True)
     hashes = tuple(range(1, 7))  # 6 full 16-token blocks of a 100-token prompt
     d = Driver(cfg(), alloc)
-    d.add(Group(0, 0.0, 100, 3, prefix_hashes=hashes), Group(1, 1.0, 100, 3,
-                                                              prefix_hashes=hashes)).run()
+    d.add(
+        Group(0, 0.0, 100, 3, prefix_hashes=hashes), Group(1, 1.0, 100, 3, prefix_hashes=hashes)
+    ).run()
     r = d.by_id()
     assert r[0].cached_tokens == 0 and r[1].cached_tokens == 96
     prefills = [c for s in d.steps for _, c in s.prefill]
@@ -417,8 +442,9 @@ def test_a_fully_cached_prompt_still_computes_one_token() -> None:
     alloc = paged(10_000, prefix_caching=True)
     hashes = tuple(range(1, 5))  # 64-token prompt, 4 full blocks
     d = Driver(cfg(), alloc)
-    d.add(Group(0, 0.0, 64, 2, prefix_hashes=hashes), Group(1, 1.0, 64, 2,
-                                                             prefix_hashes=hashes)).run()
+    d.add(
+        Group(0, 0.0, 64, 2, prefix_hashes=hashes), Group(1, 1.0, 64, 2, prefix_hashes=hashes)
+    ).run()
     assert d.by_id()[1].cached_tokens == 63
     assert [c for s in d.steps for _, c in s.prefill] == [64, 1]
 
@@ -436,8 +462,11 @@ def test_a_group_wider_than_max_num_seqs_is_refused_not_stuck() -> None:
 def test_a_swapped_out_request_stays_out_until_its_growth_fits() -> None:
     # Request 1's 664-slot buffer is full at 0.66 s and the 728-slot buffer it needs does
     # not fit beside it while request 0 runs (until 1.5 s).
-    alloc = ALLOCATORS["first_fit"].model_validate(
-        {"kind": "first_fit", "growth_chunk_tokens": 64}).build(PoolSpec(capacity_tokens=1500))
+    alloc = (
+        ALLOCATORS["first_fit"]
+        .model_validate({"kind": "first_fit", "growth_chunk_tokens": 64})
+        .build(PoolSpec(capacity_tokens=1500))
+    )
     d = Driver(cfg(preemption="swap"), alloc)
     d.add(Group(0, 0.0, 100, 150), Group(1, 0.005, 600, 100)).run()
     r = d.by_id()

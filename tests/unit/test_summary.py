@@ -18,28 +18,55 @@ from sim.summary import AlertThresholds, summarize
 
 def requests_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     base: dict[str, Any] = {
-        "replica": 0, "prompt_tokens": 10, "num_seqs": 1, "preemptions": 0, "retries": 0,
-        "peak_reserved_tokens": 16, "cached_tokens": 0, "admit_s": 0.0,
-        "first_token_s": math.nan, "finish_s": math.nan, "status": "ok", "output_tokens": 2,
+        "replica": 0,
+        "prompt_tokens": 10,
+        "num_seqs": 1,
+        "preemptions": 0,
+        "retries": 0,
+        "peak_reserved_tokens": 16,
+        "cached_tokens": 0,
+        "admit_s": 0.0,
+        "first_token_s": math.nan,
+        "finish_s": math.nan,
+        "status": "ok",
+        "output_tokens": 2,
     }
     out = [base | {"request_id": i} | r for i, r in enumerate(rows)]
     return pd.DataFrame(out, columns=list(REQUEST_COLUMNS))
 
 
-def sample(time_s: float, ratio: float, *, uptime_s: float | None = None, up: bool = True,
-           trigger: str = "periodic", replica: int = 0,
-           shares: tuple[float, float, float, float] = (0.4, 0.1, 0.1, 0.4)) -> dict[str, Any]:
+def sample(
+    time_s: float,
+    ratio: float,
+    *,
+    uptime_s: float | None = None,
+    up: bool = True,
+    trigger: str = "periodic",
+    replica: int = 0,
+    shares: tuple[float, float, float, float] = (0.4, 0.1, 0.1, 0.4),
+) -> dict[str, Any]:
     return {
-        "time_s": time_s, "replica": replica, "trigger": trigger, "up": up,
-        "uptime_s": time_s if uptime_s is None else uptime_s, "capacity_tokens": 1000,
-        "used_tokens": 400, "reserved_unused_tokens": 200, "shared_tokens": 0,
-        "free_tokens": 400, "cached_free_tokens": 0,
+        "time_s": time_s,
+        "replica": replica,
+        "trigger": trigger,
+        "up": up,
+        "uptime_s": time_s if uptime_s is None else uptime_s,
+        "capacity_tokens": 1000,
+        "used_tokens": 400,
+        "reserved_unused_tokens": 200,
+        "shared_tokens": 0,
+        "free_tokens": 400,
+        "cached_free_tokens": 0,
         "largest_free_extent_tokens": 0 if math.isnan(ratio) else int(400 * ratio),
-        "free_extent_count": 3, "largest_contiguous_free_block_ratio": ratio,
-        "share_token_states": shares[0], "share_reservation": shares[1],
+        "free_extent_count": 3,
+        "largest_contiguous_free_block_ratio": ratio,
+        "share_token_states": shares[0],
+        "share_reservation": shares[1],
         "share_internal_fragmentation": shares[2],
         "share_external_fragmentation_free": shares[3],
-        "running_requests": 1, "running_seqs": 1, "waiting_requests": 0,
+        "running_requests": 1,
+        "running_seqs": 1,
+        "waiting_requests": 0,
         "preemptions_total": 0,
     }
 
@@ -48,13 +75,21 @@ def samples_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))
 
 
-def event(time_s: float, kind: str, free_share: float, cause: str = "fragmentation",
-          replica: int = 0) -> dict[str, Any]:
+def event(
+    time_s: float, kind: str, free_share: float, cause: str = "fragmentation", replica: int = 0
+) -> dict[str, Any]:
     return {
-        "time_s": time_s, "replica": replica, "kind": kind, "request_id": 1,
-        "need_tokens": 100, "free_tokens": int(1000 * free_share),
-        "largest_free_extent_tokens": 50, "free_share": free_share, "cause": cause,
-        "uptime_s": time_s, "detail": "",
+        "time_s": time_s,
+        "replica": replica,
+        "kind": kind,
+        "request_id": 1,
+        "need_tokens": 100,
+        "free_tokens": int(1000 * free_share),
+        "largest_free_extent_tokens": 50,
+        "free_share": free_share,
+        "cause": cause,
+        "uptime_s": time_s,
+        "detail": "",
     }
 
 
@@ -76,8 +111,9 @@ def alert_names(summary: dict[str, Any]) -> list[str]:
 def test_latency_percentiles_count_only_served_requests() -> None:
     ttfts = [0.1 * (i + 1) for i in range(10)]  # 0.1 .. 1.0
     rows: list[dict[str, Any]] = [
-        {"arrival_s": float(i), "first_token_s": i + t, "finish_s": i + t + 0.5,
-         "output_tokens": 6} for i, t in enumerate(ttfts)]
+        {"arrival_s": float(i), "first_token_s": i + t, "finish_s": i + t + 0.5, "output_tokens": 6}
+        for i, t in enumerate(ttfts)
+    ]
     rows.append({"arrival_s": 3.0, "status": "rejected-capacity", "finish_s": 3.0})
     s = summarize(requests_frame(rows), NO_SAMPLES, NO_EVENTS, end_s=20.0)
     ttft = s["latency_s"]["ttft"]
@@ -94,9 +130,16 @@ def test_latency_percentiles_count_only_served_requests() -> None:
 
 
 def test_one_token_outputs_have_no_tpot_and_samples_count_in_throughput() -> None:
-    rows = [{"arrival_s": 0.0, "first_token_s": 0.1, "finish_s": 0.1, "output_tokens": 1},
-            {"arrival_s": 1.0, "first_token_s": 1.1, "finish_s": 2.1, "output_tokens": 11,
-             "num_seqs": 3}]
+    rows = [
+        {"arrival_s": 0.0, "first_token_s": 0.1, "finish_s": 0.1, "output_tokens": 1},
+        {
+            "arrival_s": 1.0,
+            "first_token_s": 1.1,
+            "finish_s": 2.1,
+            "output_tokens": 11,
+            "num_seqs": 3,
+        },
+    ]
     s = summarize(requests_frame(rows), NO_SAMPLES, NO_EVENTS, end_s=4.0)
     assert s["latency_s"]["tpot"]["p50"] == pytest.approx(0.1)
     assert s["throughput"]["output_tokens_per_s"] == pytest.approx((1 + 33) / 4.0)
@@ -120,13 +163,15 @@ def test_an_empty_run_summarises() -> None:
 
 
 def test_failures_at_more_than_a_quarter_free_raise_the_fragmentation_alert() -> None:
-    ev = events_frame([
-        event(1.0, "admission_failure", 0.25),  # exactly 25 %: not "more than"
-        event(2.0, "growth_failure", 0.40, replica=2),
-        event(3.0, "admission_failure", 0.10, cause="capacity"),
-        event(4.0, "preemption", 0.60),  # not an allocation failure
-        event(5.0, "restart", 0.90),
-    ])
+    ev = events_frame(
+        [
+            event(1.0, "admission_failure", 0.25),  # exactly 25 %: not "more than"
+            event(2.0, "growth_failure", 0.40, replica=2),
+            event(3.0, "admission_failure", 0.10, cause="capacity"),
+            event(4.0, "preemption", 0.60),  # not an allocation failure
+            event(5.0, "restart", 0.90),
+        ]
+    )
     reqs = requests_frame([{"arrival_s": 0.0, "first_token_s": 0.1, "finish_s": 0.2}])
     s = summarize(reqs, NO_SAMPLES, ev, end_s=10.0)
     f = s["failures"]
@@ -147,21 +192,24 @@ def test_the_free_share_threshold_is_configurable() -> None:
     assert alert_names(summarize(reqs, NO_SAMPLES, ev, end_s=2.0)) == []
     low = AlertThresholds(high_free_share=0.15)
     assert alert_names(summarize(reqs, NO_SAMPLES, ev, end_s=2.0, thresholds=low)) == [
-        "fragmentation_driven_allocation_failure"]
+        "fragmentation_driven_allocation_failure"
+    ]
 
 
 # -- the fragmentation ratio alerts -------------------------------------------------------------
 
 
 def test_ratio_alerts_read_periodic_samples_of_live_replicas_only() -> None:
-    ts = samples_frame([
-        sample(1.0, 0.9),
-        sample(2.0, 0.55),  # medium only
-        sample(3.0, 0.3, trigger="failure"),  # failure-time samples do not count
-        sample(4.0, 0.2, up=False),  # a replica that is down does not count
-        sample(5.0, math.nan),  # nothing free: never alerted on
-        sample(6.0, 0.8),
-    ])
+    ts = samples_frame(
+        [
+            sample(1.0, 0.9),
+            sample(2.0, 0.55),  # medium only
+            sample(3.0, 0.3, trigger="failure"),  # failure-time samples do not count
+            sample(4.0, 0.2, up=False),  # a replica that is down does not count
+            sample(5.0, math.nan),  # nothing free: never alerted on
+            sample(6.0, 0.8),
+        ]
+    )
     reqs = requests_frame([{"arrival_s": 0.0}])
     s = summarize(reqs, ts, NO_EVENTS, end_s=10.0)
     assert alert_names(s) == ["high_fragmentation"]
@@ -179,14 +227,23 @@ def test_ratio_alerts_read_periodic_samples_of_live_replicas_only() -> None:
 
 
 def test_waste_breakdown_averages_periodic_samples() -> None:
-    ts = samples_frame([sample(1.0, 1.0, shares=(0.2, 0.1, 0.1, 0.6)),
-                        sample(2.0, 1.0, shares=(0.4, 0.1, 0.3, 0.2)),
-                        sample(3.0, 1.0, trigger="failure", shares=(1.0, 0.0, 0.0, 0.0))])
+    ts = samples_frame(
+        [
+            sample(1.0, 1.0, shares=(0.2, 0.1, 0.1, 0.6)),
+            sample(2.0, 1.0, shares=(0.4, 0.1, 0.3, 0.2)),
+            sample(3.0, 1.0, trigger="failure", shares=(1.0, 0.0, 0.0, 0.0)),
+        ]
+    )
     s = summarize(requests_frame([{"arrival_s": 0.0}]), ts, NO_EVENTS, end_s=3.0)
     waste = s["memory"]["waste_breakdown"]
-    assert waste == pytest.approx({"token_states": 0.3, "reservation": 0.1,
-                                   "internal_fragmentation": 0.2,
-                                   "external_fragmentation_free": 0.4})
+    assert waste == pytest.approx(
+        {
+            "token_states": 0.3,
+            "reservation": 0.1,
+            "internal_fragmentation": 0.2,
+            "external_fragmentation_free": 0.4,
+        }
+    )
     assert sum(waste.values()) == pytest.approx(1.0)
     assert s["memory"]["mean_used_share"] == pytest.approx(0.3)
 
@@ -205,8 +262,9 @@ def _uptime_series(ratios: list[float], restart_every: int | None = None) -> pd.
 def test_fragmentation_rising_with_uptime_raises_the_correlation_alert() -> None:
     # The ratio falls from 1.0 to 0.3 over each 20-sample uptime cycle (three restarts).
     cycle = list(np.linspace(1.0, 0.3, 20))
-    s = summarize(requests_frame([{"arrival_s": 0.0}]), _uptime_series(cycle * 3, 20),
-                  NO_EVENTS, end_s=3600.0)
+    s = summarize(
+        requests_frame([{"arrival_s": 0.0}]), _uptime_series(cycle * 3, 20), NO_EVENTS, end_s=3600.0
+    )
     alerts = {a["alert"]: a for a in s["alerts"]}
     corr = alerts["uptime_fragmentation_correlation"]
     assert corr["spearman_rho"] > 0.9 and corr["p_value"] < 0.01
@@ -215,20 +273,23 @@ def test_fragmentation_rising_with_uptime_raises_the_correlation_alert() -> None
 
 def test_a_flat_series_raises_no_correlation_alert() -> None:
     flat = [0.95, 0.96] * 15  # no trend with uptime
-    s = summarize(requests_frame([{"arrival_s": 0.0}]), _uptime_series(flat), NO_EVENTS,
-                  end_s=1800.0)
+    s = summarize(
+        requests_frame([{"arrival_s": 0.0}]), _uptime_series(flat), NO_EVENTS, end_s=1800.0
+    )
     assert "uptime_fragmentation_correlation" not in alert_names(s)
 
 
 def test_a_rising_series_below_the_alert_level_raises_no_correlation_alert() -> None:
     gentle = list(np.linspace(1.0, 0.8, 30))  # rising fragmentation, still healthy
-    s = summarize(requests_frame([{"arrival_s": 0.0}]), _uptime_series(gentle), NO_EVENTS,
-                  end_s=1800.0)
+    s = summarize(
+        requests_frame([{"arrival_s": 0.0}]), _uptime_series(gentle), NO_EVENTS, end_s=1800.0
+    )
     assert alert_names(s) == []
 
 
 def test_too_few_samples_raise_no_correlation_alert() -> None:
     short = list(np.linspace(1.0, 0.2, 9))
-    s = summarize(requests_frame([{"arrival_s": 0.0}]), _uptime_series(short), NO_EVENTS,
-                  end_s=600.0)
+    s = summarize(
+        requests_frame([{"arrival_s": 0.0}]), _uptime_series(short), NO_EVENTS, end_s=600.0
+    )
     assert "uptime_fragmentation_correlation" not in alert_names(s)
