@@ -14,14 +14,19 @@ Contracts every model here keeps:
 * :func:`decode_run_s` sums a run of decode-only steps (step ``i`` reads
   ``kv_tokens_start + i * decode_seqs`` KV tokens) in closed form where the model
   allows; it equals the step-by-step sum to float rounding.
+* :func:`decode_steps_within_s` inverts it: the largest run that fits a budget. The
+  models here answer in O(1) (``steps_within_s``: an analytic estimate settled by
+  evaluating the very closed form ``decode_run_s`` uses), bit-for-bit the same integer
+  as a binary search over ``decode_run_s``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sim.hardware import GpuSpec, ModelSpec, kv_bytes_per_token
 
 FloatArray = npt.NDArray[np.float64]
+_T = TypeVar("_T")
 
 
 @runtime_checkable
@@ -81,7 +87,24 @@ class ConstantLatency:
         return (self.step_s, 0.0, 0.0)
 
     def decode_run_s(self, decode_seqs: int, kv_tokens_start: int, steps: int) -> float:
-        return steps * self.step_s
+        return steps * self.step_s  # as _constant_run_s
+
+    def steps_within_s(
+        self, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
+    ) -> int:
+        """:func:`decode_steps_within_s` in O(1)."""
+        if max_steps < 1 or not budget_s >= 0:
+            return _bisect_steps_within_s(self, decode_seqs, kv_tokens_start, budget_s, max_steps)
+        step_s = self.step_s
+        return _settle(_constant_run_s, step_s, budget_s / step_s, budget_s, max_steps)
+
+
+def _constant_run_s(step_s: float, steps: int) -> float:
+    return steps * step_s
+
+
+_RooflineRun = tuple[float, float, float, int | None, float]
+"""``(compute_s, memory0_s, slope_s, bound_limit, per_step_s)`` of one decode run."""
 
 
 class RooflineLatency:
@@ -172,6 +195,9 @@ class RooflineLatency:
         ``decode_seqs`` KV tokens a step), the rest memory-bound."""
         if steps <= 0:
             return 0.0
+        # inline (hot path): the same operations as _run_terms then _roofline_run_s,
+        # which steps_within_s evaluates; tests/unit/test_latency_inversion.py checks
+        # that both give the same bits
         compute_s = self.compute_per_token_s * decode_seqs
         memory0_s = self.memory_fixed_s + self.memory_per_kv_token_s * kv_tokens_start
         slope_s = self.memory_per_kv_token_s * decode_seqs
@@ -185,6 +211,48 @@ class RooflineLatency:
         memory_sum_s = rest * memory0_s + slope_s * (bound_steps + steps - 1) * rest / 2
         per_step_s = self.fixed_s + self.comm_per_token_s * decode_seqs
         return bound_steps * compute_s + memory_sum_s + steps * per_step_s
+
+    def _run_terms(self, decode_seqs: int, kv_tokens_start: int) -> _RooflineRun:
+        """The per-run constants of :func:`_roofline_run_s`."""
+        compute_s = self.compute_per_token_s * decode_seqs
+        memory0_s = self.memory_fixed_s + self.memory_per_kv_token_s * kv_tokens_start
+        slope_s = self.memory_per_kv_token_s * decode_seqs
+        bound_limit: int | None  # steps that are compute-bound at most (None: all)
+        if memory0_s >= compute_s:
+            bound_limit = 0
+        elif slope_s <= 0:
+            bound_limit = None
+        else:
+            bound_limit = math.ceil((compute_s - memory0_s) / slope_s)
+        per_step_s = self.fixed_s + self.comm_per_token_s * decode_seqs
+        return compute_s, memory0_s, slope_s, bound_limit, per_step_s
+
+    def steps_within_s(
+        self, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
+    ) -> int:
+        """:func:`decode_steps_within_s` in O(1): the compute-bound prefix costs
+        ``compute_s + per_step_s`` a step (linear), the memory-bound rest a quadratic."""
+        if max_steps < 1 or not budget_s >= 0 or decode_seqs < 0 or kv_tokens_start < 0:
+            return _bisect_steps_within_s(self, decode_seqs, kv_tokens_start, budget_s, max_steps)
+        terms = self._run_terms(decode_seqs, kv_tokens_start)
+        compute_s, memory0_s, slope_s, bound_limit, per_step_s = terms
+        bound_step_s = compute_s + per_step_s
+        if bound_limit is None or (bound_limit > 0 and budget_s <= bound_limit * bound_step_s):
+            estimate = budget_s / bound_step_s  # > 0: compute_s > memory0_s > 0 here
+        else:  # past the prefix: r more steps cost r*linear_s + slope_s*r*r/2
+            prefix_s = bound_limit * bound_step_s
+            linear_s = memory0_s + per_step_s + slope_s * (2 * bound_limit - 1) / 2
+            estimate = bound_limit + _positive_root(slope_s / 2, linear_s, budget_s - prefix_s)
+        return _settle(_roofline_run_s, terms, estimate, budget_s, max_steps)
+
+
+def _roofline_run_s(terms: _RooflineRun, steps: int) -> float:
+    """:meth:`RooflineLatency.decode_run_s` for ``steps >= 1`` from its run constants."""
+    compute_s, memory0_s, slope_s, bound_limit, per_step_s = terms
+    bound_steps = steps if bound_limit is None else min(steps, bound_limit)
+    rest = steps - bound_steps
+    memory_sum_s = rest * memory0_s + slope_s * (bound_steps + steps - 1) * rest / 2
+    return bound_steps * compute_s + memory_sum_s + steps * per_step_s
 
 
 LATENCY_FORMAT = "fragsim-latency/1"
@@ -356,6 +424,15 @@ class CalibratedLatency:
             self._note_run(decode_seqs, kv_tokens_start, steps)
         return _linear_run_s((self._a, self._d, self._k), decode_seqs, kv_tokens_start, steps)
 
+    def steps_within_s(
+        self, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
+    ) -> int:
+        """:func:`decode_steps_within_s` in O(1); records no out-of-range steps."""
+        coefficients = (self._a, self._d, self._k)
+        return _linear_steps_within_s(
+            self, coefficients, decode_seqs, kv_tokens_start, budget_s, max_steps
+        )
+
     def _note_run(self, decode_seqs: int, kv_tokens_start: int, steps: int) -> None:
         p_lo, p_hi, d_lo, d_hi, k_lo, k_hi = self._bounds
         if not (p_lo <= 0 <= p_hi and d_lo <= decode_seqs <= d_hi):
@@ -424,12 +501,98 @@ def fit_calibrated_latency(
     return CalibratedLatency.from_dict(document, source="fit_calibrated_latency")
 
 
+def _linear_run_terms(
+    coefficients: tuple[float, float, float], decode_seqs: int, kv_tokens_start: int
+) -> tuple[float, float]:
+    """``(first_s, growth_s)``: the first step's time and how much each step adds."""
+    a, b, c = coefficients
+    return a + b * decode_seqs + c * kv_tokens_start, c * decode_seqs
+
+
+def _linear_run_from_terms(terms: tuple[float, float], steps: int) -> float:
+    first_s, growth_s = terms
+    return steps * first_s + growth_s * (steps * (steps - 1) / 2)
+
+
 def _linear_run_s(
     coefficients: tuple[float, float, float], decode_seqs: int, kv_tokens_start: int, steps: int
 ) -> float:
+    # inline (hot path): the same operations as _linear_run_terms then
+    # _linear_run_from_terms (``c * decode_seqs * x`` is ``(c * decode_seqs) * x``)
     a, b, c = coefficients
     first_s = a + b * decode_seqs + c * kv_tokens_start
     return steps * first_s + c * decode_seqs * (steps * (steps - 1) / 2)
+
+
+def _linear_steps_within_s(
+    model: LatencyModel,
+    coefficients: tuple[float, float, float],
+    decode_seqs: int,
+    kv_tokens_start: int,
+    budget_s: float,
+    max_steps: int,
+) -> int:
+    """:func:`decode_steps_within_s` for a linear model: ``run(m) = m*first_s +
+    growth_s*m(m-1)/2`` inverted, then settled on the closed form. A run whose steps
+    may take negative time is not monotone: the binary search answers it (as before)."""
+    terms = _linear_run_terms(coefficients, decode_seqs, kv_tokens_start)
+    first_s, growth_s = terms
+    if max_steps < 1 or not (budget_s >= 0 and first_s >= 0 and growth_s >= 0):
+        return _bisect_steps_within_s(model, decode_seqs, kv_tokens_start, budget_s, max_steps)
+    estimate = _positive_root(growth_s / 2, first_s - growth_s / 2, budget_s)
+    return _settle(_linear_run_from_terms, terms, estimate, budget_s, max_steps)
+
+
+def _positive_root(quadratic: float, linear: float, value: float) -> float:
+    """The root ``x >= 0`` of ``quadratic*x*x + linear*x == value`` (``quadratic >= 0``,
+    ``value >= 0``), without cancellation; inf when the left side never reaches
+    ``value``. Only an estimate: :func:`_settle` makes the answer exact."""
+    if quadratic <= 0:
+        return value / linear if linear > 0 else math.inf
+    root = math.sqrt(linear * linear + 4 * quadratic * value)
+    if linear >= 0:
+        return 2 * value / (linear + root) if linear + root > 0 else 0.0
+    return (root - linear) / (2 * quadratic)
+
+
+def _settle(
+    run_s: Callable[[_T, int], float], terms: _T, estimate: float, budget_s: float, max_steps: int
+) -> int:
+    """The largest ``k`` in ``[0, max_steps]`` with ``run_s(terms, k) <= budget_s``, for
+    a run non-decreasing in ``k`` with ``run(0) == 0 <= budget_s`` and ``max_steps >= 1``:
+    start at the estimate (clamped), check it and its upper neighbour (two evaluations
+    when the estimate is right, as it nearly always is), else gallop away from it and bisect the bracket. The
+    answer rests only on evaluations, so it is exact whatever the estimate; for a
+    monotone run it is the integer a plain binary search finds."""
+    # nudged up: a budget equal to run(k) often inverts to k minus a rounding error
+    estimate = estimate * (1 + 1e-12) + 1e-9
+    k = int(estimate) if estimate < max_steps else max_steps  # NaN: max_steps
+    if k > 0 and run_s(terms, k) > budget_s:  # too far: gallop down to a fitting lo
+        hi, step = k, 1
+        while True:
+            lo = hi - step
+            if lo <= 0:
+                lo = 0
+                break
+            if run_s(terms, lo) <= budget_s:
+                break
+            hi, step = lo, step * 2
+    else:  # run(k) fits: gallop up to a hi that does not
+        lo, step = k, 1
+        while True:
+            if lo >= max_steps:
+                return max_steps
+            hi = min(lo + step, max_steps)
+            if run_s(terms, hi) > budget_s:
+                break
+            lo, step = hi, step * 2
+    while hi - lo > 1:  # invariant: run(lo) <= budget_s < run(hi)
+        mid = (lo + hi) // 2
+        if run_s(terms, mid) <= budget_s:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def decode_run_s(
@@ -458,9 +621,37 @@ def decode_steps_within_s(
     model: LatencyModel, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
 ) -> int:
     """The largest ``k <= max_steps`` with ``decode_run_s(model, ..., k) <= budget_s``:
-    how many whole steps of a decode run have finished ``budget_s`` after it began.
-    Binary search over the closed form (O(log max_steps) evaluations); records no
-    out-of-range steps."""
+    how many whole steps of a decode run have finished ``budget_s`` after it began
+    (0 for a negative or NaN budget). Records no out-of-range steps.
+
+    Exactly the integer a binary search over ``decode_run_s(..., record=False)``
+    returns, so ``run(k) <= budget_s < run(k + 1)`` unless ``k == max_steps``. O(1)
+    (nearly always two closed-form evaluations) for a model with a ``steps_within_s`` method
+    (the models here; a foreign model may offer one with this contract) or with
+    ``linear_decode_coefficients``; otherwise a binary search (O(log max_steps)
+    evaluations).
+
+    Why the fast answer is the search's: with every step time >= 0 each closed form is
+    non-decreasing in ``k`` even in floating point (every term is, and rounded + and *
+    are monotone), so ``{k: run(k) <= budget_s}`` is a prefix of ``[0, max_steps]``
+    whose end both find. Runs that may not be monotone (negative coefficients or
+    inputs, ``max_steps < 1``, a NaN or negative budget) are answered by the search."""
+    steps_within_s = getattr(model, "steps_within_s", None)
+    if steps_within_s is not None:
+        return steps_within_s(decode_seqs, kv_tokens_start, budget_s, max_steps)
+    coefficients = model.linear_decode_coefficients()
+    if coefficients is not None:
+        return _linear_steps_within_s(
+            model, coefficients, decode_seqs, kv_tokens_start, budget_s, max_steps
+        )
+    return _bisect_steps_within_s(model, decode_seqs, kv_tokens_start, budget_s, max_steps)
+
+
+def _bisect_steps_within_s(
+    model: LatencyModel, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
+) -> int:
+    """:func:`decode_steps_within_s` by binary search over ``decode_run_s``: the
+    reference, and the answer for any model without a closed-form inverse."""
     lo, hi = 0, max_steps
     if decode_run_s(model, decode_seqs, kv_tokens_start, hi, record=False) <= budget_s:
         return hi

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -94,13 +94,16 @@ class Recorder:
     done_count: int = 0
     on_count: Callable[[int], None] | None = None
     """Called with the number of ended requests after each one ends."""
+    last_finish_s: float = 0.0
+    """When the most recently ended request ended (a replica's clock, which may be
+    ahead of ``env.now``)."""
 
     # -- replica hooks --------------------------------------------------------------
     def on_event(self, replica: Replica, event: SchedEvent) -> None:
         capacity = replica.allocator.stats().capacity_tokens
         self.events.append(
             (
-                replica.env.now,
+                replica.now_s,
                 replica.replica_id,
                 event.kind,
                 event.request_id,
@@ -118,6 +121,7 @@ class Recorder:
 
     def on_done(self, replica: Replica, group: Group) -> None:
         self.done_count += 1
+        self.last_finish_s = group.finish_s
         self.done.append(_request_row(group, replica.replica_id))
         if self.on_count is not None:
             self.on_count(self.done_count)
@@ -126,7 +130,7 @@ class Recorder:
         s = replica.allocator.stats()
         self.events.append(
             (
-                replica.env.now,
+                replica.now_s,
                 replica.replica_id,
                 "restart",
                 -1,
@@ -144,16 +148,26 @@ class Recorder:
     def sample(self, replica: Replica, trigger: str = "periodic") -> None:
         """Record the replica's pool and batch as of now."""
         replica.observe()
-        replica.sched.sync_allocator()
-        alloc = replica.allocator
-        s = alloc.stats()
         sched = replica.sched
-        cap = s.capacity_tokens
+        alloc = replica.allocator
         # Reservation vs internal fragmentation needs every sequence's reservation: done
         # on periodic samples (the time-weighted breakdown); failure samples record the
-        # pool's signals only and leave the split missing.
+        # pool's signals only and leave the split missing. They do not tell the allocator
+        # of deferred growth either (that is O(batch) allocator calls at every failure):
+        # deferred growth only turns reserved slots into used ones, so it is added here.
         reservation: float = math.nan
-        if trigger != "failure":
+        if trigger == "failure":
+            s = alloc.stats()
+            pending = sched.unsynced_tokens()
+            if pending:
+                s = replace(
+                    s,
+                    used_tokens=s.used_tokens + pending,
+                    reserved_unused_tokens=s.reserved_unused_tokens - pending,
+                )
+        else:
+            sched.sync_allocator()
+            s = alloc.stats()
             reserved_to_fill = 0
             reserved_of = alloc.reserved_tokens
             for g in sched.running:
@@ -161,10 +175,11 @@ class Recorder:
                 for sid in g.seq_ids:
                     reserved_to_fill += max(0, min(reserved_of(sid), final) - held)
             reservation = min(reserved_to_fill, s.reserved_unused_tokens)
+        cap = s.capacity_tokens
         ratio = s.largest_contiguous_free_block_ratio
         self.samples.append(
             (
-                replica.env.now,
+                replica.now_s,
                 replica.replica_id,
                 trigger,
                 replica.up,

@@ -14,15 +14,16 @@ per-request results up to float rounding of summed step times.
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-import numpy as np
 import simpy
 
 from policies.allocators.base import Allocator
-from sim.latency import LatencyModel
+from sim.latency import LatencyModel, decode_run_s, decode_steps_within_s
 from sim.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
 
 RestartMode = Literal["drain", "kill"]
@@ -30,14 +31,29 @@ RestartMode = Literal["drain", "kill"]
 
 @dataclass(slots=True)
 class _Plan:
-    """A run of pure-decode steps: ``ends_s[i]`` is when step i+1 ends, from ``start_s``."""
+    """A run of ``steps`` pure-decode steps from ``start_s``; every step's end time is
+    the closed-form ``decode_run_s`` of the steps before it."""
 
     start_s: float
-    ends_s: np.ndarray
+    decode_seqs: int
+    kv_first_tokens: int
+    """KV tokens the run's first step reads (every later step reads ``decode_seqs`` more)."""
+    steps: int
+    latency: LatencyModel
     applied: int = 0
+    in_step: bool = False
+    """The step after the ``applied`` ones has begun (an observer looked inside it)."""
+
+    def end_s(self, steps: int) -> float:
+        """When the run's ``steps``-th step ends."""
+        return self.start_s + decode_run_s(
+            self.latency, self.decode_seqs, self.kv_first_tokens, steps, record=False
+        )
 
     def completed_by(self, now: float) -> int:
-        return int(np.searchsorted(self.ends_s, now - self.start_s, side="right"))
+        return decode_steps_within_s(
+            self.latency, self.decode_seqs, self.kv_first_tokens, now - self.start_s, self.steps
+        )
 
 
 class ReplicaHooks(Protocol):
@@ -62,7 +78,7 @@ class _NoHooks:
 
 
 class Replica:
-    """A SimPy process serving requests submitted with :meth:`submit`."""
+    """A SimPy process serving requests submitted with :meth:`submit` or :meth:`feed`."""
 
     def __init__(
         self,
@@ -96,11 +112,18 @@ class Replica:
         self.restarts = 0
         self.steps_total = 0
         self.wakeups_total = 0
+        self._t = env.now
+        """The replica's own clock: at or ahead of ``env.now`` (fast mode runs ahead up
+        to the next event of any other process)."""
+        self._feed: list[Group] = []
+        self._feed_next = 0
+        self._retries: list[tuple[float, int, Group]] = []
+        self._retry_tie = 0
         self._plan: _Plan | None = None
         self._wake: simpy.Event | None = None
         self._restart: tuple[RestartMode, float] | None = None
         self._back_up: simpy.Event | None = None
-        self.process = env.process(self._run())
+        self.process = env.process(self._run_exact() if exact else self._run_fast())
 
     # -- the outside world ---------------------------------------------------------
     @property
@@ -108,12 +131,28 @@ class Replica:
         return self.sched.allocator
 
     @property
+    def now_s(self) -> float:
+        """The replica's time: ``env.now``, or later while fast mode runs ahead."""
+        return max(self._t, self.env.now)
+
+    @property
     def uptime_s(self) -> float:
-        return self.env.now - self.started_s if self.up else 0.0
+        return self.now_s - self.started_s if self.up else 0.0
 
     def submit(self, group: Group) -> None:
-        """A request arrives now."""
+        """A request arrives now (``env.now``)."""
         self.sched.submit(group, self.env.now)
+        self._poke()
+
+    def feed(self, groups: list[Group]) -> None:
+        """Requests that arrive at their ``arrival_s`` (sorted, not before now), no
+        router in between. Fast mode takes them from the list itself, with no SimPy
+        event per arrival; exact mode runs one arrival process (an event per distinct
+        arrival time)."""
+        if self.exact:
+            self.env.process(self._arrivals(groups))
+            return
+        self._feed.extend(groups)
         self._poke()
 
     def request_restart(self, mode: RestartMode, downtime_s: float) -> simpy.Event:
@@ -131,15 +170,22 @@ class Replica:
 
     def observe(self) -> None:
         """Bring the scheduler's state up to now (apply decode steps completed inside a
-        fast-mode run) without changing the plan."""
+        fast-mode run, queue fed requests that have arrived) without changing the plan."""
+        if self._feed_next < len(self._feed) or self._retries:
+            self._submit_due(self.env.now)
         plan = self._plan
         if plan is not None:
-            m = plan.completed_by(self.env.now)
-            if m > plan.applied:
-                self.sched.advance(m - plan.applied)
+            now = self.env.now
+            m = plan.completed_by(now)
+            # Strictly inside a step of the run: that step has begun (its growth is
+            # applied), as in exact mode.
+            in_step = m < plan.steps and plan.end_s(m) < now
+            if m > plan.applied or in_step != plan.in_step:
+                self.sched.advance(m - plan.applied, in_step=in_step)
                 plan.applied = m
+                plan.in_step = in_step
 
-    # -- the process ------------------------------------------------------------------
+    # -- arrivals ---------------------------------------------------------------------
     def _poke(self) -> None:
         wake = self._wake
         if wake is not None and not wake.triggered:
@@ -147,13 +193,54 @@ class Replica:
 
     def _retry(self, group: Group, delay_s: float) -> None:
         """A client retries a refused request after ``delay_s``."""
-        timer = self.env.timeout(delay_s)
-        assert timer.callbacks is not None
-        timer.callbacks.append(lambda _: self.submit(group))
+        if self.exact:
+            timer = self.env.timeout(delay_s)
+            assert timer.callbacks is not None
+            timer.callbacks.append(lambda _: self.submit(group))
+            return
+        heapq.heappush(self._retries, (self._t + delay_s, self._retry_tie, group))
+        self._retry_tie += 1
 
-    def _run(self) -> Generator[simpy.Event, Any, None]:
+    def _arrivals(self, groups: list[Group]) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        for g in groups:
+            if g.arrival_s > env.now:
+                yield env.timeout(g.arrival_s - env.now)
+            self.submit(g)
+
+    def _next_arrival_s(self) -> float:
+        """When the next fed request or client retry arrives (inf: none pending)."""
+        t = math.inf
+        if self._feed_next < len(self._feed):
+            t = self._feed[self._feed_next].arrival_s
+        if self._retries and self._retries[0][0] < t:
+            t = self._retries[0][0]
+        return t
+
+    def _submit_due(self, now: float) -> None:
+        """Queue every fed request and retry due by ``now``, each at its own time."""
+        feed, sched = self._feed, self.sched
+        i = self._feed_next
+        retries = self._retries
+        while True:
+            a = feed[i].arrival_s if i < len(feed) else math.inf
+            r = retries[0][0] if retries else math.inf
+            # On a tie a retry goes first: its timer was set before the arrival's.
+            if r <= a and r <= now:
+                sched.submit(heapq.heappop(retries)[2], r)
+            elif a < r and a <= now:
+                sched.submit(feed[i], a)
+                i += 1
+            else:
+                break
+        self._feed_next = i
+
+    # -- the processes ----------------------------------------------------------------
+    def _run_exact(self) -> Generator[simpy.Event, Any, None]:
+        """One SimPy event per iteration (the reference for fast mode)."""
         env, sched = self.env, self.sched
         while True:
+            self._t = env.now
             if self._restart is not None:
                 mode, downtime_s = self._restart
                 if mode == "kill" or not sched.running:
@@ -175,48 +262,106 @@ class Replica:
             yield env.timeout(dt + step.stall_s)
             sched.end_step(step, env.now)
             self.steps_total += 1
-            if not self.exact and self._restart is None:
+
+    def _horizon_s(self) -> float:
+        """The next event of any other process: the replica may apply its own state
+        changes strictly before it without yielding (nobody can observe them sooner)."""
+        return self.env.peek()
+
+    def _run_fast(self) -> Generator[simpy.Event, Any, None]:
+        """Real steps where a decision is due, closed-form runs of pure-decode steps in
+        between, and SimPy events only where another process could act in between."""
+        env, sched, latency = self.env, self.sched, self.latency
+        while True:
+            if self._restart is not None:
+                mode, downtime_s = self._restart
+                if mode == "kill" or not sched.running:
+                    if self._t > env.now:
+                        yield env.timeout(self._t - env.now)
+                    yield from self._go_down(mode, downtime_s)
+                    continue
+                sched.admitting = False
+            t = self._t
+            self._submit_due(t)
+            step = sched.begin_step(t)
+            if step is None:
+                if self._restart is not None:  # a drain just emptied the batch
+                    continue
+                assert not (sched.waiting and sched.admitting), "scheduler stalled"
+                nxt = self._next_arrival_s()
+                if nxt < self._horizon_s():
+                    self._t = nxt
+                    continue
+                wake = self._wake = env.event()
+                if nxt == math.inf:
+                    yield wake
+                else:
+                    yield env.timeout(nxt - env.now) | wake
+                self._wake = None
+                self._t = env.now
+                self.wakeups_total += 1
+                continue
+            dt = latency.step_time_s(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
+            end_s = t + dt + step.stall_s
+            if end_s >= self._horizon_s():
+                yield env.timeout(end_s - env.now)
+            self._t = end_s
+            sched.end_step(step, end_s)
+            self.steps_total += 1
+            if self._restart is None:
                 yield from self._macro()
 
     def _macro(self) -> Generator[simpy.Event, Any, None]:
+        """A run of pure-decode steps up to the next decision: a finish, a growth
+        decision, the step boundary at or after the next arrival or queue timeout."""
         env, sched = self.env, self.sched
         k = min(sched.steady_steps(), self.max_macro_steps)
-        if k < 2:
+        if k < 1:
             return
-        seqs, kv0 = sched.decode_load()
-        j = np.arange(1, k + 1, dtype=np.int64)
-        ends = np.cumsum(
-            self.latency.step_times_s(
-                np.zeros(k, dtype=np.int64), np.full(k, seqs, dtype=np.int64), kv0 + j * seqs
-            )
-        )
+        t = self._t
+        cut_s = self._next_arrival_s()
         deadline = sched.next_timeout_s()
-        if deadline is not None and deadline <= env.now:
-            return  # a timeout is already due: the next real step enforces it
-        if deadline is not None:  # the boundary at/after a queue timeout is a decision
-            k = min(k, int(np.searchsorted(ends, deadline - env.now, side="left")) + 1)
-            ends = ends[:k]
-        plan = _Plan(env.now, ends)
+        if deadline is not None:
+            if deadline <= t:
+                return  # a timeout is already due: the next real step enforces it
+            cut_s = min(cut_s, deadline)
+        seqs, kv0 = sched.decode_load()
+        plan = _Plan(t, seqs, kv0 + seqs, k, self.latency)
+        if cut_s < math.inf:
+            # The boundary at or after the cut is a decision: run up to it.
+            m = decode_steps_within_s(self.latency, seqs, kv0 + seqs, cut_s - t, k)
+            if m < k:
+                plan.steps = m if plan.end_s(m) >= cut_s else m + 1
+        end_s = plan.end_s(plan.steps)
+        if end_s < self._horizon_s():
+            decode_run_s(self.latency, seqs, kv0 + seqs, plan.steps)  # counts range exits
+            sched.advance(plan.steps)
+            self._t = end_s
+            self.steps_total += plan.steps
+            sched.finish_ready(end_s)
+            return
         self._plan = plan
         wake = self._wake = env.event()
-        yield env.timeout(float(ends[-1])) | wake
+        yield env.timeout(end_s - env.now) | wake
         self._wake = None
         self.wakeups_total += 1
         self.observe()
-        target = k
-        if wake.triggered and plan.applied < k:
-            last_end_s = plan.start_s + (float(ends[plan.applied - 1]) if plan.applied else 0.0)
+        target = plan.steps
+        if wake.triggered and plan.applied < target:
+            last_end_s = plan.end_s(plan.applied)
             if env.now > last_end_s:
                 # Woken inside a step: it still completes, then we decide.
                 target = plan.applied + 1
-                yield env.timeout(max(0.0, plan.start_s + float(ends[plan.applied]) - env.now))
+                yield env.timeout(max(0.0, plan.end_s(target) - env.now))
             else:  # woken exactly on a step boundary: decide now
                 target = plan.applied
-        if plan.applied < target:
+        if plan.applied < target or plan.in_step:
             sched.advance(target - plan.applied)
             plan.applied = target
         self._plan = None
+        decode_run_s(self.latency, seqs, kv0 + seqs, plan.applied)  # counts range exits
         self.steps_total += plan.applied
+        self._t = env.now
         sched.finish_ready(env.now)
 
     def _go_down(self, mode: RestartMode, downtime_s: float) -> Generator[simpy.Event, Any, None]:
@@ -227,6 +372,7 @@ class Replica:
         self.sched.admitting = False
         self.up = False
         yield self.env.timeout(downtime_s)
+        self._t = self.env.now
         self.up = True
         self.started_s = self.env.now
         self.sched.admitting = True

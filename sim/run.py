@@ -1,7 +1,7 @@
 """``run(scenario, requests) -> RunResult``: wire a scenario into a SimPy environment.
 
-Processes: the arrival process (one timeout per distinct arrival time), the replica,
-the periodic metric sampler, and an optional scheduled restart. The run ends when every
+Processes: the replica (fed the requests directly: ``Replica.feed``), the periodic metric
+sampler, and an optional scheduled restart. The run ends when every
 request has ended (ok, refused, timed out) or at ``duration_s``.
 """
 
@@ -151,11 +151,14 @@ def run(
     total = len(groups)
 
     def on_count(done: int) -> None:
+        # The replica's clock may run ahead of env.now: the run ends at its time.
         if done == total and not all_done.triggered:
-            all_done.succeed()
+            timer = env.timeout(max(0.0, recorder.last_finish_s - env.now))
+            assert timer.callbacks is not None
+            timer.callbacks.append(lambda _: _succeed(all_done))
 
     recorder.on_count = on_count
-    env.process(_arrivals(env, replica, groups))
+    replica.feed(groups)
     env.process(_sampler(env, replica, recorder, scenario.metrics.sample_interval_s))
     if scenario.restart is not None:
         env.process(
@@ -197,13 +200,8 @@ def run(
     return RunResult(req_df, ts_df, ev_df, summary)
 
 
-def _arrivals(
-    env: simpy.Environment, replica: Replica, groups: list[Group]
-) -> Generator[simpy.Event, Any, None]:
-    for g in groups:
-        if g.arrival_s > env.now:
-            yield env.timeout(g.arrival_s - env.now)
-        replica.submit(g)
+def _succeed(event: simpy.Event) -> None:
+    event.succeed()
 
 
 def _sampler(

@@ -32,6 +32,7 @@ from typing import Literal
 import numpy as np
 
 from policies.allocators.base import Allocator, FailureCause
+from sim.ticks import DecodeTicks
 
 Preemption = Literal["recompute", "swap", "fail"]
 OnAdmissionFailure = Literal["queue", "reject"]
@@ -101,6 +102,14 @@ class Group:
     retries: int = 0
     peak_reserved_tokens: int = 0
     cached_tokens: int = 0
+    # -- decode-tick bookkeeping (sim.ticks) ---------------------------------------------
+    order: int = 0
+    """Admission order (the batch's position; re-admission takes a new one)."""
+    reg: int = 0
+    """Registration with the decode ticks (0: not ticking; fields are explicit)."""
+    pooled: bool = False
+    held_base: int = 0
+    gen_base: int = 0
 
     @property
     def final_tokens(self) -> int:
@@ -119,6 +128,7 @@ class Step:
     preempted: bool = False
     prefill_chunks: list[tuple[Group, int]] = field(default_factory=list)
     decoding: list[Group] = field(default_factory=list)
+    """Decoding groups not on the decode ticks (``Scheduler.step_decoding`` lists all)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +143,10 @@ class SchedEvent:
     cause: FailureCause
 
 
+def _admission_order(g: Group) -> int:
+    return g.order
+
+
 class Scheduler:
     """FCFS continuous batching over one allocator. See the module docstring."""
 
@@ -144,6 +158,7 @@ class Scheduler:
         on_event: Callable[[SchedEvent], None] = lambda e: None,
         on_retry: Callable[[Group, float], None] = lambda g, delay_s: None,
         on_done: Callable[[Group], None] = lambda g: None,
+        ticks: bool = True,
     ) -> None:
         self.config = config
         self.allocator = allocator
@@ -159,6 +174,18 @@ class Scheduler:
         self._on_done = on_done
         self._next_seq_id = 0
         self.preemptions_total = 0
+        self.use_ticks = ticks
+        """Advance decoding single-sequence groups on decode ticks (``sim.ticks``); off,
+        every group is stepped one by one (the reference path the tests compare with)."""
+        self._ticks = DecodeTicks(allocator.pool_block_tokens)
+        self._ticking = False
+        """True while every decoding group is registered with ``_ticks``; False while
+        every group's fields are explicit (a step with a growth decision, or a batch with
+        a multi-sequence group)."""
+        self._order = 0
+        self._multi_running = 0
+        self._run_begun = False
+        """A fast-mode run's next step has begun (``advance(..., in_step=True)``)."""
 
     # -- arrivals ---------------------------------------------------------------------
     def submit(self, group: Group, now: float) -> None:
@@ -181,12 +208,14 @@ class Scheduler:
 
     def reset_allocator(self, allocator: Allocator) -> None:
         """A restart: every running group loses its KV and waits to be recomputed."""
+        self._unregister_all()
         for g in reversed(list(self.running)):
             self._note_reserved(g)
             self._leave_batch(g)
             g.swapped = False
             self._requeue_preempted(g, count=False)
         self.allocator = allocator
+        self._ticks = DecodeTicks(allocator.pool_block_tokens)
         for g in self.waiting:
             g.blocked = None
             if g.swapped:  # host memory goes with the process
@@ -199,6 +228,67 @@ class Scheduler:
         self._expire_waiting(now)
         copied0 = self._copied_total()
         step = Step()
+        ticks = self._ticks
+        if self._ticking and not self._tick_growth():
+            self._unregister_all()  # a growth decision: step every group explicitly
+        ticks.tick += 1
+        decoding = step.decoding
+        if not self._ticking:
+            self._grow_explicit(now, step)
+        # As vLLM does: no admission in a step that had to preempt (unless the batch
+        # emptied, which would leave the step with nothing to run).
+        if self.admitting and self.waiting and not (step.preempted and self.running):
+            seqs = ticks.members
+            for g in decoding:
+                seqs += g.num_seqs
+            self._admit(now, step, seqs)
+        decode_seqs = ticks.members
+        kv_tokens = ticks.kv_tokens()
+        for g in decoding:
+            decode_seqs += g.num_seqs
+            kv_tokens += g.num_seqs * g.held_tokens
+        budget = self.config.max_num_batched_tokens - decode_seqs
+        for g in self.prefilling:
+            chunk = g.prefill_left_tokens
+            if self.config.chunked_prefill:
+                chunk = min(chunk, budget)
+            elif chunk > budget and step.prefill_chunks:
+                continue
+            if chunk <= 0:
+                break
+            step.prefill_chunks.append((g, chunk))
+            step.prefill_tokens += chunk
+            budget -= chunk
+        if not decode_seqs and not step.prefill_chunks:
+            ticks.tick -= 1
+            return None
+        step.decode_seqs = decode_seqs
+        step.kv_tokens = kv_tokens + sum(
+            g.held_tokens - g.prefill_left_tokens + c for g, c in step.prefill_chunks
+        )
+        step.stall_s += (self._copied_total() - copied0) * self.config.copy_s_per_token
+        return step
+
+    def _tick_growth(self) -> bool:
+        """Grow the ticking groups by one slot if that needs no decision: no member
+        reaches the end of the room its allocator covers, and the pool has the blocks
+        pooled growth draws (drawn here). False: a decision is due; nothing changed."""
+        ticks = self._ticks
+        nxt = ticks.tick + 1
+        due = ticks.next_decision_tick()
+        if due is not None and due <= nxt:
+            return False
+        if ticks.pooled:
+            need = ticks.pooled_blocks(nxt) - ticks.reserved_blocks
+            if need > 0:
+                if not self.allocator.reserve_pool_blocks(need):
+                    return False
+                ticks.reserved_blocks += need
+        return True
+
+    def _grow_explicit(self, now: float, step: Step) -> None:
+        """Grow every decoding group by one slot, in admission order, preempting on
+        refusal (every group's fields are explicit here)."""
         decoding = step.decoding
         extend = self.allocator.extend
         for g in list(self.running) if self.running else ():
@@ -221,39 +311,13 @@ class Scheduler:
                     g.synced_tokens = g.held_tokens
                     g.limit_tokens = g.held_tokens + self.allocator.headroom_tokens(sid)
                     decoding.append(g)
-        # As vLLM does: no admission in a step that had to preempt (unless the batch
-        # emptied, which would leave the step with nothing to run).
-        if self.admitting and self.waiting and not (step.preempted and self.running):
-            self._admit(now, step)
-        decode_seqs = 0
-        kv_tokens = 0
-        for g in decoding:
-            decode_seqs += g.num_seqs
-            kv_tokens += g.num_seqs * g.held_tokens
-        budget = self.config.max_num_batched_tokens - decode_seqs
-        for g in self.prefilling:
-            chunk = g.prefill_left_tokens
-            if self.config.chunked_prefill:
-                chunk = min(chunk, budget)
-            elif chunk > budget and step.prefill_chunks:
-                continue
-            if chunk <= 0:
-                break
-            step.prefill_chunks.append((g, chunk))
-            step.prefill_tokens += chunk
-            budget -= chunk
-        if not decoding and not step.prefill_chunks:
-            return None
-        step.decode_seqs = decode_seqs
-        step.kv_tokens = kv_tokens + sum(
-            g.held_tokens - g.prefill_left_tokens + c for g, c in step.prefill_chunks
-        )
-        step.stall_s += (self._copied_total() - copied0) * self.config.copy_s_per_token
-        return step
 
     def end_step(self, step: Step, now: float) -> None:
         """Apply a finished step: prefill progress, one token per group, finishes."""
+        ticks = self._ticks
+        ticks.done += 1
         done: list[Group] = []
+        joined: list[Group] = []
         for g, chunk in step.prefill_chunks:
             g.prefill_left_tokens -= chunk
             if g.prefill_left_tokens == 0:
@@ -263,14 +327,46 @@ class Scheduler:
                     g.first_token_s = now
                 if g.generated_tokens >= g.output_tokens:
                     done.append(g)
+                else:
+                    joined.append(g)
+        finished = ticks.pop_finished() if ticks.members else []
         for g in step.decoding:
             g.generated_tokens += 1
             if g.generated_tokens >= g.output_tokens:
-                done.append(g)
+                finished.append(g)
+            elif self._ticking:
+                joined.append(g)
+        if len(finished) > 1:
+            finished.sort(key=_admission_order)
         for g in done:
             if g.in_batch:
                 self._drop(g)
                 self._finish(g, now, "ok")
+        for g in finished:
+            if g.in_batch:
+                if g.reg:
+                    self._unregister(g)
+                self._drop(g)
+                self._finish(g, now, "ok")
+        if not self.use_ticks:
+            return
+        if self._ticking:
+            for g in joined:
+                if g.num_seqs > 1:
+                    self._unregister_all()
+                    return
+                self._register(g)
+        elif not self._multi_running:
+            self._ticking = True
+            for g in self.running:
+                if not g.prefill_left_tokens:
+                    self._register(g)
+
+    def step_decoding(self, step: Step) -> list[Group]:
+        """Every group decoding in ``step`` (between ``begin_step`` and ``end_step``), in
+        admission order: ticking members and ``step.decoding``. O(batch); for tools."""
+        out = [g for g in self.running if g.reg] + step.decoding
+        return sorted(out, key=_admission_order)
 
     # -- fast mode --------------------------------------------------------------------
     def steady_steps(self) -> int:
@@ -281,6 +377,31 @@ class Scheduler:
             return 0
         if self.waiting and self.admitting and self._admission_possible():
             return 0
+        if not self._ticking:
+            return self._steady_explicit()
+        ticks = self._ticks
+        finish = ticks.next_finish_done()
+        assert finish is not None, "a running batch without prefill has ticking members"
+        k = finish - ticks.done
+        due = ticks.next_decision_tick()
+        if due is not None:
+            k = min(k, due - ticks.tick - 1)
+        if k <= 0 or not ticks.pooled:
+            return max(k, 0)
+        free = self.allocator.pool_free_blocks() + ticks.reserved_blocks
+        t0 = ticks.tick
+        if ticks.pooled_blocks(t0 + k) <= free:
+            return k
+        lo, hi = 0, k  # pooled_blocks(t0 + lo) fits, (t0 + hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ticks.pooled_blocks(t0 + mid) <= free:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def _steady_explicit(self) -> int:
         k = min(g.output_tokens - g.generated_tokens for g in self.running)
         alloc = self.allocator
         block = alloc.pool_block_tokens
@@ -319,29 +440,53 @@ class Scheduler:
                 hi = mid
         return lo
 
-    def advance(self, steps: int) -> None:
+    def advance(self, steps: int, *, in_step: bool = False) -> None:
         """Apply ``steps`` pure-decode steps to every running group (fast mode). The
-        caller guarantees ``steps <= steady_steps()`` at the start of the run."""
-        if steps <= 0:
+        caller guarantees that the run stays inside ``steady_steps()`` as it was at the
+        run's start. ``in_step`` also begins the next step of the run (its growth, as
+        ``begin_step`` would): the state an observer sees inside that step. The next
+        ``advance`` of the run takes it into account; the run's last ``advance`` must
+        leave ``in_step`` False before any other call."""
+        grow = steps + in_step - self._run_begun
+        self._run_begun = in_step
+        if steps <= 0 and grow == 0:
+            return
+        ticks = self._ticks
+        ticks.tick += grow
+        ticks.done += steps
+        if self._ticking:
+            if ticks.pooled:
+                need = ticks.pooled_blocks(ticks.tick) - ticks.reserved_blocks
+                if need > 0:
+                    ok = self.allocator.reserve_pool_blocks(need)
+                    assert ok, "pooled growth inside the steady bound was refused"
+                    ticks.reserved_blocks += need
             return
         alloc = self.allocator
         for g in self.running:
-            g.held_tokens += steps
+            g.held_tokens += grow
             g.generated_tokens += steps
             if g.num_seqs > 1:
                 for sid in g.seq_ids:
-                    ok = alloc.extend(sid, steps)
+                    ok = alloc.extend(sid, grow)
                     assert ok, "growth inside the steady bound was refused"
             elif g.held_tokens > g.limit_tokens:  # pooled growth: blocks the pool covers
                 self._sync(g)
                 g.limit_tokens = g.held_tokens + alloc.headroom_tokens(g.seq_ids[0])
 
     def sync_allocator(self) -> None:
-        """Tell the allocator of growth deferred inside sequences' headroom. Growth
-        there is a pure counter update (no decision, no change to free memory), so it is
-        applied lazily: before reading held/used tokens (metrics) and before decisions of
-        policies whose decisions read other requests' held tokens (compaction)."""
+        """Tell the allocator of growth deferred inside sequences' headroom (and bring
+        ticking groups' fields up to date). Growth there is a pure counter update (no
+        decision, no change to free memory), so it is applied lazily: before reading
+        held/used tokens (metrics) and before decisions of policies whose decisions read
+        other requests' held tokens (compaction)."""
+        ticks = self._ticks
         for g in self.running:
+            if g.reg:
+                ticks.materialize(g)
+                if g.pooled:
+                    self._sync_pooled(g)
+                    continue
             if g.num_seqs == 1:
                 self._sync(g)
 
@@ -352,16 +497,44 @@ class Scheduler:
             assert ok, "growth inside the headroom was refused"
             g.synced_tokens = g.held_tokens
 
+    def _sync_pooled(self, g: Group) -> None:
+        pending = g.held_tokens - g.synced_tokens
+        if pending:
+            self.allocator.extend_reserved(g.seq_ids[0], pending)
+            g.synced_tokens = g.held_tokens
+
     def finish_ready(self, now: float) -> None:
         """Free groups that have emitted their last token (after ``advance``)."""
-        self._collect_finished(now)
+        if not self._ticking:
+            self._collect_finished(now)
+            return
+        for g in self._ticks.pop_finished():
+            if g.in_batch:
+                self._unregister(g)
+                self._drop(g)
+                self._finish(g, now, "ok")
 
     def decode_load(self) -> tuple[int, int]:
         """(decode sequences, KV tokens held) of the running batch."""
+        if self._ticking and not self.prefilling:
+            return self._ticks.members, self._ticks.kv_tokens()
+        self.sync_allocator()
         return (
             sum(g.num_seqs for g in self.running),
             sum(g.num_seqs * g.held_tokens for g in self.running),
         )
+
+    def unsynced_tokens(self) -> int:
+        """Growth the allocator has not been told of yet (deferred inside headroom or
+        taken by ticking): the pool's used tokens are this much higher than it reports,
+        and its reserved-unused tokens this much lower. O(batch), no allocator call."""
+        tick = self._ticks.tick
+        total = 0
+        for g in self.running:
+            if g.num_seqs == 1:
+                held = g.held_base + tick if g.reg else g.held_tokens
+                total += held - g.synced_tokens
+        return total
 
     def next_timeout_s(self) -> float | None:
         """The earliest time a waiting request times out, if any does."""
@@ -370,6 +543,39 @@ class Scheduler:
             return None
         pending = [g.enqueued_s for g in self.waiting if math.isnan(g.admit_s)]
         return min(pending) + t if pending else None
+
+    # -- decode ticks -------------------------------------------------------------------
+    def _register(self, g: Group) -> None:
+        """Put a decoding single-sequence group on the decode ticks."""
+        alloc = self.allocator
+        sid = g.seq_ids[0]
+        pooled = self._ticks.block_tokens is not None and alloc.growth_is_pooled(sid)
+        if pooled:
+            self._sync(g)
+        self._ticks.register(g, pooled)
+
+    def _unregister(self, g: Group) -> None:
+        """Take a member off the decode ticks with its fields (and pooled growth) made
+        explicit and current."""
+        ticks = self._ticks
+        ticks.materialize(g)
+        if g.pooled:
+            self._sync_pooled(g)
+            g.limit_tokens = g.held_tokens + self.allocator.headroom_tokens(g.seq_ids[0])
+        ticks.unregister(g)
+
+    def _unregister_all(self) -> None:
+        """Make every group's fields explicit (the reference path takes over)."""
+        if not self._ticking:
+            return
+        self._ticking = False
+        for g in self.running:
+            if g.reg:
+                self._unregister(g)
+        ticks = self._ticks
+        ticks.clear_heaps()
+        assert ticks.members == 0 and ticks.reserved_blocks == 0, "decode ticks leaked"
+        assert self.allocator.pool_reserved_blocks() == 0, "growth reservoir leaked"
 
     # -- internals ------------------------------------------------------------------
     def _copied_total(self) -> int:
@@ -416,8 +622,8 @@ class Scheduler:
                 return False
         return False
 
-    def _admit(self, now: float, step: Step) -> None:
-        budget = self.config.max_num_batched_tokens - sum(g.num_seqs for g in step.decoding)
+    def _admit(self, now: float, step: Step, decode_seqs: int) -> None:
+        budget = self.config.max_num_batched_tokens - decode_seqs
         budget -= sum(g.prefill_left_tokens for g in self.prefilling)
         skipped: deque[Group] = deque()
         while self.waiting:
@@ -523,6 +729,10 @@ class Scheduler:
         self.running.append(g)
         self.running_seqs += g.num_seqs
         g.in_batch = True
+        g.order = self._order
+        self._order += 1
+        if g.num_seqs > 1:
+            self._multi_running += 1
         if g.prefill_left_tokens:
             self.prefilling.append(g)
         return True
@@ -646,8 +856,11 @@ class Scheduler:
         self._leave_batch(g)
 
     def _leave_batch(self, g: Group) -> None:
+        assert not g.reg, "a ticking group must leave the decode ticks first"
         self.running.remove(g)
         self.running_seqs -= g.num_seqs
+        if g.num_seqs > 1:
+            self._multi_running -= 1
         g.in_batch = False
         if g.prefill_left_tokens:
             self.prefilling.remove(g)

@@ -223,6 +223,34 @@ class Allocator(ABC):
         """Pooled policies: blocks ``extend(request_id, tokens)`` would draw."""
         raise NotImplementedError(f"{type(self).__name__} is not a pooled policy")
 
+    def growth_is_pooled(self, request_id: int) -> bool:
+        """True when growing this sequence by any t >= 0 tokens draws exactly
+        ceil((held + t) / B) - ceil(held / B) plain blocks from the pool (B =
+        pool_block_tokens) and has no other effect (no copy, no cache change), and the
+        sequence holds exactly ceil(held / B) blocks now. Such growth may be taken in bulk
+        through reserve_pool_blocks / extend_reserved. Default False."""
+        return False
+
+    def reserve_pool_blocks(self, blocks: int) -> bool:
+        """Take ``blocks`` (>= 0) plain blocks out of the free pool into this allocator's
+        growth reservoir, drawing them exactly as ``extend`` would draw them at this moment
+        (same free-queue order, same cache evictions). They count as owned (reserved,
+        unused) memory until a sequence takes them with ``extend_reserved``. False when
+        fewer than ``blocks`` are free: nothing is taken and no failure is recorded.
+        Pooled policies only (default raises NotImplementedError)."""
+        raise NotImplementedError(f"{type(self).__name__} has no growth reservoir")
+
+    def extend_reserved(self, request_id: int, tokens: int) -> None:
+        """``extend(request_id, tokens)`` of a sequence whose growth is pooled, taking the
+        blocks it needs from the reservoir instead of the free pool. Raises ValueError
+        when the reservoir holds fewer blocks than needed or the growth is not pooled.
+        Pooled policies only."""
+        raise NotImplementedError(f"{type(self).__name__} has no growth reservoir")
+
+    def pool_reserved_blocks(self) -> int:
+        """Blocks in the growth reservoir (0 for policies without one)."""
+        return 0
+
     # -- argument checks shared by the policies ------------------------------------------
     @staticmethod
     def _check_new(request_id: int, live: Container[int], tokens: int = 0) -> None:

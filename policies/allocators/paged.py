@@ -34,7 +34,16 @@ Block identity. Only blocks that need it have an id: prefix-cached blocks and bl
 shared by a fork. A request's table is ``named_blocks`` (ids, always the leading part)
 followed by ``anon_blocks`` private blocks counted but not individually tracked.
 
-Invariants (checked by the property tests)::
+Growth reservoir (engine seam for bulk growth). ``reserve_pool_blocks(n)`` draws ``n``
+blocks from the queue head exactly as ``extend`` would and keeps them owned but unused
+(in ``reserved_unused_tokens``); ``extend_reserved`` then grows a sequence whose growth
+is pooled (``growth_is_pooled``: its last block is not a shared or cached partly filled
+one) from them, as private anonymous blocks. Between two other operations, growth of
+pooled sequences only ever draws from the queue head, so drawing the blocks in bulk
+before the next operation leaves the same state as drawing them one ``extend`` at a
+time. ``free`` never touches the reservoir.
+
+Invariants (checked by the property tests; owned blocks include the reservoir)::
 
     owned_blocks + free_blocks == num_blocks
     used_tokens + reserved_unused_tokens + free_tokens == capacity_tokens
@@ -114,7 +123,8 @@ class PagedAllocator(Allocator):
         self._ref: dict[int, int] = {}  # owned named block -> refcount (>= 1)
         self._key_of: dict[int, BlockKey] = {}  # cached block -> its key
         self._cache: dict[BlockKey, int] = {}  # key -> cached block
-        self._owned_blocks = 0
+        self._owned_blocks = 0  # live requests' blocks + the growth reservoir
+        self._reservoir_blocks = 0
         self._used_tokens = 0
         self._shared_blocks = 0
         self._cached_free_blocks = 0
@@ -273,6 +283,54 @@ class PagedAllocator(Allocator):
 
     def blocks_to_extend(self, request_id: int, tokens: int) -> int:
         return self._extend_need(self._seq(request_id), tokens)[0]
+
+    def growth_is_pooled(self, request_id: int) -> bool:
+        """True unless the last block is shared (refcount > 1) or cached and partly
+        filled, i.e. ``_extend_need(s, t)[1] == 0`` for every t (see the base class)."""
+        s = self._seq(request_id)
+        room = s.blocks * self._bt - s.held
+        if not 0 <= room < self._bt:  # holds more than ceil(held / block) blocks
+            return False
+        if room and not s.anon and s.named:
+            last = s.named[-1]
+            return self._ref[last] == 1 and last not in self._key_of
+        return True
+
+    def reserve_pool_blocks(self, blocks: int) -> bool:
+        if blocks < 0:
+            raise ValueError(f"blocks must be >= 0, got {blocks}")
+        if blocks > self._free_blocks:
+            return False
+        if blocks:
+            self._draw(blocks)
+            self._owned_blocks += blocks
+            self._reservoir_blocks += blocks
+        return True
+
+    def extend_reserved(self, request_id: int, tokens: int) -> None:
+        s = self._seq(request_id)
+        if tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {tokens}")
+        if not self.growth_is_pooled(request_id):
+            raise ValueError(
+                f"request {request_id}: growth is not pooled (shared or cached partly "
+                f"filled last block); use extend"
+            )
+        bt = self._bt
+        need = max(0, -(-(tokens - (s.blocks * bt - s.held)) // bt))
+        if need > self._reservoir_blocks:
+            raise ValueError(
+                f"request {request_id} needs {need} reserved blocks, the reservoir "
+                f"holds {self._reservoir_blocks}"
+            )
+        self._reservoir_blocks -= need
+        s.anon += need
+        s.blocks += need
+        s.held += tokens
+        self._used_tokens += tokens
+
+    def pool_reserved_blocks(self) -> int:
+        return self._reservoir_blocks
 
     def last_failure(self) -> Failure | None:
         if self._refusal is None:

@@ -25,6 +25,11 @@ Internal fragmentation is the unfilled part of a request's last page group
 usable extent and a refusal is always a *capacity* failure. There is no prefix sharing:
 ``prefix_hashes`` are ignored and ``fork`` copies the parent's tokens into new pages
 (counted in ``copied_tokens_total``).
+
+Growth is always pooled (a request maps exactly ceil(held / page_tokens) page groups and
+growing maps only new ones), so the engine may take it in bulk: ``reserve_pool_blocks``
+maps page groups into a growth reservoir (owned, unused: in ``reserved_unused_tokens``)
+and ``extend_reserved`` hands them to a request. ``free`` never touches the reservoir.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ class VmPagedAllocator(Allocator):
         self._held: dict[int, int] = {}
         self._pages: dict[int, int] = {}
         self._free_pages = self.num_pages
+        self._reservoir_pages = 0  # growth reservoir: owned by no request, not free
         self._used_tokens = 0
         self._copied_tokens = 0
 
@@ -162,6 +168,39 @@ class VmPagedAllocator(Allocator):
     def blocks_to_extend(self, request_id: int, tokens: int) -> int:
         held = self._live(request_id)
         return max(0, -(-(held + tokens) // self.page_tokens) - self._pages[request_id])
+
+    def growth_is_pooled(self, request_id: int) -> bool:
+        """Always True for a live request (growth only maps new page groups)."""
+        self._live(request_id)
+        return True
+
+    def reserve_pool_blocks(self, blocks: int) -> bool:
+        if blocks < 0:
+            raise ValueError(f"blocks must be >= 0, got {blocks}")
+        if blocks > self._free_pages:
+            return False
+        self._free_pages -= blocks
+        self._reservoir_pages += blocks
+        return True
+
+    def extend_reserved(self, request_id: int, tokens: int) -> None:
+        held = self._live(request_id)
+        if tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {tokens}")
+        pages = self._pages[request_id]
+        need = max(0, -(-(held + tokens) // self.page_tokens) - pages)
+        if need > self._reservoir_pages:
+            raise ValueError(
+                f"request {request_id} needs {need} reserved page groups, the reservoir "
+                f"holds {self._reservoir_pages}"
+            )
+        self._reservoir_pages -= need
+        self._pages[request_id] = pages + need
+        self._held[request_id] = held + tokens
+        self._used_tokens += tokens
+
+    def pool_reserved_blocks(self) -> int:
+        return self._reservoir_pages
 
     def _live(self, request_id: int) -> int:
         try:

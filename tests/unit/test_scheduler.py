@@ -109,7 +109,7 @@ class Driver:
                 StepLog(
                     self.now,
                     [(g.request_id, c) for g, c in step.prefill_chunks],
-                    [g.request_id for g in step.decoding],
+                    [g.request_id for g in self.sched.step_decoding(step)],
                     step.kv_tokens,
                     step.stall_s,
                 )

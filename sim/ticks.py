@@ -1,0 +1,158 @@
+"""Decode ticks: the running batch's decoding groups advanced by one global counter.
+
+Every decoding group of a continuous batch decodes in every step, so instead of adding
+one to each group's held and generated tokens per step the scheduler keeps two global
+counters — ``tick`` (steps begun: every member grew one slot) and ``done`` (steps ended:
+every member emitted one token) — and each registered group stores its *bases*::
+
+    held_tokens      = group.held_base + tick
+    generated_tokens = group.gen_base  + done
+
+A step that needs no decision then costs O(1) in the batch size, and a run of ``m`` such
+steps (fast mode) is ``tick += m; done += m``. Decisions come from two heaps:
+
+* finishes: the ``done`` value at which a group has emitted its last token;
+* growth decisions: the ``tick`` at which a group's growth first leaves the room its
+  allocator already covers (``limit_tokens``), for policies whose growth is a decision.
+
+Pooled growth (paged blocks, vAttention pages) needs no decision while free blocks last:
+a member whose growth is pooled (``Allocator.growth_is_pooled``) holds exactly
+``ceil(held / B)`` blocks, so all pooled members together hold::
+
+    H(T) = sum_i ceil((held_base_i + T) / B) = Q + n * (T // B) + #{i : r_i >= B - T % B}
+
+with ``q_i, r_i = divmod(held_base_i + B - 1, B)`` and ``Q = sum q_i`` — O(B) from a
+histogram of the ``r_i``. The scheduler draws ``H(T) - reserved_blocks`` blocks into the
+allocator's growth reservoir before each step (or run of steps) and each sequence takes
+its own blocks from there when it is next synced (``Allocator.extend_reserved``): the
+allocator sees the same draws, in the same order relative to every free and admission,
+as one ``extend`` per block boundary would have made.
+
+This module only keeps the books; ``sim.scheduler`` decides when groups register and
+leave, and materialises a group's fields (``materialize``) before anything reads them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sim.scheduler import Group
+
+
+class DecodeTicks:
+    """The books of registered (ticking) decoding groups. See the module docstring."""
+
+    def __init__(self, block_tokens: int | None) -> None:
+        self.tick = 0
+        """Steps begun (every member's held tokens grew by one per step)."""
+        self.done = 0
+        """Steps ended (every member's generated tokens grew by one per step)."""
+        self.members = 0
+        self.held_base_sum = 0
+        """Sum of members' held bases: members hold ``held_base_sum + members * tick``."""
+        self.finishes: list[tuple[int, int, int, Group]] = []
+        """(done value of the last token, admission order, registration, group)."""
+        self.decisions: list[tuple[int, int, int, Group]] = []
+        """(tick whose growth needs the allocator, admission order, registration, group)."""
+        self.block_tokens = block_tokens
+        self.pooled = 0
+        self._q_sum = 0
+        self._r_hist = [0] * (block_tokens or 1)
+        self.reserved_blocks = 0
+        """``H`` up to which blocks have been drawn (members' own blocks + the reservoir)."""
+        self._next_reg = 1
+
+    # -- membership -------------------------------------------------------------------
+    def register(self, g: Group, pooled: bool) -> None:
+        """Add a decoding group whose fields are current (``tick == done`` here). A pooled
+        group must be synced (the allocator knows its held tokens)."""
+        g.held_base = g.held_tokens - self.tick
+        g.gen_base = g.generated_tokens - self.done
+        g.reg = reg = self._next_reg
+        self._next_reg += 1
+        g.pooled = pooled
+        self.members += 1
+        self.held_base_sum += g.held_base
+        heapq.heappush(self.finishes, (g.output_tokens - g.gen_base, g.order, reg, g))
+        if pooled:
+            bt = self.block_tokens
+            assert bt is not None
+            q, r = divmod(g.held_base + bt - 1, bt)
+            self._q_sum += q
+            self._r_hist[r] += 1
+            self.pooled += 1
+            self.reserved_blocks += -(-g.held_tokens // bt)
+        else:
+            heapq.heappush(self.decisions, (g.limit_tokens - g.held_base + 1, g.order, reg, g))
+
+    def unregister(self, g: Group) -> None:
+        """Remove a member whose fields were materialised and (if pooled) synced."""
+        g.reg = 0
+        self.members -= 1
+        self.held_base_sum -= g.held_base
+        if g.pooled:
+            bt = self.block_tokens
+            assert bt is not None
+            q, r = divmod(g.held_base + bt - 1, bt)
+            self._q_sum -= q
+            self._r_hist[r] -= 1
+            self.pooled -= 1
+            self.reserved_blocks -= -(-g.held_tokens // bt)
+            g.pooled = False
+
+    def clear_heaps(self) -> None:
+        """Forget every heap entry (after every member left)."""
+        self.finishes.clear()
+        self.decisions.clear()
+
+    # -- reading ------------------------------------------------------------------------
+    def materialize(self, g: Group) -> None:
+        """Write a member's current held and generated tokens into its fields."""
+        g.held_tokens = g.held_base + self.tick
+        g.generated_tokens = g.gen_base + self.done
+
+    def kv_tokens(self) -> int:
+        """KV tokens the members hold now."""
+        return self.held_base_sum + self.members * self.tick
+
+    def pooled_blocks(self, tick: int) -> int:
+        """``H(tick)``: blocks the pooled members hold at ``tick`` (module docstring)."""
+        bt = self.block_tokens
+        if bt is None or not self.pooled:
+            return 0
+        t, s = divmod(tick, bt)
+        crossed = sum(self._r_hist[bt - s :]) if s else 0
+        return self._q_sum + self.pooled * t + crossed
+
+    def next_finish_done(self) -> int | None:
+        """The ``done`` value at which the next member finishes (None: no member)."""
+        heap = self.finishes
+        while heap:
+            _, _, reg, g = heap[0]
+            if g.reg == reg:
+                return heap[0][0]
+            heapq.heappop(heap)
+        return None
+
+    def next_decision_tick(self) -> int | None:
+        """The ``tick`` whose growth first needs the allocator (None: none does)."""
+        heap = self.decisions
+        while heap:
+            _, _, reg, g = heap[0]
+            if g.reg == reg:
+                return heap[0][0]
+            heapq.heappop(heap)
+        return None
+
+    def pop_finished(self) -> list[Group]:
+        """Members whose last token has been emitted (``done`` reached), in admission
+        order; they are still registered."""
+        out: list[Group] = []
+        heap, done = self.finishes, self.done
+        while heap and heap[0][0] <= done:
+            _, _, reg, g = heapq.heappop(heap)
+            if g.reg == reg:
+                out.append(g)
+        return out
