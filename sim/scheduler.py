@@ -186,6 +186,9 @@ class Scheduler:
         self._multi_running = 0
         self._run_begun = False
         """A fast-mode run's next step has begun (``advance(..., in_step=True)``)."""
+        self._grown_before = -1
+        """While ticking growth meets a refusal: members admitted before this order have
+        already grown in this step (``unsynced_tokens`` counts it)."""
 
     # -- arrivals ---------------------------------------------------------------------
     def submit(self, group: Group, now: float) -> None:
@@ -229,7 +232,7 @@ class Scheduler:
         copied0 = self._copied_total()
         step = Step()
         ticks = self._ticks
-        if self._ticking and not self._tick_growth():
+        if self._ticking and not self._tick_growth(now, step):
             self._unregister_all()  # a growth decision: step every group explicitly
         ticks.tick += 1
         decoding = step.decoding
@@ -269,10 +272,11 @@ class Scheduler:
         step.stall_s += (self._copied_total() - copied0) * self.config.copy_s_per_token
         return step
 
-    def _tick_growth(self) -> bool:
-        """Grow the ticking groups by one slot if that needs no decision: no member
-        reaches the end of the room its allocator covers, and the pool has the blocks
-        pooled growth draws (drawn here). False: a decision is due; nothing changed."""
+    def _tick_growth(self, now: float, step: Step) -> bool:
+        """Grow the ticking groups by one slot unless a growth decision of a non-pooled
+        member is due (False: nothing changed). Pooled growth draws its blocks here; when
+        the pool runs short the members are grown as the reference path would, in
+        admission order, preempting on refusal (``_tick_growth_refused``)."""
         ticks = self._ticks
         nxt = ticks.tick + 1
         due = ticks.next_decision_tick()
@@ -281,10 +285,44 @@ class Scheduler:
         if ticks.pooled:
             need = ticks.pooled_blocks(nxt) - ticks.reserved_blocks
             if need > 0:
-                if not self.allocator.reserve_pool_blocks(need):
-                    return False
-                ticks.reserved_blocks += need
+                if self.allocator.reserve_pool_blocks(need):
+                    ticks.reserved_blocks += need
+                else:
+                    self._tick_growth_refused(now, step)
         return True
+
+    def _tick_growth_refused(self, now: float, step: Step) -> None:
+        """The pool cannot cover this step's pooled growth. Members crossing into a new
+        block draw one each in admission order (as one ``extend(sid, 1)`` each would):
+        the first ones from what is free, then the first refused one preempts (or
+        fails) exactly as in ``_grow_explicit``."""
+        ticks = self._ticks
+        alloc = self.allocator
+        bt = ticks.block_tokens
+        assert bt is not None
+        tick = ticks.tick
+        crossing = [g for g in self.running if g.pooled and (g.held_base + tick) % bt == 0]
+        free = alloc.pool_free_blocks()
+        if free:
+            ok = alloc.reserve_pool_blocks(free)
+            assert ok
+            ticks.reserved_blocks += free
+        for g in crossing[free:]:
+            if not g.in_batch:  # an earlier refusal preempted it
+                continue
+            if alloc.reserve_pool_blocks(1):
+                ticks.reserved_blocks += 1
+                continue
+            # The real refusal, with its record: the eager call, then the reference path.
+            ticks.materialize(g)
+            self._sync_pooled(g)
+            sid = g.seq_ids[0]
+            self._grown_before = g.order  # members before g have grown (for samples)
+            if alloc.extend(sid, 1) or self._grow_refused(g, sid, now, step):
+                g.synced_tokens = g.held_tokens + 1
+                ticks.reserved_blocks += 1
+            self._grown_before = -1
+        assert ticks.pooled_blocks(tick + 1) == ticks.reserved_blocks, "pooled growth drifted"
 
     def _grow_explicit(self, now: float, step: Step) -> None:
         """Grow every decoding group by one slot, in admission order, preempting on
@@ -529,10 +567,11 @@ class Scheduler:
         taken by ticking): the pool's used tokens are this much higher than it reports,
         and its reserved-unused tokens this much lower. O(batch), no allocator call."""
         tick = self._ticks.tick
+        grown_before = self._grown_before
         total = 0
         for g in self.running:
             if g.num_seqs == 1:
-                held = g.held_base + tick if g.reg else g.held_tokens
+                held = g.held_base + tick + (g.order < grown_before) if g.reg else g.held_tokens
                 total += held - g.synced_tokens
         return total
 
@@ -579,8 +618,7 @@ class Scheduler:
 
     # -- internals ------------------------------------------------------------------
     def _copied_total(self) -> int:
-        s = self.allocator.stats()
-        return s.copied_tokens_total + s.moved_tokens_total
+        return self.allocator.copied_tokens_total()
 
     def _expire_waiting(self, now: float) -> None:
         t = self.config.queue_timeout_s
@@ -635,17 +673,13 @@ class Scheduler:
                 and (self._prefill_work(g) > budget and budget < self.config.max_num_batched_tokens)
             ):
                 break
-            s = self.allocator.stats()
-            if (
-                g.blocked is not None
-                and self.running
-                and s.free_tokens <= g.blocked[0]
-                and (s.largest_free_extent_tokens <= g.blocked[1])
-            ):
-                if self.config.head_of_line:
-                    break
-                skipped.append(self.waiting.popleft())
-                continue
+            if g.blocked is not None and self.running:
+                s = self.allocator.stats()
+                if s.free_tokens <= g.blocked[0] and s.largest_free_extent_tokens <= g.blocked[1]:
+                    if self.config.head_of_line:
+                        break
+                    skipped.append(self.waiting.popleft())
+                    continue
             self.waiting.popleft()
             if self._swap_in(g, now, step) if g.swapped else self._place(g, now):
                 budget -= g.prefill_left_tokens
@@ -668,6 +702,8 @@ class Scheduler:
                 # A naive server refuses new requests; one it preempted waits.
                 self._reject(g, now, failure.cause)
             else:
+                # A refused placement left the pool as it was (undone): read it now.
+                s = self.allocator.stats()
                 g.blocked = (s.free_tokens, s.largest_free_extent_tokens)
                 if self.config.head_of_line:
                     self.waiting.appendleft(g)
@@ -850,6 +886,8 @@ class Scheduler:
     def _drop(self, g: Group) -> None:
         """Take ``g`` out of the batch and free its memory (a sequence that grew
         earlier in a refused step goes with it)."""
+        if g.reg:
+            self._unregister(g)
         self._note_reserved(g)
         for sid in g.seq_ids:
             self.allocator.free(sid)

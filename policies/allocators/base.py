@@ -251,6 +251,13 @@ class Allocator(ABC):
         """Blocks in the growth reservoir (0 for policies without one)."""
         return 0
 
+    def copied_tokens_total(self) -> int:
+        """``stats().copied_tokens_total + stats().moved_tokens_total`` (the engine reads
+        it around every step to charge copy time; policies override it to skip building
+        a whole snapshot)."""
+        s = self.stats()
+        return s.copied_tokens_total + s.moved_tokens_total
+
     # -- argument checks shared by the policies ------------------------------------------
     @staticmethod
     def _check_new(request_id: int, live: Container[int], tokens: int = 0) -> None:

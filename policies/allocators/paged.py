@@ -249,6 +249,9 @@ class PagedAllocator(Allocator):
             copied_tokens_total=self._copied_tokens,
         )
 
+    def copied_tokens_total(self) -> int:
+        return self._copied_tokens
+
     def held_tokens(self, request_id: int) -> int:
         return self._seq(request_id).held
 

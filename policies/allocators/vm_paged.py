@@ -151,6 +151,9 @@ class VmPagedAllocator(Allocator):
             copied_tokens_total=self._copied_tokens,
         )
 
+    def copied_tokens_total(self) -> int:
+        return self._copied_tokens
+
     def held_tokens(self, request_id: int) -> int:
         return self._live(request_id)
 
