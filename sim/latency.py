@@ -22,6 +22,7 @@ Contracts every model here keeps:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable
@@ -615,6 +616,25 @@ def decode_run_s(
     kv = kv_tokens_start + decode_seqs * np.arange(steps, dtype=np.int64)
     times = model.step_times_s(np.zeros(1, np.int64), np.full(1, decode_seqs, np.int64), kv)
     return float(times.sum())
+
+
+def decode_run_fn(model: LatencyModel) -> Callable[[int, int, int], float]:
+    """``decode_run_s(model, seqs, kv_start, steps, record=False)`` as one callable,
+    dispatched once (the engine calls it a few times per simulated request)."""
+    if isinstance(model, CalibratedLatency):
+        return functools.partial(model.decode_run_s, record=False)
+    if isinstance(model, ConstantLatency | RooflineLatency):
+        return model.decode_run_s
+    return functools.partial(decode_run_s, model, record=False)
+
+
+def steps_within_fn(model: LatencyModel) -> Callable[[int, int, float, int], int]:
+    """``decode_steps_within_s(model, seqs, kv_start, budget_s, max_steps)`` as one
+    callable, dispatched once."""
+    method = getattr(model, "steps_within_s", None)
+    if method is not None:
+        return method
+    return functools.partial(decode_steps_within_s, model)
 
 
 def decode_steps_within_s(

@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol
 import simpy
 
 from policies.allocators.base import Allocator
-from sim.latency import LatencyModel, decode_run_s, decode_steps_within_s
+from sim.latency import LatencyModel, decode_run_fn, decode_run_s, steps_within_fn
 from sim.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
 
 RestartMode = Literal["drain", "kill"]
@@ -31,29 +31,25 @@ RestartMode = Literal["drain", "kill"]
 
 @dataclass(slots=True)
 class _Plan:
-    """A run of ``steps`` pure-decode steps from ``start_s``; every step's end time is
-    the closed-form ``decode_run_s`` of the steps before it."""
+    """A run of ``steps`` pure-decode steps from ``start_s`` that another process may
+    observe (it crosses the next outside event); ``end_s(j)`` is when step ``j`` ends."""
 
     start_s: float
     decode_seqs: int
     kv_first_tokens: int
     """KV tokens the run's first step reads (every later step reads ``decode_seqs`` more)."""
     steps: int
-    latency: LatencyModel
+    run_s: Callable[[int, int, int], float]
+    within: Callable[[int, int, float, int], int]
     applied: int = 0
     in_step: bool = False
     """The step after the ``applied`` ones has begun (an observer looked inside it)."""
 
     def end_s(self, steps: int) -> float:
-        """When the run's ``steps``-th step ends."""
-        return self.start_s + decode_run_s(
-            self.latency, self.decode_seqs, self.kv_first_tokens, steps, record=False
-        )
+        return self.start_s + self.run_s(self.decode_seqs, self.kv_first_tokens, steps)
 
     def completed_by(self, now: float) -> int:
-        return decode_steps_within_s(
-            self.latency, self.decode_seqs, self.kv_first_tokens, now - self.start_s, self.steps
-        )
+        return self.within(self.decode_seqs, self.kv_first_tokens, now - self.start_s, self.steps)
 
 
 class ReplicaHooks(Protocol):
@@ -98,6 +94,10 @@ class Replica:
         self.latency = latency
         self.exact = exact
         self.max_macro_steps = max_macro_steps
+        self._run_s = decode_run_fn(latency)
+        self._within = steps_within_fn(latency)
+        self._counts_range = hasattr(latency, "out_of_range_calls")
+        """A calibrated model counts steps outside its validity range: tell it of runs."""
         self.hooks: ReplicaHooks = hooks or _NoHooks()
         self._make_allocator = make_allocator
         self.sched = Scheduler(
@@ -313,33 +313,43 @@ class Replica:
 
     def _macro(self) -> Generator[simpy.Event, Any, None]:
         """A run of pure-decode steps up to the next decision: a finish, a growth
-        decision, the step boundary at or after the next arrival or queue timeout."""
+        decision, the step boundary at or after the next arrival or queue timeout.
+        Applied at once when it ends before any other process's next event; otherwise
+        planned (observers see its completed steps) and slept through."""
         env, sched = self.env, self.sched
-        k = min(sched.steady_steps(), self.max_macro_steps)
+        k = sched.steady_steps()
         if k < 1:
             return
+        if k > self.max_macro_steps:
+            k = self.max_macro_steps
         t = self._t
         cut_s = self._next_arrival_s()
-        deadline = sched.next_timeout_s()
-        if deadline is not None:
-            if deadline <= t:
-                return  # a timeout is already due: the next real step enforces it
-            cut_s = min(cut_s, deadline)
+        if sched.config.queue_timeout_s is not None:
+            deadline = sched.next_timeout_s()
+            if deadline is not None:
+                if deadline <= t:
+                    return  # a timeout is already due: the next real step enforces it
+                cut_s = min(cut_s, deadline)
         seqs, kv0 = sched.decode_load()
-        plan = _Plan(t, seqs, kv0 + seqs, k, self.latency)
+        kv1 = kv0 + seqs
+        run_s = self._run_s
+        steps = k
         if cut_s < math.inf:
             # The boundary at or after the cut is a decision: run up to it.
-            m = decode_steps_within_s(self.latency, seqs, kv0 + seqs, cut_s - t, k)
+            budget_s = cut_s - t
+            m = self._within(seqs, kv1, budget_s, k)
             if m < k:
-                plan.steps = m if plan.end_s(m) >= cut_s else m + 1
-        end_s = plan.end_s(plan.steps)
-        if end_s < self._horizon_s():
-            decode_run_s(self.latency, seqs, kv0 + seqs, plan.steps)  # counts range exits
-            sched.advance(plan.steps)
+                steps = m if run_s(seqs, kv1, m) >= budget_s else m + 1
+        end_s = t + run_s(seqs, kv1, steps)
+        if end_s < env.peek():
+            if self._counts_range:
+                decode_run_s(self.latency, seqs, kv1, steps)
+            sched.advance(steps)
             self._t = end_s
-            self.steps_total += plan.steps
+            self.steps_total += steps
             sched.finish_ready(end_s)
             return
+        plan = _Plan(t, seqs, kv1, steps, run_s, self._within)
         self._plan = plan
         wake = self._wake = env.event()
         yield env.timeout(end_s - env.now) | wake
@@ -359,7 +369,8 @@ class Replica:
             sched.advance(target - plan.applied)
             plan.applied = target
         self._plan = None
-        decode_run_s(self.latency, seqs, kv0 + seqs, plan.applied)  # counts range exits
+        if self._counts_range:
+            decode_run_s(self.latency, seqs, kv1, plan.applied)
         self.steps_total += plan.applied
         self._t = env.now
         sched.finish_ready(env.now)

@@ -266,9 +266,9 @@ class Scheduler:
             ticks.tick -= 1
             return None
         step.decode_seqs = decode_seqs
-        step.kv_tokens = kv_tokens + sum(
-            g.held_tokens - g.prefill_left_tokens + c for g, c in step.prefill_chunks
-        )
+        for g, c in step.prefill_chunks:
+            kv_tokens += g.held_tokens - g.prefill_left_tokens + c
+        step.kv_tokens = kv_tokens
         step.stall_s += (self._copied_total() - copied0) * self.config.copy_s_per_token
         return step
 
@@ -662,7 +662,8 @@ class Scheduler:
 
     def _admit(self, now: float, step: Step, decode_seqs: int) -> None:
         budget = self.config.max_num_batched_tokens - decode_seqs
-        budget -= sum(g.prefill_left_tokens for g in self.prefilling)
+        for g in self.prefilling:
+            budget -= g.prefill_left_tokens
         skipped: deque[Group] = deque()
         while self.waiting:
             g = self.waiting[0]
@@ -721,33 +722,34 @@ class Scheduler:
         alloc = self.allocator
         if alloc.decisions_read_held:
             self.sync_allocator()
-        resume_tokens = max(g.held_tokens, g.prompt_tokens)
-        grow = resume_tokens - g.prompt_tokens
-        ids = [self._next_seq_id + i for i in range(g.num_seqs)]
+        prompt = g.prompt_tokens
+        resume_tokens = g.held_tokens if g.held_tokens > prompt else prompt
+        grow = resume_tokens - prompt
+        first = self._next_seq_id
         got = alloc.allocate(
-            ids[0],
-            g.prompt_tokens,
-            reserve_tokens=g.final_tokens + 1,
-            prefix_hashes=g.prefix_hashes,
+            first, prompt, reserve_tokens=prompt + g.output_tokens, prefix_hashes=g.prefix_hashes
         )
         if got is None:
             return False
-        placed = [ids[0]]
-        ok = True
-        for sid in ids[1:]:
-            if not alloc.fork(ids[0], sid):
-                ok = False
-                break
-            placed.append(sid)
-        if ok and grow:
-            for sid in ids:
-                if not alloc.extend(sid, grow):
+        ids = [first]
+        if g.num_seqs > 1 or grow:
+            ids = list(range(first, first + g.num_seqs))
+            placed = [first]
+            ok = True
+            for sid in ids[1:]:
+                if not alloc.fork(first, sid):
                     ok = False
                     break
-        if not ok:  # undo; the refusal stays recorded (free does not clear it)
-            for sid in placed:
-                alloc.free(sid)
-            return False
+                placed.append(sid)
+            if ok and grow:
+                for sid in ids:
+                    if not alloc.extend(sid, grow):
+                        ok = False
+                        break
+            if not ok:  # undo; the refusal stays recorded (free does not clear it)
+                for sid in placed:
+                    alloc.free(sid)
+                return False
         self._next_seq_id += g.num_seqs
         g.seq_ids = ids
         cached = min(got.cached_tokens, g.prompt_tokens - 1)
@@ -793,7 +795,9 @@ class Scheduler:
         return True
 
     def _note_reserved(self, g: Group) -> None:
-        r = sum(self.allocator.reserved_tokens(sid) for sid in g.seq_ids)
+        ids = g.seq_ids
+        reserved_of = self.allocator.reserved_tokens
+        r = reserved_of(ids[0]) if len(ids) == 1 else sum(reserved_of(sid) for sid in ids)
         if r > g.peak_reserved_tokens:
             g.peak_reserved_tokens = r
 
