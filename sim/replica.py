@@ -323,7 +323,12 @@ class Replica:
         if k > self.max_macro_steps:
             k = self.max_macro_steps
         t = self._t
-        cut_s = self._next_arrival_s()
+        # An arrival is a decision unless it can only queue behind a waiting head that
+        # cannot be admitted (head-of-line blocking) or nothing is admitted at all: then
+        # it is queued (at its own time) at the next boundary that is a decision anyway.
+        cut_s = math.inf
+        if sched.admitting and not (sched.waiting and sched.config.head_of_line):
+            cut_s = self._next_arrival_s()
         if sched.config.queue_timeout_s is not None:
             deadline = sched.next_timeout_s()
             if deadline is not None:

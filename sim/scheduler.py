@@ -320,6 +320,7 @@ class Scheduler:
             self._grown_before = g.order  # members before g have grown (for samples)
             if alloc.extend(sid, 1) or self._grow_refused(g, sid, now, step):
                 g.synced_tokens = g.held_tokens + 1
+                ticks.synced_sum += 1
                 ticks.reserved_blocks += 1
             self._grown_before = -1
         assert ticks.pooled_blocks(tick + 1) == ticks.reserved_blocks, "pooled growth drifted"
@@ -534,12 +535,16 @@ class Scheduler:
             ok = self.allocator.extend(g.seq_ids[0], pending)
             assert ok, "growth inside the headroom was refused"
             g.synced_tokens = g.held_tokens
+            if g.reg:
+                self._ticks.synced_sum += pending
 
     def _sync_pooled(self, g: Group) -> None:
         pending = g.held_tokens - g.synced_tokens
         if pending:
             self.allocator.extend_reserved(g.seq_ids[0], pending)
             g.synced_tokens = g.held_tokens
+            if g.reg:
+                self._ticks.synced_sum += pending
 
     def finish_ready(self, now: float) -> None:
         """Free groups that have emitted their last token (after ``advance``)."""
@@ -566,8 +571,16 @@ class Scheduler:
         """Growth the allocator has not been told of yet (deferred inside headroom or
         taken by ticking): the pool's used tokens are this much higher than it reports,
         and its reserved-unused tokens this much lower. O(batch), no allocator call."""
-        tick = self._ticks.tick
+        ticks = self._ticks
+        tick = ticks.tick
         grown_before = self._grown_before
+        if self._ticking:
+            # Members only: every other running group (prefilling, or swapped in this
+            # step) holds what the allocator knows.
+            total = ticks.kv_tokens() - ticks.synced_sum
+            if grown_before >= 0:
+                total += sum(1 for g in self.running if g.reg and g.order < grown_before)
+            return total
         total = 0
         for g in self.running:
             if g.num_seqs == 1:
@@ -613,7 +626,7 @@ class Scheduler:
                 self._unregister(g)
         ticks = self._ticks
         ticks.clear_heaps()
-        assert ticks.members == 0 and ticks.reserved_blocks == 0, "decode ticks leaked"
+        assert ticks.members == ticks.reserved_blocks == ticks.synced_sum == 0, "ticks leaked"
         assert self.allocator.pool_reserved_blocks() == 0, "growth reservoir leaked"
 
     # -- internals ------------------------------------------------------------------

@@ -52,6 +52,8 @@ class DecodeTicks:
         self.members = 0
         self.held_base_sum = 0
         """Sum of members' held bases: members hold ``held_base_sum + members * tick``."""
+        self.synced_sum = 0
+        """Sum of members' ``synced_tokens`` (the scheduler adds every sync of a member)."""
         self.finishes: list[tuple[int, int, int, Group]] = []
         """(done value of the last token, admission order, registration, group)."""
         self.decisions: list[tuple[int, int, int, Group]] = []
@@ -75,6 +77,7 @@ class DecodeTicks:
         g.pooled = pooled
         self.members += 1
         self.held_base_sum += g.held_base
+        self.synced_sum += g.synced_tokens
         heapq.heappush(self.finishes, (g.output_tokens - g.gen_base, g.order, reg, g))
         if pooled:
             bt = self.block_tokens
@@ -92,6 +95,7 @@ class DecodeTicks:
         g.reg = 0
         self.members -= 1
         self.held_base_sum -= g.held_base
+        self.synced_sum -= g.synced_tokens
         if g.pooled:
             bt = self.block_tokens
             assert bt is not None
