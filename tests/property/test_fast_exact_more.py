@@ -1,0 +1,227 @@
+"""Fast mode = exact mode on the FULL outputs: the request records, every timeseries
+sample (periodic and failure-time) and the event log, over every allocator family,
+scheduled restarts (drain and kill), queue timeouts, skip-ahead admission, refusals with
+client retries, chunked prefill, the three preemption modes, multi-sequence groups,
+prefix-hash traces, tight pools and runs cut at ``duration_s``.
+
+Compared: same row count and columns; non-float columns (status, trigger, kind, cause,
+counts, token figures) exactly; float columns (times, uptimes, shares) to 1e-9 absolute
+or relative, NaN matching NaN.
+
+Ties. Every continuous quantity is drawn from a numpy Generator (arrival times, sample
+interval, restart period and downtime, queue timeout, retry backoff, duration), never a
+round number, so that no two events of different processes fall at the same float time.
+At an exact tie (an arrival exactly on a sample time or a restart time, say) the two
+modes may legitimately order the simultaneous events differently (exact mode follows
+SimPy's event queue, fast mode its own feed list), and their outputs may then differ
+without either being wrong. Hypothesis still shrinks the discrete choices (allocator,
+options, sizes) and the seed of the continuous ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from sim.results import RunResult
+from sim.run import run
+from sim.scenario import parse_scenario
+
+ALLOCATORS: list[dict[str, Any]] = [
+    {"kind": "paged", "block_size_tokens": 16, "prefix_caching": False},
+    {"kind": "paged", "block_size_tokens": 16, "prefix_caching": True},
+    {"kind": "best_fit"},
+    {"kind": "static", "mode": "pow2"},
+    {"kind": "buddy"},
+    {"kind": "vm_paged"},
+    {"kind": "vm_paged", "page_bytes": 64 << 10},
+    {"kind": "compaction"},
+    {"kind": "caching"},
+]
+
+HASH_BLOCK_TOKENS = 16
+SETTINGS = settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def make_trace(
+    rng: np.random.Generator, n: int, max_samples: int, hashes: bool, span_s: float
+) -> pd.DataFrame:
+    """``n`` requests with continuous arrival times in (0, span_s]; with ``hashes``, a
+    ``prefix_hashes`` column where requests of one family share a random-length prefix."""
+    arrivals = np.sort(rng.uniform(0.0, span_s, n)) + rng.uniform(1e-3, 0.5)
+    prompts = rng.integers(1, 2500, n)
+    df = pd.DataFrame(
+        {
+            "request_id": np.arange(n, dtype=np.int64),
+            "arrival_s": arrivals,
+            "prompt_tokens": prompts.astype(np.int64),
+            "output_tokens": rng.integers(1, 500, n).astype(np.int64),
+            "num_samples": rng.integers(1, max_samples + 1, n).astype(np.int64),
+        }
+    )
+    if hashes:
+        rows: list[list[int]] = []
+        for i, p in enumerate(prompts.tolist()):
+            blocks = int(p) // HASH_BLOCK_TOKENS
+            family = int(rng.integers(0, 3))
+            shared = int(rng.integers(0, blocks + 1))
+            rows.append(
+                [family * 1_000_000 + j for j in range(shared)]
+                + [(i + 1) * 1_000_000_000 + j for j in range(shared, blocks)]
+            )
+        df["prefix_hashes"] = rows
+    return df
+
+
+@st.composite
+def cases(
+    draw: st.DrawFn,
+    allocator: dict[str, Any] | None = None,
+    restart: bool | None = None,
+    duration: bool | None = None,
+    hashes: bool | None = None,
+) -> tuple[dict[str, Any], pd.DataFrame]:
+    """A scenario mapping and its trace: discrete choices from Hypothesis, continuous
+    values from a numpy Generator seeded by Hypothesis (see the module docstring)."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    if allocator is None:
+        allocator = draw(st.sampled_from(ALLOCATORS))
+    n = draw(st.integers(2, 25))
+    max_samples = draw(st.integers(1, 3))
+    if hashes is None:
+        hashes = allocator["kind"] == "paged" and draw(st.booleans())
+    span_s = float(rng.uniform(5.0, 30.0))
+    df = make_trace(rng, n, max_samples, hashes, span_s)
+
+    policy = draw(st.sampled_from(["queue", "queue", "reject"]))
+    sched: dict[str, Any] = {
+        "max_num_seqs": draw(st.sampled_from([1, 2, 4, 16])),
+        "preemption": draw(st.sampled_from(["recompute", "swap", "fail"])),
+        "chunked_prefill": draw(st.booleans()),
+        "head_of_line": draw(st.booleans()),
+        "on_admission_failure": policy,
+    }
+    if policy == "reject" or draw(st.booleans()):
+        sched["retry_attempts"] = draw(st.integers(0, 3))
+        sched["retry_backoff_s"] = float(rng.uniform(0.05, 3.0))
+    if draw(st.booleans()):
+        sched["queue_timeout_s"] = float(rng.uniform(0.3, 10.0))
+    if sched["chunked_prefill"] and draw(st.booleans()):
+        sched["max_num_batched_tokens"] = draw(st.sampled_from([256, 1000, 4096]))
+
+    data: dict[str, Any] = {
+        "name": "fast-exact",
+        "seed": draw(st.integers(0, 3)),
+        "workload": {"preset": "bimodal"},  # unused: the trace is passed directly
+        "hardware": {
+            "model": "llama-2-7b",
+            "gpu": "a100-80gb",
+            "kv_capacity_tokens": draw(st.sampled_from([3_000, 5_000, 8_000, 20_000])),
+            "max_seq_tokens": 32768,
+        },
+        "allocator": allocator,
+        "scheduler": sched,
+        "metrics": {"sample_interval_s": float(rng.uniform(0.5, 5.0))},
+    }
+    if restart is None:
+        restart = draw(st.booleans())
+    if restart:
+        data["restart"] = {
+            "every_s": float(rng.uniform(2.0, 25.0)),
+            "mode": draw(st.sampled_from(["drain", "kill"])),
+            "downtime_s": float(rng.uniform(0.2, 5.0)),
+        }
+    if duration is None:
+        duration = draw(st.booleans())
+    if duration:
+        data["duration_s"] = float(rng.uniform(0.3, 1.2) * span_s)
+    return data, df
+
+
+def run_mode(data: dict[str, Any], df: pd.DataFrame, mode: str) -> RunResult:
+    return run(parse_scenario({**data, "mode": mode}), df)
+
+
+def assert_frames_match(name: str, fast: pd.DataFrame, exact: pd.DataFrame) -> None:
+    """Same shape and columns; floats to 1e-9 (NaN = NaN), everything else exactly."""
+    assert list(fast.columns) == list(exact.columns), name
+    assert len(fast) == len(exact), f"{name}: {len(fast)} rows fast, {len(exact)} exact"
+    for col in fast.columns:
+        f, e = fast[col], exact[col]
+        if pd.api.types.is_float_dtype(f) or pd.api.types.is_float_dtype(e):
+            np.testing.assert_allclose(
+                f.to_numpy(dtype=float),
+                e.to_numpy(dtype=float),
+                rtol=1e-9,
+                atol=1e-9,
+                equal_nan=True,
+                err_msg=f"{name}.{col}",
+            )
+        else:
+            bad = np.flatnonzero(f.to_numpy() != e.to_numpy())
+            assert bad.size == 0, (
+                f"{name}.{col} differs at rows {bad[:5].tolist()}: "
+                f"fast {f.iloc[bad[:5]].tolist()} exact {e.iloc[bad[:5]].tolist()}"
+            )
+
+
+def assert_modes_agree(data: dict[str, Any], df: pd.DataFrame) -> None:
+    note(f"scenario: {data!r}")
+    note(f"trace:\n{df.to_dict(orient='list')!r}")
+    fast, exact = run_mode(data, df, "fast"), run_mode(data, df, "exact")
+    assert_frames_match("requests", fast.requests, exact.requests)
+    assert_frames_match("events", fast.events, exact.events)
+    assert_frames_match("timeseries", fast.timeseries, exact.timeseries)
+
+
+@pytest.mark.parametrize("allocator", ALLOCATORS, ids=lambda a: "-".join(map(str, a.values())))
+@given(data=st.data())
+@SETTINGS
+def test_full_outputs_match(allocator: dict[str, Any], data: st.DataObject) -> None:
+    """Every option mixed at random, per allocator policy."""
+    assert_modes_agree(*data.draw(cases(allocator=allocator)))
+
+
+@given(case=cases(restart=True))
+@SETTINGS
+def test_full_outputs_match_with_restarts(case: tuple[dict[str, Any], pd.DataFrame]) -> None:
+    """A drain or kill restart every few seconds, with its downtime."""
+    assert_modes_agree(*case)
+
+
+@given(case=cases(duration=True))
+@SETTINGS
+def test_full_outputs_match_when_cut_at_duration(
+    case: tuple[dict[str, Any], pd.DataFrame],
+) -> None:
+    """The run stops at ``duration_s`` with requests still queued or running."""
+    assert_modes_agree(*case)
+
+
+@given(case=cases(allocator=ALLOCATORS[1], hashes=True))
+@SETTINGS
+def test_full_outputs_match_with_prefix_hashes(
+    case: tuple[dict[str, Any], pd.DataFrame],
+) -> None:
+    """vLLM prefix caching over a trace whose requests share prompt prefixes."""
+    assert_modes_agree(*case)
+
+
+@given(case=cases())
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_fast_mode_is_deterministic(case: tuple[dict[str, Any], pd.DataFrame]) -> None:
+    """The same scenario and trace twice: byte-identical frames."""
+    data, df = case
+    a, b = run_mode(data, df, "fast"), run_mode(data, df, "fast")
+    assert a.requests.equals(b.requests)
+    assert a.timeseries.equals(b.timeseries)
+    assert a.events.equals(b.events)
