@@ -1,15 +1,30 @@
 """One serving replica as a SimPy process: a Scheduler over an Allocator, timed by a
 LatencyModel, with uptime and restarts.
 
-Time advancement. In *exact* mode the process takes one SimPy event per iteration. In
-*fast* mode, after each real step it asks the scheduler how many pure-decode steps need
-no decision (``Scheduler.steady_steps``), computes their end times in one vectorised
-call, and sleeps until the last of them. An arrival or a restart request wakes it early:
-it applies the steps completed by now, lets the step in progress finish (continuous
-batching admits at step boundaries) and carries on with real steps. Observers call
-:meth:`Replica.observe`, which applies completed steps without disturbing the plan.
-Both modes make the same allocator calls in the same order, so they give the same
-per-request results up to float rounding of summed step times.
+Time advancement. In *exact* mode the process takes one SimPy event per iteration and
+requests arrive as SimPy events (``feed`` starts an arrival process). In *fast* mode:
+
+* After each real step it asks the scheduler how many pure-decode steps need no
+  decision (``Scheduler.steady_steps``: O(1) on the decode ticks) and cuts that run at
+  the step boundary at or after the next decision time (an arrival that could be
+  admitted, a client retry, a queue timeout). The run's duration and the step in which
+  a time falls are closed forms of the latency model (``decode_run_s``,
+  ``decode_steps_within_s``), so a run costs O(1) whatever its length.
+* The replica keeps its own clock, ahead of ``env.now``: it applies real steps and runs
+  that end strictly before the next event of any other process (``env.peek()``: the
+  metric sampler, a restart, the end of the run, later a router) without yielding, and
+  takes fed requests from its list at their arrival times. Nobody can observe the
+  replica between its state changes, so this is the same history with far fewer SimPy
+  events (a few per simulated hour instead of several per request).
+* A run that crosses another process's event is planned (``_Plan``) and slept through.
+  An observer (``observe``) sees the steps completed by then and, strictly inside a step,
+  that step begun (its growth applied), exactly as in exact mode; a restart request
+  wakes the replica, the step in progress completes, then it decides.
+
+Both modes make the same allocator calls in the same order and sample the same states,
+so they give the same requests, samples and events up to float rounding of summed step
+times (and the order of events at identical times, which SimPy breaks by scheduling
+order: a client retry and an arrival at the same instant, for instance).
 """
 
 from __future__ import annotations
@@ -329,12 +344,15 @@ class Replica:
         cut_s = math.inf
         if sched.admitting and not (sched.waiting and sched.config.head_of_line):
             cut_s = self._next_arrival_s()
-        if sched.config.queue_timeout_s is not None:
+        timeout_s = sched.config.queue_timeout_s
+        if timeout_s is not None:
             deadline = sched.next_timeout_s()
             if deadline is not None:
                 if deadline <= t:
                     return  # a timeout is already due: the next real step enforces it
                 cut_s = min(cut_s, deadline)
+            # Requests not queued yet time out too: the earliest arrives next.
+            cut_s = min(cut_s, self._next_arrival_s() + timeout_s)
         seqs, kv0 = sched.decode_load()
         kv1 = kv0 + seqs
         run_s = self._run_s
@@ -387,8 +405,15 @@ class Replica:
         self.sched.reset_allocator(self._make_allocator())
         self.sched.admitting = False
         self.up = False
-        yield self.env.timeout(downtime_s)
-        self._t = self.env.now
+        env = self.env
+        back_s = env.now + downtime_s
+        if not self.exact:  # requests keep arriving (and may be refused at once)
+            while (nxt := self._next_arrival_s()) < back_s:
+                yield env.timeout(nxt - env.now)
+                self._t = env.now
+                self._submit_due(env.now)
+        yield env.timeout(back_s - env.now)
+        self._t = env.now
         self.up = True
         self.started_s = self.env.now
         self.sched.admitting = True

@@ -46,7 +46,7 @@ ALLOCATORS: list[dict[str, Any]] = [
 
 HASH_BLOCK_TOKENS = 16
 SETTINGS = settings(
-    max_examples=6,
+    max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -101,6 +101,8 @@ def cases(
         hashes = allocator["kind"] == "paged" and draw(st.booleans())
     span_s = float(rng.uniform(5.0, 30.0))
     df = make_trace(rng, n, max_samples, hashes, span_s)
+    if hashes and draw(st.booleans()):  # the allocator adopts the trace's hash block size
+        df["prefix_block_tokens"] = np.int64(HASH_BLOCK_TOKENS)
 
     policy = draw(st.sampled_from(["queue", "queue", "reject"]))
     sched: dict[str, Any] = {
@@ -174,9 +176,12 @@ def assert_frames_match(name: str, fast: pd.DataFrame, exact: pd.DataFrame) -> N
             )
 
 
-def assert_modes_agree(data: dict[str, Any], df: pd.DataFrame) -> None:
-    note(f"scenario: {data!r}")
-    note(f"trace:\n{df.to_dict(orient='list')!r}")
+def assert_modes_agree(
+    data: dict[str, Any], df: pd.DataFrame, *, in_hypothesis: bool = True
+) -> None:
+    if in_hypothesis:
+        note(f"scenario: {data!r}")
+        note(f"trace:\n{df.to_dict(orient='list')!r}")
     fast, exact = run_mode(data, df, "fast"), run_mode(data, df, "exact")
     assert_frames_match("requests", fast.requests, exact.requests)
     assert_frames_match("events", fast.events, exact.events)
@@ -217,7 +222,7 @@ def test_full_outputs_match_with_prefix_hashes(
 
 
 @given(case=cases())
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_fast_mode_is_deterministic(case: tuple[dict[str, Any], pd.DataFrame]) -> None:
     """The same scenario and trace twice: byte-identical frames."""
     data, df = case
@@ -225,3 +230,51 @@ def test_fast_mode_is_deterministic(case: tuple[dict[str, Any], pd.DataFrame]) -
     assert a.requests.equals(b.requests)
     assert a.timeseries.equals(b.timeseries)
     assert a.events.equals(b.events)
+
+
+def _known_case(scheduler: dict[str, Any], allocator: str, capacity_tokens: int) -> dict[str, Any]:
+    return {
+        "name": "fast-exact",
+        "workload": {"preset": "bimodal"},
+        "hardware": {
+            "model": "llama-2-7b",
+            "gpu": "a100-80gb",
+            "kv_capacity_tokens": capacity_tokens,
+            "max_seq_tokens": 32768,
+        },
+        "allocator": {"kind": allocator},
+        "scheduler": scheduler,
+        "metrics": {"sample_interval_s": 3600.0},
+    }
+
+
+def test_timeout_of_an_arrival_behind_a_blocked_head() -> None:
+    """Request 1 is preempted (recompute) at 7.59 s and blocks the head; request 2
+    arrives at 7.63 s behind it and must time out at 7.63 + 0.81 s."""
+    data = _known_case({"queue_timeout_s": 0.8108185428665167}, "best_fit", 5_000)
+    df = pd.DataFrame(
+        {
+            "request_id": [0, 1, 2],
+            "arrival_s": [4.631557568809968, 6.8326929794793845, 7.625976635277308],
+            "prompt_tokens": [540, 1952, 2241],
+            "output_tokens": [432, 330, 310],
+        }
+    )
+    assert_modes_agree(data, df, in_hypothesis=False)
+
+
+def test_refusal_on_arrival_while_down() -> None:
+    """A drain restart at 20.18 s with 4.16 s downtime; the only request arrives at
+    20.56 s with 2 samples on a 1-sequence batch and is refused at once."""
+    data = _known_case({"max_num_seqs": 1}, "paged", 20_000)
+    data["restart"] = {"every_s": 20.18453252355884, "mode": "drain", "downtime_s": 4.16}
+    df = pd.DataFrame(
+        {
+            "request_id": [0],
+            "arrival_s": [20.559310955797983],
+            "prompt_tokens": [1820],
+            "output_tokens": [305],
+            "num_samples": [2],
+        }
+    )
+    assert_modes_agree(data, df, in_hypothesis=False)
