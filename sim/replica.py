@@ -324,17 +324,19 @@ class Replica:
             sched.end_step(step, end_s)
             self.steps_total += 1
             if self._restart is None:
-                yield from self._macro()
+                plan = self._macro()
+                if plan is not None:
+                    yield from self._sleep_through(plan)
 
-    def _macro(self) -> Generator[simpy.Event, Any, None]:
+    def _macro(self) -> _Plan | None:
         """A run of pure-decode steps up to the next decision: a finish, a growth
         decision, the step boundary at or after the next arrival or queue timeout.
         Applied at once when it ends before any other process's next event; otherwise
-        planned (observers see its completed steps) and slept through."""
+        returned as a plan to sleep through (observers see its completed steps)."""
         env, sched = self.env, self.sched
         k = sched.steady_steps()
         if k < 1:
-            return
+            return None
         if k > self.max_macro_steps:
             k = self.max_macro_steps
         t = self._t
@@ -349,7 +351,7 @@ class Replica:
             deadline = sched.next_timeout_s()
             if deadline is not None:
                 if deadline <= t:
-                    return  # a timeout is already due: the next real step enforces it
+                    return None  # a timeout is already due: the next real step enforces it
                 cut_s = min(cut_s, deadline)
             # Requests not queued yet time out too: the earliest arrives next.
             cut_s = min(cut_s, self._next_arrival_s() + timeout_s)
@@ -371,11 +373,16 @@ class Replica:
             self._t = end_s
             self.steps_total += steps
             sched.finish_ready(end_s)
-            return
-        plan = _Plan(t, seqs, kv1, steps, run_s, self._within)
+            return None
+        return _Plan(t, seqs, kv1, steps, run_s, self._within)
+
+    def _sleep_through(self, plan: _Plan) -> Generator[simpy.Event, Any, None]:
+        """Sleep until a run another process may observe ends (or a restart request wakes
+        the replica: the step in progress completes, then it decides)."""
+        env, sched = self.env, self.sched
         self._plan = plan
         wake = self._wake = env.event()
-        yield env.timeout(end_s - env.now) | wake
+        yield env.timeout(plan.end_s(plan.steps) - env.now) | wake
         self._wake = None
         self.wakeups_total += 1
         self.observe()
@@ -393,12 +400,14 @@ class Replica:
             plan.applied = target
         self._plan = None
         if self._counts_range:
-            decode_run_s(self.latency, seqs, kv1, plan.applied)
+            decode_run_s(self.latency, plan.decode_seqs, plan.kv_first_tokens, plan.applied)
         self.steps_total += plan.applied
         self._t = env.now
         sched.finish_ready(env.now)
 
     def _go_down(self, mode: RestartMode, downtime_s: float) -> Generator[simpy.Event, Any, None]:
+        if not self.exact:  # requests that arrived by now are queued before the restart
+            self._submit_due(self.env.now)
         self._restart = None
         self.restarts += 1
         self.hooks.on_restart(self, mode, downtime_s)

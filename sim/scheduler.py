@@ -384,7 +384,7 @@ class Scheduler:
         for g in finished:
             if g.in_batch:
                 if g.reg:
-                    self._unregister(g)
+                    self._unregister(g, leaving=True)
                 self._drop(g)
                 self._finish(g, now, "ok")
         if not self.use_ticks:
@@ -553,7 +553,7 @@ class Scheduler:
             return
         for g in self._ticks.pop_finished():
             if g.in_batch:
-                self._unregister(g)
+                self._unregister(g, leaving=True)
                 self._drop(g)
                 self._finish(g, now, "ok")
 
@@ -606,14 +606,15 @@ class Scheduler:
             self._sync(g)
         self._ticks.register(g, pooled)
 
-    def _unregister(self, g: Group) -> None:
+    def _unregister(self, g: Group, *, leaving: bool = False) -> None:
         """Take a member off the decode ticks with its fields (and pooled growth) made
-        explicit and current."""
+        explicit and current (``leaving``: it is about to leave the batch)."""
         ticks = self._ticks
         ticks.materialize(g)
         if g.pooled:
             self._sync_pooled(g)
-            g.limit_tokens = g.held_tokens + self.allocator.headroom_tokens(g.seq_ids[0])
+            if not leaving:
+                g.limit_tokens = g.held_tokens + self.allocator.headroom_tokens(g.seq_ids[0])
         ticks.unregister(g)
 
     def _unregister_all(self) -> None:

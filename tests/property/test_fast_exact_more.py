@@ -278,3 +278,86 @@ def test_refusal_on_arrival_while_down() -> None:
         }
     )
     assert_modes_agree(data, df, in_hypothesis=False)
+
+
+def test_requests_due_when_a_kill_restart_begins_are_queued_first() -> None:
+    """Requests that arrived while a step was in flight are queued before the restart
+    takes the replica down (found by the random test: fast mode once scheduled a
+    negative delay for them)."""
+    data = _known_case(
+        {"max_num_seqs": 16, "head_of_line": False, "queue_timeout_s": 6.420709470801275},
+        "buddy",
+        3_000,
+    )
+    data["metrics"] = {"sample_interval_s": 2.965568464813328}
+    data["restart"] = {"every_s": 4.1621223511808365, "mode": "kill", "downtime_s": 3.2371063}
+    df = pd.DataFrame(
+        {
+            "request_id": list(range(19)),
+            "arrival_s": [
+                0.37067901993039415,
+                1.1644220617154528,
+                2.0916590128072747,
+                2.1677769980856336,
+                2.221535434572299,
+                2.4610844890026273,
+                2.671036841537868,
+                2.760039071083072,
+                3.0021075386575973,
+                3.0773758306478887,
+                3.997696269623503,
+                4.041437972378643,
+                4.1700274005731774,
+                4.642652519983368,
+                4.821516309003986,
+                4.824088961452144,
+                4.8962439377442415,
+                4.923560883552337,
+                5.529000709632644,
+            ],
+            "prompt_tokens": [
+                6,
+                1244,
+                840,
+                81,
+                612,
+                724,
+                2288,
+                1896,
+                1298,
+                1942,
+                887,
+                325,
+                255,
+                1228,
+                427,
+                996,
+                2144,
+                732,
+                2309,
+            ],
+            "output_tokens": [
+                498,
+                141,
+                489,
+                200,
+                234,
+                222,
+                99,
+                2,
+                37,
+                232,
+                229,
+                425,
+                327,
+                427,
+                474,
+                393,
+                145,
+                163,
+                207,
+            ],
+            "num_samples": [2, 2, 2, 1, 2, 1, 2, 1, 2, 2, 1, 2, 1, 2, 1, 2, 2, 2, 1],
+        }
+    )
+    assert_modes_agree(data, df, in_hypothesis=False)
