@@ -562,12 +562,15 @@ def _settle(
     """The largest ``k`` in ``[0, max_steps]`` with ``run_s(terms, k) <= budget_s``, for
     a run non-decreasing in ``k`` with ``run(0) == 0 <= budget_s`` and ``max_steps >= 1``:
     start at the estimate (clamped), check it and its upper neighbour (two evaluations
-    when the estimate is right, as it nearly always is), else gallop away from it and bisect the bracket. The
-    answer rests only on evaluations, so it is exact whatever the estimate; for a
+    when the estimate is right, as it nearly always is), else gallop away from it and
+    bisect the bracket. The answer rests only on evaluations, so it is exact whatever the estimate; for a
     monotone run it is the integer a plain binary search finds."""
     # nudged up: a budget equal to run(k) often inverts to k minus a rounding error
     estimate = estimate * (1 + 1e-12) + 1e-9
-    k = int(estimate) if estimate < max_steps else max_steps  # NaN: max_steps
+    if estimate < max_steps:
+        k = int(estimate) if estimate > 0 else 0  # -inf and below zero: 0
+    else:
+        k = max_steps  # +inf, NaN (comparisons fail) and beyond: max_steps
     if k > 0 and run_s(terms, k) > budget_s:  # too far: gallop down to a fitting lo
         hi, step = k, 1
         while True:
