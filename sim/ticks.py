@@ -38,7 +38,7 @@ import heapq
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sim.scheduler import Group
+    from sim.batch import Group
 
 
 class DecodeTicks:

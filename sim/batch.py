@@ -1,0 +1,126 @@
+"""What the scheduler works on: its configuration, a request's *group* of sequences with
+its record, one step's inputs to the latency model, and the events it reports.
+
+A request is a group of ``n`` sequences (parallel sampling / beam width) that prefill
+together, share the prompt through ``Allocator.fork`` and decode in lockstep. While a
+group decodes on the decode ticks (``sim.ticks``) its ``held_tokens`` and
+``generated_tokens`` fields are stale: the scheduler materialises them before anything
+outside it reads them (``Scheduler.sync_allocator``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from policies.allocators.base import FailureCause
+
+Preemption = Literal["recompute", "swap", "fail"]
+OnAdmissionFailure = Literal["queue", "reject"]
+Status = Literal[
+    "ok",
+    "rejected-fragmentation",
+    "rejected-capacity",
+    "rejected-too-long",
+    "failed-fragmentation",
+    "failed-capacity",
+    "timed-out",
+    "unfinished",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Past-the-edge scheduler settings (validated in ``sim.scenario``)."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    chunked_prefill: bool = False
+    preemption: Preemption = "recompute"
+    on_admission_failure: OnAdmissionFailure = "queue"
+    head_of_line: bool = True
+    retry_attempts: int = 0
+    retry_backoff_s: float = 1.0
+    queue_timeout_s: float | None = None
+    max_seq_tokens: int = 4096
+    swap_s_per_token: float = 0.0
+    """Host<->device transfer time per KV token (swap preemption)."""
+    copy_s_per_token: float = 0.0
+    """Device memcpy time per KV token (reallocation copies, compaction moves)."""
+
+
+@dataclass(slots=True, eq=False)
+class Group:
+    """One request on one replica: its sequences' shared progress and its record."""
+
+    request_id: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    num_seqs: int = 1
+    prefix_hashes: Sequence[int] = ()
+    seq_ids: list[int] = field(default_factory=list)
+    held_tokens: int = 0
+    """Slots each sequence holds (equal across the group's sequences)."""
+    synced_tokens: int = 0
+    """Held tokens the allocator has been told of (single-sequence groups defer growth
+    inside their headroom; see ``Scheduler.sync_allocator``)."""
+    limit_tokens: int = 0
+    """Held tokens up to which growth needs no allocator decision."""
+    prefill_left_tokens: int = 0
+    generated_tokens: int = 0
+    swapped: bool = False
+    in_batch: bool = False
+    enqueued_s: float = 0.0
+    blocked: tuple[int, int] | None = None
+    """(free, largest free extent) when admission last failed; retried once either grows."""
+    # -- the record ---------------------------------------------------------------
+    admit_s: float = math.nan
+    first_token_s: float = math.nan
+    finish_s: float = math.nan
+    status: Status = "unfinished"
+    preemptions: int = 0
+    retries: int = 0
+    peak_reserved_tokens: int = 0
+    cached_tokens: int = 0
+    # -- decode-tick bookkeeping (sim.ticks) ---------------------------------------------
+    order: int = 0
+    """Admission order (the batch's position; re-admission takes a new one)."""
+    reg: int = 0
+    """Registration with the decode ticks (0: not ticking; fields are explicit)."""
+    pooled: bool = False
+    held_base: int = 0
+    gen_base: int = 0
+
+    @property
+    def final_tokens(self) -> int:
+        """Slots each sequence holds when it finishes."""
+        return self.prompt_tokens + self.output_tokens - 1
+
+
+@dataclass(slots=True)
+class Step:
+    """What one iteration runs (inputs to the latency model) and who is in it."""
+
+    prefill_tokens: int = 0
+    decode_seqs: int = 0
+    kv_tokens: int = 0
+    stall_s: float = 0.0
+    preempted: bool = False
+    prefill_chunks: list[tuple[Group, int]] = field(default_factory=list)
+    decoding: list[Group] = field(default_factory=list)
+    """Decoding groups not on the decode ticks (``Scheduler.step_decoding`` lists all)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchedEvent:
+    """An allocation failure or a preemption, with the pool state at that moment."""
+
+    kind: Literal["admission_failure", "growth_failure", "preemption"]
+    request_id: int
+    need_tokens: int
+    free_tokens: int
+    largest_free_extent_tokens: int
+    cause: FailureCause
