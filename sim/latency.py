@@ -18,25 +18,70 @@ Contracts every model here keeps:
   models here answer in O(1) (``steps_within_s``: an analytic estimate settled by
   evaluating the very closed form ``decode_run_s`` uses), bit-for-bit the same integer
   as a binary search over ``decode_run_s``.
+
+Layout: this module holds the :class:`LatencyModel` protocol, the constant and roofline
+models, the dispatching run functions and the scenario configs (``latency:`` blocks).
+The calibrated model and its file live in :mod:`sim.latency_calibrated`; the closed-form
+run math and its inversion in :mod:`sim.decode_runs`. Everything other modules import
+from here is re-exported here.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
+from sim.decode_runs import (
+    _constant_run_s,
+    _linear_run_s,
+    _linear_steps_within_s,
+    _positive_root,
+    _roofline_run_s,
+    _RooflineRun,
+    _settle,
+)
+from sim.decode_runs import _linear_run_from_terms as _linear_run_from_terms  # re-export
+from sim.decode_runs import _linear_run_terms as _linear_run_terms  # re-export
 from sim.hardware import GpuSpec, ModelSpec, kv_bytes_per_token
+from sim.latency_calibrated import (
+    LATENCY_FORMAT,
+    CalibratedLatency,
+    CalibrationFile,
+    FitQuality,
+    LatencyCoefficients,
+    ValidRange,
+    fit_calibrated_latency,
+)
+
+__all__ = [
+    "LATENCY_FORMAT",
+    "CalibratedLatency",
+    "CalibratedLatencyConfig",
+    "CalibrationFile",
+    "ConstantLatency",
+    "ConstantLatencyConfig",
+    "FitQuality",
+    "LatencyCoefficients",
+    "LatencyConfig",
+    "LatencyModel",
+    "RooflineLatency",
+    "RooflineLatencyConfig",
+    "ValidRange",
+    "decode_run_fn",
+    "decode_run_s",
+    "decode_steps_within_s",
+    "fit_calibrated_latency",
+    "steps_within_fn",
+]
 
 FloatArray = npt.NDArray[np.float64]
-_T = TypeVar("_T")
 
 
 @runtime_checkable
@@ -98,14 +143,6 @@ class ConstantLatency:
             return _bisect_steps_within_s(self, decode_seqs, kv_tokens_start, budget_s, max_steps)
         step_s = self.step_s
         return _settle(_constant_run_s, step_s, budget_s / step_s, budget_s, max_steps)
-
-
-def _constant_run_s(step_s: float, steps: int) -> float:
-    return steps * step_s
-
-
-_RooflineRun = tuple[float, float, float, int | None, float]
-"""``(compute_s, memory0_s, slope_s, bound_limit, per_step_s)`` of one decode run."""
 
 
 class RooflineLatency:
@@ -247,358 +284,6 @@ class RooflineLatency:
         return _settle(_roofline_run_s, terms, estimate, budget_s, max_steps)
 
 
-def _roofline_run_s(terms: _RooflineRun, steps: int) -> float:
-    """:meth:`RooflineLatency.decode_run_s` for ``steps >= 1`` from its run constants."""
-    compute_s, memory0_s, slope_s, bound_limit, per_step_s = terms
-    bound_steps = steps if bound_limit is None else min(steps, bound_limit)
-    rest = steps - bound_steps
-    memory_sum_s = rest * memory0_s + slope_s * (bound_steps + steps - 1) * rest / 2
-    return bound_steps * compute_s + memory_sum_s + steps * per_step_s
-
-
-LATENCY_FORMAT = "fragsim-latency/1"
-"""The ``format`` tag of calibration files this version reads and writes."""
-
-_Bounds = tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]
-
-
-class LatencyCoefficients(BaseModel):
-    """``step_s = intercept_s + per_prefill_token_s*p + per_decode_seq_s*d
-    + per_kv_token_s*k + per_prefill_token_sq_s*p*p`` (seconds)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    intercept_s: float
-    per_prefill_token_s: float
-    per_decode_seq_s: float
-    per_kv_token_s: float
-    per_prefill_token_sq_s: float = 0.0
-
-
-class ValidRange(BaseModel):
-    """Inclusive ``[lo, hi]`` of each input the fit saw; outside it, steps are counted."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    prefill_tokens: _Bounds
-    decode_seqs: _Bounds
-    kv_tokens: _Bounds
-
-    @model_validator(mode="after")
-    def _ordered(self) -> ValidRange:
-        for name in ("prefill_tokens", "decode_seqs", "kv_tokens"):
-            lo, hi = getattr(self, name)
-            if lo > hi:
-                raise ValueError(f"{name}: lo {lo} > hi {hi}")
-        return self
-
-
-class FitQuality(BaseModel):
-    """How well the coefficients fit the measured steps."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    r2: float = Field(le=1)
-    mape: float = Field(ge=0, description="Mean absolute percentage error, as a fraction.")
-    samples: int = Field(ge=1)
-
-
-class CalibrationFile(BaseModel):
-    """The ``fragsim-latency/1`` JSON document (see the README)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    format: Literal["fragsim-latency/1"]
-    model: str = Field(min_length=1, description="Model preset name (ModelSpec.name).")
-    gpu: str = Field(min_length=1, description="GPU preset name (GpuSpec.name).")
-    tensor_parallel: int = Field(default=1, ge=1)
-    coefficients: LatencyCoefficients
-    valid: ValidRange
-    fit: FitQuality | None = None
-    source: dict[str, str | int | float | bool] = Field(
-        default_factory=dict, description="Provenance: device, software versions, date."
-    )
-
-
-class CalibratedLatency:
-    """A model fitted on a GPU. Evaluating outside the validity range still answers but
-    is counted: ``out_of_range_calls`` (steps, not calls, for the vectorised forms) and
-    ``first_out_of_range`` (the first offending ``(prefill_tokens, decode_seqs,
-    kv_tokens)``), so the engine can report it. Linear for ``prefill_tokens == 0``."""
-
-    def __init__(self, calibration: CalibrationFile) -> None:
-        self.calibration = calibration
-        c = calibration.coefficients
-        self._a, self._p, self._d = c.intercept_s, c.per_prefill_token_s, c.per_decode_seq_s
-        self._k, self._pp = c.per_kv_token_s, c.per_prefill_token_sq_s
-        v = calibration.valid
-        self._bounds = (*v.prefill_tokens, *v.decode_seqs, *v.kv_tokens)
-        self.out_of_range_calls = 0
-        self.first_out_of_range: tuple[int, int, int] | None = None
-
-    @classmethod
-    def from_dict(cls, data: Any, source: str = "<dict>") -> CalibratedLatency:
-        """Validate a decoded document; ValueError naming ``source`` and the field."""
-        try:
-            return cls(CalibrationFile.model_validate(data))
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"field {'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
-                for e in exc.errors()
-            )
-            raise ValueError(f"{source}: bad latency calibration: {problems}") from None
-
-    @classmethod
-    def from_json(cls, path: str | Path) -> CalibratedLatency:
-        """Load a calibration file; ValueError naming the file (and field) when bad."""
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path}: cannot read latency calibration: {exc}") from None
-        return cls.from_dict(data, source=str(path))
-
-    def to_json(self, path: str | Path) -> None:
-        """Write the calibration (not the counters), keys in a fixed order."""
-        text = json.dumps(self.calibration.model_dump(mode="json"), indent=2)
-        Path(path).write_text(text + "\n", encoding="utf-8")
-
-    def check_hardware(self, model: str, gpu: str, tp: int, source: str = "") -> None:
-        """ValueError when the file was calibrated for other hardware."""
-        cal = self.calibration
-        if (cal.model, cal.gpu, cal.tensor_parallel) != (model, gpu, tp):
-            raise ValueError(
-                f"{source or 'latency calibration'}: calibrated for {cal.model} on "
-                f"{cal.tensor_parallel} x {cal.gpu}, scenario runs {model} on {tp} x {gpu} "
-                "(set check_hardware: false to use it anyway)"
-            )
-
-    def _note(self, point: tuple[int, int, int], steps: int) -> None:
-        self.out_of_range_calls += steps
-        if self.first_out_of_range is None:
-            self.first_out_of_range = point
-
-    def step_time_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float:
-        p_lo, p_hi, d_lo, d_hi, k_lo, k_hi = self._bounds
-        if not (
-            p_lo <= prefill_tokens <= p_hi
-            and d_lo <= decode_seqs <= d_hi
-            and k_lo <= kv_tokens <= k_hi
-        ):
-            self._note((int(prefill_tokens), int(decode_seqs), int(kv_tokens)), 1)
-        return float(
-            self._a
-            + self._p * prefill_tokens
-            + self._d * decode_seqs
-            + self._k * kv_tokens
-            + self._pp * prefill_tokens * prefill_tokens
-        )
-
-    def step_times_s(
-        self,
-        prefill_tokens: npt.NDArray[Any],
-        decode_seqs: npt.NDArray[Any],
-        kv_tokens: npt.NDArray[Any],
-    ) -> FloatArray:
-        p, d, k = np.broadcast_arrays(
-            np.asarray(prefill_tokens), np.asarray(decode_seqs), np.asarray(kv_tokens)
-        )
-        p_lo, p_hi, d_lo, d_hi, k_lo, k_hi = self._bounds
-        outside = (p < p_lo) | (p > p_hi) | (d < d_lo) | (d > d_hi) | (k < k_lo) | (k > k_hi)
-        count = int(np.count_nonzero(outside))
-        if count:
-            i = np.unravel_index(int(np.argmax(outside)), outside.shape)
-            self._note((int(p[i]), int(d[i]), int(k[i])), count)
-        out = self._a + self._p * p + self._d * d + self._k * k + self._pp * p * p
-        return np.asarray(out, dtype=np.float64)
-
-    def linear_decode_coefficients(self) -> tuple[float, float, float]:
-        return (self._a, self._d, self._k)
-
-    def decode_run_s(
-        self, decode_seqs: int, kv_tokens_start: int, steps: int, *, record: bool = True
-    ) -> float:
-        """Closed form; counts the run's out-of-range steps as ``step_time_s`` would
-        (unless ``record`` is False: a what-if evaluation)."""
-        if steps <= 0:
-            return 0.0
-        if record:
-            self._note_run(decode_seqs, kv_tokens_start, steps)
-        return _linear_run_s((self._a, self._d, self._k), decode_seqs, kv_tokens_start, steps)
-
-    def steps_within_s(
-        self, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
-    ) -> int:
-        """:func:`decode_steps_within_s` in O(1); records no out-of-range steps."""
-        coefficients = (self._a, self._d, self._k)
-        return _linear_steps_within_s(
-            self, coefficients, decode_seqs, kv_tokens_start, budget_s, max_steps
-        )
-
-    def _note_run(self, decode_seqs: int, kv_tokens_start: int, steps: int) -> None:
-        p_lo, p_hi, d_lo, d_hi, k_lo, k_hi = self._bounds
-        if not (p_lo <= 0 <= p_hi and d_lo <= decode_seqs <= d_hi):
-            self._note((0, decode_seqs, kv_tokens_start), steps)
-        else:  # kv of step i is kv_tokens_start + i*decode_seqs: in range for i in [first, last]
-            n = max(decode_seqs, 0)
-            if n == 0:
-                first, last = (0, steps - 1) if k_lo <= kv_tokens_start <= k_hi else (0, -1)
-            else:
-                first = max(0, -(-(k_lo - kv_tokens_start) // n))
-                last = min(steps - 1, (k_hi - kv_tokens_start) // n)
-            inside = max(0, last - first + 1)
-            if inside < steps:
-                bad = 0 if first > 0 or inside == 0 else last + 1
-                self._note((0, decode_seqs, kv_tokens_start + bad * n), steps - inside)
-
-
-def fit_calibrated_latency(
-    prefill_tokens: npt.NDArray[Any],
-    decode_seqs: npt.NDArray[Any],
-    kv_tokens: npt.NDArray[Any],
-    measured_s: npt.NDArray[Any],
-    *,
-    model: str,
-    gpu: str,
-    tensor_parallel: int = 1,
-    quadratic_prefill: bool = False,
-    source: dict[str, str | int | float | bool] | None = None,
-) -> CalibratedLatency:
-    """Least-squares fit of the calibrated form to measured step times; the validity
-    range is the measured points' bounding box."""
-    p, d, k, y = (
-        np.asarray(x, dtype=np.float64)
-        for x in (prefill_tokens, decode_seqs, kv_tokens, measured_s)
-    )
-    columns = [np.ones_like(y), p, d, k] + ([p * p] if quadratic_prefill else [])
-    design = np.column_stack(columns)
-    solution = np.linalg.lstsq(design, y, rcond=None)[0]
-    predicted = design @ solution
-    total = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1.0 - float(np.sum((y - predicted) ** 2)) / total if total > 0 else 1.0
-    names = (
-        "intercept_s",
-        "per_prefill_token_s",
-        "per_decode_seq_s",
-        "per_kv_token_s",
-        "per_prefill_token_sq_s",
-    )
-    document = {
-        "format": LATENCY_FORMAT,
-        "model": model,
-        "gpu": gpu,
-        "tensor_parallel": tensor_parallel,
-        "coefficients": {name: float(v) for name, v in zip(names, solution, strict=False)},
-        "valid": {
-            name: [int(np.min(x)), int(np.max(x))]
-            for name, x in (("prefill_tokens", p), ("decode_seqs", d), ("kv_tokens", k))
-        },
-        "fit": {
-            "r2": min(r2, 1.0),
-            "mape": float(np.mean(np.abs(predicted - y) / y)),
-            "samples": int(y.size),
-        },
-        "source": dict(source or {}),
-    }
-    return CalibratedLatency.from_dict(document, source="fit_calibrated_latency")
-
-
-def _linear_run_terms(
-    coefficients: tuple[float, float, float], decode_seqs: int, kv_tokens_start: int
-) -> tuple[float, float]:
-    """``(first_s, growth_s)``: the first step's time and how much each step adds."""
-    a, b, c = coefficients
-    return a + b * decode_seqs + c * kv_tokens_start, c * decode_seqs
-
-
-def _linear_run_from_terms(terms: tuple[float, float], steps: int) -> float:
-    first_s, growth_s = terms
-    return steps * first_s + growth_s * (steps * (steps - 1) / 2)
-
-
-def _linear_run_s(
-    coefficients: tuple[float, float, float], decode_seqs: int, kv_tokens_start: int, steps: int
-) -> float:
-    # inline (hot path): the same operations as _linear_run_terms then
-    # _linear_run_from_terms (``c * decode_seqs * x`` is ``(c * decode_seqs) * x``)
-    a, b, c = coefficients
-    first_s = a + b * decode_seqs + c * kv_tokens_start
-    return steps * first_s + c * decode_seqs * (steps * (steps - 1) / 2)
-
-
-def _linear_steps_within_s(
-    model: LatencyModel,
-    coefficients: tuple[float, float, float],
-    decode_seqs: int,
-    kv_tokens_start: int,
-    budget_s: float,
-    max_steps: int,
-) -> int:
-    """:func:`decode_steps_within_s` for a linear model: ``run(m) = m*first_s +
-    growth_s*m(m-1)/2`` inverted, then settled on the closed form. A run whose steps
-    may take negative time is not monotone: the binary search answers it (as before)."""
-    terms = _linear_run_terms(coefficients, decode_seqs, kv_tokens_start)
-    first_s, growth_s = terms
-    if max_steps < 1 or not (budget_s >= 0 and first_s >= 0 and growth_s >= 0):
-        return _bisect_steps_within_s(model, decode_seqs, kv_tokens_start, budget_s, max_steps)
-    estimate = _positive_root(growth_s / 2, first_s - growth_s / 2, budget_s)
-    return _settle(_linear_run_from_terms, terms, estimate, budget_s, max_steps)
-
-
-def _positive_root(quadratic: float, linear: float, value: float) -> float:
-    """The root ``x >= 0`` of ``quadratic*x*x + linear*x == value`` (``quadratic >= 0``,
-    ``value >= 0``), without cancellation; inf when the left side never reaches
-    ``value``. Only an estimate: :func:`_settle` makes the answer exact."""
-    if quadratic <= 0:
-        return value / linear if linear > 0 else math.inf
-    root = math.sqrt(linear * linear + 4 * quadratic * value)
-    if linear >= 0:
-        return 2 * value / (linear + root) if linear + root > 0 else 0.0
-    return (root - linear) / (2 * quadratic)
-
-
-def _settle(
-    run_s: Callable[[_T, int], float], terms: _T, estimate: float, budget_s: float, max_steps: int
-) -> int:
-    """The largest ``k`` in ``[0, max_steps]`` with ``run_s(terms, k) <= budget_s``, for
-    a run non-decreasing in ``k`` with ``run(0) == 0 <= budget_s`` and ``max_steps >= 1``:
-    start at the estimate (clamped), check it and its upper neighbour (two evaluations
-    when the estimate is right, as it nearly always is), else gallop away from it and
-    bisect the bracket. The answer rests only on evaluations, so it is exact whatever the estimate; for a
-    monotone run it is the integer a plain binary search finds."""
-    # nudged up: a budget equal to run(k) often inverts to k minus a rounding error
-    estimate = estimate * (1 + 1e-12) + 1e-9
-    if estimate < max_steps:
-        k = int(estimate) if estimate > 0 else 0  # -inf and below zero: 0
-    else:
-        k = max_steps  # +inf, NaN (comparisons fail) and beyond: max_steps
-    if k > 0 and run_s(terms, k) > budget_s:  # too far: gallop down to a fitting lo
-        hi, step = k, 1
-        while True:
-            lo = hi - step
-            if lo <= 0:
-                lo = 0
-                break
-            if run_s(terms, lo) <= budget_s:
-                break
-            hi, step = lo, step * 2
-    else:  # run(k) fits: gallop up to a hi that does not
-        lo, step = k, 1
-        while True:
-            if lo >= max_steps:
-                return max_steps
-            hi = min(lo + step, max_steps)
-            if run_s(terms, hi) > budget_s:
-                break
-            lo, step = hi, step * 2
-    while hi - lo > 1:  # invariant: run(lo) <= budget_s < run(hi)
-        mid = (lo + hi) // 2
-        if run_s(terms, mid) <= budget_s:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 def decode_run_s(
     model: LatencyModel, decode_seqs: int, kv_tokens_start: int, steps: int, *, record: bool = True
 ) -> float:
@@ -664,9 +349,11 @@ def decode_steps_within_s(
         return steps_within_s(decode_seqs, kv_tokens_start, budget_s, max_steps)
     coefficients = model.linear_decode_coefficients()
     if coefficients is not None:
-        return _linear_steps_within_s(
-            model, coefficients, decode_seqs, kv_tokens_start, budget_s, max_steps
+        steps = _linear_steps_within_s(
+            coefficients, decode_seqs, kv_tokens_start, budget_s, max_steps
         )
+        if steps is not None:
+            return steps
     return _bisect_steps_within_s(model, decode_seqs, kv_tokens_start, budget_s, max_steps)
 
 
@@ -674,7 +361,8 @@ def _bisect_steps_within_s(
     model: LatencyModel, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
 ) -> int:
     """:func:`decode_steps_within_s` by binary search over ``decode_run_s``: the
-    reference, and the answer for any model without a closed-form inverse."""
+    reference, and the answer for any model without a closed-form inverse. The loop of
+    :func:`sim.decode_runs._bisect_run_s`, inline: no partial per call on this path."""
     lo, hi = 0, max_steps
     if decode_run_s(model, decode_seqs, kv_tokens_start, hi, record=False) <= budget_s:
         return hi
