@@ -121,7 +121,8 @@ class Recorder:
 
     def on_done(self, replica: Replica, group: Group) -> None:
         self.done_count += 1
-        self.last_finish_s = group.finish_s
+        # Fast mode may report a request refused at its arrival after a later finish.
+        self.last_finish_s = max(self.last_finish_s, group.finish_s)
         self.done.append(_request_row(group, replica.replica_id))
         if self.on_count is not None:
             self.on_count(self.done_count)

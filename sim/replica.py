@@ -132,7 +132,9 @@ class Replica:
         to the next event of any other process)."""
         self._feed: list[Group] = []
         self._feed_next = 0
-        self._retries: list[tuple[float, int, Group]] = []
+        self._feed_start_s = env.now
+        self._retries: list[tuple[float, float, int, Group]] = []
+        """(due time, time the retry was set, tie-breaker, group)."""
         self._retry_tie = 0
         self._plan: _Plan | None = None
         self._wake: simpy.Event | None = None
@@ -155,7 +157,9 @@ class Replica:
         return self.now_s - self.started_s if self.up else 0.0
 
     def submit(self, group: Group) -> None:
-        """A request arrives now (``env.now``)."""
+        """A request arrives now (``env.now``), after any fed request due by now."""
+        if not self.exact:
+            self._submit_due(self.env.now)
         self.sched.submit(group, self.env.now)
         self._poke()
 
@@ -167,6 +171,8 @@ class Replica:
         if self.exact:
             self.env.process(self._arrivals(groups))
             return
+        if self._feed_next >= len(self._feed):
+            self._feed_start_s = self.env.now
         self._feed.extend(groups)
         self._poke()
 
@@ -185,7 +191,11 @@ class Replica:
 
     def observe(self) -> None:
         """Bring the scheduler's state up to now (apply decode steps completed inside a
-        fast-mode run, queue fed requests that have arrived) without changing the plan."""
+        fast-mode run, queue fed requests that have arrived) without changing the plan.
+        A no-op when called from inside the replica's own step (a failure sample): its
+        state is current and requests are queued at step boundaries only."""
+        if self.env.active_process is self.process and self._plan is None:
+            return
         if self._feed_next < len(self._feed) or self._retries:
             self._submit_due(self.env.now)
         plan = self._plan
@@ -213,7 +223,7 @@ class Replica:
             assert timer.callbacks is not None
             timer.callbacks.append(lambda _: self.submit(group))
             return
-        heapq.heappush(self._retries, (self._t + delay_s, self._retry_tie, group))
+        heapq.heappush(self._retries, (self._t + delay_s, self._t, self._retry_tie, group))
         self._retry_tie += 1
 
     def _arrivals(self, groups: list[Group]) -> Generator[simpy.Event, Any, None]:
@@ -222,6 +232,14 @@ class Replica:
             if g.arrival_s > env.now:
                 yield env.timeout(g.arrival_s - env.now)
             self.submit(g)
+
+    def _retry_first(self, i: int) -> bool:
+        """At equal times, does the next retry come before fed request ``i``? In exact
+        mode the earlier-set timer fires first: the arrival's was set at the previous
+        arrival, the retry's when the request was refused (an arrival set at that same
+        instant was set first: the arrival process runs before the step it wakes)."""
+        arrival_set_s = self._feed[i - 1].arrival_s if i > 0 else self._feed_start_s
+        return self._retries[0][1] < arrival_set_s
 
     def _next_arrival_s(self) -> float:
         """When the next fed request or client retry arrives (inf: none pending)."""
@@ -240,10 +258,11 @@ class Replica:
         while True:
             a = feed[i].arrival_s if i < len(feed) else math.inf
             r = retries[0][0] if retries else math.inf
-            # On a tie a retry goes first: its timer was set before the arrival's.
-            if r <= a and r <= now:
-                sched.submit(heapq.heappop(retries)[2], r)
-            elif a < r and a <= now:
+            if r < a or (r == a != math.inf and self._retry_first(i)):
+                if r > now:
+                    break
+                sched.submit(heapq.heappop(retries)[3], r)
+            elif a <= now:
                 sched.submit(feed[i], a)
                 i += 1
             else:

@@ -10,6 +10,13 @@ and, in fast mode, jumps over runs of pure-decode steps::
 
     k = sched.steady_steps()          # steps that need no decision (0: take a real step)
     sched.advance(m)                  # apply m <= k of those steps at once
+    sched.finish_ready(now)           # free the groups that emitted their last token
+
+(``advance(m, in_step=True)`` also begins the next step of the run, for an observer
+looking inside it; the run's last ``advance`` leaves ``in_step`` False.) Decoding
+single-sequence groups sit on decode ticks (``sim.ticks``): a step without a decision
+is O(1) in the batch size; ``Scheduler(..., ticks=False)`` steps every group one by one
+(the reference the property tests compare with).
 
 The scheduler asks the allocator; the allocator answers. Each request is a *group* of
 ``n`` sequences (parallel sampling / beam width) that prefill together, share the prompt
@@ -240,7 +247,7 @@ class Scheduler:
         refusal (every group's fields are explicit here)."""
         decoding = step.decoding
         extend = self.allocator.extend
-        for g in list(self.running) if self.running else ():
+        for g in list(self.running):
             # A group may have left the batch as an earlier group's preemption victim.
             if g.prefill_left_tokens or not g.in_batch:
                 continue
@@ -397,6 +404,7 @@ class Scheduler:
         ``advance`` of the run takes it into account; the run's last ``advance`` must
         leave ``in_step`` False before any other call."""
         grow = steps + in_step - self._run_begun
+        assert steps >= 0 and grow >= 0, "a run cannot go back"
         self._run_begun = in_step
         if steps <= 0 and grow == 0:
             return
@@ -480,9 +488,9 @@ class Scheduler:
     def unsynced_tokens(self) -> int:
         """Growth the allocator has not been told of yet (deferred inside headroom or
         taken by ticking): the pool's used tokens are this much higher than it reports,
-        and its reserved-unused tokens this much lower. O(batch), no allocator call."""
+        and its reserved-unused tokens this much lower. No allocator call; O(1) while
+        ticking, O(batch) otherwise."""
         ticks = self._ticks
-        tick = ticks.tick
         grown_before = self._grown_before
         if self._ticking:
             # Members only: every other running group (prefilling, or swapped in this
@@ -494,8 +502,7 @@ class Scheduler:
         total = 0
         for g in self.running:
             if g.num_seqs == 1:
-                held = g.held_base + tick + (g.order < grown_before) if g.reg else g.held_tokens
-                total += held - g.synced_tokens
+                total += g.held_tokens - g.synced_tokens
         return total
 
     def next_timeout_s(self) -> float | None:

@@ -20,17 +20,24 @@ options, sizes) and the seed of the continuous ones.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+import simpy
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from policies.allocators.base import PoolSpec
+from policies.allocators.paged import PagedAllocator
+from sim.latency import ConstantLatency
+from sim.replica import Replica
 from sim.results import RunResult
 from sim.run import run
 from sim.scenario import parse_scenario
+from sim.scheduler import Group, SchedulerConfig
 
 ALLOCATORS: list[dict[str, Any]] = [
     {"kind": "paged", "block_size_tokens": 16, "prefix_caching": False},
@@ -186,6 +193,26 @@ def assert_modes_agree(
     assert_frames_match("requests", fast.requests, exact.requests)
     assert_frames_match("events", fast.events, exact.events)
     assert_frames_match("timeseries", fast.timeseries, exact.timeseries)
+    # The summary too, but for the engine's own counters (steps taken one by one, ...).
+    f_summary = {**fast.summary, "engine": fast.summary["engine"]["end_s"]}
+    e_summary = {**exact.summary, "engine": exact.summary["engine"]["end_s"]}
+    assert_same_values("summary", f_summary, e_summary)
+
+
+def assert_same_values(path: str, fast: Any, exact: Any) -> None:
+    """Nested dicts/lists equal, floats to 1e-9 (NaN = NaN)."""
+    if isinstance(exact, dict):
+        assert isinstance(fast, dict) and set(fast) == set(exact), path
+        for k in exact:
+            assert_same_values(f"{path}.{k}", fast[k], exact[k])
+    elif isinstance(exact, list | tuple):
+        assert isinstance(fast, list | tuple) and len(fast) == len(exact), path
+        for i, (f, e) in enumerate(zip(fast, exact, strict=True)):
+            assert_same_values(f"{path}[{i}]", f, e)
+    elif isinstance(exact, float) or isinstance(fast, float):
+        assert fast == pytest.approx(exact, rel=1e-9, abs=1e-9, nan_ok=True), path
+    else:
+        assert fast == exact, path
 
 
 @pytest.mark.parametrize("allocator", ALLOCATORS, ids=lambda a: "-".join(map(str, a.values())))
@@ -361,3 +388,88 @@ def test_requests_due_when_a_kill_restart_begins_are_queued_first() -> None:
         }
     )
     assert_modes_agree(data, df, in_hypothesis=False)
+
+
+def _frame(
+    arrivals: list[float], prompts: list[int], outputs: list[int], samples: list[int]
+) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "request_id": np.arange(len(arrivals), dtype=np.int64),
+            "arrival_s": arrivals,
+            "prompt_tokens": np.asarray(prompts, dtype=np.int64),
+            "output_tokens": np.asarray(outputs, dtype=np.int64),
+            "num_samples": np.asarray(samples, dtype=np.int64),
+        }
+    )
+
+
+@pytest.mark.parametrize("offset_s", [0.002, 0.006, 0.0105])
+def test_a_request_refused_on_arrival_during_the_last_step_does_not_end_the_run_early(
+    offset_s: float,
+) -> None:
+    """The last request to end (refused at once: 3 samples on a 2-sequence batch)
+    arrives inside the final step of the last running one: the run ends when that step
+    does, not at the refusal (found by review: the end took the last *reported* finish)."""
+    data = _known_case({"max_num_seqs": 2}, "paged", 20_000)
+    data["metrics"] = {"sample_interval_s": 1000.0}
+    exact = run_mode(data, _frame([0.01, 5.0], [100, 50], [40, 5], [1, 3]), "exact")
+    last_finish_s = float(exact.requests["finish_s"].iloc[0])
+    df = _frame([0.01, last_finish_s - offset_s], [100, 50], [40, 5], [1, 3])
+    assert_modes_agree(data, df, in_hypothesis=False)
+
+
+def test_a_failure_sample_does_not_queue_a_zero_backoff_retry_mid_step() -> None:
+    """With ``retry_backoff_s: 0`` a refused request's retry is due at once; a failure
+    sample taken inside that same step must not queue it (found by review)."""
+    data = _known_case(
+        {
+            "on_admission_failure": "reject",
+            "retry_attempts": 3,
+            "retry_backoff_s": 0.0,
+            "head_of_line": False,
+        },
+        "best_fit",
+        3_000,
+    )
+    data["metrics"] = {"sample_interval_s": 0.001}
+    df = _frame([0.01, 0.2, 0.2005], [2000, 2000, 2000], [300, 5, 5], [1, 1, 1])
+    assert_modes_agree(data, df, in_hypothesis=False)
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_submitted_request_queues_behind_fed_requests_already_arrived(exact: bool) -> None:
+    """A router's ``submit`` at t queues after fed requests that arrived before t, in
+    both modes (found by review: fast mode let it jump the queue)."""
+    env = simpy.Environment()
+    admitted: dict[int, float] = {}
+
+    class Hooks:
+        def on_event(self, replica: Replica, event: Any) -> None:
+            pass
+
+        def on_done(self, replica: Replica, group: Group) -> None:
+            admitted[group.request_id] = round(group.admit_s, 6)
+
+        def on_restart(self, replica: Replica, mode: Any, downtime_s: float) -> None:
+            pass
+
+    spec = PoolSpec(capacity_tokens=100_000, max_seq_tokens=4096)
+    replica = Replica(
+        env,
+        0,
+        SchedulerConfig(max_num_seqs=1, max_seq_tokens=4096),
+        lambda: PagedAllocator(spec),
+        ConstantLatency(0.01),
+        hooks=Hooks(),
+        exact=exact,
+    )
+    replica.feed([Group(0, 0.0, 10, 200), Group(1, 0.503, 10, 300)])
+
+    def router() -> Generator[simpy.Event, Any, None]:
+        yield env.timeout(0.505)
+        replica.submit(Group(2, 0.505, 10, 300))
+
+    env.process(router())
+    env.run(until=10)
+    assert admitted[1] < admitted[2]
