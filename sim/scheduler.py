@@ -46,7 +46,7 @@ from sim.batch import (
     Status,
     Step,
 )
-from sim.ticks import DecodeTicks
+from sim.ticks import DecodeTicks, sync_deferred
 
 __all__ = [
     "Group",
@@ -94,7 +94,7 @@ class Scheduler:
         self.use_ticks = ticks
         """Advance decoding single-sequence groups on decode ticks (``sim.ticks``); off,
         every group is stepped one by one (the reference path the tests compare with)."""
-        self._ticks = DecodeTicks(allocator.pool_block_tokens)
+        self._ticks = DecodeTicks(allocator)
         self._ticking = False
         """True while every decoding group is registered with ``_ticks``; False while
         every group's fields are explicit (a step with a growth decision, or a batch with
@@ -135,7 +135,7 @@ class Scheduler:
             g.swapped = False
             self._requeue_preempted(g, count=False)
         self.allocator = allocator
-        self._ticks = DecodeTicks(allocator.pool_block_tokens)
+        self._ticks = DecodeTicks(allocator)
         for g in self.waiting:
             g.blocked = None
             if g.swapped:  # host memory goes with the process
@@ -191,21 +191,14 @@ class Scheduler:
 
     def _tick_growth(self, now: float, step: Step) -> bool:
         """Grow the ticking groups by one slot unless a growth decision of a non-pooled
-        member is due (False: nothing changed). Pooled growth draws its blocks here; when
-        the pool runs short the members are grown as the reference path would, in
+        member is due (False: nothing changed). When the pool runs short of the blocks
+        pooled growth draws, the members are grown as the reference path would, in
         admission order, preempting on refusal (``_tick_growth_refused``)."""
-        ticks = self._ticks
-        nxt = ticks.tick + 1
-        due = ticks.next_decision_tick()
-        if due is not None and due <= nxt:
+        found = self._ticks.try_grow()
+        if found == "decision":
             return False
-        if ticks.pooled:
-            need = ticks.pooled_blocks(nxt) - ticks.reserved_blocks
-            if need > 0:
-                if self.allocator.reserve_pool_blocks(need):
-                    ticks.reserved_blocks += need
-                else:
-                    self._tick_growth_refused(now, step)
+        if found == "short":
+            self._tick_growth_refused(now, step)
         return True
 
     def _tick_growth_refused(self, now: float, step: Step) -> None:
@@ -215,32 +208,22 @@ class Scheduler:
         fails) exactly as in ``_grow_explicit``."""
         ticks = self._ticks
         alloc = self.allocator
-        bt = ticks.block_tokens
-        assert bt is not None
-        tick = ticks.tick
-        crossing = [g for g in self.running if g.pooled and (g.held_base + tick) % bt == 0]
+        crossing = ticks.crossing(self.running)
         free = alloc.pool_free_blocks()
         if free:
-            ok = alloc.reserve_pool_blocks(free)
+            ok = ticks.reserve(free)
             assert ok
-            ticks.reserved_blocks += free
         for g in crossing[free:]:
-            if not g.in_batch:  # an earlier refusal preempted it
-                continue
-            if alloc.reserve_pool_blocks(1):
-                ticks.reserved_blocks += 1
+            if not g.in_batch or ticks.reserve(1):  # preempted earlier / a block was freed
                 continue
             # The real refusal, with its record: the eager call, then the reference path.
-            ticks.materialize(g)
-            self._sync_pooled(g)
+            ticks.sync(g)
             sid = g.seq_ids[0]
             self._grown_before = g.order  # members before g have grown (for samples)
             if alloc.extend(sid, 1) or self._grow_refused(g, sid, now, step):
-                g.synced_tokens = g.held_tokens + 1
-                ticks.synced_sum += 1
-                ticks.reserved_blocks += 1
+                ticks.grew_explicitly(g)
             self._grown_before = -1
-        assert ticks.pooled_blocks(tick + 1) == ticks.reserved_blocks, "pooled growth drifted"
+        assert ticks.pooled_blocks(ticks.tick + 1) == ticks.reserved_blocks, "pooled drift"
 
     def _grow_explicit(self, now: float, step: Step) -> None:
         """Grow every decoding group by one slot, in admission order, preempting on
@@ -259,7 +242,7 @@ class Scheduler:
                 decoding.append(g)
             else:
                 sid = g.seq_ids[0]
-                self._sync(g)
+                sync_deferred(self.allocator, g)
                 if self.allocator.decisions_read_held:
                     self.sync_allocator()
                 if extend(sid, 1) or self._grow_refused(g, sid, now, step):
@@ -301,7 +284,7 @@ class Scheduler:
         for g in finished:
             if g.in_batch:
                 if g.reg:
-                    self._unregister(g, leaving=True)
+                    self._ticks.leave(g, leaving_batch=True)
                 self._drop(g)
                 self._finish(g, now, "ok")
         if not self.use_ticks:
@@ -311,12 +294,12 @@ class Scheduler:
                 if g.num_seqs > 1:
                     self._unregister_all()
                     return
-                self._register(g)
+                self._ticks.join(g)
         elif not self._multi_running:
             self._ticking = True
             for g in self.running:
                 if not g.prefill_left_tokens:
-                    self._register(g)
+                    self._ticks.join(g)
 
     def step_decoding(self, step: Step) -> list[Group]:
         """Every group decoding in ``step`` (between ``begin_step`` and ``end_step``), in
@@ -335,27 +318,7 @@ class Scheduler:
             return 0
         if not self._ticking:
             return self._steady_explicit()
-        ticks = self._ticks
-        finish = ticks.next_finish_done()
-        assert finish is not None, "a running batch without prefill has ticking members"
-        k = finish - ticks.done
-        due = ticks.next_decision_tick()
-        if due is not None:
-            k = min(k, due - ticks.tick - 1)
-        if k <= 0 or not ticks.pooled:
-            return max(k, 0)
-        free = self.allocator.pool_free_blocks() + ticks.reserved_blocks
-        t0 = ticks.tick
-        if ticks.pooled_blocks(t0 + k) <= free:
-            return k
-        lo, hi = 0, k  # pooled_blocks(t0 + lo) fits, (t0 + hi) does not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if ticks.pooled_blocks(t0 + mid) <= free:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return self._ticks.steady_steps()
 
     def _steady_explicit(self) -> int:
         k = min(g.output_tokens - g.generated_tokens for g in self.running)
@@ -408,16 +371,8 @@ class Scheduler:
         self._run_begun = in_step
         if steps <= 0 and grow == 0:
             return
-        ticks = self._ticks
-        ticks.tick += grow
-        ticks.done += steps
+        self._ticks.advance(grow, steps)  # no members unless ticking
         if self._ticking:
-            if ticks.pooled:
-                need = ticks.pooled_blocks(ticks.tick) - ticks.reserved_blocks
-                if need > 0:
-                    ok = self.allocator.reserve_pool_blocks(need)
-                    assert ok, "pooled growth inside the steady bound was refused"
-                    ticks.reserved_blocks += need
             return
         alloc = self.allocator
         for g in self.running:
@@ -428,7 +383,7 @@ class Scheduler:
                     ok = alloc.extend(sid, grow)
                     assert ok, "growth inside the steady bound was refused"
             elif g.held_tokens > g.limit_tokens:  # pooled growth: blocks the pool covers
-                self._sync(g)
+                sync_deferred(self.allocator, g)
                 g.limit_tokens = g.held_tokens + alloc.headroom_tokens(g.seq_ids[0])
 
     def sync_allocator(self) -> None:
@@ -437,32 +392,11 @@ class Scheduler:
         decision, no change to free memory), so it is applied lazily: before reading
         held/used tokens (metrics) and before decisions of policies whose decisions read
         other requests' held tokens (compaction)."""
-        ticks = self._ticks
         for g in self.running:
             if g.reg:
-                ticks.materialize(g)
-                if g.pooled:
-                    self._sync_pooled(g)
-                    continue
-            if g.num_seqs == 1:
-                self._sync(g)
-
-    def _sync(self, g: Group) -> None:
-        pending = g.held_tokens - g.synced_tokens
-        if pending and g.num_seqs == 1:
-            ok = self.allocator.extend(g.seq_ids[0], pending)
-            assert ok, "growth inside the headroom was refused"
-            g.synced_tokens = g.held_tokens
-            if g.reg:
-                self._ticks.synced_sum += pending
-
-    def _sync_pooled(self, g: Group) -> None:
-        pending = g.held_tokens - g.synced_tokens
-        if pending:
-            self.allocator.extend_reserved(g.seq_ids[0], pending)
-            g.synced_tokens = g.held_tokens
-            if g.reg:
-                self._ticks.synced_sum += pending
+                self._ticks.sync(g)
+            elif g.num_seqs == 1:
+                sync_deferred(self.allocator, g)
 
     def finish_ready(self, now: float) -> None:
         """Free groups that have emitted their last token (after ``advance``)."""
@@ -471,7 +405,7 @@ class Scheduler:
             return
         for g in self._ticks.pop_finished():
             if g.in_batch:
-                self._unregister(g, leaving=True)
+                self._ticks.leave(g, leaving_batch=True)
                 self._drop(g)
                 self._finish(g, now, "ok")
 
@@ -495,7 +429,7 @@ class Scheduler:
         if self._ticking:
             # Members only: every other running group (prefilling, or swapped in this
             # step) holds what the allocator knows.
-            total = ticks.kv_tokens() - ticks.synced_sum
+            total = ticks.unsynced_tokens()
             if grown_before >= 0:
                 total += sum(1 for g in self.running if g.reg and g.order < grown_before)
             return total
@@ -514,26 +448,6 @@ class Scheduler:
         return min(pending) + t if pending else None
 
     # -- decode ticks -------------------------------------------------------------------
-    def _register(self, g: Group) -> None:
-        """Put a decoding single-sequence group on the decode ticks."""
-        alloc = self.allocator
-        sid = g.seq_ids[0]
-        pooled = self._ticks.block_tokens is not None and alloc.growth_is_pooled(sid)
-        if pooled:
-            self._sync(g)
-        self._ticks.register(g, pooled)
-
-    def _unregister(self, g: Group, *, leaving: bool = False) -> None:
-        """Take a member off the decode ticks with its fields (and pooled growth) made
-        explicit and current (``leaving``: it is about to leave the batch)."""
-        ticks = self._ticks
-        ticks.materialize(g)
-        if g.pooled:
-            self._sync_pooled(g)
-            if not leaving:
-                g.limit_tokens = g.held_tokens + self.allocator.headroom_tokens(g.seq_ids[0])
-        ticks.unregister(g)
-
     def _unregister_all(self) -> None:
         """Make every group's fields explicit (the reference path takes over)."""
         if not self._ticking:
@@ -541,11 +455,8 @@ class Scheduler:
         self._ticking = False
         for g in self.running:
             if g.reg:
-                self._unregister(g)
-        ticks = self._ticks
-        ticks.clear_heaps()
-        assert ticks.members == ticks.reserved_blocks == ticks.synced_sum == 0, "ticks leaked"
-        assert self.allocator.pool_reserved_blocks() == 0, "growth reservoir leaked"
+                self._ticks.leave(g)
+        self._ticks.clear_heaps()
 
     # -- internals ------------------------------------------------------------------
     def _copied_total(self) -> int:
@@ -822,7 +733,7 @@ class Scheduler:
         """Take ``g`` out of the batch and free its memory (a sequence that grew
         earlier in a refused step goes with it)."""
         if g.reg:
-            self._unregister(g)
+            self._ticks.leave(g)
         self._note_reserved(g)
         for sid in g.seq_ids:
             self.allocator.free(sid)

@@ -28,23 +28,45 @@ its own blocks from there when it is next synced (``Allocator.extend_reserved``)
 allocator sees the same draws, in the same order relative to every free and admission,
 as one ``extend`` per block boundary would have made.
 
-This module only keeps the books; ``sim.scheduler`` decides when groups register and
-leave, and materialises a group's fields (``materialize``) before anything reads them.
+``sim.scheduler`` decides when groups join and leave (a group leaves with its fields
+materialised and its pooled growth taken from the reservoir) and handles a step whose
+growth needs a decision; this module keeps the books and talks to the allocator only
+for growth that needs none.
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from policies.allocators.base import Allocator
     from sim.batch import Group
+
+Growth = Literal["grown", "decision", "short"]
+"""What ``DecodeTicks.try_grow`` found: the members grew (their pooled blocks drawn), a
+non-pooled member's growth needs the allocator's decision (nothing changed), or the pool
+cannot cover the pooled growth (nothing changed)."""
+
+
+def sync_deferred(allocator: Allocator, g: Group) -> int:
+    """Tell the allocator of a single-sequence group's growth deferred inside its
+    headroom (no decision, no change to free memory); returns the tokens told."""
+    pending = g.held_tokens - g.synced_tokens
+    if pending and g.num_seqs == 1:
+        ok = allocator.extend(g.seq_ids[0], pending)
+        assert ok, "growth inside the headroom was refused"
+        g.synced_tokens = g.held_tokens
+        return pending
+    return 0
 
 
 class DecodeTicks:
     """The books of registered (ticking) decoding groups. See the module docstring."""
 
-    def __init__(self, block_tokens: int | None) -> None:
+    def __init__(self, allocator: Allocator) -> None:
+        self.allocator = allocator
+        block_tokens = allocator.pool_block_tokens
         self.tick = 0
         """Steps begun (every member's held tokens grew by one per step)."""
         self.done = 0
@@ -67,7 +89,46 @@ class DecodeTicks:
         self._next_reg = 1
 
     # -- membership -------------------------------------------------------------------
-    def register(self, g: Group, pooled: bool) -> None:
+    def join(self, g: Group) -> None:
+        """A decoding single-sequence group (fields current, ``tick == done``) joins."""
+        pooled = self.block_tokens is not None and self.allocator.growth_is_pooled(g.seq_ids[0])
+        if pooled:
+            sync_deferred(self.allocator, g)
+        self._register(g, pooled)
+
+    def leave(self, g: Group, *, leaving_batch: bool = False) -> None:
+        """A member leaves with its fields current and its pooled growth taken from the
+        reservoir (its growth limit re-read unless it is leaving the batch too)."""
+        self.materialize(g)
+        if g.pooled:
+            self._sync_pooled(g)
+            if not leaving_batch:
+                g.limit_tokens = g.held_tokens + self.allocator.headroom_tokens(g.seq_ids[0])
+        self._unregister(g)
+
+    def sync(self, g: Group) -> None:
+        """Bring a member's fields up to date and tell the allocator of its growth."""
+        self.materialize(g)
+        if g.pooled:
+            self._sync_pooled(g)
+        else:
+            self.synced_sum += sync_deferred(self.allocator, g)
+
+    def grew_explicitly(self, g: Group) -> None:
+        """A pooled member's one-slot growth this step went through ``extend`` itself
+        (its fields were materialised before the step's tick)."""
+        g.synced_tokens = g.held_tokens + 1
+        self.synced_sum += 1
+        self.reserved_blocks += 1
+
+    def _sync_pooled(self, g: Group) -> None:
+        pending = g.held_tokens - g.synced_tokens
+        if pending:
+            self.allocator.extend_reserved(g.seq_ids[0], pending)
+            g.synced_tokens = g.held_tokens
+            self.synced_sum += pending
+
+    def _register(self, g: Group, pooled: bool) -> None:
         """Add a decoding group whose fields are current (``tick == done`` here). A pooled
         group must be synced (the allocator knows its held tokens)."""
         g.held_base = g.held_tokens - self.tick
@@ -90,7 +151,7 @@ class DecodeTicks:
         else:
             heapq.heappush(self.decisions, (g.limit_tokens - g.held_base + 1, g.order, reg, g))
 
-    def unregister(self, g: Group) -> None:
+    def _unregister(self, g: Group) -> None:
         """Remove a member whose fields were materialised and (if pooled) synced."""
         g.reg = 0
         self.members -= 1
@@ -108,8 +169,76 @@ class DecodeTicks:
 
     def clear_heaps(self) -> None:
         """Forget every heap entry (after every member left)."""
+        assert self.members == self.reserved_blocks == self.synced_sum == 0, "ticks leaked"
+        assert self.allocator.pool_reserved_blocks() == 0, "growth reservoir leaked"
         self.finishes.clear()
         self.decisions.clear()
+
+    # -- steps --------------------------------------------------------------------------
+    def try_grow(self) -> Growth:
+        """Before ``tick += 1``: draw the pooled blocks the next step's growth needs,
+        unless a decision is due or the pool is short (then nothing changes)."""
+        nxt = self.tick + 1
+        due = self.next_decision_tick()
+        if due is not None and due <= nxt:
+            return "decision"
+        if self.pooled:
+            need = self.pooled_blocks(nxt) - self.reserved_blocks
+            if need > 0 and not self.reserve(need):
+                return "short"
+        return "grown"
+
+    def reserve(self, blocks: int) -> bool:
+        """Draw ``blocks`` into the allocator's growth reservoir (False: too few free)."""
+        if not self.allocator.reserve_pool_blocks(blocks):
+            return False
+        self.reserved_blocks += blocks
+        return True
+
+    def crossing(self, running: list[Group]) -> list[Group]:
+        """Pooled members whose next step's growth needs a new block, in ``running``'s
+        order."""
+        bt, tick = self.block_tokens, self.tick
+        assert bt is not None
+        return [g for g in running if g.pooled and (g.held_base + tick) % bt == 0]
+
+    def steady_steps(self) -> int:
+        """Steps every member can take with no decision (members finish at the last of
+        them at the earliest; pooled growth fits the free blocks)."""
+        finish = self.next_finish_done()
+        assert finish is not None, "no member"
+        k = finish - self.done
+        due = self.next_decision_tick()
+        if due is not None:
+            k = min(k, due - self.tick - 1)
+        if k <= 0 or not self.pooled:
+            return max(k, 0)
+        free = self.allocator.pool_free_blocks() + self.reserved_blocks
+        t0 = self.tick
+        if self.pooled_blocks(t0 + k) <= free:
+            return k
+        lo, hi = 0, k  # pooled_blocks(t0 + lo) fits, (t0 + hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.pooled_blocks(t0 + mid) <= free:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def advance(self, grow: int, steps: int) -> None:
+        """``grow`` steps begun and ``steps`` ended at once (inside ``steady_steps``)."""
+        self.tick += grow
+        self.done += steps
+        if self.pooled:
+            need = self.pooled_blocks(self.tick) - self.reserved_blocks
+            if need > 0:
+                ok = self.reserve(need)
+                assert ok, "pooled growth inside the steady bound was refused"
+
+    def unsynced_tokens(self) -> int:
+        """Members' growth the allocator has not been told of."""
+        return self.kv_tokens() - self.synced_sum
 
     # -- reading ------------------------------------------------------------------------
     def materialize(self, g: Group) -> None:
