@@ -489,13 +489,13 @@ class Scheduler:
             and budget < self.config.max_num_batched_tokens
         ):
             return False
-        s = self.allocator.stats()
+        free, largest = self.allocator.free_and_largest_tokens()
         for g in self.waiting:
             if (
                 g.blocked is None
                 or not self.running
-                or s.free_tokens > g.blocked[0]
-                or (s.largest_free_extent_tokens > g.blocked[1])
+                or free > g.blocked[0]
+                or largest > g.blocked[1]
             ):
                 return True
             if self.config.head_of_line:
@@ -517,8 +517,8 @@ class Scheduler:
             ):
                 break
             if g.blocked is not None and self.running:
-                s = self.allocator.stats()
-                if s.free_tokens <= g.blocked[0] and s.largest_free_extent_tokens <= g.blocked[1]:
+                free, largest = self.allocator.free_and_largest_tokens()
+                if free <= g.blocked[0] and largest <= g.blocked[1]:
                     if self.config.head_of_line:
                         break
                     skipped.append(self.waiting.popleft())
@@ -546,8 +546,7 @@ class Scheduler:
                 self._reject(g, now, failure.cause)
             else:
                 # A refused placement left the pool as it was (undone): read it now.
-                s = self.allocator.stats()
-                g.blocked = (s.free_tokens, s.largest_free_extent_tokens)
+                g.blocked = self.allocator.free_and_largest_tokens()
                 if self.config.head_of_line:
                     self.waiting.appendleft(g)
                     break

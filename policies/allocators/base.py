@@ -251,6 +251,12 @@ class Allocator(ABC):
         """Blocks in the growth reservoir (0 for policies without one)."""
         return 0
 
+    def free_and_largest_tokens(self) -> tuple[int, int]:
+        """``(stats().free_tokens, stats().largest_free_extent_tokens)``: what decides
+        whether a refused request may fit now (policies override it to skip a snapshot)."""
+        s = self.stats()
+        return s.free_tokens, s.largest_free_extent_tokens
+
     def copied_tokens_total(self) -> int:
         """``stats().copied_tokens_total + stats().moved_tokens_total`` (the engine reads
         it around every step to charge copy time; policies override it to skip building

@@ -252,6 +252,10 @@ class PagedAllocator(Allocator):
     def copied_tokens_total(self) -> int:
         return self._copied_tokens
 
+    def free_and_largest_tokens(self) -> tuple[int, int]:
+        free = self._free_blocks * self._bt
+        return free, free
+
     def held_tokens(self, request_id: int) -> int:
         return self._seq(request_id).held
 

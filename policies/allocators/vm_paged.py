@@ -154,6 +154,10 @@ class VmPagedAllocator(Allocator):
     def copied_tokens_total(self) -> int:
         return self._copied_tokens
 
+    def free_and_largest_tokens(self) -> tuple[int, int]:
+        free = self._free_pages * self.page_tokens
+        return free, free
+
     def held_tokens(self, request_id: int) -> int:
         return self._live(request_id)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from policies.allocators.base import Allocator, AllocStats, PoolSpec
 from policies.allocators.caching import CachingAllocator
 from policies.allocators.paged import PagedAllocator
+from policies.allocators.registry import ALLOCATORS
 from policies.allocators.vm_paged import VmPagedAllocator
 
 BLOCK = 8
@@ -299,3 +301,26 @@ def test_policies_without_a_reservoir_keep_the_defaults() -> None:
         x.reserve_pool_blocks(1)
     with pytest.raises(NotImplementedError):
         x.extend_reserved(1, 1)
+
+
+@pytest.mark.parametrize("kind", ["paged", "vm_paged", "best_fit", "buddy"])
+def test_cheap_counters_match_the_snapshot(kind: str) -> None:
+    """``free_and_largest_tokens`` and ``copied_tokens_total`` (the engine's cheap reads)
+    equal the ``stats()`` fields they stand for, through allocations, growth and frees."""
+    spec = PoolSpec(capacity_tokens=5_000, max_seq_tokens=4096)
+    if kind == "vm_paged":
+        alloc: Allocator = VmPagedAllocator(spec, page_tokens=8)
+    else:
+        alloc = ALLOCATORS[kind].model_validate({"kind": kind}).build(spec)
+    rng = np.random.default_rng(5)
+    live: list[int] = []
+    for rid in range(300):
+        if live and rng.random() < 0.4:
+            alloc.free(live.pop(int(rng.integers(len(live)))))
+        elif live and rng.random() < 0.5:
+            alloc.extend(live[int(rng.integers(len(live)))], int(rng.integers(1, 200)))
+        elif alloc.allocate(rid, int(rng.integers(1, 900))) is not None:
+            live.append(rid)
+        s = alloc.stats()
+        assert alloc.free_and_largest_tokens() == (s.free_tokens, s.largest_free_extent_tokens)
+        assert alloc.copied_tokens_total() == s.copied_tokens_total + s.moved_tokens_total
