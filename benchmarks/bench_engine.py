@@ -13,6 +13,12 @@ Three cases, each through the public path ``parse_scenario`` -> ``load_workload`
 - ``engine.diurnal_chat_6d``: the ``diurnal-chat-6d`` preset (six days of diurnal
   chat traffic, about a million requests) on Llama-2-7B / A100-80GB, paged allocation,
   five-minute samples: the issue's "six days of one replica's traffic in seconds".
+- ``engine.python_floor``: a reference, not the engine: the least per-request work of a
+  continuous-batching replica in this interpreter (a paged allocate, one latency call
+  for the prefill, a closed-form decode run, a finish-heap push and pop, the growth and
+  free, a record row; no scheduler, no checks, no SimPy) on a steady synthetic stream.
+  The engine's requests per second over this one says how much of its time is
+  scheduling logic rather than the interpreter's floor.
 - ``engine.bimodal_exact``: the same scenario over a 6-hour window in exact mode and in
   fast mode, in this process: the fast/exact speed ratio and the largest difference of
   per-request finish times between the two.
@@ -29,6 +35,7 @@ shrinks every simulated window ten-fold (``--repeats N`` sets the repeat count).
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import statistics
 import time
@@ -41,9 +48,14 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from policies.allocators.base import PoolSpec
+from policies.allocators.paged import PagedAllocator
+from sim.hardware import GPUS, MODELS
+from sim.latency import RooflineLatency, decode_run_fn, steps_within_fn
 from sim.results import RunResult
 from sim.run import run
 from sim.scenario import Scenario, parse_scenario
+from sim.scheduler import Group
 from sim.workload import load_workload
 
 AZURE_CONV = (
@@ -219,6 +231,40 @@ def bench_diurnal(scale: float, repeats: int) -> dict[str, Any]:
     }
 
 
+def bench_floor(scale: float, repeats: int) -> dict[str, Any]:
+    model = RooflineLatency(MODELS["llama-2-7b"], GPUS["a100-80gb"])
+    run_s, within = decode_run_fn(model), steps_within_fn(model)
+    n = int(200_000 * scale)
+    rates: list[float] = []
+    for _ in range(repeats):
+        alloc = PagedAllocator(PoolSpec(capacity_tokens=10**8))
+        groups = [Group(i, i * 0.18, 1000 + i % 300, 200 + i % 50) for i in range(n)]
+        heap: list[tuple[int, int, Group]] = []
+        rows: list[tuple[object, ...]] = []
+        tick, now_s = 0, 0.0
+        t0 = time.perf_counter()
+        for g in groups:
+            alloc.allocate(g.request_id, g.prompt_tokens)
+            step_s = model.step_time_s(g.prompt_tokens, 30, 0)
+            heapq.heappush(heap, (tick + g.output_tokens, g.request_id, g))
+            k = within(30, 0, 0.18, 4096)
+            now_s += run_s(30, 0, k) + step_s
+            tick += k
+            while heap and heap[0][0] <= tick:
+                h = heapq.heappop(heap)[2]
+                alloc.extend(h.request_id, h.output_tokens)
+                alloc.free(h.request_id)
+                rows.append((h.request_id, h.arrival_s, now_s, "ok"))
+        rates.append(n / (time.perf_counter() - t0))
+    return {
+        "bench": "engine.python_floor",
+        "requests": n,
+        "repeats": repeats,
+        "requests_per_wall_s": statistics.median(rates),
+        "us_per_request": 1e6 / statistics.median(rates),
+    }
+
+
 def bench_exact(scale: float, repeats: int) -> dict[str, Any]:
     duration_s = 6 * 3600.0 * scale
     fast, fast_result = _measure(bimodal_scenario(duration_s, "fast"), repeats)
@@ -255,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="Runs per case (median).")
     args = parser.parse_args(argv)
     scale = 0.1 if args.quick else 1.0
-    for bench in (bench_azure, bench_bimodal, bench_diurnal, bench_exact):
+    for bench in (bench_azure, bench_bimodal, bench_diurnal, bench_floor, bench_exact):
         print(json.dumps({**bench(scale, args.repeats), "quick": args.quick}), flush=True)
 
 
