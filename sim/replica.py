@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import simpy
+from simpy.events import URGENT
 
 from policies.allocators.base import Allocator
 from sim.latency import LatencyModel, decode_run_fn, decode_run_s, steps_within_fn
@@ -65,6 +66,20 @@ class _Plan:
 
     def completed_by(self, now: float) -> int:
         return self.within(self.decode_seqs, self.kv_first_tokens, now - self.start_s, self.steps)
+
+
+class _ArrivalTimer(simpy.Event):
+    """A timeout processed before every ordinary event at its time (SimPy's URGENT
+    priority, which process starts use): requests arriving at an instant (first
+    arrivals, client retries) are queued before anything else happens then, so a sample
+    taken at that instant counts them and the replica reacts after it — the order fast
+    mode reproduces without events. Triggered at creation, as ``simpy.Timeout`` is."""
+
+    def __init__(self, env: simpy.Environment, delay: float) -> None:
+        super().__init__(env)
+        self._ok = True  # what Timeout.__init__ sets, scheduled URGENT instead of NORMAL
+        self._value = None
+        env.schedule(self, URGENT, delay)
 
 
 class ReplicaHooks(Protocol):
@@ -219,7 +234,7 @@ class Replica:
     def _retry(self, group: Group, delay_s: float) -> None:
         """A client retries a refused request after ``delay_s``."""
         if self.exact:
-            timer = self.env.timeout(delay_s)
+            timer = _ArrivalTimer(self.env, delay_s)
             assert timer.callbacks is not None
             timer.callbacks.append(lambda _: self.submit(group))
             return
@@ -230,7 +245,7 @@ class Replica:
         env = self.env
         for g in groups:
             if g.arrival_s > env.now:
-                yield env.timeout(g.arrival_s - env.now)
+                yield _ArrivalTimer(env, g.arrival_s - env.now)
             self.submit(g)
 
     def _retry_first(self, i: int) -> bool:
@@ -316,6 +331,11 @@ class Replica:
                     continue
                 sched.admitting = False
             t = self._t
+            if env.peek() <= t:
+                # Another process acts at this very instant: it goes first (a sample
+                # at t sees the requests arrived by t queued, not yet admitted).
+                yield env.timeout(t - env.now)
+                continue
             self._submit_due(t)
             step = sched.begin_step(t)
             if step is None:

@@ -473,3 +473,35 @@ def test_a_submitted_request_queues_behind_fed_requests_already_arrived(exact: b
     env.process(router())
     env.run(until=10)
     assert admitted[1] < admitted[2]
+
+
+@given(case=cases(), grid_s=st.sampled_from([0.5, 1.0]), interval=st.sampled_from([1, 2, 5]))
+@SETTINGS
+def test_full_outputs_match_when_arrivals_fall_on_sample_times(
+    case: tuple[dict[str, Any], pd.DataFrame], grid_s: float, interval: int
+) -> None:
+    """Arrivals (and client retries) on a grid that periodic samples also land on,
+    starting at t = 0 as real traces do: at an instant where both happen, requests are
+    queued first, then the sample is taken, then the replica acts — in both modes
+    (found by the acceptance audit: fast mode admitted a t = 0 arrival before the t = 0
+    sample)."""
+    data, df = case
+    df = df.copy()
+    df["arrival_s"] = np.sort(np.round(df["arrival_s"].to_numpy() / grid_s) * grid_s)
+    df.loc[0, "arrival_s"] = 0.0
+    data["metrics"] = {"sample_interval_s": float(interval)}
+    sched = data["scheduler"]
+    if "retry_backoff_s" in sched:
+        sched["retry_backoff_s"] = grid_s
+    assert_modes_agree(data, df)
+
+
+def test_an_arrival_at_t0_is_queued_not_admitted_in_the_t0_sample() -> None:
+    data = _known_case({}, "paged", 10_000)
+    data["metrics"] = {"sample_interval_s": 5.0}
+    for arrivals in ([0.0, 1.0], [0.5, 5.0]):
+        df = _frame(arrivals, [100, 100], [10, 10], [1, 1])
+        assert_modes_agree(data, df, in_hypothesis=False)
+        first = run_mode(data, df, "fast").timeseries.iloc[0]
+        assert first["time_s"] == 0.0
+        assert first["used_tokens"] == 0
