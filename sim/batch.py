@@ -124,3 +124,5 @@ class SchedEvent:
     free_tokens: int
     largest_free_extent_tokens: int
     cause: FailureCause
+    detail: str = ""
+    """For a preemption: ``recompute``, ``swap`` or (under ``preemption: fail``) nothing."""

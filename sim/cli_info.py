@@ -67,7 +67,9 @@ def hardware_command(
         )
     except (ValidationError, ValueError) as e:
         message = (
-            "; ".join(x["msg"] for x in e.errors()) if isinstance(e, ValidationError) else str(e)
+            "; ".join(str(x["msg"]).removeprefix("Value error, ") for x in e.errors())
+            if isinstance(e, ValidationError)
+            else str(e)
         )
         raise fail(f"--model/--gpu/--tp: {message}") from None
     budget = config.resolve()

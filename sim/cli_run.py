@@ -119,6 +119,11 @@ def run_command(
     from traces import TraceError
 
     path = resolve_scenario(scenario_path)
+    if not path.exists() and path.suffix not in (".yaml", ".yml"):
+        raise fail(
+            f"{scenario_path}: no such scenario file or built-in scenario; built-in: "
+            f"{', '.join(builtin_names())} (fragsim scenarios describes them)"
+        )
     try:
         scenario = load_scenario(path)
         overrides: dict[str, object] = {}

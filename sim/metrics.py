@@ -113,7 +113,7 @@ class Recorder:
                 event.free_tokens / capacity,
                 event.cause,
                 replica.uptime_s,
-                "",
+                event.detail,
             )
         )
         if event.kind != "preemption":

@@ -94,6 +94,13 @@ class SchedulerOptions(_Strict):
         batched = self.max_num_batched_tokens
         if batched is None:
             batched = 8192 if self.chunked_prefill else max(8192, max_seq_tokens)
+        elif not self.chunked_prefill and batched < max_seq_tokens:
+            raise ScenarioError(
+                f"field scheduler.max_num_batched_tokens: got {batched}: without "
+                f"chunked_prefill it must be at least the maximum sequence length "
+                f"({max_seq_tokens}), or a long prompt could only run alone (vLLM refuses "
+                f"this too); raise it or set chunked_prefill: true"
+            )
         return SchedulerConfig(
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=batched,

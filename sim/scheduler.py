@@ -688,15 +688,18 @@ class Scheduler:
                 return True
 
     def _preempt(self, victim: Group, step: Step, cause: FailureCause) -> None:
-        s = self.allocator.stats()
+        # A group still prefilling is recomputed even under swap (as vLLM does).
+        swap = self.config.preemption == "swap" and victim.prefill_left_tokens == 0
+        free, largest = self.allocator.free_and_largest_tokens()
         self._on_event(
             SchedEvent(
                 "preemption",
                 victim.request_id,
                 0,
-                s.free_tokens,
-                s.largest_free_extent_tokens,
+                free,
+                largest,
                 cause,
+                "swap" if swap else "recompute",
             )
         )
         self._drop(victim)
@@ -705,15 +708,13 @@ class Scheduler:
             victim.held_tokens -= 1
         self.preemptions_total += 1
         step.preempted = True
-        # A group still prefilling is recomputed even under swap (as vLLM does).
-        if self.config.preemption == "swap" and victim.prefill_left_tokens == 0:
+        if swap:
             step.stall_s += victim.num_seqs * victim.held_tokens * self.config.swap_s_per_token
             victim.swapped = True
         self._requeue_preempted(victim, count=True)
         if victim.swapped:
             # Its state comes back whole, so it returns only once memory has grown.
-            s = self.allocator.stats()
-            victim.blocked = (s.free_tokens, s.largest_free_extent_tokens)
+            victim.blocked = self.allocator.free_and_largest_tokens()
 
     def _requeue_preempted(self, g: Group, *, count: bool) -> None:
         if count:

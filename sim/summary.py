@@ -110,6 +110,13 @@ def summarize(
             },
         },
     }
+    prompt_tokens = float(requests["prompt_tokens"].sum())
+    cached = requests["cached_tokens"]
+    summary["prefix_cache"] = {
+        "cached_prompt_tokens": int(cached.sum()),
+        "share_of_prompt_tokens": float(cached.sum()) / prompt_tokens if prompt_tokens else 0.0,
+        "requests_with_hits": int((cached > 0).sum()),
+    }
     summary["alerts"] = _alerts(fails, high, periodic, thresholds)
     return _clean(summary)
 

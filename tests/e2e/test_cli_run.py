@@ -266,6 +266,10 @@ BAD_SCENARIOS: dict[str, tuple[Any, tuple[str, ...]]] = {
         ("absent.csv",),
     ),
     "malformed_trace_file": (_bad_trace, ("neg.csv", "prompt_tokens", "-4")),
+    "token_budget_below_a_prompt_without_chunking": (
+        TINY | {"scheduler": {"max_num_batched_tokens": 512}},
+        ("bad.yaml", "scheduler.max_num_batched_tokens", "512", "chunked_prefill"),
+    ),
 }
 
 
@@ -387,3 +391,11 @@ def test_a_written_run_reads_back_as_the_same_frames(tmp_path: Path) -> None:
         "rejected-too-long",
     }
     assert back.summary["requests"]["total"] == len(back.requests)
+
+
+def test_an_unknown_scenario_name_lists_the_built_in_ones(tmp_path: Path) -> None:
+    result = fragsim_run(Path("no-such-scenario"), tmp_path / "out")
+    assert result.exit_code == 2
+    message = " ".join(result.stderr.split())
+    assert "no-such-scenario" in message and "seed-bimodal-best-fit" in message
+    assert not (tmp_path / "out").exists()

@@ -470,3 +470,25 @@ def test_compaction_moves_the_same_tokens_in_both_modes() -> None:
         [(0.105688, 511, 94), (0.166452, 580, 138), (0.375302, 2373, 247)],
         cols={"num_samples": [2, 1, 2]},
     )
+
+
+def test_preemption_events_say_whether_the_victim_was_swapped_or_recomputed() -> None:
+    rows = [(0.005, 300, 200), (0.006, 300, 200), (0.007, 300, 200)]
+    for preemption in ("swap", "recompute"):
+        r = simulate(PAGED, 800, rows, scheduler={"preemption": preemption})
+        details = set(r.events.loc[r.events["kind"] == "preemption", "detail"])
+        assert details == {preemption}
+
+
+def test_the_summary_counts_prefix_cache_hits() -> None:
+    hashes = [[1, 2, 3, 4], [1, 2, 3, 4], [9]]
+    r = simulate(
+        {"kind": "paged", "block_size_tokens": 16},
+        100_000,
+        [(0.005, 2048, 4), (1.005, 2048, 4), (2.005, 600, 4)],
+        cols={"prefix_hashes": hashes, "prefix_block_tokens": [512, 512, 512]},
+    )
+    cache = r.summary["prefix_cache"]
+    assert cache["requests_with_hits"] == 1
+    assert cache["cached_prompt_tokens"] == rec(r, 1)["cached_tokens"] == 2047
+    assert cache["share_of_prompt_tokens"] == pytest.approx(2047 / (2048 + 2048 + 600))
