@@ -91,6 +91,12 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
         p = summary["latency_s"][name]
         t.add_row(f"{name} p50 / p99 (s)", f"{_f(p['p50'])} / {_f(p['p99'])}")
     t.add_row("output tokens/s", f"{summary['throughput']['output_tokens_per_s']:.1f}")
+    cache = summary.get("prefix_cache")
+    if cache and cache["cached_prompt_tokens"]:
+        t.add_row(
+            "prefix cache: prompt tokens hit",
+            f"{cache['share_of_prompt_tokens']:.1%} ({cache['requests_with_hits']:,} requests)",
+        )
     console.print(t)
     for a in summary["alerts"]:
         console.print(
