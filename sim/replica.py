@@ -312,14 +312,13 @@ class Replica:
             sched.end_step(step, env.now)
             self.steps_total += 1
 
-    def _horizon_s(self) -> float:
-        """The next event of any other process: the replica may apply its own state
-        changes strictly before it without yielding (nobody can observe them sooner)."""
-        return self.env.peek()
-
     def _run_fast(self) -> Generator[simpy.Event, Any, None]:
         """Real steps where a decision is due, closed-form runs of pure-decode steps in
-        between, and SimPy events only where another process could act in between."""
+        between, and SimPy events only where another process could act in between.
+
+        ``env.peek()`` is the horizon: the next event of any other process. The replica
+        applies its own state changes strictly before it without yielding (nobody can
+        observe them sooner) and yields to reach anything at or past it."""
         env, sched, latency = self.env, self.sched, self.latency
         while True:
             if self._restart is not None:
@@ -343,7 +342,7 @@ class Replica:
                     continue
                 assert not (sched.waiting and sched.admitting), "scheduler stalled"
                 nxt = self._next_arrival_s()
-                if nxt < self._horizon_s():
+                if nxt < env.peek():
                     self._t = nxt
                     continue
                 wake = self._wake = env.event()
@@ -357,7 +356,7 @@ class Replica:
                 continue
             dt = latency.step_time_s(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
             end_s = t + dt + step.stall_s
-            if end_s >= self._horizon_s():
+            if end_s >= env.peek():
                 yield env.timeout(end_s - env.now)
             self._t = end_s
             sched.end_step(step, end_s)
