@@ -21,10 +21,12 @@ requests arrive as SimPy events (``feed`` starts an arrival process). In *fast* 
   that step begun (its growth applied), exactly as in exact mode; a restart request
   wakes the replica, the step in progress completes, then it decides.
 
-Both modes make the same allocator calls in the same order and sample the same states,
-so they give the same requests, samples and events up to float rounding of summed step
-times (and the order of events at identical times, which SimPy breaks by scheduling
-order: a client retry and an arrival at the same instant, for instance).
+At one instant, requests arriving then are queued first (exact mode schedules arrival
+and retry timers URGENT), then other processes act (a sample counts them as waiting),
+then the replica; between an arrival and a retry at the same instant, the one whose
+timer was set first. Both modes make the same allocator calls in the same order and
+sample the same states, so they give the same requests, samples, events and summary up
+to float rounding of summed step times.
 """
 
 from __future__ import annotations
