@@ -255,7 +255,10 @@ class Replica:
         mode the earlier-set timer fires first: the arrival's was set at the previous
         arrival, the retry's when the request was refused (an arrival set at that same
         instant was set first: the arrival process runs before the step it wakes)."""
-        arrival_set_s = self._feed[i - 1].arrival_s if i > 0 else self._feed_start_s
+        feed = self._feed
+        if i > 0 and feed[i - 1].arrival_s == feed[i].arrival_s:
+            return False  # one timer brought both: the earlier one went first already
+        arrival_set_s = feed[i - 1].arrival_s if i > 0 else self._feed_start_s
         return self._retries[0][1] < arrival_set_s
 
     def _next_arrival_s(self) -> float:

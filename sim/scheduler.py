@@ -14,7 +14,7 @@ and, in fast mode, jumps over runs of pure-decode steps::
 
 (``advance(m, in_step=True)`` also begins the next step of the run, for an observer
 looking inside it; the run's last ``advance`` leaves ``in_step`` False.) Decoding
-single-sequence groups sit on decode ticks (``sim.ticks``): a step without a decision
+groups sit on decode ticks (``sim.ticks``): a step without a decision
 is O(1) in the batch size; ``Scheduler(..., ticks=False)`` steps every group one by one
 (the reference the property tests compare with).
 
@@ -97,10 +97,8 @@ class Scheduler:
         self._ticks = DecodeTicks(allocator)
         self._ticking = False
         """True while every decoding group is registered with ``_ticks``; False while
-        every group's fields are explicit (a step with a growth decision, or a batch with
-        a multi-sequence group)."""
+        every group's fields are explicit (a step with a growth decision)."""
         self._order = 0
-        self._multi_running = 0
         self._run_begun = False
         """A fast-mode run's next step has begun (``advance(..., in_step=True)``)."""
         self._grown_before = -1
@@ -158,11 +156,11 @@ class Scheduler:
         # As vLLM does: no admission in a step that had to preempt (unless the batch
         # emptied, which would leave the step with nothing to run).
         if self.admitting and self.waiting and not (step.preempted and self.running):
-            seqs = ticks.members
+            seqs = ticks.seqs
             for g in decoding:
                 seqs += g.num_seqs
             self._admit(now, step, seqs)
-        decode_seqs = ticks.members
+        decode_seqs = ticks.seqs
         kv_tokens = ticks.kv_tokens()
         for g in decoding:
             decode_seqs += g.num_seqs
@@ -198,17 +196,19 @@ class Scheduler:
         if found == "decision":
             return False
         if found == "short":
-            self._tick_growth_refused(now, step)
+            crossing = self._ticks.crossing(self.running)
+            if any(g.num_seqs > 1 for g in crossing):
+                return False  # forks draw sequence by sequence: the reference path does
+            self._tick_growth_refused(now, step, crossing)
         return True
 
-    def _tick_growth_refused(self, now: float, step: Step) -> None:
+    def _tick_growth_refused(self, now: float, step: Step, crossing: list[Group]) -> None:
         """The pool cannot cover this step's pooled growth. Members crossing into a new
         block draw one each in admission order (as one ``extend(sid, 1)`` each would):
         the first ones from what is free, then the first refused one preempts (or
         fails) exactly as in ``_grow_explicit``."""
         ticks = self._ticks
         alloc = self.allocator
-        crossing = ticks.crossing(self.running)
         free = alloc.pool_free_blocks()
         if free:
             ok = ticks.reserve(free)
@@ -291,11 +291,8 @@ class Scheduler:
             return
         if self._ticking:
             for g in joined:
-                if g.num_seqs > 1:
-                    self._unregister_all()
-                    return
                 self._ticks.join(g)
-        elif not self._multi_running:
+        else:
             self._ticking = True
             for g in self.running:
                 if not g.prefill_left_tokens:
@@ -412,7 +409,7 @@ class Scheduler:
     def decode_load(self) -> tuple[int, int]:
         """(decode sequences, KV tokens held) of the running batch."""
         if self._ticking and not self.prefilling:
-            return self._ticks.members, self._ticks.kv_tokens()
+            return self._ticks.seqs, self._ticks.kv_tokens()
         self.sync_allocator()
         return (
             sum(g.num_seqs for g in self.running),
@@ -431,7 +428,7 @@ class Scheduler:
             # step) holds what the allocator knows.
             total = ticks.unsynced_tokens()
             if grown_before >= 0:
-                total += sum(1 for g in self.running if g.reg and g.order < grown_before)
+                total += sum(g.num_seqs for g in self.running if g.reg and g.order < grown_before)
             return total
         total = 0
         for g in self.running:
@@ -610,8 +607,6 @@ class Scheduler:
         g.in_batch = True
         g.order = self._order
         self._order += 1
-        if g.num_seqs > 1:
-            self._multi_running += 1
         if g.prefill_left_tokens:
             self.prefilling.append(g)
         return True
@@ -743,8 +738,6 @@ class Scheduler:
         assert not g.reg, "a ticking group must leave the decode ticks first"
         self.running.remove(g)
         self.running_seqs -= g.num_seqs
-        if g.num_seqs > 1:
-            self._multi_running -= 1
         g.in_batch = False
         if g.prefill_left_tokens:
             self.prefilling.remove(g)

@@ -50,15 +50,16 @@ cannot cover the pooled growth (nothing changed)."""
 
 
 def sync_deferred(allocator: Allocator, g: Group) -> int:
-    """Tell the allocator of a single-sequence group's growth deferred inside its
-    headroom (no decision, no change to free memory); returns the tokens told."""
+    """Tell the allocator of a group's growth deferred inside its sequences' headroom
+    (no decision, no change to free memory); returns the tokens told (all sequences)."""
     pending = g.held_tokens - g.synced_tokens
-    if pending and g.num_seqs == 1:
-        ok = allocator.extend(g.seq_ids[0], pending)
+    if not pending:
+        return 0
+    for sid in g.seq_ids:
+        ok = allocator.extend(sid, pending)
         assert ok, "growth inside the headroom was refused"
-        g.synced_tokens = g.held_tokens
-        return pending
-    return 0
+    g.synced_tokens = g.held_tokens
+    return pending * len(g.seq_ids)
 
 
 class DecodeTicks:
@@ -72,16 +73,20 @@ class DecodeTicks:
         self.done = 0
         """Steps ended (every member's generated tokens grew by one per step)."""
         self.members = 0
+        self.seqs = 0
+        """Sequences of the members (a group of n samples or beams counts n)."""
         self.held_base_sum = 0
-        """Sum of members' held bases: members hold ``held_base_sum + members * tick``."""
+        """Sum of members' held bases, per sequence: they hold ``held_base_sum + seqs *
+        tick`` tokens."""
         self.synced_sum = 0
-        """Sum of members' ``synced_tokens`` (the scheduler adds every sync of a member)."""
+        """Sum of members' ``synced_tokens``, per sequence."""
         self.finishes: list[tuple[int, int, int, Group]] = []
         """(done value of the last token, admission order, registration, group)."""
         self.decisions: list[tuple[int, int, int, Group]] = []
         """(tick whose growth needs the allocator, admission order, registration, group)."""
         self.block_tokens = block_tokens
         self.pooled = 0
+        """Pooled member sequences."""
         self._q_sum = 0
         self._r_hist = [0] * (block_tokens or 1)
         self.reserved_blocks = 0
@@ -90,10 +95,15 @@ class DecodeTicks:
 
     # -- membership -------------------------------------------------------------------
     def join(self, g: Group) -> None:
-        """A decoding single-sequence group (fields current, ``tick == done``) joins."""
-        pooled = self.block_tokens is not None and self.allocator.growth_is_pooled(g.seq_ids[0])
+        """A decoding group (fields current, ``tick == done``) joins. A multi-sequence
+        group's growth limit is its tightest sequence's (its sequences grow together)."""
+        alloc = self.allocator
+        ids = g.seq_ids
+        pooled = self.block_tokens is not None and all(alloc.growth_is_pooled(s) for s in ids)
         if pooled:
-            sync_deferred(self.allocator, g)
+            sync_deferred(alloc, g)
+        elif len(ids) > 1:  # explicit multi-sequence groups are always synced
+            g.limit_tokens = g.held_tokens + min(alloc.headroom_tokens(s) for s in ids)
         self._register(g, pooled)
 
     def leave(self, g: Group, *, leaving_batch: bool = False) -> None:
@@ -104,6 +114,8 @@ class DecodeTicks:
             self._sync_pooled(g)
             if not leaving_batch:
                 g.limit_tokens = g.held_tokens + self.allocator.headroom_tokens(g.seq_ids[0])
+        elif g.num_seqs > 1:  # the reference path grows them eagerly: sync now
+            self.synced_sum += sync_deferred(self.allocator, g)
         self._unregister(g)
 
     def sync(self, g: Group) -> None:
@@ -124,9 +136,10 @@ class DecodeTicks:
     def _sync_pooled(self, g: Group) -> None:
         pending = g.held_tokens - g.synced_tokens
         if pending:
-            self.allocator.extend_reserved(g.seq_ids[0], pending)
+            for sid in g.seq_ids:
+                self.allocator.extend_reserved(sid, pending)
             g.synced_tokens = g.held_tokens
-            self.synced_sum += pending
+            self.synced_sum += pending * len(g.seq_ids)
 
     def _register(self, g: Group, pooled: bool) -> None:
         """Add a decoding group whose fields are current (``tick == done`` here). A pooled
@@ -136,40 +149,46 @@ class DecodeTicks:
         g.reg = reg = self._next_reg
         self._next_reg += 1
         g.pooled = pooled
+        n = g.num_seqs
         self.members += 1
-        self.held_base_sum += g.held_base
-        self.synced_sum += g.synced_tokens
+        self.seqs += n
+        self.held_base_sum += n * g.held_base
+        self.synced_sum += n * g.synced_tokens
         heapq.heappush(self.finishes, (g.output_tokens - g.gen_base, g.order, reg, g))
         if pooled:
             bt = self.block_tokens
             assert bt is not None
             q, r = divmod(g.held_base + bt - 1, bt)
-            self._q_sum += q
-            self._r_hist[r] += 1
-            self.pooled += 1
-            self.reserved_blocks += -(-g.held_tokens // bt)
+            self._q_sum += n * q
+            self._r_hist[r] += n
+            self.pooled += n
+            self.reserved_blocks += n * -(-g.held_tokens // bt)
         else:
             heapq.heappush(self.decisions, (g.limit_tokens - g.held_base + 1, g.order, reg, g))
 
     def _unregister(self, g: Group) -> None:
         """Remove a member whose fields were materialised and (if pooled) synced."""
         g.reg = 0
+        n = g.num_seqs
         self.members -= 1
-        self.held_base_sum -= g.held_base
-        self.synced_sum -= g.synced_tokens
+        self.seqs -= n
+        self.held_base_sum -= n * g.held_base
+        self.synced_sum -= n * g.synced_tokens
         if g.pooled:
             bt = self.block_tokens
             assert bt is not None
             q, r = divmod(g.held_base + bt - 1, bt)
-            self._q_sum -= q
-            self._r_hist[r] -= 1
-            self.pooled -= 1
-            self.reserved_blocks -= -(-g.held_tokens // bt)
+            self._q_sum -= n * q
+            self._r_hist[r] -= n
+            self.pooled -= n
+            self.reserved_blocks -= n * -(-g.held_tokens // bt)
             g.pooled = False
 
     def clear_heaps(self) -> None:
         """Forget every heap entry (after every member left)."""
-        assert self.members == self.reserved_blocks == self.synced_sum == 0, "ticks leaked"
+        assert self.members == self.seqs == self.reserved_blocks == self.synced_sum == 0, (
+            "ticks leaked"
+        )
         assert self.allocator.pool_reserved_blocks() == 0, "growth reservoir leaked"
         self.finishes.clear()
         self.decisions.clear()
@@ -247,11 +266,13 @@ class DecodeTicks:
         g.generated_tokens = g.gen_base + self.done
 
     def kv_tokens(self) -> int:
-        """KV tokens the members hold now."""
-        return self.held_base_sum + self.members * self.tick
+        """KV tokens the members' sequences hold now."""
+        return self.held_base_sum + self.seqs * self.tick
 
     def pooled_blocks(self, tick: int) -> int:
-        """``H(tick)``: blocks the pooled members hold at ``tick`` (module docstring)."""
+        """``H(tick)``: blocks the pooled members' sequences hold at ``tick`` (module
+        docstring; a block shared by forks counts once per sequence holding it, on both
+        sides of every difference taken)."""
         bt = self.block_tokens
         if bt is None or not self.pooled:
             return 0
