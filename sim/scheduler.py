@@ -188,19 +188,61 @@ class Scheduler:
         return step
 
     def _tick_growth(self, now: float, step: Step) -> bool:
-        """Grow the ticking groups by one slot unless a growth decision of a non-pooled
-        member is due (False: nothing changed). When the pool runs short of the blocks
-        pooled growth draws, the members are grown as the reference path would, in
-        admission order, preempting on refusal (``_tick_growth_refused``)."""
-        found = self._ticks.try_grow()
-        if found == "decision":
-            return False
+        """Grow the ticking groups by one slot, as the reference path would. Members
+        whose growth needs the allocator grow explicitly, in admission order, and decode
+        in this step as explicit groups (they rejoin at its end); the rest grow with the
+        tick, pooled blocks drawn in bulk. On a pooled pool that is done only when the
+        step's draws all fit (then their order cannot matter); when the pool is short
+        the crossing members draw one by one (``_tick_growth_refused``). False: a step
+        the reference path must take (nothing changed)."""
+        ticks = self._ticks
+        alloc = self.allocator
+        due = ticks.due()
+        if due:
+            if alloc.decisions_read_held:
+                return False  # compaction reads held tokens: the reference path syncs
+            if ticks.block_tokens is not None:
+                need = ticks.pooled_need()
+                for g in due:
+                    ticks.materialize(g)
+                    grow = g.held_tokens - g.synced_tokens + 1
+                    need += sum(alloc.blocks_to_extend(sid, grow) for sid in g.seq_ids)
+                if need > alloc.pool_free_blocks():
+                    return False
+                pooled = ticks.pooled_need()
+                if pooled > 0:
+                    ok = ticks.reserve(pooled)
+                    assert ok
+            for g in due:  # cannot be refused on a pooled pool (checked above)
+                if g.in_batch:  # an earlier refusal may have preempted it
+                    self._grown_before = g.order
+                    self._grow_due(g, now, step)
+                    self._grown_before = -1
+            return True
+        found = ticks.try_grow()
         if found == "short":
-            crossing = self._ticks.crossing(self.running)
+            crossing = ticks.crossing(self.running)
             if any(g.num_seqs > 1 for g in crossing):
                 return False  # forks draw sequence by sequence: the reference path does
             self._tick_growth_refused(now, step, crossing)
         return True
+
+    def _grow_due(self, g: Group, now: float, step: Step) -> None:
+        """A member's growth needs the allocator: it leaves the ticks and grows as in
+        ``_grow_explicit`` (decoding in this step unless it left the batch)."""
+        self._ticks.leave(g)
+        if g.num_seqs > 1:
+            if self._grow(g, now, step):
+                step.decoding.append(g)
+            return
+        alloc = self.allocator
+        sid = g.seq_ids[0]
+        sync_deferred(alloc, g)
+        if alloc.extend(sid, 1) or self._grow_refused(g, sid, now, step):
+            g.held_tokens += 1
+            g.synced_tokens = g.held_tokens
+            g.limit_tokens = g.held_tokens + alloc.headroom_tokens(sid)
+            step.decoding.append(g)
 
     def _tick_growth_refused(self, now: float, step: Step, crossing: list[Group]) -> None:
         """The pool cannot cover this step's pooled growth. Members crossing into a new

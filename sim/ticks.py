@@ -49,6 +49,10 @@ non-pooled member's growth needs the allocator's decision (nothing changed), or 
 cannot cover the pooled growth (nothing changed)."""
 
 
+def _admission_order(g: Group) -> int:
+    return g.order
+
+
 def sync_deferred(allocator: Allocator, g: Group) -> int:
     """Tell the allocator of a group's growth deferred inside its sequences' headroom
     (no decision, no change to free memory); returns the tokens told (all sequences)."""
@@ -206,6 +210,24 @@ class DecodeTicks:
             if need > 0 and not self.reserve(need):
                 return "short"
         return "grown"
+
+    def due(self) -> list[Group]:
+        """Members whose next step's growth needs the allocator, in admission order
+        (their decision entries are consumed; they stay members until they leave)."""
+        nxt = self.tick + 1
+        heap = self.decisions
+        out: list[Group] = []
+        while heap and heap[0][0] <= nxt:
+            _, _, reg, g = heapq.heappop(heap)
+            if g.reg == reg:
+                out.append(g)
+        if len(out) > 1:
+            out.sort(key=_admission_order)
+        return out
+
+    def pooled_need(self) -> int:
+        """Blocks the next step's pooled growth draws beyond those already drawn."""
+        return self.pooled_blocks(self.tick + 1) - self.reserved_blocks if self.pooled else 0
 
     def reserve(self, blocks: int) -> bool:
         """Draw ``blocks`` into the allocator's growth reservoir (False: too few free)."""
