@@ -43,10 +43,9 @@ if TYPE_CHECKING:
     from policies.allocators.base import Allocator
     from sim.batch import Group
 
-Growth = Literal["grown", "decision", "short"]
-"""What ``DecodeTicks.try_grow`` found: the members grew (their pooled blocks drawn), a
-non-pooled member's growth needs the allocator's decision (nothing changed), or the pool
-cannot cover the pooled growth (nothing changed)."""
+Growth = Literal["grown", "short"]
+"""What ``DecodeTicks.try_grow`` found: the members grew (their pooled blocks drawn), or
+the pool cannot cover the pooled growth (nothing changed)."""
 
 
 def _admission_order(g: Group) -> int:
@@ -199,16 +198,13 @@ class DecodeTicks:
 
     # -- steps --------------------------------------------------------------------------
     def try_grow(self) -> Growth:
-        """Before ``tick += 1``: draw the pooled blocks the next step's growth needs,
-        unless a decision is due or the pool is short (then nothing changes)."""
-        nxt = self.tick + 1
+        """Before ``tick += 1``, with no member ``due``: draw the pooled blocks the next
+        step's growth needs, unless the pool is short (then nothing changes)."""
         due = self.next_decision_tick()
-        if due is not None and due <= nxt:
-            return "decision"
-        if self.pooled:
-            need = self.pooled_blocks(nxt) - self.reserved_blocks
-            if need > 0 and not self.reserve(need):
-                return "short"
+        assert due is None or due > self.tick + 1, "growth decisions are taken first"
+        need = self.pooled_need()
+        if need > 0 and not self.reserve(need):
+            return "short"
         return "grown"
 
     def due(self) -> list[Group]:
