@@ -300,23 +300,11 @@ class DecodeTicks:
 
     def next_finish_done(self) -> int | None:
         """The ``done`` value at which the next member finishes (None: no member)."""
-        heap = self.finishes
-        while heap:
-            _, _, reg, g = heap[0]
-            if g.reg == reg:
-                return heap[0][0]
-            heapq.heappop(heap)
-        return None
+        return _valid_top(self.finishes)
 
     def next_decision_tick(self) -> int | None:
         """The ``tick`` whose growth first needs the allocator (None: none does)."""
-        heap = self.decisions
-        while heap:
-            _, _, reg, g = heap[0]
-            if g.reg == reg:
-                return heap[0][0]
-            heapq.heappop(heap)
-        return None
+        return _valid_top(self.decisions)
 
     def pop_finished(self) -> list[Group]:
         """Members whose last token has been emitted (``done`` reached), in admission
@@ -328,3 +316,14 @@ class DecodeTicks:
             if g.reg == reg:
                 out.append(g)
         return out
+
+
+def _valid_top(heap: list[tuple[int, int, int, Group]]) -> int | None:
+    """The key of the heap's first entry whose group is still registered under that
+    entry's registration (entries of groups that left are dropped lazily)."""
+    while heap:
+        key, _, reg, g = heap[0]
+        if g.reg == reg:
+            return key
+        heapq.heappop(heap)
+    return None
