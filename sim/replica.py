@@ -245,9 +245,11 @@ class Replica:
 
     def _arrivals(self, groups: list[Group]) -> Generator[simpy.Event, Any, None]:
         env = self.env
+        due_s = env.now  # the arrival time waited for (env.now may differ by a rounding)
         for g in groups:
-            if g.arrival_s > env.now:
-                yield _ArrivalTimer(env, g.arrival_s - env.now)
+            if g.arrival_s > due_s:
+                yield _ArrivalTimer(env, max(0.0, g.arrival_s - env.now))
+                due_s = g.arrival_s
             self.submit(g)
 
     def _retry_first(self, i: int) -> bool:

@@ -185,3 +185,16 @@ def test_m_d_c_batch_by_hand() -> None:
     np.testing.assert_allclose(req["first_token_s"], [0.01, 0.01, 0.11, 0.11], atol=1e-12)
     np.testing.assert_allclose(req["finish_s"], [0.1, 0.1, 0.2, 0.2], atol=1e-12)
     assert math.isclose(run(sc, df).summary["latency_s"]["e2e"]["mean"], 0.15)
+
+
+def test_equal_arrival_times_after_a_rounded_wait_arrive_together() -> None:
+    """1.1 + (5.88 - 1.1) is not 5.88 in floating point: exact mode's arrival process
+    once woke just before 5.88, queued the first request, then waited 1e-15 s for the
+    second, which missed the step (found by exploring the fast-vs-exact property)."""
+    df = trace([1.1, 5.88, 5.88], [1, 1, 1], [1, 1, 1])
+    admit = {}
+    for mode in ("fast", "exact"):
+        sc = scenario({"kind": "first_fit"}, 6_000, mode=mode)
+        admit[mode] = run(sc, df).requests["admit_s"].to_numpy()
+    np.testing.assert_allclose(admit["fast"], admit["exact"], rtol=1e-9, atol=1e-9)
+    assert admit["exact"][1] == admit["exact"][2]
