@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fast_exact import assert_modes_agree
 
 import traces
 from sim.run import run
@@ -74,3 +75,34 @@ def test_mooncake_prefix_hashes_are_served_from_the_prefix_cache(shared_traces: 
         shares[capacity] = req["cached_tokens"].sum() / req["prompt_tokens"].sum()
     assert shares[50_000_000] == pytest.approx(reuse, abs=1e-3)
     assert shares[2_000_000] < shares[50_000_000]
+
+
+@pytest.mark.parametrize(
+    ("relative", "allocator", "capacity_tokens"),
+    [
+        ("mooncake_fast25/conversation_trace.jsonl", {"kind": "paged"}, 40_000),
+        ("azure_llm_2023/AzureLLMInferenceTrace_code.csv", {"kind": "best_fit"}, 30_000),
+        ("azure_llm_2023/AzureLLMInferenceTrace_conv.csv", {"kind": "vm_paged"}, 60_000),
+    ],
+    ids=["mooncake-paged", "azure-code-best-fit", "azure-conv-vm-paged"],
+)
+def test_fast_and_exact_modes_agree_on_real_traces(
+    shared_traces: Path, relative: str, allocator: dict[str, Any], capacity_tokens: int
+) -> None:
+    """Every request, sample, event and the summary, on tight pools (preemptions,
+    failures, prefix-cache hits) over the first 1,500 requests of each trace."""
+    df = traces.load(shared_traces / relative).iloc[:1500].reset_index(drop=True)
+    data: dict[str, Any] = {
+        "name": "real",
+        "workload": {"preset": "bimodal"},  # unused: the trace is passed directly
+        "hardware": {
+            "model": "llama-2-7b",
+            "gpu": "a100-80gb",
+            "kv_capacity_tokens": capacity_tokens,
+            "max_seq_tokens": 32768,
+        },
+        "allocator": allocator,
+        "metrics": {"sample_interval_s": 7.0},
+        "scheduler": {"max_num_seqs": 64},
+    }
+    assert_modes_agree(data, df, in_hypothesis=False)
