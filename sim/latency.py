@@ -20,7 +20,8 @@ Contracts every model here keeps:
   as a binary search over ``decode_run_s``.
 
 Layout: this module holds the :class:`LatencyModel` protocol, the constant and roofline
-models, the dispatching run functions and the scenario configs (``latency:`` blocks).
+models and the dispatching run functions (the scenario configs, ``latency:`` blocks,
+are in :mod:`sim.latency_config`).
 The calibrated model and its file live in :mod:`sim.latency_calibrated`; the closed-form
 run math and its inversion in :mod:`sim.decode_runs`. Everything other modules import
 from here is re-exported here.
@@ -31,12 +32,10 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
 
 from sim.decode_runs import (
     _constant_run_s,
@@ -63,16 +62,12 @@ from sim.latency_calibrated import (
 __all__ = [
     "LATENCY_FORMAT",
     "CalibratedLatency",
-    "CalibratedLatencyConfig",
     "CalibrationFile",
     "ConstantLatency",
-    "ConstantLatencyConfig",
     "FitQuality",
     "LatencyCoefficients",
-    "LatencyConfig",
     "LatencyModel",
     "RooflineLatency",
-    "RooflineLatencyConfig",
     "ValidRange",
     "decode_run_fn",
     "decode_run_s",
@@ -373,87 +368,3 @@ def _bisect_steps_within_s(
         else:
             hi = mid
     return lo
-
-
-class RooflineLatencyConfig(BaseModel):
-    """The roofline model from the hardware presets (the default)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["roofline"] = "roofline"
-    mem_efficiency: float = Field(
-        default=0.8,
-        gt=0,
-        le=1,
-        description="Achieved share of peak HBM bandwidth reading weights and KV.",
-    )
-    compute_efficiency: float = Field(
-        default=0.6, gt=0, le=1, description="Achieved share of peak dense bf16 FLOP/s (prefill)."
-    )
-    overhead_s: float = Field(
-        default=0.5e-3,
-        ge=0,
-        le=1,
-        description="Fixed per-step time: scheduling, sampling, kernel launches.",
-    )
-    tp_allreduce_latency_s: float = Field(
-        default=10e-6,
-        ge=0,
-        le=1e-2,
-        description="Latency of one all-reduce (tp > 1; two per layer).",
-    )
-    tp_link_bytes_per_s: float = Field(
-        default=200e9, gt=0, description="All-reduce bandwidth between ranks (tp > 1), bytes/s."
-    )
-
-    def build(self, model: ModelSpec, gpu: GpuSpec, tp: int) -> LatencyModel:
-        return RooflineLatency(
-            model,
-            gpu,
-            tp,
-            mem_efficiency=self.mem_efficiency,
-            compute_efficiency=self.compute_efficiency,
-            overhead_s=self.overhead_s,
-            tp_allreduce_latency_s=self.tp_allreduce_latency_s,
-            tp_link_bytes_per_s=self.tp_link_bytes_per_s,
-        )
-
-
-class ConstantLatencyConfig(BaseModel):
-    """Every step takes ``step_s`` (hand-checkable queueing runs)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["constant"] = "constant"
-    step_s: float = Field(gt=0, le=60, description="Seconds every step takes.")
-
-    def build(self, model: ModelSpec, gpu: GpuSpec, tp: int) -> LatencyModel:
-        return ConstantLatency(self.step_s)
-
-
-class CalibratedLatencyConfig(BaseModel):
-    """A model fitted on a GPU, loaded from its ``fragsim-latency/1`` JSON file."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["calibrated"] = "calibrated"
-    path: Path = Field(
-        description="The calibration JSON (relative paths: to the working "
-        "directory unless the scenario loader rebases them)."
-    )
-    check_hardware: bool = Field(
-        default=True, description="Refuse a file calibrated for another model, GPU or tp."
-    )
-
-    def build(self, model: ModelSpec, gpu: GpuSpec, tp: int) -> LatencyModel:
-        latency = CalibratedLatency.from_json(self.path)
-        if self.check_hardware:
-            latency.check_hardware(model.name, gpu.name, tp, source=str(self.path))
-        return latency
-
-
-LatencyConfig = Annotated[
-    RooflineLatencyConfig | ConstantLatencyConfig | CalibratedLatencyConfig,
-    Field(discriminator="kind"),
-]
-"""A scenario's ``latency:`` block, chosen by ``kind``; each member has ``build``."""

@@ -19,7 +19,7 @@ from policies.allocators.config import AllocatorConfig
 from policies.allocators.registry import ALLOCATORS, parse_allocator
 from sim.errors import validation_lines
 from sim.hardware import HardwareConfig
-from sim.latency import LatencyConfig, RooflineLatencyConfig
+from sim.latency_config import LatencyConfig, RooflineLatencyConfig
 from sim.scheduler import SchedulerConfig
 from sim.summary import AlertThresholds
 

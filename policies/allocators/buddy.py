@@ -18,13 +18,7 @@ contiguous policies; ``BuddyConfig`` builds a ``ContiguousAllocator`` over ``Bud
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field, field_validator
 from sortedcontainers import SortedList
-
-from policies.allocators.base import Allocator, PoolSpec
-from policies.allocators.contiguous import ContiguousAllocator, GrowthConfig
 
 
 class BuddyBlocks:
@@ -109,28 +103,3 @@ class BuddyBlocks:
     def _add(self, start: int, order: int) -> None:
         self._order_at[start] = order
         self._free_by_order[order].add(start)
-
-
-class BuddyConfig(GrowthConfig):
-    """Power-of-two blocks with split and merge; a full block is replaced by a block of
-    the next power of two (growth by reallocation)."""
-
-    kind: Literal["buddy"] = "buddy"
-    min_block_tokens: int = Field(16, ge=1, le=1 << 30)
-    """Smallest block handed out, a power of two (smaller requests are rounded up)."""
-
-    @field_validator("min_block_tokens")
-    @classmethod
-    def _power_of_two(cls, value: int) -> int:
-        if value & (value - 1):
-            raise ValueError(f"min_block_tokens must be a power of two, got {value}")
-        return value
-
-    def build(self, spec: PoolSpec) -> Allocator:
-        return ContiguousAllocator(
-            spec,
-            BuddyBlocks(spec.capacity_tokens, self.min_block_tokens),
-            initial_extra_tokens=self.initial_extra_tokens,
-            growth_factor=self.growth_factor,
-            growth_chunk_tokens=self.growth_chunk_tokens,
-        )

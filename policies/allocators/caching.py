@@ -46,13 +46,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
 
-from pydantic import ConfigDict, Field
 from sortedcontainers import SortedList
 
 from policies.allocators.base import Allocation, Allocator, AllocStats, PoolSpec
-from policies.allocators.config import AllocatorConfig
 
 MIN_BLOCK_BYTES = 512
 SMALL_SIZE_BYTES = 1 << 20
@@ -425,22 +422,3 @@ class CachingAllocator(Allocator):
         if not self._expandable and block.prev is None and block.next is None:
             self._releasable -= block.size
             del self._whole_free[block.addr]
-
-
-class CachingConfig(AllocatorConfig):
-    """``{kind: caching}``: growing per-request KV tensors on PyTorch's CUDA caching
-    allocator (naive Hugging Face / custom serving stacks)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    kind: Literal["caching"] = "caching"
-    expandable_segments: bool = False
-    """PyTorch ``expandable_segments:True``: one growing segment per pool, mapped in pages."""
-    growth_factor: float = Field(2.0, ge=1.0, le=16.0)
-    """A full tensor is reallocated to this factor of its size (1.0: exactly the new
-    length, as ``torch.cat`` each step)."""
-
-    def build(self, spec: PoolSpec) -> CachingAllocator:
-        return CachingAllocator(
-            spec, expandable_segments=self.expandable_segments, growth_factor=self.growth_factor
-        )

@@ -17,10 +17,9 @@ extents below the opened gap), never O(all live requests).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
-from policies.allocators.base import Allocation, Allocator, PoolSpec
-from policies.allocators.contiguous import ContiguousAllocator, GrowthConfig
+from policies.allocators.base import Allocation, PoolSpec
+from policies.allocators.contiguous import ContiguousAllocator
 from policies.allocators.extents import Fit, FreeExtentIndex
 
 _START, _RESERVED, _HELD = 0, 1, 2
@@ -120,21 +119,3 @@ class CompactingAllocator(ContiguousAllocator):
         self._moved_in_op += moved
         self._moved_total += moved
         self.compaction_count += 1
-
-
-class CompactionConfig(GrowthConfig):
-    """A contiguous fit policy that compacts live buffers when a placement fails for
-    fragmentation, then retries."""
-
-    kind: Literal["compaction"] = "compaction"
-    fit: Literal["first_fit", "best_fit", "next_fit", "worst_fit"] = "best_fit"
-    """The contiguous fit policy wrapped."""
-
-    def build(self, spec: PoolSpec) -> Allocator:
-        return CompactingAllocator(
-            spec,
-            self.fit,
-            initial_extra_tokens=self.initial_extra_tokens,
-            growth_factor=self.growth_factor,
-            growth_chunk_tokens=self.growth_chunk_tokens,
-        )

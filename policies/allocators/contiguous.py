@@ -18,13 +18,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Literal, Protocol, cast
-
-from pydantic import ConfigDict, Field
+from typing import Protocol
 
 from policies.allocators.base import Allocation, Allocator, AllocStats, PoolSpec
-from policies.allocators.config import AllocatorConfig
-from policies.allocators.extents import Fit, FreeExtentIndex
 
 # A live request's record: [start slot, reserved slots, held tokens] (a list: mutated
 # in place on the hot path and by compaction).
@@ -218,50 +214,3 @@ class ContiguousAllocator(Allocator):
 
 
 # -- configuration -------------------------------------------------------------------------
-class GrowthConfig(AllocatorConfig):
-    """Initial buffer and growth-by-reallocation parameters of the contiguous policies."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True)
-
-    initial_extra_tokens: int = Field(64, ge=0, le=1_000_000)
-    """Slots beyond the prompt reserved at admission (the seed's 64)."""
-    growth_factor: float = Field(2.0, gt=1.0, le=16.0)
-    """A full buffer is replaced by one this many times larger (when no chunk is set)."""
-    growth_chunk_tokens: int = Field(0, ge=0, le=10_000_000)
-    """When > 0, a full buffer grows by whole chunks of this many slots instead."""
-
-
-class _FitConfig(GrowthConfig):
-    def build(self, spec: PoolSpec) -> Allocator:
-        index = FreeExtentIndex(spec.capacity_tokens, cast(Fit, self.kind))
-        return ContiguousAllocator(
-            spec,
-            index,
-            initial_extra_tokens=self.initial_extra_tokens,
-            growth_factor=self.growth_factor,
-            growth_chunk_tokens=self.growth_chunk_tokens,
-        )
-
-
-class FirstFitConfig(_FitConfig):
-    """Contiguous buffers at the lowest address that fits."""
-
-    kind: Literal["first_fit"] = "first_fit"
-
-
-class BestFitConfig(_FitConfig):
-    """Contiguous buffers in the smallest free extent that fits (lowest address on ties)."""
-
-    kind: Literal["best_fit"] = "best_fit"
-
-
-class NextFitConfig(_FitConfig):
-    """First fit starting where the previous placement ended (a roving pointer)."""
-
-    kind: Literal["next_fit"] = "next_fit"
-
-
-class WorstFitConfig(_FitConfig):
-    """Contiguous buffers carved from the largest free extent."""
-
-    kind: Literal["worst_fit"] = "worst_fit"

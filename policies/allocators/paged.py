@@ -54,9 +54,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Literal
-
-from pydantic import ConfigDict, Field
 
 from policies.allocators.base import (
     Allocation,
@@ -66,7 +63,6 @@ from policies.allocators.base import (
     PoolSpec,
     classify,
 )
-from policies.allocators.config import AllocatorConfig
 
 BlockKey = tuple[int, ...]
 """``(hash, block_index)`` for a full block, ``(hash, block_index, fill_tokens)`` for a
@@ -520,30 +516,3 @@ class PagedAllocator(Allocator):
                 self._key_of[b] = key
         self._seqs[request_id] = _Seq(tokens, need, need - len(named), named)
         return Allocation(request_id, need * bt, cached_tokens=cached_tokens)
-
-
-class PagedConfig(AllocatorConfig):
-    """``{kind: paged}``: vLLM-style paged KV cache (PagedAttention, vLLM v1 block pool)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    kind: Literal["paged"] = "paged"
-    block_size_tokens: int = Field(16, ge=1, le=1 << 20)
-    """Tokens per KV block (vLLM default 16)."""
-    prefix_caching: bool = True
-    """Reuse cached full prompt blocks across requests (vLLM automatic prefix caching)."""
-    hash_block_tokens: int | None = Field(None, ge=1, le=1 << 20)
-    """Tokens each of a request's ``prefix_hashes`` covers (Mooncake traces: 512); None
-    means the pool's block size."""
-    cache_partial_block: bool = False
-    """Also cache a prompt's partly filled last block when a hash covers it (Mooncake's
-    accounting); vLLM caches only full blocks."""
-
-    def build(self, spec: PoolSpec) -> PagedAllocator:
-        return PagedAllocator(
-            spec,
-            block_size_tokens=self.block_size_tokens,
-            prefix_caching=self.prefix_caching,
-            hash_block_tokens=self.hash_block_tokens,
-            cache_partial_block=self.cache_partial_block,
-        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from policies.allocators import config as cfg
 from policies.allocators.config import AllocatorConfig
 
 
@@ -34,37 +35,21 @@ def build_registry(classes: Iterable[type[AllocatorConfig]]) -> dict[str, type[A
 
 
 def _policy_classes() -> list[type[AllocatorConfig]]:
-    # One import line per policy family; keep this list explicit.
-    classes: list[type[AllocatorConfig]] = []
-    # --- contiguous family (static, contiguous fits, buddy, compaction) ---
-    from policies.allocators.buddy import BuddyConfig
-    from policies.allocators.compaction import CompactionConfig
-    from policies.allocators.contiguous import (
-        BestFitConfig,
-        FirstFitConfig,
-        NextFitConfig,
-        WorstFitConfig,
-    )
-    from policies.allocators.static import StaticConfig
-
-    classes.extend(
-        [
-            StaticConfig,
-            FirstFitConfig,
-            BestFitConfig,
-            NextFitConfig,
-            WorstFitConfig,
-            BuddyConfig,
-            CompactionConfig,
-        ]
-    )
-    # --- paged family (paged, vm_paged, caching) ---
-    from policies.allocators.caching import CachingConfig
-    from policies.allocators.paged import PagedConfig
-    from policies.allocators.vm_paged import VmPagedConfig
-
-    classes.extend([PagedConfig, VmPagedConfig, CachingConfig])
-    return classes
+    # Keep this list explicit: one line per policy family.
+    return [
+        # contiguous family (static, contiguous fits, buddy, compaction)
+        cfg.StaticConfig,
+        cfg.FirstFitConfig,
+        cfg.BestFitConfig,
+        cfg.NextFitConfig,
+        cfg.WorstFitConfig,
+        cfg.BuddyConfig,
+        cfg.CompactionConfig,
+        # paged family (paged, vm_paged, caching)
+        cfg.PagedConfig,
+        cfg.VmPagedConfig,
+        cfg.CachingConfig,
+    ]
 
 
 ALLOCATORS: dict[str, type[AllocatorConfig]] = build_registry(_policy_classes())

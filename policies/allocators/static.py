@@ -19,13 +19,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, field_validator
-
-from policies.allocators.base import Allocator, PoolSpec
-from policies.allocators.buddy import BuddyBlocks
-from policies.allocators.config import AllocatorConfig
+from policies.allocators.base import PoolSpec
 from policies.allocators.contiguous import ContiguousAllocator, Placer
-from policies.allocators.extents import FreeExtentIndex
 
 StaticMode = Literal["max", "pow2", "oracle"]
 
@@ -56,36 +51,3 @@ class StaticAllocator(ContiguousAllocator):
 
     def _grown_tokens(self, reserved: int, need: int) -> int | None:
         return None
-
-
-class StaticConfig(AllocatorConfig):
-    """Reserve a fixed span at admission (max length, power of two, or oracle length)."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True)
-
-    kind: Literal["static"] = "static"
-    mode: StaticMode = "max"
-    """How large a span to reserve: ``max`` length, ``pow2`` of the final length, or the
-    exact final length (``oracle``)."""
-    max_tokens: int | None = Field(None, ge=1, le=100_000_000)
-    """Span reserved in ``max`` mode; None means ``PoolSpec.max_seq_tokens``."""
-    placement: Literal["first_fit", "best_fit", "buddy"] = "first_fit"
-    """The allocator underneath that places the spans."""
-    min_block_tokens: int = Field(1, ge=1, le=1 << 30)
-    """With ``placement: buddy``, the smallest block (a power of two)."""
-
-    @field_validator("min_block_tokens")
-    @classmethod
-    def _power_of_two(cls, value: int) -> int:
-        if value & (value - 1):
-            raise ValueError(f"min_block_tokens must be a power of two, got {value}")
-        return value
-
-    def build(self, spec: PoolSpec) -> Allocator:
-        placer: Placer
-        if self.placement == "buddy":
-            placer = BuddyBlocks(spec.capacity_tokens, self.min_block_tokens)
-        else:
-            placer = FreeExtentIndex(spec.capacity_tokens, self.placement)
-        max_tokens = self.max_tokens if self.max_tokens is not None else spec.max_seq_tokens
-        return StaticAllocator(spec, placer, mode=self.mode, max_tokens=max_tokens)

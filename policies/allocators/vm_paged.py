@@ -35,12 +35,8 @@ and ``extend_reserved`` hands them to a request. ``free`` never touches the rese
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
-
-from pydantic import ConfigDict, Field
 
 from policies.allocators.base import Allocation, Allocator, AllocStats, PoolSpec
-from policies.allocators.config import AllocatorConfig
 
 
 def page_tokens_for(page_bytes: int, buffers_per_token: int, gpu_kv_bytes_per_token: int) -> int:
@@ -214,27 +210,3 @@ class VmPagedAllocator(Allocator):
             return self._held[request_id]
         except KeyError:
             raise KeyError(f"request {request_id} is not live") from None
-
-
-class VmPagedConfig(AllocatorConfig):
-    """``{kind: vm_paged}``: vAttention-style demand-mapped pages behind contiguous
-    virtual ranges."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    kind: Literal["vm_paged"] = "vm_paged"
-    page_bytes: int = Field(2 << 20, ge=64 << 10, le=2 << 20)
-    """Physical page size mapped into each K/V buffer (vAttention: 64 KiB to 2 MiB)."""
-    buffers_per_token: int | None = Field(None, ge=1, le=4096)
-    """Virtual buffers a token's KV spans on one GPU: K and V per layer. None (default):
-    2 x ``PoolSpec.num_layers``, i.e. derived from the model (64 for 32 layers)."""
-
-    def page_tokens(self, spec: PoolSpec) -> int:
-        """Tokens per page group for ``spec``'s model and tensor parallelism."""
-        buffers = self.buffers_per_token
-        if buffers is None:
-            buffers = 2 * spec.num_layers
-        return page_tokens_for(self.page_bytes, buffers, spec.gpu_kv_bytes_per_token)
-
-    def build(self, spec: PoolSpec) -> VmPagedAllocator:
-        return VmPagedAllocator(spec, page_tokens=self.page_tokens(spec))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from policies.allocators.base import PoolSpec
-from policies.allocators.paged import PagedConfig
+from policies.allocators.config import PagedConfig
 
 HASH_BLOCK_TOKENS = 512
 UNLIMITED = PoolSpec(capacity_tokens=1 << 50)

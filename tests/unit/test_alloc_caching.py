@@ -7,10 +7,10 @@ from __future__ import annotations
 from policies.allocators.base import PoolSpec
 from policies.allocators.caching import (
     CachingAllocator,
-    CachingConfig,
     round_size_bytes,
     segment_size_bytes,
 )
+from policies.allocators.config import CachingConfig
 from policies.allocators.registry import parse_allocator
 
 MIB = 1 << 20

@@ -7,7 +7,8 @@ import pytest
 from pydantic import ValidationError
 
 from policies.allocators.base import PoolSpec
-from policies.allocators.paged import PagedAllocator, PagedConfig
+from policies.allocators.config import PagedConfig
+from policies.allocators.paged import PagedAllocator
 from policies.allocators.registry import ALLOCATORS, parse_allocator
 
 

@@ -6,8 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from policies.allocators.base import PoolSpec
+from policies.allocators.config import VmPagedConfig
 from policies.allocators.registry import parse_allocator
-from policies.allocators.vm_paged import VmPagedAllocator, VmPagedConfig, page_tokens_for
+from policies.allocators.vm_paged import VmPagedAllocator, page_tokens_for
 
 LLAMA2_7B_KV_BYTES = 2 * 32 * 4096 * 2  # K and V x 32 layers x 4096 x fp16
 LLAMA2_13B_KV_BYTES = 2 * 40 * 5120 * 2  # K and V x 40 layers x 5120 x fp16 = 819,200

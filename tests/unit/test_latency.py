@@ -18,16 +18,18 @@ from sim.hardware import GPUS, MODELS
 from sim.latency import (
     LATENCY_FORMAT,
     CalibratedLatency,
-    CalibratedLatencyConfig,
     ConstantLatency,
-    ConstantLatencyConfig,
-    LatencyConfig,
     LatencyModel,
     RooflineLatency,
-    RooflineLatencyConfig,
     decode_run_s,
     decode_steps_within_s,
     fit_calibrated_latency,
+)
+from sim.latency_config import (
+    CalibratedLatencyConfig,
+    ConstantLatencyConfig,
+    LatencyConfig,
+    RooflineLatencyConfig,
 )
 
 LLAMA7, A100 = MODELS["llama-2-7b"], GPUS["a100-80gb"]
