@@ -3,28 +3,48 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The compiled build (setup.py, sim/build.py): rebuilt whenever a source file changes.
+NATIVE := .venv-native
+NBIN := $(NATIVE)/bin
+NSTAMP := $(NATIVE)/.installed
+SOURCES := setup.py pyproject.toml $(wildcard sim/*.py policies/*.py policies/*/*.py traces/*.py reports/*.py)
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench native lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+$(NBIN)/python:
+	$(PY) -m venv $(NATIVE)
+	$(NBIN)/pip install -q --upgrade pip
+
+# Dependencies first (a pure install), then the compiled package over it.
+$(NSTAMP): $(SOURCES) | $(NBIN)/python
+	$(NBIN)/pip install -q '.[dev]' 'setuptools>=68' wheel
+	rm -rf build
+	FRAGSIM_COMPILE=1 $(NBIN)/pip install -q --no-build-isolation --no-deps --force-reinstall .
+	touch $(NSTAMP)
 
 demo: $(STAMP)
 	$(BIN)/fragsim demo
 
-test: $(STAMP)
+# The whole suite on the pure build (editable), then again on the compiled build.
+test: $(STAMP) $(NSTAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	FRAGSIM_EXPECT_BUILD=pure $(BIN)/pytest -q
+	FRAGSIM_EXPECT_BUILD=compiled $(NBIN)/pytest -q
 
-# make bench BENCH_ARGS=--quick for a short run
-bench: $(STAMP)
-	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+native: $(NSTAMP)
+
+# make bench BENCH_ARGS=--quick for a short run; measures the compiled build.
+bench: $(NSTAMP)
+	FRAGSIM_BENCH_INSTALLED=1 $(NBIN)/python -m benchmarks $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -32,4 +52,4 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(NATIVE) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

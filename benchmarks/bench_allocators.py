@@ -28,6 +28,7 @@ import numpy as np
 
 from policies.allocators.base import Allocator, PoolSpec
 from policies.allocators.registry import ALLOCATORS
+from sim.build import engine_build
 
 DECODE_CHUNK_TOKENS = 16
 #: Llama-3-8B in fp16: 2 (K, V) x 32 layers x 8 KV heads x 128 dims x 2 bytes (page and
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
                         "capacity_tokens": capacity,
                         "error": f"{type(exc).__name__}: {exc}",
                     }
-                print(json.dumps(line), flush=True)
+                print(json.dumps({**line, "engine_build": engine_build()}), flush=True)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ import simpy
 
 from policies.allocators.base import PoolSpec
 from policies.allocators.paged import PagedAllocator
+from sim.build import engine_build
 from sim.hardware import GPUS, MODELS
 from sim.latency import RooflineLatency, decode_run_fn, steps_within_fn
 from sim.results import RunResult
@@ -302,7 +303,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     scale = 0.1 if args.quick else 1.0
     for bench in (bench_azure, bench_bimodal, bench_diurnal, bench_floor, bench_exact):
-        print(json.dumps({**bench(scale, args.repeats), "quick": args.quick}), flush=True)
+        line = {**bench(scale, args.repeats), "quick": args.quick, "engine_build": engine_build()}
+        print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+from sim.build import engine_build
 from sim.hardware import GPUS, MODELS
 from sim.latency import RooflineLatency, _bisect_steps_within_s, decode_steps_within_s
 
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
         "calls": calls,
         "repeats": args.repeats,
     }
-    print(json.dumps(line), flush=True)
+    print(json.dumps({**line, "engine_build": engine_build()}), flush=True)
 
 
 if __name__ == "__main__":

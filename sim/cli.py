@@ -28,5 +28,19 @@ app.command("hardware")(hardware_command)
 app.command("allocators")(allocators_command)
 
 
+@app.command("version")
+def version_command() -> None:
+    """Print fragsim's version and which engine build runs (pure Python or compiled)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from sim.build import engine_build
+
+    try:
+        number = version("fragsim")
+    except PackageNotFoundError:  # a source tree that was never installed
+        number = "unknown"
+    typer.echo(f"fragsim {number} (engine: {engine_build()})")
+
+
 def main() -> None:
     app()

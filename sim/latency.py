@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -79,7 +79,6 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 
 
-@runtime_checkable
 class LatencyModel(Protocol):
     """The time of one iteration of continuous batching."""
 

@@ -175,7 +175,7 @@ class Recorder:
                 final, held = g.final_tokens, g.held_tokens
                 for sid in g.seq_ids:
                     reserved_to_fill += max(0, min(reserved_of(sid), final) - held)
-            reservation = min(reserved_to_fill, s.reserved_unused_tokens)
+            reservation = float(min(reserved_to_fill, s.reserved_unused_tokens))
         cap = s.capacity_tokens
         ratio = s.largest_contiguous_free_block_ratio
         self.samples.append(

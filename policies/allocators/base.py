@@ -31,10 +31,12 @@ inside these bounds gives the same state whatever order the ``extend`` calls com
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from mypy_extensions import mypyc_attr
 
 FailureCause = Literal["capacity", "fragmentation"]
 
@@ -140,8 +142,14 @@ def classify(need_tokens: int, free_tokens: int, largest_free_extent_tokens: int
     return "capacity"
 
 
-class Allocator(ABC):
-    """Base of every KV-cache allocation policy. See the module docstring."""
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Allocator:
+    """Base of every KV-cache allocation policy. See the module docstring.
+
+    Not an ``abc.ABC``: the compiled build's classes would share one ABC instance-check
+    cache (``isinstance`` answers wrong across sibling subclasses). The abstract methods
+    below raise NotImplementedError; mypy still refuses to instantiate a subclass that
+    leaves one out."""
 
     #: Not None for pooled policies: growth beyond ``headroom_tokens`` takes
     #: interchangeable blocks of this many slots from a shared pool.
@@ -175,38 +183,46 @@ class Allocator(ABC):
         Returns None when the request does not fit; the state is then unchanged and
         ``last_failure()`` says why. Raises if ``request_id`` is already live.
         """
+        raise NotImplementedError
 
     @abstractmethod
     def extend(self, request_id: int, tokens: int) -> bool:
         """Grow a live request by ``tokens`` held tokens (decoding). False when the
         growth cannot be placed; the state is then unchanged."""
+        raise NotImplementedError
 
     @abstractmethod
     def fork(self, parent_id: int, child_id: int) -> bool:
         """Make ``child_id`` a copy of live ``parent_id`` (parallel sampling, beam
         search). Sharing policies share slots (copy-on-write); others copy. False when
         it cannot be placed."""
+        raise NotImplementedError
 
     @abstractmethod
     def free(self, request_id: int) -> None:
         """Release everything ``request_id`` owns. Raises if it is not live."""
+        raise NotImplementedError
 
     @abstractmethod
     def stats(self) -> AllocStats:
         """A snapshot; cheap enough to call after every operation."""
+        raise NotImplementedError
 
     @abstractmethod
     def held_tokens(self, request_id: int) -> int:
         """Tokens the live request holds."""
+        raise NotImplementedError
 
     @abstractmethod
     def reserved_tokens(self, request_id: int) -> int:
         """Slots the live request owns (held + reserved-but-unused; shared slots count
         for every owner)."""
+        raise NotImplementedError
 
     @abstractmethod
     def free_extent_sizes(self) -> list[int]:
         """Sizes of the free extents, in tokens (for histograms; may be O(n))."""
+        raise NotImplementedError
 
     # -- engine seams -----------------------------------------------------------------
     def headroom_tokens(self, request_id: int) -> int:

@@ -12,6 +12,7 @@ sample would (``unsynced_tokens`` added, nothing synced) and as a periodic sampl
 from __future__ import annotations
 
 import heapq
+import math
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,12 @@ def build(policy: dict[str, Any], capacity_tokens: int) -> Allocator:
     if policy["kind"] == "vm_paged":
         return VmPagedAllocator(spec, page_tokens=policy["page_tokens"])
     return ALLOCATORS[policy["kind"]].model_validate(policy).build(spec)
+
+
+def _nan_as_none(x: float) -> float | None:
+    """Logs compare with ``==``: NaN equals itself only as the same object, which a
+    compiled build (unboxed floats) does not keep."""
+    return None if math.isnan(x) else x
 
 
 def drive(
@@ -75,9 +82,9 @@ def drive(
                 "done",
                 g.request_id,
                 g.status,
-                g.admit_s,
-                g.first_token_s,
-                g.finish_s,
+                _nan_as_none(g.admit_s),
+                _nan_as_none(g.first_token_s),
+                _nan_as_none(g.finish_s),
                 g.preemptions,
                 g.retries,
                 g.peak_reserved_tokens,

@@ -9,6 +9,7 @@ there; each later step emits one more token.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,9 @@ class Driver:
     done: list[Group] = field(default_factory=list)
     _pending: list[tuple[float, int, Group]] = field(default_factory=list)
     _tie: int = 0
+    before_end_step: Callable[[], None] | None = None
+    """Called after each step's time passes, before ``end_step`` applies it (a spy:
+    compiled Scheduler methods cannot be patched)."""
 
     def __post_init__(self) -> None:
         self.sched = Scheduler(
@@ -114,6 +118,8 @@ class Driver:
                     step.stall_s,
                 )
             )
+            if self.before_end_step is not None:
+                self.before_end_step()
             self.sched.end_step(step, self.now)
         raise AssertionError("scheduler did not settle")
 
@@ -145,13 +151,7 @@ def test_one_request_prefills_then_decodes_one_token_per_step() -> None:
     held_by_step: list[int] = []
     d = Driver(cfg(), alloc).add(g)
     # Watch the allocator at every step: the last step holds P + O - 1 slots.
-    orig = d.sched.end_step
-
-    def spy(step: Any, now: float) -> None:
-        held_by_step.append(d.pool().used_tokens)
-        orig(step, now)
-
-    d.sched.end_step = spy  # type: ignore[method-assign]
+    d.before_end_step = lambda: held_by_step.append(d.pool().used_tokens)
     d.run()
     assert d.steps[0].prefill == [(0, 100)] and d.steps[0].decoding == []
     assert all(s.decoding == [0] and s.prefill == [] for s in d.steps[1:])

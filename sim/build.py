@@ -1,0 +1,52 @@
+"""Which build of the engine is running: pure Python or compiled (mypyc).
+
+``setup.py`` compiles :data:`COMPILED_MODULES` when ``FRAGSIM_COMPILE=1`` (``make
+native``). The two builds run the same source and give the same outputs byte for byte;
+the compiled one is faster. This module imports nothing of the engine, so ``setup.py``
+reads the list from it without importing the package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.machinery import EXTENSION_SUFFIXES
+
+COMPILED_MODULES: tuple[str, ...] = (
+    "sim.batch",
+    "sim.ticks",
+    "sim.scheduler",
+    "sim.decode_runs",
+    "sim.latency",
+    "sim.replica",
+    "sim.metrics",
+    "policies.allocators.base",
+    "policies.allocators.extents",
+    "policies.allocators.contiguous",
+    "policies.allocators.buddy",
+    "policies.allocators.static",
+    "policies.allocators.compaction",
+    "policies.allocators.paged",
+    "policies.allocators.vm_paged",
+    "policies.allocators.caching",
+)
+"""The engine's hot modules: plain typed Python, no pydantic models, no monkeypatching
+of their classes (mypyc's rules)."""
+
+
+def compiled_modules() -> dict[str, bool]:
+    """Each of :data:`COMPILED_MODULES` -> whether it was imported from a compiled
+    extension (imports them)."""
+    out: dict[str, bool] = {}
+    for name in COMPILED_MODULES:
+        path = getattr(importlib.import_module(name), "__file__", None) or ""
+        out[name] = path.endswith(tuple(EXTENSION_SUFFIXES))
+    return out
+
+
+def engine_build() -> str:
+    """``"compiled"`` when every hot module is compiled, ``"pure"`` when none is,
+    ``"mixed"`` otherwise (a stale or partial build)."""
+    flags = set(compiled_modules().values())
+    if flags == {True}:
+        return "compiled"
+    return "pure" if flags == {False} else "mixed"
