@@ -94,10 +94,66 @@ class Group:
     held_base: int = 0
     gen_base: int = 0
 
+    def __init__(
+        self,
+        request_id: int,
+        arrival_s: float,
+        prompt_tokens: int,
+        output_tokens: int,
+        num_seqs: int = 1,
+        prefix_hashes: Sequence[int] = (),
+    ) -> None:
+        # Written out (the dataclass keeps it): a generated __init__ is interpreted even
+        # in the compiled build, and one Group is made per request.
+        self.request_id = request_id
+        self.arrival_s = arrival_s
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.num_seqs = num_seqs
+        self.prefix_hashes = prefix_hashes
+        self.seq_ids = []
+        self.held_tokens = 0
+        self.synced_tokens = 0
+        self.limit_tokens = 0
+        self.prefill_left_tokens = 0
+        self.generated_tokens = 0
+        self.swapped = False
+        self.in_batch = False
+        self.enqueued_s = 0.0
+        self.blocked = None
+        self.admit_s = math.nan
+        self.first_token_s = math.nan
+        self.finish_s = math.nan
+        self.status = "unfinished"
+        self.preemptions = 0
+        self.retries = 0
+        self.peak_reserved_tokens = 0
+        self.cached_tokens = 0
+        self.order = 0
+        self.reg = 0
+        self.pooled = False
+        self.held_base = 0
+        self.gen_base = 0
+
     @property
     def final_tokens(self) -> int:
         """Slots each sequence holds when it finishes."""
         return self.prompt_tokens + self.output_tokens - 1
+
+
+def groups_from_columns(
+    ids: list[int],
+    arrivals_s: list[float],
+    prompt_tokens: list[int],
+    output_tokens: list[int],
+    num_seqs: list[int],
+    prefix_hashes: list[tuple[int, ...]],
+) -> list[Group]:
+    """One Group per row of equal-length columns (a trace's, in arrival order)."""
+    return [
+        Group(ids[i], arrivals_s[i], prompt_tokens[i], output_tokens[i], num_seqs[i], h)
+        for i, h in enumerate(prefix_hashes)
+    ]
 
 
 @dataclass(slots=True)
@@ -112,6 +168,15 @@ class Step:
     prefill_chunks: list[tuple[Group, int]] = field(default_factory=list)
     decoding: list[Group] = field(default_factory=list)
     """Decoding groups not on the decode ticks (``Scheduler.step_decoding`` lists all)."""
+
+    def __init__(self) -> None:  # written out: see Group.__init__
+        self.prefill_tokens = 0
+        self.decode_seqs = 0
+        self.kv_tokens = 0
+        self.stall_s = 0.0
+        self.preempted = False
+        self.prefill_chunks = []
+        self.decoding = []
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,6 +147,9 @@ class Replica:
         self._t = env.now
         """The replica's own clock: at or ahead of ``env.now`` (fast mode runs ahead up
         to the next event of any other process)."""
+        self._events = env._queue
+        """SimPy's event queue (a heap; SimPy 4 keeps this one list), read by
+        :meth:`_horizon_s`."""
         self._feed: list[Group] = []
         self._feed_next = 0
         self._feed_start_s = env.now
@@ -319,11 +322,18 @@ class Replica:
             sched.end_step(step, env.now)
             self.steps_total += 1
 
+    def _horizon_s(self) -> float:
+        """``env.peek()``, the time of the next event of any process, without a Python
+        call (fast mode asks a few times per request)."""
+        events = self._events
+        return events[0][0] if events else math.inf
+
     def _run_fast(self) -> Generator[simpy.Event, Any, None]:
         """Real steps where a decision is due, closed-form runs of pure-decode steps in
         between, and SimPy events only where another process could act in between.
 
-        ``env.peek()`` is the horizon: the next event of any other process. The replica
+        ``env.peek()`` (:meth:`_horizon_s`) is the horizon: the next event of any other
+        process. The replica
         applies its own state changes strictly before it without yielding (nobody can
         observe them sooner) and yields to reach anything at or past it."""
         env, sched, latency = self.env, self.sched, self.latency
@@ -337,7 +347,7 @@ class Replica:
                     continue
                 sched.admitting = False
             t = self._t
-            if env.peek() <= t:
+            if self._horizon_s() <= t:
                 # Another process acts at this very instant: it goes first (a sample
                 # at t sees the requests arrived by t queued, not yet admitted).
                 yield env.timeout(t - env.now)
@@ -349,7 +359,7 @@ class Replica:
                     continue
                 assert not (sched.waiting and sched.admitting), "scheduler stalled"
                 nxt = self._next_arrival_s()
-                if nxt < env.peek():
+                if nxt < self._horizon_s():
                     self._t = nxt
                     continue
                 wake = self._wake = env.event()
@@ -363,7 +373,7 @@ class Replica:
                 continue
             dt = latency.step_time_s(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
             end_s = t + dt + step.stall_s
-            if end_s >= env.peek():
+            if end_s >= self._horizon_s():
                 yield env.timeout(end_s - env.now)
             self._t = end_s
             sched.end_step(step, end_s)
@@ -378,7 +388,7 @@ class Replica:
         decision, the step boundary at or after the next arrival or queue timeout.
         Applied at once when it ends before any other process's next event; otherwise
         returned as a plan to sleep through (observers see its completed steps)."""
-        env, sched = self.env, self.sched
+        sched = self.sched
         k = sched.steady_steps()
         if k < 1:
             return None
@@ -411,7 +421,7 @@ class Replica:
             if m < k:
                 steps = m if run_s(seqs, kv1, m) >= budget_s else m + 1
         end_s = t + run_s(seqs, kv1, steps)
-        if end_s < env.peek():
+        if end_s < self._horizon_s():
             if self._counts_range:
                 decode_run_s(self.latency, seqs, kv1, steps)
             sched.advance(steps)

@@ -114,6 +114,22 @@ class AllocStats:
     moved_tokens_total: int = 0
     """Tokens moved by compaction since construction."""
 
+    def with_growth_applied(self, tokens: int) -> AllocStats:
+        """This snapshot once ``tokens`` of growth the engine has deferred reach the
+        allocator: reserved slots become used ones; nothing else changes."""
+        return AllocStats(
+            self.capacity_tokens,
+            self.used_tokens + tokens,
+            self.reserved_unused_tokens - tokens,
+            self.shared_tokens,
+            self.free_tokens,
+            self.largest_free_extent_tokens,
+            self.free_extent_count,
+            self.cached_free_tokens,
+            self.copied_tokens_total,
+            self.moved_tokens_total,
+        )
+
     @property
     def largest_contiguous_free_block_ratio(self) -> float | None:
         """The seed's metric: largest usable free extent / total free; None when nothing
