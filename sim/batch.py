@@ -179,7 +179,7 @@ class Step:
         self.decoding = []
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SchedEvent:
     """An allocation failure or a preemption, with the pool state at that moment."""
 
@@ -191,3 +191,24 @@ class SchedEvent:
     cause: FailureCause
     detail: str = ""
     """For a preemption: ``recompute``, ``swap`` or (under ``preemption: fail``) nothing."""
+
+    # Written out (the dataclass keeps it): a generated __init__ stays interpreted in the
+    # compiled build. Not frozen for the same reason (a frozen one must set fields through
+    # object.__setattr__); treat instances as immutable snapshots.
+    def __init__(
+        self,
+        kind: Literal["admission_failure", "growth_failure", "preemption"],
+        request_id: int,
+        need_tokens: int,
+        free_tokens: int,
+        largest_free_extent_tokens: int,
+        cause: FailureCause,
+        detail: str = "",
+    ) -> None:
+        self.kind = kind
+        self.request_id = request_id
+        self.need_tokens = need_tokens
+        self.free_tokens = free_tokens
+        self.largest_free_extent_tokens = largest_free_extent_tokens
+        self.cause = cause
+        self.detail = detail

@@ -79,7 +79,7 @@ class PoolSpec:
         return max(1, self.kv_bytes_per_token // self.tensor_parallel)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Allocation:
     """The answer to a successful ``allocate``."""
 
@@ -91,8 +91,23 @@ class Allocation:
     moved_tokens: int = 0
     """Tokens of other requests moved (compaction) to make room; the engine stalls."""
 
+    # Written out (the dataclass keeps it): a generated __init__ stays interpreted in the
+    # compiled build. Not frozen for the same reason (a frozen one must set fields through
+    # object.__setattr__); treat instances as immutable snapshots.
+    def __init__(
+        self,
+        request_id: int,
+        reserved_tokens: int,
+        cached_tokens: int = 0,
+        moved_tokens: int = 0,
+    ) -> None:
+        self.request_id = request_id
+        self.reserved_tokens = reserved_tokens
+        self.cached_tokens = cached_tokens
+        self.moved_tokens = moved_tokens
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class AllocStats:
     """A snapshot of the pool; every field O(1) or O(log n) to read."""
 
@@ -113,6 +128,33 @@ class AllocStats:
     """Tokens copied by growth-by-reallocation and copy-on-write since construction."""
     moved_tokens_total: int = 0
     """Tokens moved by compaction since construction."""
+
+    # Written out (the dataclass keeps it): a generated __init__ stays interpreted in the
+    # compiled build. Not frozen for the same reason (a frozen one must set fields through
+    # object.__setattr__); treat instances as immutable snapshots.
+    def __init__(
+        self,
+        capacity_tokens: int,
+        used_tokens: int,
+        reserved_unused_tokens: int,
+        shared_tokens: int,
+        free_tokens: int,
+        largest_free_extent_tokens: int,
+        free_extent_count: int,
+        cached_free_tokens: int = 0,
+        copied_tokens_total: int = 0,
+        moved_tokens_total: int = 0,
+    ) -> None:
+        self.capacity_tokens = capacity_tokens
+        self.used_tokens = used_tokens
+        self.reserved_unused_tokens = reserved_unused_tokens
+        self.shared_tokens = shared_tokens
+        self.free_tokens = free_tokens
+        self.largest_free_extent_tokens = largest_free_extent_tokens
+        self.free_extent_count = free_extent_count
+        self.cached_free_tokens = cached_free_tokens
+        self.copied_tokens_total = copied_tokens_total
+        self.moved_tokens_total = moved_tokens_total
 
     def with_growth_applied(self, tokens: int) -> AllocStats:
         """This snapshot once ``tokens`` of growth the engine has deferred reach the
@@ -139,7 +181,7 @@ class AllocStats:
         return self.largest_free_extent_tokens / self.free_tokens
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Failure:
     """Why the last ``allocate``/``extend``/``fork`` answered no."""
 
@@ -148,6 +190,21 @@ class Failure:
     free_tokens: int
     largest_free_extent_tokens: int
     cause: FailureCause
+
+    # Written out (the dataclass keeps it): a generated __init__ stays interpreted in the
+    # compiled build. Not frozen for the same reason (a frozen one must set fields through
+    # object.__setattr__); treat instances as immutable snapshots.
+    def __init__(
+        self,
+        need_tokens: int,
+        free_tokens: int,
+        largest_free_extent_tokens: int,
+        cause: FailureCause,
+    ) -> None:
+        self.need_tokens = need_tokens
+        self.free_tokens = free_tokens
+        self.largest_free_extent_tokens = largest_free_extent_tokens
+        self.cause = cause
 
 
 def classify(need_tokens: int, free_tokens: int, largest_free_extent_tokens: int) -> FailureCause:

@@ -1,5 +1,6 @@
-"""Group and Step write their ``__init__`` out (a dataclass-generated one stays
-interpreted in the compiled build): it must set every field to its declared default."""
+"""The engine's hot dataclasses write their ``__init__`` out (a dataclass-generated one
+stays interpreted in the compiled build): it must set every field, to its declared
+default where none is given."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import dataclasses
 import math
 from typing import Any
 
-from sim.batch import Group, Step
+import pytest
+
+from policies.allocators.base import Allocation, AllocStats, Failure
+from sim.batch import Group, SchedEvent, Step
 
 
 def _declared_default(f: dataclasses.Field[Any]) -> Any:
@@ -37,3 +41,21 @@ def test_step_init_sets_every_field_to_its_default() -> None:
     for f in dataclasses.fields(Step):
         assert getattr(s, f.name) == _declared_default(f), f.name
     assert s.decoding is not Step().decoding
+
+
+@pytest.mark.parametrize("cls", [Allocation, Failure, AllocStats, SchedEvent])
+def test_snapshot_inits_take_every_field_in_order_with_its_default(cls: type) -> None:
+    fields = dataclasses.fields(cls)
+    values = {
+        f.name: f"v{i}" if f.name in ("kind", "cause", "detail") else i + 1
+        for i, f in enumerate(fields)
+    }
+    by_position = cls(*values.values())
+    by_name = cls(**values)
+    for f in fields:
+        assert getattr(by_position, f.name) == values[f.name] == getattr(by_name, f.name)
+    required = [values[f.name] for f in fields if f.default is dataclasses.MISSING]
+    minimal = cls(*required)
+    for f in fields:
+        if f.default is not dataclasses.MISSING:
+            assert getattr(minimal, f.name) == f.default, f.name
