@@ -19,4 +19,4 @@ from pathlib import Path
 
 if os.environ.get("FRAGSIM_BENCH_INSTALLED") == "1":
     _tree = str(Path(__file__).resolve().parents[1])
-    sys.path[:] = [p for p in sys.path if p not in ("", _tree)] + [_tree]
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _tree] + [_tree]

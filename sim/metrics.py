@@ -222,19 +222,30 @@ class Recorder:
 def frame(rows: list[tuple[object, ...]], columns: tuple[str, ...]) -> pd.DataFrame:
     """``pd.DataFrame.from_records(rows, columns=columns)``, the same frame, faster.
 
-    A column numpy reads as numbers or booleans (all ints -> int64, ints and floats ->
-    float64, the dtypes pandas infers too) is converted in one C loop; any other column
-    (strings, None) goes through pandas' own inference, as ``from_records`` would."""
+    A column of only bools, or only ints and floats, is converted by numpy in one C loop
+    (bool, int64 or float64: the dtypes pandas infers too); any other column (strings,
+    None, mixtures) goes through pandas' own inference, as ``from_records`` would."""
     if not rows:
         return pd.DataFrame.from_records(rows, columns=list(columns))
     data: dict[str, Any] = {}
     for k, name in enumerate(columns):
         values = [row[k] for row in rows]
-        array = np.array(values)
-        data[name] = (
-            array if array.dtype.kind in "biuf" and array.ndim == 1 else _inferred(name, values)
-        )
+        array = _numeric(values)
+        data[name] = _inferred(name, values) if array is None else array
     return pd.DataFrame(data, columns=list(columns))
+
+
+def _numeric(values: list[object]) -> Any:
+    """``values`` as a 1-D numpy array when they are all bools, or all ints and floats
+    (the dtypes ``from_records`` infers for those); None otherwise."""
+    types = set(map(type, values))
+    if not (types == {bool} or (types and types <= {int, float})):
+        return None
+    try:
+        array = np.array(values)
+    except (ValueError, OverflowError):
+        return None
+    return array if array.ndim == 1 and array.dtype.kind in "bif" else None
 
 
 def request_frame(groups: list[Group], replicas: list[int]) -> pd.DataFrame:

@@ -160,7 +160,10 @@ class Replica:
         self._wake: simpy.Event | None = None
         self._restart: tuple[RestartMode, float] | None = None
         self._back_up: simpy.Event | None = None
-        self.process = env.process(self._run_exact() if exact else self._run_fast())
+        self._generators: list[Generator[simpy.Event, Any, None]] = [
+            self._run_exact() if exact else self._run_fast()
+        ]
+        self.process = env.process(self._generators[0])
 
     # -- the outside world ---------------------------------------------------------
     @property
@@ -189,12 +192,28 @@ class Replica:
         event per arrival; exact mode runs one arrival process (an event per distinct
         arrival time)."""
         if self.exact:
-            self.env.process(self._arrivals(groups))
+            arrivals = self._arrivals(groups)
+            self._generators.append(arrivals)
+            self.env.process(arrivals)
             return
         if self._feed_next >= len(self._feed):
             self._feed_start_s = self.env.now
         self._feed.extend(groups)
         self._poke()
+
+    def close(self) -> None:
+        """End this replica for good (the run is over; it must not be stepped again):
+        its suspended processes are closed and its scheduler's callbacks dropped, so no
+        reference cycle keeps the replica, its requests or the environment alive once
+        the caller lets go of them."""
+        for generator in self._generators:
+            generator.close()
+        self._generators.clear()
+        self.sched.drop_callbacks()
+        self._feed = []
+        self._retries = []
+        self._plan = None
+        self._wake = self._back_up = None
 
     def request_restart(self, mode: RestartMode, downtime_s: float) -> simpy.Event:
         """Restart at the next step boundary: ``kill`` drops the running batch (its

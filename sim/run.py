@@ -33,10 +33,12 @@ def make_groups(requests: pd.DataFrame) -> list[Group]:
     """One Group per trace row, in arrival order."""
     n = len(requests)
     col = requests.get
-    ids = requests["request_id"].to_numpy().tolist()
-    arrivals = requests["arrival_s"].to_numpy(dtype=float).tolist()
-    prompts = requests["prompt_tokens"].to_numpy().tolist()
-    outputs = requests["output_tokens"].to_numpy().tolist()
+    # Plain ints and floats whatever the frame's dtypes (the compiled build refuses a
+    # float or numpy scalar where an int is declared).
+    ids = requests["request_id"].to_numpy(dtype=np.int64).tolist()
+    arrivals = requests["arrival_s"].to_numpy(dtype=np.float64).tolist()
+    prompts = requests["prompt_tokens"].to_numpy(dtype=np.int64).tolist()
+    outputs = requests["output_tokens"].to_numpy(dtype=np.int64).tolist()
     samples = col("num_samples")
     beams = col("beam_width")
     width = np.ones(n, dtype=np.int64)
@@ -154,22 +156,15 @@ def _gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while simulating. The run allocates a Group and a
     few small objects per request that all stay alive until it ends (no cycles become
     garbage before that), so collections would only rescan them: 15-20 % of the run's
-    wall time on long traces. The previous state is restored afterwards.
-
-    Re-enabling alone would make the next allocation collect the youngest generation,
-    which then holds every object the run made (a pass over millions of objects, ~5 %
-    of a day's run); they are moved to the oldest generation first (``gc.freeze`` then
-    ``gc.unfreeze``: two list splices, no scan), where they are collected as any other
-    long-lived objects are. Skipped when the caller has frozen objects of its own."""
+    wall time on long traces. The run breaks its own reference cycles when it ends
+    (``_release``), so reference counting frees its objects and the first collection
+    after re-enabling has nearly nothing to scan. The previous state is restored."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
-            if gc.get_freeze_count() == 0:
-                gc.freeze()
-                gc.unfreeze()
             gc.enable()
 
 
@@ -207,9 +202,9 @@ def _simulate(
 
     recorder.on_count = on_count
     replica.feed(groups)
-    env.process(_sampler(env, replica, recorder, scenario.metrics.sample_interval_s))
+    processes = [_sampler(env, replica, recorder, scenario.metrics.sample_interval_s)]
     if scenario.restart is not None:
-        env.process(
+        processes.append(
             _restarts(
                 env,
                 replica,
@@ -221,7 +216,9 @@ def _simulate(
     last_arrival = groups[-1].arrival_s if groups else 0.0
     end_hint = scenario.duration_s or max(last_arrival * 1.05, 1.0)
     if progress is not None:
-        env.process(_progress(env, progress, end_hint))
+        processes.append(_progress(env, progress, end_hint))
+    for process in processes:
+        env.process(process)
     if total == 0:
         all_done.succeed()
     stop: simpy.Event = all_done
@@ -245,7 +242,27 @@ def _simulate(
         "wakeups": replica.wakeups_total,
         "end_s": env.now,
     }
+    _release(env, replica, recorder, processes)
     return RunResult(req_df, ts_df, ev_df, summary)
+
+
+def _release(
+    env: simpy.Environment,
+    replica: Replica,
+    recorder: Recorder,
+    processes: list[Generator[simpy.Event, Any, None]],
+) -> None:
+    """Break the reference cycles a finished run leaves — the environment's pending
+    events hold processes whose suspended generators hold the environment, the replica
+    and its scheduler's callbacks hold each other, the recorder holds a closure over
+    itself — so reference counting frees the run's objects (every request's record
+    included) as soon as the caller drops them. Cyclic collection was paused during the
+    run; without this, they would wait for a full collection."""
+    replica.close()
+    for process in processes:
+        process.close()
+    recorder.on_count = None
+    env._queue.clear()
 
 
 def _succeed(event: simpy.Event) -> None:

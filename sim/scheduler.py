@@ -64,6 +64,18 @@ def _admission_order(g: Group) -> int:
     return g.order
 
 
+def _ignore_event(event: SchedEvent) -> None:
+    pass
+
+
+def _ignore_retry(group: Group, delay_s: float) -> None:
+    pass
+
+
+def _ignore_done(group: Group) -> None:
+    pass
+
+
 class Scheduler:
     """FCFS continuous batching over one allocator. See the module docstring."""
 
@@ -106,6 +118,13 @@ class Scheduler:
         already grown in this step (``unsynced_tokens`` counts it)."""
 
     # -- arrivals ---------------------------------------------------------------------
+    def drop_callbacks(self) -> None:
+        """Forget the event, retry and done callbacks (they usually close over the
+        owner, a reference cycle); later events go nowhere."""
+        self._on_event = _ignore_event
+        self._on_retry = _ignore_retry
+        self._on_done = _ignore_done
+
     def submit(self, group: Group, now: float) -> None:
         """Queue a request (first arrival or client retry)."""
         if group.prompt_tokens >= self.config.max_seq_tokens:

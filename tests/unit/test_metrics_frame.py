@@ -38,6 +38,7 @@ def same_as_from_records(rows: list[tuple[object, ...]], columns: tuple[str, ...
         [(1, 2, "a", None), (3, 4.5, None, None)],  # int+float; str+None; all None
         [(1 << 40, -0.0, "x", 1.0), (-(1 << 40), math.inf, "y", None)],  # float+None
         [(True, 1, "b", 7), (False, 2, "c", 8)],
+        [(True, 1.5, (1, 2), 1 << 70), (2, False, (3,), 5)],  # bool+number; uneven; huge
     ],
 )
 def test_hand_made_rows(rows: list[tuple[object, ...]]) -> None:
