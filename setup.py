@@ -9,7 +9,7 @@ builds that into ``.venv-native``; ``make bench`` measures it; ``make test`` run
 whole suite on both builds. Metadata and the pure build are in ``pyproject.toml``.
 
 Compiled modules are ordinary typed Python with a few rules (mypyc's): no pydantic
-models (configs live in ``policies/allocators/config.py`` and ``sim/latency_config.py``),
+models (configs live in ``policies/allocators/config.py`` and ``sim/latency/config.py``),
 no monkeypatching of their classes, and annotations that hold at run time (an ``int``
 attribute given a float raises TypeError in the compiled build).
 """

@@ -51,13 +51,13 @@ import simpy
 from policies.allocators.base import PoolSpec
 from policies.allocators.paged import PagedAllocator
 from sim.build import engine_build
+from sim.engine.scheduler import Group
 from sim.hardware import GPUS, MODELS
-from sim.latency import RooflineLatency, decode_run_fn, steps_within_fn
-from sim.results import RunResult
-from sim.run import run
-from sim.scenario import Scenario, parse_scenario
-from sim.scheduler import Group
-from sim.workload import load_workload
+from sim.latency.models import RooflineLatency, decode_run_fn, steps_within_fn
+from sim.results.io import RunResult
+from sim.runner import run
+from sim.scenario.schema import Scenario, parse_scenario
+from sim.scenario.workload import load_workload
 
 AZURE_CONV = (
     Path(__file__).resolve().parents[2]

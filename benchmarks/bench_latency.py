@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from sim.build import engine_build
 from sim.hardware import GPUS, MODELS
-from sim.latency import RooflineLatency, _bisect_steps_within_s, decode_steps_within_s
+from sim.latency.models import RooflineLatency, _bisect_steps_within_s, decode_steps_within_s
 
 DECODE_SEQS = 34
 KV_TOKENS_START = 46_000

@@ -1,2 +1,39 @@
-"""The SimPy engine: scenarios, hardware presets, latency models, the scheduler, the
-replica, metrics and results. Imports no torch and no plotly."""
+"""fragsim's simulator: trace-driven SimPy runs of LLM-serving replicas and their KV-cache
+allocators. Imports no torch and no plotly.
+
+The public API (everything else is internal and may move)::
+
+    import sim
+    scenario = sim.load_scenario("seed-bimodal-best-fit")   # a path or a built-in name
+    result = sim.run(scenario)                               # the scenario's own workload
+    result.summary["failures"], result.requests, result.timeseries, result.events
+    result.write("out/")                                     # Parquet + JSON, atomically
+
+* :func:`run` -- simulate a :class:`Scenario` (on its own workload, or on a canonical
+  request table from ``traces.load``) and return a :class:`RunResult`.
+* :func:`load_scenario` / :func:`parse_scenario` -- a scenario from a YAML file (or a
+  built-in name) / from a dict; both raise :class:`ScenarioError` naming the field.
+* :func:`load_workload` -- the request table a scenario's ``workload`` describes.
+* :func:`read_result` -- a :class:`RunResult` back from a run directory.
+
+Packages: ``sim.engine`` (the compiled core: scheduler, decode ticks, replica, recorder),
+``sim.latency`` (step-time models), ``sim.scenario`` (schema, workloads, built-ins),
+``sim.results`` (frames, summary, files), ``sim.cli`` (the ``fragsim`` command),
+``sim.fleet`` and ``sim.sweep`` (homes of the fleet and of sweeps).
+"""
+
+from sim.results.io import RunResult, read_result
+from sim.runner import run
+from sim.scenario.schema import Scenario, ScenarioError, load_scenario, parse_scenario
+from sim.scenario.workload import load_workload
+
+__all__ = [
+    "RunResult",
+    "Scenario",
+    "ScenarioError",
+    "load_scenario",
+    "load_workload",
+    "parse_scenario",
+    "read_result",
+    "run",
+]

@@ -12,13 +12,14 @@ import importlib
 from importlib.machinery import EXTENSION_SUFFIXES
 
 COMPILED_MODULES: tuple[str, ...] = (
-    "sim.batch",
-    "sim.ticks",
-    "sim.scheduler",
-    "sim.decode_runs",
-    "sim.latency",
-    "sim.replica",
-    "sim.metrics",
+    "sim.engine.batch",
+    "sim.engine.ticks",
+    "sim.engine.scheduler",
+    "sim.latency.decode_runs",
+    "sim.latency.models",
+    "sim.engine.replica",
+    "sim.engine.recorder",
+    "sim.results.frames",
     "policies.allocators.base",
     "policies.allocators.extents",
     "policies.allocators.contiguous",

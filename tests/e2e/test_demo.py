@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sim.builtin import DEMO
 from sim.cli import app
+from sim.scenario.builtin import DEMO
 
 
 @pytest.mark.slow

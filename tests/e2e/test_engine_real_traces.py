@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fast_exact import assert_modes_agree
+from support.fast_exact import assert_modes_agree
 
 import traces
-from sim.run import run
-from sim.scenario import parse_scenario
+from sim.runner import run
+from sim.scenario.schema import parse_scenario
 
 
 def scenario(trace: Path, allocator: dict[str, Any], **hardware: Any) -> Any:

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from sim.builtin import builtin_data, builtin_names
-from sim.run import run
-from sim.scenario import parse_scenario
-from sim.workload import load_workload
+from sim.runner import run
+from sim.scenario.builtin import builtin_data, builtin_names
+from sim.scenario.schema import parse_scenario
+from sim.scenario.workload import load_workload
 
 GOLDEN = Path(__file__).parent / "data" / "builtin_summaries.json"
 SHORT_S = {

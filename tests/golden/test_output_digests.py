@@ -19,11 +19,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.builtin import builtin_data
-from sim.results import RunResult
-from sim.run import run
-from sim.scenario import parse_scenario
-from sim.workload import load_workload
+from sim.results.io import RunResult
+from sim.runner import run
+from sim.scenario.builtin import builtin_data
+from sim.scenario.schema import parse_scenario
+from sim.scenario.workload import load_workload
 
 GOLDEN = Path(__file__).parent / "data" / "output_digests.json"
 SHORT_S = {"seed-bimodal-best-fit-daily-restart": 21_600.0, "system-prompt-paged": 900.0}

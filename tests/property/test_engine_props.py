@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.run import run
-from sim.scenario import parse_scenario
+from sim.runner import run
+from sim.scenario.schema import parse_scenario
 
 
 def trace(

@@ -27,15 +27,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import simpy
-from fast_exact import assert_modes_agree, run_mode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.fast_exact import assert_modes_agree, run_mode
 
 from policies.allocators.base import PoolSpec
 from policies.allocators.paged import PagedAllocator
-from sim.latency import ConstantLatency
-from sim.replica import Replica
-from sim.scheduler import Group, SchedulerConfig
+from sim.engine.replica import Replica
+from sim.engine.scheduler import Group, SchedulerConfig
+from sim.latency.models import ConstantLatency
 
 ALLOCATORS: list[dict[str, Any]] = [
     {"kind": "paged", "block_size_tokens": 16, "prefix_caching": False},

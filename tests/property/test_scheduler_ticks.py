@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from policies.allocators.base import Allocator, PoolSpec
 from policies.allocators.registry import ALLOCATORS
 from policies.allocators.vm_paged import VmPagedAllocator
-from sim.scheduler import Group, Scheduler, SchedulerConfig
+from sim.engine.scheduler import Group, Scheduler, SchedulerConfig
 
 POLICIES: list[dict[str, Any]] = [
     {"kind": "paged", "block_size_tokens": 4},

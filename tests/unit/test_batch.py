@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from policies.allocators.base import Allocation, AllocStats, Failure
-from sim.batch import Group, SchedEvent, Step
+from sim.engine.batch import Group, SchedEvent, Step
 
 
 def _declared_default(f: dataclasses.Field[Any]) -> Any:

@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from sim.hardware import GPUS, MODELS
-from sim.latency import (
+from sim.latency.config import (
+    CalibratedLatencyConfig,
+    ConstantLatencyConfig,
+    LatencyConfig,
+    RooflineLatencyConfig,
+)
+from sim.latency.models import (
     LATENCY_FORMAT,
     CalibratedLatency,
     ConstantLatency,
@@ -24,12 +30,6 @@ from sim.latency import (
     decode_run_s,
     decode_steps_within_s,
     fit_calibrated_latency,
-)
-from sim.latency_config import (
-    CalibratedLatencyConfig,
-    ConstantLatencyConfig,
-    LatencyConfig,
-    RooflineLatencyConfig,
 )
 
 LLAMA7, A100 = MODELS["llama-2-7b"], GPUS["a100-80gb"]

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.hardware import GPUS, MODELS
-from sim.latency import (  # the inversion's core, tested directly
+from sim.latency.models import (  # the inversion's core, tested directly
     LATENCY_FORMAT,
     CalibratedLatency,
     ConstantLatency,

@@ -9,17 +9,11 @@ import pandas as pd
 import pytest
 
 from sim.build import engine_build
-from sim.metrics import (
-    EVENT_COLUMNS,
-    REQUEST_COLUMNS,
-    SAMPLE_COLUMNS,
-    Recorder,
-    frame,
-    request_frame,
-)
-from sim.run import run
-from sim.scenario import parse_scenario
-from sim.workload import load_workload
+from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS, Recorder
+from sim.results.frames import REQUEST_COLUMNS, frame, request_frame
+from sim.runner import run
+from sim.scenario.schema import parse_scenario
+from sim.scenario.workload import load_workload
 
 
 def same_as_from_records(rows: list[tuple[object, ...]], columns: tuple[str, ...]) -> None:

@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.results import RunResult
-from sim.run import run
-from sim.scenario import parse_scenario
+from sim.results.io import RunResult
+from sim.runner import run
+from sim.scenario.schema import parse_scenario
 
 STEP_S = 0.01
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from sim.batch import Group
-from sim.run import run
-from sim.scenario import parse_scenario
-from sim.workload import load_workload
+from sim.engine.batch import Group
+from sim.runner import run
+from sim.scenario.schema import parse_scenario
+from sim.scenario.workload import load_workload
 
 
 def _live_groups() -> int:

@@ -17,7 +17,7 @@ import pytest
 
 from policies.allocators.base import Allocator, PoolSpec
 from policies.allocators.registry import ALLOCATORS
-from sim.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
+from sim.engine.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
 
 STEP_S = 0.01
 

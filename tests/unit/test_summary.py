@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.metrics import EVENT_COLUMNS, REQUEST_COLUMNS, SAMPLE_COLUMNS
-from sim.results import summary_json
-from sim.summary import AlertThresholds, summarize
+from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS
+from sim.results.frames import REQUEST_COLUMNS
+from sim.results.io import summary_json
+from sim.results.summary import AlertThresholds, summarize
 
 
 def requests_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:

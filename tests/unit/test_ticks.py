@@ -9,8 +9,8 @@ import pytest
 from policies.allocators.base import PoolSpec
 from policies.allocators.paged import PagedAllocator
 from policies.allocators.registry import ALLOCATORS
-from sim.scheduler import Group
-from sim.ticks import DecodeTicks
+from sim.engine.scheduler import Group
+from sim.engine.ticks import DecodeTicks
 
 
 def _members(alloc: PagedAllocator, rng: np.random.Generator, n: int, forks: bool) -> list[Group]:

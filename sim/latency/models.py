@@ -37,19 +37,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from sim.decode_runs import (
-    _constant_run_s,
-    _linear_run_s,
-    _linear_steps_within_s,
-    _positive_root,
-    _roofline_run_s,
-    _RooflineRun,
-    _settle,
-)
-from sim.decode_runs import _linear_run_from_terms as _linear_run_from_terms  # re-export
-from sim.decode_runs import _linear_run_terms as _linear_run_terms  # re-export
 from sim.hardware import GpuSpec, ModelSpec, kv_bytes_per_token
-from sim.latency_calibrated import (
+from sim.latency.calibrated import (
     LATENCY_FORMAT,
     CalibratedLatency,
     CalibrationFile,
@@ -58,6 +47,17 @@ from sim.latency_calibrated import (
     ValidRange,
     fit_calibrated_latency,
 )
+from sim.latency.decode_runs import (
+    _constant_run_s,
+    _linear_run_s,
+    _linear_steps_within_s,
+    _positive_root,
+    _roofline_run_s,
+    _RooflineRun,
+    _settle,
+)
+from sim.latency.decode_runs import _linear_run_from_terms as _linear_run_from_terms  # re-export
+from sim.latency.decode_runs import _linear_run_terms as _linear_run_terms  # re-export
 
 __all__ = [
     "LATENCY_FORMAT",

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from policies.allocators.registry import ALLOCATORS
-from sim.cli_run import fail
+from sim.cli.run import fail
 from sim.hardware import GPUS, MODELS, HardwareConfig, kv_bytes_per_token
 
 

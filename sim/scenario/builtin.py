@@ -1,4 +1,4 @@
-"""Built-in scenarios shipped in ``sim/scenarios/``: runnable by name anywhere a
+"""Built-in scenarios shipped in ``sim/scenario/data/``: runnable by name anywhere a
 scenario path is accepted (``fragsim run seed-bimodal-best-fit -o out/``)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-SCENARIO_DIR = Path(__file__).parent / "scenarios"
+SCENARIO_DIR = Path(__file__).parent / "data"
 
 #: What ``make demo`` / ``fragsim demo`` runs: the fleet seed's worked example, its
 #: paged counterfactual, and the scheduled-restart mitigation.

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.hardware import GpuSpec, ModelSpec
-from sim.latency import CalibratedLatency, ConstantLatency, LatencyModel, RooflineLatency
+from sim.latency.models import CalibratedLatency, ConstantLatency, LatencyModel, RooflineLatency
 
 
 class RooflineLatencyConfig(BaseModel):

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from policies.allocators.base import Allocator
-    from sim.batch import Group
+    from sim.engine.batch import Group
 
 Growth = Literal["grown", "short"]
 """What ``DecodeTicks.try_grow`` found: the members grew (their pooled blocks drawn), or

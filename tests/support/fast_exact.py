@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from hypothesis import note
 
-from sim.results import RunResult
-from sim.run import run
-from sim.scenario import parse_scenario
+from sim.results.io import RunResult
+from sim.runner import run
+from sim.scenario.schema import parse_scenario
 
 
 def run_mode(data: dict[str, Any], df: pd.DataFrame, mode: str) -> RunResult:

@@ -8,7 +8,7 @@ import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
 from sim.errors import validation_lines
-from sim.scenario import Scenario, ScenarioError, WorkloadConfig
+from sim.scenario.schema import Scenario, ScenarioError, WorkloadConfig
 from traces import load, synth, transform
 from traces.arrivals import ArrivalSpec
 

@@ -13,12 +13,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sim.builtin import DEMO, builtin_names, describe_builtin, resolve_scenario
-from sim.cli_trace import show_trace_warnings
-from sim.results import FILES, RunResult, check_replaceable, summary_json
-from sim.run import Parts, build_parts, run
-from sim.scenario import Scenario, ScenarioError, load_scenario
-from sim.workload import load_workload
+from sim.cli.trace import show_trace_warnings
+from sim.results.io import FILES, RunResult, check_replaceable, summary_json
+from sim.runner import Parts, build_parts, run
+from sim.scenario.builtin import DEMO, builtin_names, describe_builtin, resolve_scenario
+from sim.scenario.schema import Scenario, ScenarioError, load_scenario
+from sim.scenario.workload import load_workload
 
 err = Console(stderr=True, soft_wrap=True)
 

@@ -17,11 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from policies.allocators.config import AllocatorConfig
 from policies.allocators.registry import ALLOCATORS, parse_allocator
+from sim.engine.scheduler import SchedulerConfig
 from sim.errors import validation_lines
 from sim.hardware import HardwareConfig
-from sim.latency_config import LatencyConfig, RooflineLatencyConfig
-from sim.scheduler import SchedulerConfig
-from sim.summary import AlertThresholds
+from sim.latency.config import LatencyConfig, RooflineLatencyConfig
+from sim.results.summary import AlertThresholds
 
 
 class ScenarioError(ValueError):
@@ -190,9 +190,12 @@ def format_validation_error(source: str, err: ValidationError, data: object) -> 
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario YAML; relative paths inside are rebased on its folder.
-    Raises ScenarioError with a message naming the file and field."""
-    path = Path(path)
+    """Read and validate a scenario YAML -- a path, or the name of a built-in scenario
+    when no such file exists (``sim.scenario.builtin``); relative paths inside are rebased
+    on its folder. Raises ScenarioError with a message naming the file and field."""
+    from sim.scenario.builtin import resolve_scenario
+
+    path = resolve_scenario(path)
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as e:

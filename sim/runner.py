@@ -19,14 +19,14 @@ import simpy
 
 from policies.allocators.base import PoolSpec
 from policies.allocators.config import AllocatorConfig
-from sim.batch import groups_from_columns
-from sim.latency import LatencyModel
-from sim.metrics import Recorder
-from sim.replica import Replica
-from sim.results import RunResult
-from sim.scenario import Scenario, ScenarioError
-from sim.scheduler import Group, SchedulerConfig
-from sim.summary import summarize
+from sim.engine.batch import groups_from_columns
+from sim.engine.recorder import Recorder
+from sim.engine.replica import Replica
+from sim.engine.scheduler import Group, SchedulerConfig
+from sim.latency.models import LatencyModel
+from sim.results.io import RunResult
+from sim.results.summary import summarize
+from sim.scenario.schema import Scenario, ScenarioError
 
 
 def make_groups(requests: pd.DataFrame) -> list[Group]:
@@ -137,15 +137,20 @@ def _adopt_hash_block(allocator: AllocatorConfig, requests: pd.DataFrame) -> All
 
 def run(
     scenario: Scenario,
-    requests: pd.DataFrame,
+    requests: pd.DataFrame | None = None,
     *,
     progress: Callable[[float, float], None] | None = None,
     parts: Parts | None = None,
 ) -> RunResult:
-    """Simulate ``requests`` (canonical trace frame, sorted by arrival) under ``scenario``.
+    """Simulate ``requests`` (canonical trace frame, sorted by arrival; by default the
+    scenario's own workload, ``load_workload(scenario)``) under ``scenario``.
 
     ``progress(now_s, end_s)`` is called every 1 % of simulated time when given;
     ``parts`` (from :func:`build_parts`) skips building them again."""
+    if requests is None:
+        from sim.scenario.workload import load_workload
+
+        requests = load_workload(scenario)
     parts = parts or build_parts(scenario, requests)
     with _gc_paused():
         return _simulate(scenario, requests, parts, progress)

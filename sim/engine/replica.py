@@ -41,8 +41,8 @@ import simpy
 from simpy.events import URGENT
 
 from policies.allocators.base import Allocator
-from sim.latency import LatencyModel, decode_run_fn, decode_run_s, steps_within_fn
-from sim.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
+from sim.engine.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
+from sim.latency.models import LatencyModel, decode_run_fn, decode_run_s, steps_within_fn
 
 RestartMode = Literal["drain", "kill"]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import typer
 
-from sim.cli_info import allocators_command, hardware_command
-from sim.cli_run import demo_command, run_command, scenarios_command
-from sim.cli_trace import trace_app
+from sim.cli.info import allocators_command, hardware_command
+from sim.cli.run import demo_command, run_command, scenarios_command
+from sim.cli.trace import trace_app
 
 app = typer.Typer(
     name="fragsim",

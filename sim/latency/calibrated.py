@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sim.decode_runs import _bisect_run_s, _linear_run_s, _linear_steps_within_s
+from sim.latency.decode_runs import _bisect_run_s, _linear_run_s, _linear_steps_within_s
 
 FloatArray = npt.NDArray[np.float64]
 

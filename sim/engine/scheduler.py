@@ -37,7 +37,7 @@ from collections.abc import Callable
 import numpy as np
 
 from policies.allocators.base import Allocator, FailureCause
-from sim.batch import (
+from sim.engine.batch import (
     Group,
     OnAdmissionFailure,
     Preemption,
@@ -46,7 +46,7 @@ from sim.batch import (
     Status,
     Step,
 )
-from sim.ticks import DecodeTicks, sync_deferred
+from sim.engine.ticks import DecodeTicks, sync_deferred
 
 __all__ = [
     "Group",
