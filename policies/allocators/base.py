@@ -363,11 +363,6 @@ class Allocator:
             raise ValueError(f"tokens must be >= 0, got {tokens}")
 
     # -- diagnosis --------------------------------------------------------------------
-    def classify_failure(self, tokens: int) -> FailureCause:
-        """Would a ``tokens``-slot need fail for lack of memory or for fragmentation?"""
-        s = self.stats()
-        return classify(tokens, s.free_tokens, s.largest_free_extent_tokens)
-
     def last_failure(self) -> Failure | None:
         """Why the most recent refused operation was refused (None if none was)."""
         return self._last_failure
@@ -382,13 +377,3 @@ class Allocator:
             largest_free_extent_tokens=s.largest_free_extent_tokens,
             cause=classify(need_tokens, s.free_tokens, s.largest_free_extent_tokens),
         )
-
-    def free_extent_histogram(self, edges_tokens: Sequence[int]) -> list[int]:
-        """Counts of free extents per bin ``[edges[i], edges[i+1])``, last bin open."""
-        counts = [0] * len(edges_tokens)
-        for size in self.free_extent_sizes():
-            for i in range(len(edges_tokens) - 1, -1, -1):
-                if size >= edges_tokens[i]:
-                    counts[i] += 1
-                    break
-        return counts

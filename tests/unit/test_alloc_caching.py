@@ -11,6 +11,7 @@ from policies.allocators.caching import (
     segment_size_bytes,
 )
 from policies.allocators.config import CachingConfig
+from policies.allocators.diagnostics import classify_failure
 from policies.allocators.registry import parse_allocator
 
 MIB = 1 << 20
@@ -71,7 +72,7 @@ def test_free_memory_scattered_across_segments_fails_as_fragmentation() -> None:
     assert a.allocate(99, 9) is None
     failure = a.last_failure()
     assert failure is not None and failure.cause == "fragmentation"
-    assert a.classify_failure(9) == "fragmentation" and a.classify_failure(71) == "capacity"
+    assert classify_failure(a, 9) == "fragmentation" and classify_failure(a, 71) == "capacity"
     assert a.allocate(100, 8) is not None  # a cached block serves what fits inside it
 
 

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from policies.allocators.base import PoolSpec
 from policies.allocators.contiguous import ContiguousAllocator
+from policies.allocators.diagnostics import classify_failure, free_extent_histogram
 from policies.allocators.registry import parse_allocator
 
 
@@ -110,8 +111,8 @@ def test_seed_worked_example_a_22000_token_request_fails_at_38_percent_free(kind
     assert alloc.allocate(999, 22_000) is None
     failure = alloc.last_failure()
     assert failure is not None and failure.cause == "fragmentation"
-    assert alloc.classify_failure(22_000) == "fragmentation"
-    assert alloc.classify_failure(200_000) == "capacity"
+    assert classify_failure(alloc, 22_000) == "fragmentation"
+    assert classify_failure(alloc, 200_000) == "capacity"
 
 
 def test_free_extent_histogram_bins_the_free_extents() -> None:
@@ -126,4 +127,4 @@ def test_free_extent_histogram_bins_the_free_extents() -> None:
     for rid in (1, 3, 4, 8):  # holes of 100, 200 and 100 tokens, nothing else free
         alloc.free(rid)
     assert sorted(alloc.free_extent_sizes()) == [100, 100, 200]
-    assert alloc.free_extent_histogram([1, 150, 1000]) == [2, 1, 0]
+    assert free_extent_histogram(alloc, [1, 150, 1000]) == [2, 1, 0]

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from policies.allocators.base import PoolSpec
 from policies.allocators.config import PagedConfig
+from policies.allocators.diagnostics import classify_failure
 from policies.allocators.paged import PagedAllocator
 from policies.allocators.registry import ALLOCATORS, parse_allocator
 
@@ -43,7 +44,7 @@ def test_capacity_is_whole_blocks_and_a_refusal_is_capacity() -> None:
     assert a.stats() == before
     failure = a.last_failure()
     assert failure is not None and failure.cause == "capacity" and failure.need_tokens == 16
-    assert a.classify_failure(10_000) == "capacity"
+    assert classify_failure(a, 10_000) == "capacity"
     with pytest.raises(ValueError, match="already live"):
         a.allocate(1, 5)
 
