@@ -65,10 +65,18 @@ FORMATS: Final[Mapping[str, Format]] = MappingProxyType(
             Format(
                 "canonical",
                 ("csv", "jsonl", "parquet"),
-                ("request_id", "arrival_s", "prompt_tokens", "output_tokens"),
-                ("prefix_hashes", "prefix_block_tokens", "num_samples", "beam_width", "session_id"),
+                ("arrival_s", "prompt_tokens", "output_tokens"),
+                (
+                    "request_id",
+                    "prefix_hashes",
+                    "prefix_block_tokens",
+                    "num_samples",
+                    "beam_width",
+                    "session_id",
+                ),
                 CANONICAL_TYPES,
-                "fragsim's own schema (traces/schema.py), CSV / JSONL / Parquet",
+                "fragsim's own schema (traces/schema.py), CSV / JSONL / Parquet; "
+                "without request_id, data rows are numbered from 0",
             ),
             Format(
                 "azure",

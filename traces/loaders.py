@@ -6,8 +6,9 @@ Contracts:
 - The result has every column of :data:`traces.schema.ARROW_SCHEMA` (absent optional
   columns filled with their defaults), is validated row by row, and is sorted by
   ``arrival_s`` (stable, so ties keep file order).
-- Formats without request ids number data rows from 0 in file order, so ids point back
-  at the source row even after sorting or dropping rows.
+- Formats without request ids (and canonical files without a ``request_id`` column)
+  number data rows from 0 in file order, so ids point back at the source row even after
+  sorting or dropping rows.
 - Unsorted arrivals are sorted with a :class:`TraceWarning`; with ``strict=True`` they
   raise :class:`TraceError` naming the first row that goes back in time.
 - BurstGPT rows with 0 response tokens are failed requests: dropped with one
@@ -15,7 +16,7 @@ Contracts:
 - Length-only files have no arrival times: they are drawn from ``arrivals`` (an
   :mod:`traces.arrivals` spec) with a Generator seeded by ``seed``; without ``arrivals``
   they raise :class:`TraceError`.
-- Request ids (canonical files) are unique over the whole trace, checked chunk by chunk
+- Request ids (canonical files that have them) are unique over the whole trace, checked chunk by chunk
   in bounded memory by :class:`traces.ids.UniqueIds`; a repeat names its row.
 - Every failure is a :class:`TraceError`; no pyarrow/JSON/Unicode exception escapes.
 """
@@ -102,7 +103,8 @@ def iter_tables(
         ctx.arrivals_s = arrival_times(arrivals, np.random.default_rng(seed), num_requests=n)
     rows = 0
     last_s = -np.inf
-    seen = UniqueIds() if fmt.name == "canonical" else None  # others number rows 0..n-1
+    has_ids = fmt.name == "canonical" and "request_id" in header.columns
+    seen = UniqueIds() if has_ids else None  # without ids, rows are numbered 0..n-1
     for raw in iter_raw(path, fmt, header, chunk_rows):
         ctx.row_offset = rows
         table = to_canonical(ctx, fmt, raw)

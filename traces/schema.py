@@ -7,7 +7,8 @@ and consumers use :data:`OPTIONAL_DEFAULTS` when they are.
 Columns
 -------
 request_id : int64
-    Unique within the trace. Loaders that read formats without ids number rows 0..n-1.
+    Unique within the trace. Loaders that read formats without ids (or canonical files
+    without this column) number data rows 0..n-1 in file order.
 arrival_s : float64
     Seconds from the start of the trace (the first request need not be at 0).
 prompt_tokens : int64

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from traces.errors import TraceError
 from traces.formats import FORMATS
-from traces.schema import ARROW_SCHEMA, REQUIRED_COLUMNS
+from traces.schema import ARROW_SCHEMA
 from traces.validate import ReadContext, to_canonical
 
 HASHES_DTYPE = pd.ArrowDtype(pa.list_(pa.int64()))
@@ -56,10 +56,11 @@ def _column(df: pd.DataFrame, name: str, t: pa.DataType) -> pa.Array | pa.Chunke
 def from_frame(df: pd.DataFrame, *, name: str | None = None) -> pa.Table:
     """Validate a DataFrame against the canonical rules and return the canonical table.
 
-    Missing optional columns get their defaults; a missing required column, or any value
+    Missing optional columns get their defaults (without ``request_id``, rows are
+    numbered from 0); a missing required column, or any value
     that breaks a rule, raises :class:`TraceError` naming the row and field.
     """
-    for col in REQUIRED_COLUMNS:
+    for col in FORMATS["canonical"].required:  # request_id: rows are numbered without it
         if col not in df.columns:
             raise TraceError(name, "missing column", field=col, expected=f"a {col!r} column")
     fmt = FORMATS["canonical"]

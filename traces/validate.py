@@ -9,7 +9,8 @@ is reported as a :class:`TraceError`. Rules:
   >= 0, and > 0 on every row that has prefix hashes; hash lists hold no nulls;
 - ``arrival_s`` (or the source timestamp) present and finite; Azure timestamps parse
   (:mod:`traces.timestamps`: zone offsets are converted to UTC);
-- ``request_id`` present (uniqueness is checked over the whole trace by ``load``).
+- ``request_id`` present where the file has the column (uniqueness is checked over the
+  whole trace by ``load``); without the column, data rows are numbered from 0.
 
 Rows are numbered from 0 over the data rows of the file; lines from 1 with the header as
 line 1 (CSV) or the first object as line 1 (JSONL), assuming one record per line.
@@ -184,11 +185,14 @@ def _canonical(ctx: ReadContext, fmt: Format, t: pa.Table) -> dict[str, object]:
     n = t.num_rows
     names = t.column_names
     cols: dict[str, object] = {}
-    rid = t.column("request_id")
-    if rid.null_count:
-        i = int(np.argmax(rid.is_null().to_numpy(zero_copy_only=False)))
-        raise ctx.error(i, "missing request id", field="request_id", expected="an integer")
-    cols["request_id"] = rid.to_numpy()
+    if "request_id" in names:
+        rid = t.column("request_id")
+        if rid.null_count:
+            i = int(np.argmax(rid.is_null().to_numpy(zero_copy_only=False)))
+            raise ctx.error(i, "missing request id", field="request_id", expected="an integer")
+        cols["request_id"] = rid.to_numpy()
+    else:  # no ids in the file: number data rows from 0, as the other formats do
+        cols["request_id"] = np.arange(ctx.row_offset, ctx.row_offset + n, dtype=np.int64)
     cols["arrival_s"] = check_finite(ctx, _floats(t, "arrival_s"), "arrival_s")
     for name in ("prompt_tokens", "output_tokens"):
         cols[name] = counts(ctx, t, name)
