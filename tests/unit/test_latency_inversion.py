@@ -1,6 +1,18 @@
-"""decode_steps_within_s: the O(1) inversion returns exactly the integer the binary search
-over decode_run_s returns, for every model and input (compared with a verbatim copy of the
-original binary search)."""
+"""decode_steps_within_s, the inversion of a decode run, held to its definition: the
+number of whole steps of the run that end within the budget.
+
+Two independent references, neither sharing code with the search it checks:
+
+* the *certificate* on the closed form: ``k`` is in ``[0, max_steps]``,
+  ``decode_run_s(k) <= budget_s`` and ``decode_run_s(k + 1) > budget_s`` unless
+  ``k == max_steps``; for a run non-decreasing in ``k`` (every step time >= 0) only one
+  ``k`` passes it;
+* the *definition*, walked step by step (``tests/support/latency.py``): add each step's
+  ``step_time_s`` until the next one would end past the budget. The closed form and the
+  step-by-step sum differ by float rounding, so the answer must lie between the walk's
+  answers for a budget a hair (1e-9 relative) smaller and a hair larger; the walk is
+  cut at ``WALK_LIMIT`` steps (past it, the answer must be at least that).
+"""
 
 from __future__ import annotations
 
@@ -9,44 +21,82 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.latency import ForeignLatency, stepwise_steps_within_s
 
 from sim.hardware import GPUS, MODELS
-from sim.latency.models import (  # the inversion's core, tested directly
-    LATENCY_FORMAT,
-    CalibratedLatency,
-    ConstantLatency,
-    LatencyModel,
-    RooflineLatency,
+from sim.latency.decode_runs import (  # the inversion's core, tested directly
     _constant_run_s,
     _linear_run_from_terms,
     _linear_run_s,
     _linear_run_terms,
     _roofline_run_s,
     _settle,
+)
+from sim.latency.models import (
+    LATENCY_FORMAT,
+    CalibratedLatency,
+    ConstantLatency,
+    LatencyModel,
+    RooflineLatency,
     decode_run_s,
     decode_steps_within_s,
     fit_calibrated_latency,
 )
 
+WALK_LIMIT = 1_000
+"""Steps the step-by-step reference walks at most."""
 
-def reference_steps_within_s(
-    model: LatencyModel, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
-) -> int:
-    """The original implementation (binary search over the closed form), verbatim."""
-    lo, hi = 0, max_steps
-    if decode_run_s(model, decode_seqs, kv_tokens_start, hi, record=False) <= budget_s:
-        return hi
-    while hi - lo > 1:  # invariant: run(lo) <= budget_s < run(hi)
-        mid = (lo + hi) // 2
-        if decode_run_s(model, decode_seqs, kv_tokens_start, mid, record=False) <= budget_s:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+ROUNDING = 1e-9
+"""How far (relative) the closed form may stray from the step-by-step sum."""
+
+
+def assert_last_step_that_fits(
+    run_s: Callable[[int], float], k: int, budget_s: float, max_steps: int
+) -> None:
+    """The certificate: ``k`` steps fit ``budget_s`` and ``k + 1`` do not (or ``k`` is
+    ``max_steps``); 0 when not even one step fits (a negative budget, say). Past the
+    range, the answers the contract fixes: 0 for a NaN budget, ``max_steps`` for
+    ``max_steps < 1`` (a run of no steps takes 0 s) unless the budget is negative."""
+    if math.isnan(budget_s):
+        assert k == 0, (k, budget_s)
+    elif max_steps < 1:
+        assert k == (max_steps if budget_s >= 0 else 0), (k, max_steps, budget_s)
+    else:
+        assert 0 <= k <= max_steps, (k, max_steps)
+        assert k == 0 or run_s(k) <= budget_s, (k, run_s(k), budget_s)
+        assert k == max_steps or run_s(k + 1) > budget_s, (k, run_s(k + 1), budget_s)
+
+
+def assert_within_the_walk(
+    model: LatencyModel, seqs: int, kv: int, budget_s: float, max_steps: int, k: int
+) -> None:
+    """The definition: ``k`` is between the step-by-step answers for the budget less and
+    plus its rounding (checked where the run is monotone and the budget finite)."""
+    if not math.isfinite(budget_s) or budget_s < 0 or max_steps < 1:
+        return
+    limit = min(max_steps, WALK_LIMIT)
+    margin_s = ROUNDING * budget_s
+    fewest = stepwise_steps_within_s(model, seqs, kv, budget_s - margin_s, limit)
+    most = stepwise_steps_within_s(model, seqs, kv, budget_s + margin_s, limit)
+    if fewest is None or most is None:
+        return  # a step takes negative time: only the certificate applies
+    assert fewest <= k, (k, fewest, budget_s)
+    if most < WALK_LIMIT:
+        assert k <= most, (k, most, budget_s)
+
+
+def _check(model: LatencyModel, seqs: int, kv: int, budget_s: float, max_steps: int) -> int:
+    k = decode_steps_within_s(model, seqs, kv, budget_s, max_steps)
+
+    def run_s(steps: int) -> float:
+        return decode_run_s(model, seqs, kv, steps, record=False)
+
+    assert_last_step_that_fits(run_s, k, budget_s, max_steps)
+    assert_within_the_walk(model, seqs, kv, budget_s, max_steps, k)
+    return k
 
 
 def _calibrated(**coefficients: float) -> CalibratedLatency:
@@ -129,23 +179,12 @@ def _budget(
     return run_s
 
 
-def _check(model: LatencyModel, seqs: int, kv: int, budget_s: float, max_steps: int) -> None:
-    expected = reference_steps_within_s(model, seqs, kv, budget_s, max_steps)
-    got = decode_steps_within_s(model, seqs, kv, budget_s, max_steps)
-    assert got == expected, (type(model).__name__, seqs, kv, budget_s, max_steps)
-
-
 @settings(max_examples=400, deadline=None)
 @given(models, st.integers(1, 1024), kv_starts, max_steps_st, st.data())
-def test_equals_the_binary_search(
+def test_the_last_step_that_fits(
     model: LatencyModel, seqs: int, kv: int, max_steps: int, data: st.DataObject
 ) -> None:
-    budget_s = _budget(data.draw, model, seqs, kv, max_steps)
-    expected = reference_steps_within_s(model, seqs, kv, budget_s, max_steps)
-    assert decode_steps_within_s(model, seqs, kv, budget_s, max_steps) == expected
-    assert decode_run_s(model, seqs, kv, expected, record=False) <= budget_s or expected == 0
-    if expected < max_steps:
-        assert decode_run_s(model, seqs, kv, expected + 1, record=False) > budget_s
+    _check(model, seqs, kv, _budget(data.draw, model, seqs, kv, max_steps), max_steps)
 
 
 @settings(max_examples=150, deadline=None)
@@ -178,9 +217,38 @@ def test_edges(model: LatencyModel) -> None:
     for budget_s in (-1.0, -0.0, 0.0, 5e-324, math.nan, math.inf, -math.inf):
         for max_steps in (0, 1, 2, 10**6, 10**15):
             _check(model, 34, 46_000, budget_s, max_steps)
-    _check(model, 34, 46_000, 0.2, -3)
+    for max_steps in (0, 1, 2, 10**6):
+        assert _check(model, 34, 46_000, math.inf, max_steps) == max_steps
+        assert _check(model, 34, 46_000, math.nan, max_steps) == 0
+        assert _check(model, 34, 46_000, -1.0, max_steps) == 0
+    assert _check(model, 34, 46_000, 0.2, -3) == -3
     _check(model, 0, 0, 10.0, 10**6)  # no sequences: every step costs the same
     _check(model, 1024, 10_000_000, 100.0, 10**9)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        ConstantLatency(0.013),
+        RooflineLatency(MODELS["llama-2-7b"], GPUS["a100-80gb"]),
+        RooflineLatency(MODELS["llama-2-7b"], GPUS["h200-141gb"], compute_efficiency=0.02),
+        *CALIBRATED,
+    ],
+    ids=lambda m: type(m).__name__,
+)
+def test_small_runs_by_hand(model: LatencyModel) -> None:
+    """Budgets half-way between the ends of the first steps, each step timed on its own:
+    the answer is the number of steps that end before the budget, exactly."""
+    for seqs, kv in ((1, 0), (34, 46_000), (300, 0)):
+        step_s = [model.step_time_s(0, seqs, kv + i * seqs) for i in range(40)]
+        if min(step_s) < 0:
+            continue  # not monotone: no "steps that end before" to count
+        ends_s = np.cumsum(step_s).tolist()
+        for k in range(len(ends_s) - 1):
+            budget_s = (ends_s[k] + ends_s[k + 1]) / 2  # inside step k + 1 (1-based)
+            assert decode_steps_within_s(model, seqs, kv, budget_s, 10**6) == k + 1
+            assert decode_steps_within_s(model, seqs, kv, budget_s, k) == k
+        assert decode_steps_within_s(model, seqs, kv, ends_s[0] / 2, 10**6) == 0
 
 
 def test_calibrated_inversion_records_nothing() -> None:
@@ -189,46 +257,24 @@ def test_calibrated_inversion_records_nothing() -> None:
     assert model.out_of_range_calls == 0 and model.first_out_of_range is None
 
 
-class _Foreign:
-    """A latency model known only through the protocol."""
-
-    def __init__(self, inner: LatencyModel, linear: bool) -> None:
-        self.inner, self.linear = inner, linear
-
-    def step_time_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float:
-        return self.inner.step_time_s(prefill_tokens, decode_seqs, kv_tokens)
-
-    def step_times_s(
-        self,
-        prefill_tokens: npt.NDArray[Any],
-        decode_seqs: npt.NDArray[Any],
-        kv_tokens: npt.NDArray[Any],
-    ) -> npt.NDArray[np.float64]:
-        return self.inner.step_times_s(prefill_tokens, decode_seqs, kv_tokens)
-
-    def linear_decode_coefficients(self) -> tuple[float, float, float] | None:
-        return self.inner.linear_decode_coefficients() if self.linear else None
-
-
 def test_foreign_models_still_answer() -> None:
     roofline = RooflineLatency(MODELS["llama-2-7b"], GPUS["a100-80gb"])
-    summed = _Foreign(roofline, linear=False)  # only step_times_s: summed, bisected
-    for budget_s in (0.0, 0.2, 3.0, 1e6):
-        k = decode_steps_within_s(summed, 34, 46_000, budget_s, 2_000)
-        assert k == reference_steps_within_s(summed, 34, 46_000, budget_s, 2_000)
-    linear = _Foreign(_calibrated(), linear=True)  # closed-form inverse from coefficients
-    for budget_s in (0.0, 0.2, 3.0, 1e6):
-        assert decode_steps_within_s(linear, 34, 46_000, budget_s, 10**6) == (
-            reference_steps_within_s(linear, 34, 46_000, budget_s, 10**6)
-        )
+    summed = ForeignLatency(roofline, linear=False)  # only step_times_s: summed, searched
+    linear = ForeignLatency(_calibrated(), linear=True)  # inverse from the coefficients
+    for model, max_steps in ((summed, 2_000), (linear, 10**6)):
+        for budget_s in (0.0, 0.2, 3.0, 1e6):
+            _check(model, 34, 46_000, budget_s, max_steps)
+        for k in (1, 2, 7, 100, 1_999):  # budgets exactly at the end of step k
+            budget_s = decode_run_s(model, 34, 46_000, k)
+            assert _check(model, 34, 46_000, budget_s, max_steps) == k
 
 
 def test_a_model_may_bring_its_own_inverse() -> None:
-    class _Own(_Foreign):
+    class _Own(ForeignLatency):
         def steps_within_s(self, decode_seqs: int, kv: int, budget_s: float, max_steps: int) -> int:
             return 7
 
-    assert decode_steps_within_s(_Own(ConstantLatency(1.0), linear=False), 1, 0, 1.0, 9) == 7
+    assert decode_steps_within_s(_Own(ConstantLatency(1.0)), 1, 0, 1.0, 9) == 7
 
 
 @settings(max_examples=300, deadline=None)
@@ -253,13 +299,15 @@ def test_settling_is_exact_whatever_the_estimate(
     data: st.DataObject,
 ) -> None:
     """The estimate only buys speed: a wrong one (off by one, far off, NaN) still lands
-    on the binary search's answer."""
+    on the last step that fits."""
     budget_s = max(0.0, _budget(data.draw, model, seqs, kv, max_steps))
     terms = model._run_terms(seqs, kv)
-    exact = reference_steps_within_s(model, seqs, kv, budget_s, max_steps)
+    exact = _check(model, seqs, kv, budget_s, max_steps)
     near = exact + data.draw(st.integers(-3, 3))
     for guess in (estimate, float(near), near - 1e-9, near + 0.5):
-        assert _settle(_roofline_run_s, terms, guess, budget_s, max_steps) == exact
+        k = _settle(_roofline_run_s, terms, guess, budget_s, max_steps)
+        assert_last_step_that_fits(lambda s: _roofline_run_s(terms, s), k, budget_s, max_steps)
+        assert k == exact
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,0 +1,73 @@
+"""Latency test helpers: a model known only through the protocol, and decode runs walked
+step by step from their definition (the slow, obvious reference of the closed forms and
+their inversion in ``sim.latency``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from sim.latency.models import LatencyModel
+
+
+class ForeignLatency(LatencyModel):
+    """A latency model that gives only the step methods of :class:`LatencyModel` (and a
+    linear form only when ``linear`` is True): runs and their inversion come from
+    whatever ``sim.latency`` does for a model it does not know."""
+
+    def __init__(self, inner: LatencyModel, linear: bool = False) -> None:
+        self.inner, self.linear = inner, linear
+
+    def step_time_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float:
+        return self.inner.step_time_s(prefill_tokens, decode_seqs, kv_tokens)
+
+    def step_times_s(
+        self,
+        prefill_tokens: npt.NDArray[Any],
+        decode_seqs: npt.NDArray[Any],
+        kv_tokens: npt.NDArray[Any],
+    ) -> npt.NDArray[np.float64]:
+        return self.inner.step_times_s(prefill_tokens, decode_seqs, kv_tokens)
+
+    def linear_decode_coefficients(self) -> tuple[float, float, float] | None:
+        return self.inner.linear_decode_coefficients() if self.linear else None
+
+
+def decode_step_times_s(
+    model: LatencyModel, decode_seqs: int, kv_tokens_start: int, steps: int
+) -> list[float]:
+    """The times of a decode run's steps, one ``step_time_s`` call each: step ``i`` runs
+    ``decode_seqs`` sequences over ``kv_tokens_start + i * decode_seqs`` KV tokens."""
+    return [
+        model.step_time_s(0, decode_seqs, kv_tokens_start + i * decode_seqs) for i in range(steps)
+    ]
+
+
+def stepwise_run_s(
+    model: LatencyModel, decode_seqs: int, kv_tokens_start: int, steps: int
+) -> float:
+    """A decode run's time by its definition: the sum of its steps' times."""
+    return sum(decode_step_times_s(model, decode_seqs, kv_tokens_start, steps))
+
+
+def stepwise_steps_within_s(
+    model: LatencyModel, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
+) -> int | None:
+    """How many whole steps of a decode run end within ``budget_s``, by walking the run
+    one step at a time (adding each step's time) until the next step would end past the
+    budget or ``max_steps`` steps are done. None when a step takes negative time: the
+    run is then not monotone and "the steps that fit" has no single answer.
+
+    Linear in the answer: call it only where the answer is small."""
+    total_s, steps = 0.0, 0
+    while steps < max_steps:
+        step_s = model.step_time_s(0, decode_seqs, kv_tokens_start + steps * decode_seqs)
+        if step_s < 0:
+            return None
+        if not total_s + step_s <= budget_s:  # NaN budgets too
+            break
+        total_s += step_s
+        steps += 1
+    return steps
