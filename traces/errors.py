@@ -3,23 +3,46 @@
 Contract: every problem with a user's file surfaces as :class:`TraceError` (a
 ``ValueError``) naming the file, the row (0-based data row) and/or line (1-based line
 in the file, header included), the field, what was expected and what was found. Loaders
-never let a parser's own exception (Arrow, JSON, Unicode) escape.
+never let a parser's own exception (Arrow, JSON, Unicode) escape. The message is one
+line, and quotes at most :data:`GOT_LIMIT` characters of the value found: the value as
+the file wrote it (``-3``, not ``-3.0``) where the file is text and the cell is known.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Final
+
+GOT_LIMIT: Final = 80
 
 
 class TraceWarning(UserWarning):
     """Something was repaired, not rejected: unsorted arrivals sorted, failed rows dropped."""
 
 
+def quote(value: object, limit: int = GOT_LIMIT) -> str:
+    """``value`` for a message, by ``repr``: one line, at most ``limit`` characters."""
+    return _bounded(repr(value), limit)
+
+
+def _bounded(text: str, limit: int = GOT_LIMIT) -> str:
+    text = _one_line(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+
+
 class TraceError(ValueError):
     """A trace file (or table) that breaks the canonical contract.
 
-    Attributes are kept separately so callers and tests can check them; ``str()`` joins
-    them into one line: ``FILE: line L (row R): field 'F': expected E, got G``.
+    Attributes are kept separately so callers and tests can check them: ``got`` is the
+    value as read (a number, for a number), ``written`` the same value's text as the
+    file wrote it (CSV: the cell, trimmed; JSONL: the JSON text), where known; the
+    message shows ``written`` verbatim, else ``repr(got)``. ``str()`` joins them into
+    one line:
+    ``FILE: line L (row R): field 'F': MESSAGE; expected E, got G``.
     """
 
     def __init__(
@@ -32,6 +55,7 @@ class TraceError(ValueError):
         field: str | None = None,
         expected: str | None = None,
         got: object = None,
+        written: str | None = None,
     ) -> None:
         self.path = str(path) if path is not None else "<table>"
         self.message = message
@@ -40,6 +64,7 @@ class TraceError(ValueError):
         self.field = field
         self.expected = expected
         self.got = got
+        self.written = written
         super().__init__(self._format())
 
     def _format(self) -> str:
@@ -52,10 +77,12 @@ class TraceError(ValueError):
         if loc:
             where.append(" ".join(loc))
         if self.field is not None:
-            where.append(f"field {self.field!r}")
+            where.append(f"field {_one_line(repr(self.field))[:200]}")
         text = ": ".join(where) + ": " + self.message
         if self.expected is not None:
             text += f"; expected {self.expected}"
-        if self.got is not None:
-            text += f", got {self.got!r}"
-        return text
+        if self.written is not None:
+            text += f", got {_bounded(self.written) if self.written else repr('')}"
+        elif self.got is not None:
+            text += f", got {quote(self.got)}"
+        return _one_line(text)

@@ -15,7 +15,9 @@ format. No overlap at all is an error.
 
 from __future__ import annotations
 
+import csv
 import json
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,14 +130,82 @@ PARQUET_MAGIC: Final = b"PAR1"
 
 @dataclass(frozen=True)
 class Header:
-    """What :func:`read_header` found: the container and the column names, in order."""
+    """What :func:`read_header` found: the container and the column names, in order
+    (CSV names trimmed of spaces and quotes; ``raw`` keeps them as written, which is how
+    pyarrow's CSV reader names them)."""
 
     container: str
     columns: tuple[str, ...]
+    raw: tuple[str, ...] = ()
+
+    def raw_names(self) -> dict[str, str]:
+        """Trimmed name -> name as written."""
+        return dict(zip(self.columns, self.raw or self.columns, strict=True))
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def check_regular_file(path: Path) -> None:
+    """Raise unless ``path`` is a regular file (symbolic links followed). Traces are read
+    more than once (header, data, and on error the slow path), so a pipe, whose data can
+    be read only once, is refused instead of blocking."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise TraceError(path, f"cannot read file ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+        raise TraceError(
+            path,
+            f"not a regular file ({kind})",
+            expected="a trace file on disk (save a pipe's output to a file first)",
+        )
+
+
+def _duplicate(path: Path, names: list[str], line: int | None) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen and name:
+            raise TraceError(
+                path,
+                "column given twice",
+                line=line,
+                field=name,
+                expected="each column name once",
+            )
+        seen.add(name)
+
+
+class KeyTwice(ValueError):
+    """A JSON object gives ``key`` twice (JSON parsers keep the last silently)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"key {key!r} given twice")
+
+
+def unique_pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+    """``object_pairs_hook`` for :func:`json.loads` that raises :class:`KeyTwice`."""
+    out: dict[str, object] = {}
+    for key, value in items:
+        if key in out:
+            raise KeyTwice(key)
+        out[key] = value
+    return out
 
 
 def read_header(path: Path) -> Header:
-    """Sniff the container (by extension, then content) and read the column names."""
+    """Sniff the container (by extension, then content) and read the column names.
+    Refuses non-regular files, empty files, a header that is not UTF-8 and a column
+    name given twice."""
+    check_regular_file(path)
     try:
         with path.open("rb") as fh:
             head = fh.read(1 << 16)
@@ -148,21 +218,35 @@ def read_header(path: Path) -> Header:
             names = pq.read_schema(path).names
         except (pa.ArrowException, OSError) as exc:
             raise TraceError(path, f"not a readable Parquet file ({exc})") from None
+        _duplicate(path, names, None)
         return Header("parquet", tuple(names))
     first = head.lstrip(b"\xef\xbb\xbf").lstrip().split(b"\n", 1)[0].strip()
     try:
         text = first.decode("utf-8")
-    except UnicodeDecodeError:
+    except UnicodeDecodeError as exc:
+        offset = len(head) - len(head.lstrip(b"\xef\xbb\xbf").lstrip()) + exc.start
         raise TraceError(
-            path, "header is not UTF-8 text", line=1, expected="a CSV header or a JSON object"
+            path,
+            f"header is not UTF-8 text (byte 0x{first[exc.start]:02x} at byte offset {offset})",
+            line=1,
+            expected="a CSV header or a JSON object",
         ) from None
     if text.startswith("{"):
         try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
+            obj = json.loads(text, object_pairs_hook=unique_pairs)
+        except KeyTwice as exc:
             raise TraceError(
                 path,
-                f"first line is not valid JSON ({exc.msg})",
+                "key given twice in one object",
+                row=0,
+                line=1,
+                field=exc.key,
+                expected="each key once per JSON object",
+            ) from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise TraceError(
+                path,
+                f"first line is not valid JSON ({getattr(exc, 'msg', 'nested too deeply')})",
                 line=1,
                 expected="a JSON object per line",
             ) from None
@@ -171,7 +255,10 @@ def read_header(path: Path) -> Header:
                 path, "first line is not a JSON object", line=1, expected="a JSON object per line"
             )
         return Header("jsonl", tuple(str(k) for k in obj))
-    return Header("csv", tuple(c.strip().strip('"').strip() for c in text.split(",")))
+    raw = next(csv.reader([text]), [])
+    columns = [c.strip().strip('"').strip() for c in raw]
+    _duplicate(path, columns, 1)
+    return Header("csv", tuple(columns), tuple(raw))
 
 
 def detect_format(path: str | Path, header: Header | None = None) -> Format:

@@ -89,7 +89,12 @@ def iter_tables(
     if chunk_rows < 1:
         raise ValueError("chunk_rows must be >= 1")
     fmt, header = _open(path, format)
-    ctx = ReadContext(path, {"csv": 2, "jsonl": 1}.get(header.container), keep_failed=keep_failed)
+    ctx = ReadContext(
+        path,
+        {"csv": 2, "jsonl": 1}.get(header.container),
+        keep_failed=keep_failed,
+        container=header.container,
+    )
     if fmt.name == "lengths":
         if arrivals is None:
             raise TraceError(

@@ -1,22 +1,17 @@
 """Stream raw Arrow tables out of a CSV, JSONL or Parquet file, typed per format.
 
 Parsing is pyarrow's (multi-megabyte blocks, no Python per row). When pyarrow rejects a
-value, the file is re-read with the offending columns as text to find the first bad
-cell, so the :class:`TraceError` can name its row, line, column and value; that slow path
-runs only on a broken file. A row with too many or too few fields is found the same
-way (a rescan with Python's csv module), so its line is named too.
+file, :func:`traces.locate.locate` re-reads it to find the first record, cell or byte it
+could not read, so the :class:`TraceError` can name its line, row, column and value;
+that slow path runs only on a broken file. CSV columns are selected by their names as
+written (``" arrival_s"``) and renamed to the trimmed names the header reports.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
@@ -25,9 +20,8 @@ import pyarrow.parquet as pq
 
 from traces.errors import TraceError
 from traces.formats import Format, Header
+from traces.locate import locate
 
-_Bad = tuple[int, str, object, str, int]  # row, field, value, expected, line
-ROW_RE = re.compile(r"Row #(\d+)", re.IGNORECASE)
 PARSE_ERRORS = (pa.ArrowException, ValueError, UnicodeError, OSError, OverflowError)
 
 
@@ -48,7 +42,7 @@ def iter_raw(path: Path, fmt: Format, header: Header, chunk_rows: int) -> Iterat
         yield from _parquet(path, types, chunk_rows)
         return
     source = (
-        _csv(path, types, chunk_rows)
+        _csv(path, header, types, chunk_rows)
         if header.container == "csv"
         else _jsonl(path, types, chunk_rows)
     )
@@ -82,13 +76,22 @@ def _block_bytes(chunk_rows: int) -> int:
     return int(min(64 << 20, max(1 << 20, chunk_rows * 48)))
 
 
-def _csv(path: Path, types: dict[str, pa.DataType], chunk_rows: int) -> Iterator[pa.RecordBatch]:
+def _csv(
+    path: Path, header: Header, types: dict[str, pa.DataType], chunk_rows: int
+) -> Iterator[pa.RecordBatch]:
+    raw = header.raw_names()
     reader = pcsv.open_csv(
         path,
         read_options=pcsv.ReadOptions(block_size=_block_bytes(chunk_rows)),
-        convert_options=pcsv.ConvertOptions(column_types=types, include_columns=list(types)),
+        convert_options=pcsv.ConvertOptions(
+            column_types={raw[n]: t for n, t in types.items()},
+            include_columns=[raw[n] for n in types],
+        ),
     )
-    yield from reader
+    names = list(types)
+    renamed = any(raw[n] != n for n in names)
+    for batch in reader:
+        yield pa.RecordBatch.from_arrays(batch.columns, names=names) if renamed else batch
 
 
 def _jsonl(path: Path, types: dict[str, pa.DataType], chunk_rows: int) -> Iterator[pa.RecordBatch]:
@@ -132,155 +135,3 @@ def _parquet(path: Path, types: dict[str, pa.DataType], chunk_rows: int) -> Iter
         raise
     except PARSE_ERRORS as exc:
         raise TraceError(path, f"unreadable Parquet data ({exc})", row=rows) from None
-
-
-def locate(
-    path: Path, header: Header, types: dict[str, pa.DataType], exc: BaseException, rows_before: int
-) -> TraceError:
-    """Find the first cell pyarrow could not convert; fall back to pyarrow's own message."""
-    line_base = 2 if header.container == "csv" else 1  # line of data row 0
-    if header.container == "csv" and "CSV parse error" in str(exc):
-        try:
-            ragged = _locate_csv_structure(path)
-        except (OSError, csv.Error):
-            ragged = None
-        if ragged is not None:
-            return ragged
-    try:
-        found = (
-            _locate_csv(path, types) if header.container == "csv" else _locate_jsonl(path, types)
-        )
-    except PARSE_ERRORS:
-        found = None
-    if found is not None:
-        row, name, value, expected, line = found
-        return TraceError(
-            path,
-            "cannot parse value",
-            row=row,
-            line=line,
-            field=name,
-            expected=expected,
-            got=value,
-        )
-    message = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-    m = ROW_RE.search(str(exc))
-    at: int | None = int(m.group(1)) if m else None
-    if at is None and rows_before and header.container == "csv":
-        at = rows_before + line_base
-    return TraceError(path, f"cannot parse file as {header.container.upper()} ({message})", line=at)
-
-
-def _locate_csv_structure(path: Path) -> TraceError | None:
-    """The first data row whose field count differs from the header's (Python's csv
-    module, so the line is exact even with quoted newlines); None if every row fits."""
-    with path.open(encoding="utf-8-sig", errors="replace", newline="") as fh:
-        reader = csv.reader(fh)
-        columns = next(reader, [])
-        row = -1
-        for record in reader:
-            if not record:  # a blank line: pyarrow skips it too
-                continue
-            row += 1
-            if len(record) == len(columns):
-                continue
-            short = len(record) < len(columns)
-            return TraceError(
-                path,
-                f"row has {len(record)} field{'' if len(record) == 1 else 's'} "
-                f"under a {len(columns)}-column header",
-                row=row,
-                line=reader.line_num,
-                field=columns[len(record)].strip() if short else "<record>",
-                expected=f"{len(columns)} comma-separated fields, one per header column",
-                got=",".join(record)[:120],
-            )
-    return None
-
-
-def _expected(t: pa.DataType) -> str:
-    if pa.types.is_timestamp(t):
-        return "a timestamp like 2023-11-16 18:15:46.6805900"
-    if pa.types.is_integer(t):
-        return "an integer"
-    if pa.types.is_list(t):
-        return "a list of integers"
-    return "a number"
-
-
-def _locate_csv(path: Path, types: dict[str, pa.DataType]) -> _Bad | None:
-    as_text = {name: pa.string() for name in types}
-    reader = pcsv.open_csv(
-        path,
-        convert_options=pcsv.ConvertOptions(column_types=as_text, include_columns=list(as_text)),
-    )
-    rows = 0
-    for batch in reader:
-        best: _Bad | None = None
-        for name, t in types.items():
-            if pa.types.is_string(t) or pa.types.is_list(t):
-                continue
-            text = pd.Series(batch.column(name).to_pylist(), dtype=object)
-            blank = text.isna() | (text.astype(str).str.strip() == "")
-            if pa.types.is_timestamp(t):
-                parsed = pd.to_datetime(text, errors="coerce", format="ISO8601")
-            else:
-                parsed = pd.to_numeric(text, errors="coerce")
-            bad = np.array(parsed.isna() & ~blank, dtype=bool)
-            if pa.types.is_integer(t) and not pa.types.is_timestamp(t):
-                with np.errstate(invalid="ignore"):
-                    vals = parsed.to_numpy(dtype=float, na_value=np.nan)
-                    bad = bad | (~blank.to_numpy() & (vals % 1 != 0))
-            if bad.any():
-                i = int(np.argmax(bad))
-                if best is None or rows + i < best[0]:
-                    best = (rows + i, name, text.iloc[i], _expected(t), rows + i + 2)
-        if best is not None:
-            return best
-        rows += batch.num_rows
-    return None
-
-
-def _locate_jsonl(path: Path, types: dict[str, pa.DataType]) -> _Bad | None:
-    row = -1
-    with path.open("rb") as fh:
-        for line, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            row += 1
-            try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                return (
-                    row,
-                    "<record>",
-                    raw[:80].decode("utf-8", "replace"),
-                    "one JSON object per line",
-                    line,
-                )
-            if not isinstance(obj, dict):
-                return (row, "<record>", type(obj).__name__, "one JSON object per line", line)
-            for name, t in types.items():
-                if _json_ok(obj.get(name), t):
-                    continue
-                return (row, name, obj.get(name), _expected(t), line)
-    return None
-
-
-def _json_ok(value: object, t: pa.DataType) -> bool:
-    if value is None:
-        return True  # missing values are reported by validation, with the row
-    if pa.types.is_list(t):
-        return isinstance(value, list) and all(
-            isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < (1 << 63)
-            for v in value
-        )
-    if pa.types.is_integer(t):
-        return (
-            isinstance(value, int)
-            and not isinstance(value, bool)
-            and -(1 << 63) <= value < (1 << 63)
-        )
-    if pa.types.is_floating(t):
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    return True

@@ -96,6 +96,17 @@ class PairLengths(BaseModel):
     prompt: TokenDist = Field(description="Prompt-length distribution.")
     output: TokenDist = Field(description="Output-length distribution.")
 
+    @model_validator(mode="after")
+    def _prompt_has_a_token(self) -> PairLengths:
+        p = self.prompt
+        low = p.tokens if isinstance(p, FixedTokens) else p.min_tokens
+        if low < 1:
+            raise ValueError(
+                "prompt lengths must be >= 1 (a request has at least one prompt token); "
+                f"got a smallest prompt of {low}"
+            )
+        return self
+
 
 class EmpiricalLengths(BaseModel):
     """(prompt, output) pairs resampled with replacement from a trace file."""

@@ -4,16 +4,23 @@ Every check is vectorised over the chunk; the first offending row (lowest row nu
 is reported as a :class:`TraceError`. Rules:
 
 - token counts (``prompt_tokens``, ``output_tokens`` and their source names) must be
-  present, finite, whole and in ``[0, MAX_TOKENS]``;
+  present, finite, whole and at most ``MAX_TOKENS``; a prompt has at least 1 token (a
+  request without one cannot be served), an output at least 0 (kept as written: 0 is a
+  request that ends with its prefill, e.g. a failed BurstGPT request kept with
+  ``keep_failed``);
 - ``num_samples`` and ``beam_width`` whole and >= 1; ``prefix_block_tokens`` whole and
-  >= 0, and > 0 on every row that has prefix hashes; hash lists hold no nulls;
-- ``arrival_s`` (or the source timestamp) present and finite; Azure timestamps parse
-  (:mod:`traces.timestamps`: zone offsets are converted to UTC);
+  >= 0, and > 0 on every row that has prefix hashes; hash lists hold no nulls and no
+  more hashes than the prompt has blocks (``ceil(prompt_tokens / prefix_block_tokens)``);
+- ``arrival_s`` (or the source timestamp) present, finite and in ``[0, MAX_ARRIVAL_S]``
+  seconds from the start of the trace (:mod:`traces.bounds`); Azure timestamps parse
+  (:mod:`traces.timestamps`: zone offsets are converted to UTC) and none is earlier
+  than the first chunk's earliest, from which arrivals are counted;
 - ``request_id`` present where the file has the column (uniqueness is checked over the
   whole trace by ``load``); without the column, data rows are numbered from 0.
 
 Rows are numbered from 0 over the data rows of the file; lines from 1 with the header as
-line 1 (CSV) or the first object as line 1 (JSONL), assuming one record per line.
+line 1 (CSV) or the first object as line 1 (JSONL). An error re-reads the file up to its
+row (:func:`traces.locate.record_at`) for the exact line and the value as written.
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traces.bounds import MAX_ARRIVAL_S
 from traces.errors import TraceError
 from traces.formats import MOONCAKE_BLOCK_TOKENS, Format
+from traces.locate import record_at
 from traces.schema import ARROW_SCHEMA, OPTIONAL_DEFAULTS
 from traces.timestamps import EXPECTED as TIMESTAMP_EXPECTED
 from traces.timestamps import timestamps_ns
@@ -48,11 +57,40 @@ class ReadContext:
     dropped_failed: int = 0
     arrivals_s: np.ndarray | None = None  # length-only files: arrival per data row
     notes: list[str] = field(default_factory=list)
+    container: str | None = None  # "csv" / "jsonl": errors re-read the row from the file
 
-    def error(self, i: int | None, message: str, **kw: object) -> TraceError:
+    def error(
+        self,
+        i: int | None,
+        message: str,
+        *,
+        field: str | None = None,
+        expected: str | None = None,
+        got: object = None,
+        as_written: bool = True,
+    ) -> TraceError:
+        """The error for chunk row ``i``: its data row, its exact line and (with
+        ``as_written``, when ``got`` is the cell of ``field``) the cell's text as the
+        file wrote it, read back from a CSV or JSONL file."""
         row = None if i is None else self.row_offset + i
         line = None if row is None or self.line_base is None else row + self.line_base
-        return TraceError(self.path, message, row=row, line=line, **kw)  # type: ignore[arg-type]
+        written = None
+        if self.path is not None and row is not None and self.container in ("csv", "jsonl"):
+            rec = record_at(self.path, self.container, row)
+            if rec is not None:
+                line = rec.line
+                if as_written and got is not None and field is not None:
+                    written = rec.cells.get(field)
+        return TraceError(
+            self.path,
+            message,
+            row=row,
+            line=line,
+            field=field,
+            expected=expected,
+            got=got,
+            written=written,
+        )
 
 
 def _floats(table: pa.Table, name: str) -> np.ndarray:
@@ -113,12 +151,62 @@ def counts(
     return x
 
 
+def check_min(
+    ctx: ReadContext, x: np.ndarray, name: str, minimum: int, *, where: np.ndarray
+) -> None:
+    """Counts already checked >= 0 must also be >= ``minimum`` on the rows ``where``."""
+    bad = where & (x < minimum)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ctx.error(
+            i, "out of range", field=name, expected=f"a whole number >= {minimum}", got=int(x[i])
+        )
+
+
+def _azure_arrivals(ctx: ReadContext, t: pa.Table, ns: np.ndarray) -> np.ndarray:
+    """Seconds since the trace's start: the earliest timestamp of the first chunk (the
+    first row's in a sorted file); an earlier one in a later chunk is an error."""
+    t0 = ctx.t0_ns or 0
+    before = ns < t0
+    if before.any():
+        i = int(np.argmax(before))
+        raise ctx.error(
+            i,
+            "timestamp before the trace's start",
+            field="TIMESTAMP",
+            expected=f"a time at or after the earliest of the first chunk "
+            f"({np.datetime64(t0, 'ns')})",
+            got=t.column("TIMESTAMP")[i].as_py(),
+        )
+    return check_arrivals(ctx, (ns - t0) / 1e9, "TIMESTAMP")
+
+
 def check_finite(ctx: ReadContext, x: np.ndarray, name: str) -> np.ndarray:
     bad = ~np.isfinite(x)
     if bad.any():
         i = int(np.argmax(bad))
         raise ctx.error(
             i, "missing or not finite", field=name, expected="a finite number", got=float(x[i])
+        )
+    return x
+
+
+def check_arrivals(ctx: ReadContext, x: np.ndarray, name: str, unit_s: float = 1.0) -> np.ndarray:
+    """``x`` (arrival times in units of ``unit_s`` seconds) after checking each is finite
+    and within ``[0, MAX_ARRIVAL_S]`` seconds of the trace's start."""
+    check_finite(ctx, x, name)
+    limit = MAX_ARRIVAL_S / unit_s
+    bad = (x < 0) | (x > limit)
+    if bad.any():
+        i = int(np.argmax(bad))
+        unit = "seconds" if unit_s == 1.0 else "milliseconds"
+        raise ctx.error(
+            i,
+            "negative arrival time" if x[i] < 0 else "arrival too late",
+            field=name,
+            expected=f"{unit} from the start of the trace, in [0, {limit:.0e}] "
+            "(traces.bounds.MAX_ARRIVAL_S)",
+            got=float(x[i]),
         )
     return x
 
@@ -149,6 +237,7 @@ def parse_hash_strings(ctx: ReadContext, col: pa.ChunkedArray | pa.Array, name: 
             field=name,
             expected="space-separated integers",
             got=values[k].as_py(),
+            as_written=False,
         ) from None
     return list_from(lengths, ints)
 
@@ -159,8 +248,11 @@ def list_from(lengths: np.ndarray, values: pa.Array) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), values)
 
 
-def check_hashes(ctx: ReadContext, col: pa.Array, block: np.ndarray, name: str) -> pa.Array:
-    """Hash lists: nulls become empty lists; elements must not be null; block > 0 where used."""
+def check_hashes(
+    ctx: ReadContext, col: pa.Array, block: np.ndarray, prompt: np.ndarray, name: str
+) -> pa.Array:
+    """Hash lists: nulls become empty lists; elements must not be null; block > 0 where
+    used; no more hashes than the prompt has (started) blocks."""
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False)
     values = pc.list_flatten(col)
@@ -178,6 +270,17 @@ def check_hashes(ctx: ReadContext, col: pa.Array, block: np.ndarray, name: str) 
             expected="a block size > 0 on rows with prefix hashes",
             got=int(block[i]),
         )
+    blocks = -(-prompt // np.maximum(block, 1))
+    bad = (lengths > 0) & (lengths > blocks)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ctx.error(
+            i,
+            f"{int(lengths[i])} prefix hashes for a {int(prompt[i])}-token prompt "
+            f"in {int(block[i])}-token blocks",
+            field=name,
+            expected=f"at most {int(blocks[i])} (one per block the prompt starts)",
+        )
     return list_from(lengths, values)
 
 
@@ -193,9 +296,9 @@ def _canonical(ctx: ReadContext, fmt: Format, t: pa.Table) -> dict[str, object]:
         cols["request_id"] = rid.to_numpy()
     else:  # no ids in the file: number data rows from 0, as the other formats do
         cols["request_id"] = np.arange(ctx.row_offset, ctx.row_offset + n, dtype=np.int64)
-    cols["arrival_s"] = check_finite(ctx, _floats(t, "arrival_s"), "arrival_s")
-    for name in ("prompt_tokens", "output_tokens"):
-        cols[name] = counts(ctx, t, name)
+    cols["arrival_s"] = check_arrivals(ctx, _floats(t, "arrival_s"), "arrival_s")
+    cols["prompt_tokens"] = counts(ctx, t, "prompt_tokens", minimum=1)
+    cols["output_tokens"] = counts(ctx, t, "output_tokens")
     for name, minimum in (("num_samples", 1), ("beam_width", 1), ("prefix_block_tokens", 0)):
         if name in names:
             cols[name] = counts(ctx, t, name, minimum, default=int(OPTIONAL_DEFAULTS[name]))  # type: ignore[call-overload]
@@ -204,7 +307,8 @@ def _canonical(ctx: ReadContext, fmt: Format, t: pa.Table) -> dict[str, object]:
         col = t.column("prefix_hashes")
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
             col = parse_hash_strings(ctx, col, "prefix_hashes")
-        cols["prefix_hashes"] = check_hashes(ctx, col, block, "prefix_hashes")
+        prompt = np.asarray(cols["prompt_tokens"])
+        cols["prefix_hashes"] = check_hashes(ctx, col, block, prompt, "prefix_hashes")
     if "session_id" in names:
         cols["session_id"] = t.column("session_id")
     return cols
@@ -228,18 +332,18 @@ def to_canonical(ctx: ReadContext, fmt: Format, t: pa.Table) -> pa.Table:
                 got=None if why == "missing timestamp" else text,
             )
         if ctx.t0_ns is None and n:
-            ctx.t0_ns = int(ns[0])
+            ctx.t0_ns = int(ns.min())  # the first row's in a sorted file
         cols = {
             "request_id": ids,
-            "arrival_s": (ns - (ctx.t0_ns or 0)) / 1e9,
-            "prompt_tokens": counts(ctx, t, "ContextTokens"),
+            "arrival_s": _azure_arrivals(ctx, t, ns),
+            "prompt_tokens": counts(ctx, t, "ContextTokens", minimum=1),
             "output_tokens": counts(ctx, t, "GeneratedTokens"),
         }
     elif fmt.name == "vidur":
         cols = {
             "request_id": ids,
-            "arrival_s": check_finite(ctx, _floats(t, "arrived_at"), "arrived_at"),
-            "prompt_tokens": counts(ctx, t, "num_prefill_tokens"),
+            "arrival_s": check_arrivals(ctx, _floats(t, "arrived_at"), "arrived_at"),
+            "prompt_tokens": counts(ctx, t, "num_prefill_tokens", minimum=1),
             "output_tokens": counts(ctx, t, "num_decode_tokens"),
         }
     elif fmt.name == "lengths":
@@ -247,29 +351,32 @@ def to_canonical(ctx: ReadContext, fmt: Format, t: pa.Table) -> pa.Table:
         cols = {
             "request_id": ids,
             "arrival_s": ctx.arrivals_s[ctx.row_offset : ctx.row_offset + n],
-            "prompt_tokens": counts(ctx, t, "num_prefill_tokens"),
+            "prompt_tokens": counts(ctx, t, "num_prefill_tokens", minimum=1),
             "output_tokens": counts(ctx, t, "num_decode_tokens"),
         }
     elif fmt.name == "mooncake":
-        prompt = counts(ctx, t, "input_length")
+        prompt = counts(ctx, t, "input_length", minimum=1)
         cols = {
             "request_id": ids,
-            "arrival_s": check_finite(ctx, _floats(t, "timestamp"), "timestamp") / 1000.0,
+            "arrival_s": check_arrivals(ctx, _floats(t, "timestamp"), "timestamp", 1e-3) / 1000.0,
             "prompt_tokens": prompt,
             "output_tokens": counts(ctx, t, "output_length"),
         }
         if "hash_ids" in t.column_names:
             block = np.full(n, MOONCAKE_BLOCK_TOKENS, dtype=np.int64)
-            hashes = check_hashes(ctx, t.column("hash_ids"), block, "hash_ids")
+            hashes = check_hashes(ctx, t.column("hash_ids"), block, prompt, "hash_ids")
             lengths = pc.list_value_length(hashes).to_numpy(zero_copy_only=False)
             cols["prefix_hashes"] = hashes
             cols["prefix_block_tokens"] = np.where(lengths > 0, block, 0)
     elif fmt.name == "burstgpt":
         out = counts(ctx, t, "Response tokens")
+        prompt = counts(ctx, t, "Request tokens")
+        kept = np.ones(n, dtype=bool) if ctx.keep_failed else out > 0
+        check_min(ctx, prompt, "Request tokens", 1, where=kept)  # failed rows are dropped
         cols = {
             "request_id": ids,
-            "arrival_s": check_finite(ctx, _floats(t, "Timestamp"), "Timestamp"),
-            "prompt_tokens": counts(ctx, t, "Request tokens"),
+            "arrival_s": check_arrivals(ctx, _floats(t, "Timestamp"), "Timestamp"),
+            "prompt_tokens": prompt,
             "output_tokens": out,
         }
     else:  # pragma: no cover - FORMATS and this function are kept in step

@@ -26,7 +26,7 @@ def canonical_frames(draw: st.DrawFn) -> pd.DataFrame:
     arrival = sorted(
         draw(
             st.lists(
-                st.floats(min_value=-1e9, max_value=1e9, allow_nan=False, allow_subnormal=False),
+                st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_subnormal=False),
                 min_size=n,
                 max_size=n,
             )
@@ -38,11 +38,16 @@ def canonical_frames(draw: st.DrawFn) -> pd.DataFrame:
         draw(st.integers(min_value=1, max_value=4096)) if h else draw(st.integers(0, 64))
         for h in hashes
     ]
+    # a prompt has >= 1 token, and at least one token in each block it has a hash for
+    prompt = [
+        max(draw(st.integers(min_value=1, max_value=MAX_TOKENS)), (len(h) - 1) * b + 1)
+        for h, b in zip(hashes, block, strict=True)
+    ]
     sessions = draw(st.lists(st.one_of(st.none(), I64), min_size=n, max_size=n))
     cols = {
         "request_id": np.array(ids, dtype=np.int64),
         "arrival_s": np.array(arrival, dtype=np.float64),
-        "prompt_tokens": np.array(draw(st.lists(tokens, min_size=n, max_size=n)), dtype=np.int64),
+        "prompt_tokens": np.array(prompt, dtype=np.int64),
         "output_tokens": np.array(draw(st.lists(tokens, min_size=n, max_size=n)), dtype=np.int64),
         "prefix_hashes": pa.array(hashes, pa.list_(pa.int64())),
         "prefix_block_tokens": np.array(block, dtype=np.int64),

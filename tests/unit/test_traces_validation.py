@@ -183,7 +183,7 @@ def test_accepted_variants_bom_crlf_and_bracketed_hashes(tmp_path: Path) -> None
     path = tmp_path / "v.csv"
     path.write_bytes(
         b"\xef\xbb\xbfrequest_id,arrival_s,prompt_tokens,output_tokens,prefix_hashes,prefix_block_tokens\r\n"
-        b'0,0.0,10,5,"[1, 2]",16\r\n1,1.0,10,5,[],16\r\n2,2.0,10,5,3 4,16\r\n'
+        b'0,0.0,20,5,"[1, 2]",16\r\n1,1.0,10,5,[],16\r\n2,2.0,20,5,3 4,16\r\n'
     )
     df = traces.load(path)
     assert [list(h) for h in df["prefix_hashes"]] == [[1, 2], [], [3, 4]]
