@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traces.arrivals import ArrivalSpec, arrival_times
+from traces.bounds import MAX_ARRIVAL_S
 from traces.errors import TraceError, TraceWarning
 from traces.formats import FORMATS, Format, Header, check_columns, detect_format, read_header
 from traces.ids import UniqueIds
@@ -104,8 +105,18 @@ def iter_tables(
                 expected="an arrival process (load(..., arrivals=PoissonArrival(...)) "
                 "or --rate on the command line)",
             )
+        if not (isinstance(seed, int | np.integer) and seed >= 0):
+            raise TraceError(path, "bad seed", field="seed", expected="an integer >= 0", got=seed)
         n = _count_rows(path, fmt, header)
         ctx.arrivals_s = arrival_times(arrivals, np.random.default_rng(seed), num_requests=n)
+        if n and ctx.arrivals_s[-1] > MAX_ARRIVAL_S:
+            raise TraceError(
+                path,
+                f"the arrival process puts the last of {n:,} rows at {ctx.arrivals_s[-1]:.3g} s",
+                field="arrivals",
+                expected=f"arrivals within {MAX_ARRIVAL_S:.0e} s (traces.bounds.MAX_ARRIVAL_S): "
+                "a higher rate",
+            )
     rows = 0
     last_s = -np.inf
     has_ids = fmt.name == "canonical" and "request_id" in header.columns

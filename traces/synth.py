@@ -245,6 +245,8 @@ def generate(spec: SynthSpec, seed: int) -> pd.DataFrame:
 
     Request ids are 0..n-1 in arrival order; arrivals start after 0 (first gap drawn).
     """
+    if not (isinstance(seed, int | np.integer) and seed >= 0):
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     rng = np.random.default_rng(seed)
     arrival = arrival_times(
         spec.arrival, rng, num_requests=spec.num_requests, duration_s=spec.duration_s

@@ -4,6 +4,10 @@ Every user error (a bad file, field, spec or option) prints one ``error: ...`` l
 stderr and exits with status 2; outputs are written atomically, so a failed command
 leaves no partial file. Repairs (sorting, dropped failed rows) print ``warning: ...``.
 
+``--rate`` and ``--seed`` of ``describe`` / ``convert`` draw the arrivals of a
+length-only file; they are checked (rate > 0 and <= 1e6 req/s, seed >= 0) only there.
+A file with its own arrival times ignores them, with one warning when they are given.
+
 Reusable by other commands: :func:`show_trace_warnings` (TraceWarnings as ``warning:``
 lines), :func:`validation_lines` (a pydantic error as ``FILE: field a.b: got V: msg``
 lines) and :class:`SpecError` (pre-worded error lines).
@@ -12,6 +16,7 @@ lines) and :class:`SpecError` (pre-worded error lines).
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,10 +50,25 @@ StrictOpt = Annotated[
     bool, typer.Option("--strict", help="Unsorted arrivals are an error, not sorted.")
 ]
 RateOpt = Annotated[
-    float,
-    typer.Option("--rate", min=1e-9, help=("Length-only files: Poisson arrival rate, requests/s.")),
+    float | None,
+    typer.Option(
+        "--rate",
+        help=(
+            "Length-only files: Poisson arrival rate, requests/s (default 1; > 0, <= 1e6). "
+            "Ignored, with a warning, for files with their own arrival times."
+        ),
+    ),
 ]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the random stream.")]
+ArrivalSeedOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--seed",
+        help="Length-only files: seed of the arrival draws (default 0; >= 0). Ignored, "
+        "with a warning, for files with their own arrival times.",
+    ),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the random stream (>= 0).")]
+MAX_RATE_PER_S = 1e6
 KeepFailedOpt = Annotated[
     bool,
     typer.Option(
@@ -113,6 +133,46 @@ def _user_errors() -> Iterator[None]:
             raise typer.Exit(2) from None
 
 
+def _check_seed(source: object, seed: int) -> None:
+    if seed < 0:
+        raise SpecError([f"{source}: option --seed: got {seed}: expected an integer >= 0"])
+
+
+def _arrivals(
+    file: Path, format: str | None, rate: float | None, seed: int | None
+) -> tuple[Any, int]:
+    """The arrival process and seed for ``file``: checked and used for a length-only
+    file; for a file with its own arrival times, (None, 0), and one warning if the user
+    gave ``--rate`` or ``--seed``."""
+    import traces
+    from traces.arrivals import PoissonArrival
+
+    if format is not None and format not in traces.FORMATS:
+        return None, 0  # the loader reports the unknown format
+    name = traces.detect_format(file).name if format is None else format
+    if name != "lengths":
+        given = [opt for opt, value in (("--rate", rate), ("--seed", seed)) if value is not None]
+        if given:
+            warnings.warn(
+                f"{file}: {' and '.join(given)} ignored: the file has its own arrival times "
+                f"(format {name})",
+                traces.TraceWarning,
+                stacklevel=2,
+            )
+        return None, 0
+    rate = 1.0 if rate is None else rate
+    seed = 0 if seed is None else seed
+    _check_seed(file, seed)
+    if not (math.isfinite(rate) and 0 < rate <= MAX_RATE_PER_S):
+        raise SpecError(
+            [
+                f"{file}: option --rate: got {rate!r}: expected an arrival rate > 0 and "
+                f"<= {MAX_RATE_PER_S:.0e} requests/s"
+            ]
+        )
+    return PoissonArrival(rate_per_s=rate), seed
+
+
 def _fmt(value: object, digits: int = 1) -> str:
     if value is None:
         return "-"
@@ -158,23 +218,23 @@ def describe(
     format: FormatOpt = None,
     strict: StrictOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
-    rate: RateOpt = 1.0,
-    seed: SeedOpt = 0,
+    rate: RateOpt = None,
+    seed: ArrivalSeedOpt = None,
     keep_failed: KeepFailedOpt = False,
 ) -> None:
     """Rows, span, rate, length percentiles and prefix reuse (streamed: bounded memory)."""
     import traces
-    from traces.arrivals import PoissonArrival
 
     with _user_errors():
+        arrivals, seed_used = _arrivals(file, format, rate, seed)
         fmt = traces.detect_format(file).name if format is None else format
         chunks = traces.iter_tables(
             file,
             format=format,
             strict=strict,
             keep_failed=keep_failed,
-            arrivals=PoissonArrival(rate_per_s=rate),
-            seed=seed,
+            arrivals=arrivals,
+            seed=seed_used,
         )
         summary = {"file": str(file), "format": fmt, **traces.describe(chunks)}
     if as_json:
@@ -189,23 +249,23 @@ def convert(
     dst: Annotated[Path, typer.Argument(help="Output: .csv, .jsonl or .parquet (canonical).")],
     format: FormatOpt = None,
     strict: StrictOpt = False,
-    rate: RateOpt = 1.0,
-    seed: SeedOpt = 0,
+    rate: RateOpt = None,
+    seed: ArrivalSeedOpt = None,
     keep_failed: KeepFailedOpt = False,
 ) -> None:
     """Convert a trace to canonical CSV / JSONL / Parquet (streamed, atomic)."""
     import traces
-    from traces.arrivals import PoissonArrival
 
     with _user_errors():
+        arrivals, seed_used = _arrivals(src, format, rate, seed)
         rows = traces.convert(
             src,
             dst,
             format=format,
             strict=strict,
             keep_failed=keep_failed,
-            arrivals=PoissonArrival(rate_per_s=rate),
-            seed=seed,
+            arrivals=arrivals,
+            seed=seed_used,
         )
     typer.echo(f"wrote {rows:,} requests to {dst}")
 
@@ -318,6 +378,7 @@ def synth(
     from traces.synth import generate
 
     with _user_errors():
+        _check_seed(preset, seed)
         spec = _override(preset, _spec(preset), rate, duration_s, num_requests)
         rows = traces.write(generate(spec, seed), out)
     typer.echo(f"wrote {rows:,} requests to {out}")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -298,3 +301,100 @@ def test_bench_allocators_rejects_unknown_arguments(
     args = parse_args(["--quick", "paged", "buddy"])
     assert args.quick and args.kinds == ["paged", "buddy"]
     assert parse_args([]).kinds == [] and not parse_args([]).quick
+
+
+# -- hardening (issue 10): options, pipes, outputs ---------------------------------------
+
+LENGTHS = "num_prefill_tokens,num_decode_tokens\n10,5\n20,6\n"
+
+
+def _lengths_file(tmp_path: Path) -> Path:
+    src = tmp_path / "len.csv"
+    src.write_text(LENGTHS)
+    return src
+
+
+def _args(command: str, src: Path, tmp_path: Path) -> list[str]:
+    return ["trace", command, str(src)] + (
+        [str(tmp_path / "o.csv")] if command == "convert" else []
+    )
+
+
+@pytest.mark.parametrize("command", ["describe", "convert"])
+def test_negative_seed_on_a_length_file_is_one_error_line(tmp_path: Path, command: str) -> None:
+    src = _lengths_file(tmp_path)
+    (line,) = _fails_cleanly(tmp_path, [*_args(command, src, tmp_path), "--seed", "-1"])
+    assert line == f"error: {src}: option --seed: got -1: expected an integer >= 0"
+
+
+def test_negative_seed_on_synth_is_one_error_line(tmp_path: Path) -> None:
+    out = tmp_path / "o.csv"
+    (line,) = _fails_cleanly(
+        tmp_path, ["trace", "synth", "bimodal", "-o", str(out), "--seed", "-3"]
+    )
+    assert line == "error: bimodal: option --seed: got -3: expected an integer >= 0"
+
+
+@pytest.mark.parametrize("rate", ["inf", "2000000", "0", "-1", "nan"])
+@pytest.mark.parametrize("command", ["describe", "convert"])
+def test_bad_rate_on_a_length_file_is_one_error_line(
+    tmp_path: Path, command: str, rate: str
+) -> None:
+    src = _lengths_file(tmp_path)
+    (line,) = _fails_cleanly(tmp_path, [*_args(command, src, tmp_path), "--rate", rate])
+    assert line.startswith(f"error: {src}: option --rate: got ") and "<= 1e+06" in line
+
+
+@pytest.mark.parametrize("command", ["describe", "convert"])
+def test_rate_and_seed_do_not_matter_for_a_file_with_times(tmp_path: Path, command: str) -> None:
+    src = tmp_path / "t.csv"
+    src.write_text(HEADER + "0,0.0,4,5\n1,2.0,4,5\n")
+    plain = runner.invoke(
+        app, [*_args(command, src, tmp_path), *(["--json"] * (command == "describe"))]
+    )
+    assert plain.exit_code == 0 and plain.stderr == ""
+    first = (tmp_path / "o.csv").read_bytes() if command == "convert" else plain.stdout
+    result = runner.invoke(
+        app,
+        [
+            *_args(command, src, tmp_path),
+            *(["--json"] * (command == "describe")),
+            "--rate",
+            "inf",
+            "--seed",
+            "-7",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        f"warning: {src}: --rate and --seed ignored: the file has its own arrival times "
+        "(format canonical)"
+    ]
+    again = (tmp_path / "o.csv").read_bytes() if command == "convert" else result.stdout
+    assert again == first
+
+
+def test_fifo_trace_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+
+    def writer() -> None:  # blocks until someone opens the FIFO for reading
+        with contextlib.suppress(OSError):
+            fifo.write_text(HEADER + "0,0.0,4,5\n")
+
+    threading.Thread(target=writer, daemon=True).start()
+    results: list[object] = []
+    worker = threading.Thread(
+        target=lambda: results.append(runner.invoke(app, ["trace", "describe", str(fifo)])),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(timeout=30)
+    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # release the writer
+    assert not worker.is_alive(), "describe blocked on a FIFO"
+    (result,) = results
+    assert result.exit_code == 2  # type: ignore[attr-defined]
+    assert result.stderr.splitlines() == [  # type: ignore[attr-defined]
+        f"error: {fifo}: not a regular file (a FIFO (named pipe)); expected a trace file on "
+        "disk (save a pipe's output to a file first)"
+    ]
