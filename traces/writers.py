@@ -1,8 +1,10 @@
 """Write canonical traces as CSV, JSONL or Parquet, chosen by the output's extension.
 
-Writes are atomic: data goes to a temporary file in the destination's folder, which
-replaces the destination (``os.replace``) only once everything was written; on any
-error the temporary file is removed, so no partial output is ever left behind.
+Writes are atomic: data goes to a temporary file ``.NAME.PID.RANDOM.tmp`` in the
+destination's folder, which replaces the destination (``os.replace``) only once
+everything was written; on any error the temporary file is removed, so no partial output
+is ever left behind. A temporary that a killed process left (SIGKILL cannot be caught)
+is removed by the next write to the same destination, once its PID is no longer alive.
 
 Encodings: CSV writes ``prefix_hashes`` as space-separated integers ("" for none) and a
 missing ``session_id`` as an empty cell; JSONL writes one object per line with
@@ -14,8 +16,12 @@ missing ``session_id`` as an empty cell; JSONL writes one object per line with
 from __future__ import annotations
 
 import contextlib
+import glob
+import hashlib
 import json
 import os
+import re
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -47,24 +53,87 @@ def output_container(path: str | Path) -> str:
     return EXTENSIONS[ext]
 
 
+TMP_SUFFIX: Final = ".tmp"
+_STEM_LIMIT: Final = 120  # longer names are shortened in the temporary's name
+_TMP_RE: Final = re.compile(r"\.(\d+)\.[^.]+\.tmp$")
+
+
+def _stem(name: str) -> str:
+    """The target's name as used in its temporaries' names (a long name is cut and
+    keeps a digest, so ``.NAME.PID.RANDOM.tmp`` stays a valid file name)."""
+    if len(name) <= _STEM_LIMIT:
+        return name
+    return f"{name[:80]}~{hashlib.sha1(name.encode()).hexdigest()[:12]}"
+
+
+def temp_prefix(path: Path) -> str:
+    """``.NAME.PID.``: the start of the name of this process's temporaries for ``path``."""
+    return f".{_stem(path.name)}.{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, another user's
+        return True
+    return True
+
+
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Remove the temporaries (``.NAME.PID.RANDOM.tmp`` beside ``path``) that processes
+    no longer alive left behind (a SIGKILL mid-write); returns what was removed."""
+    removed = []
+    pattern = f".{glob.escape(_stem(path.name))}.*{TMP_SUFFIX}"
+    for tmp in path.parent.glob(pattern):
+        m = _TMP_RE.search(tmp.name)
+        if m is None or tmp.name[: m.start()] != f".{_stem(path.name)}" or _alive(int(m.group(1))):
+            continue
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
+
+
+def _folder_error(path: Path) -> TraceError | None:
+    """Why ``path``'s folder cannot take a new file, or None."""
+    folder = path.parent
+    try:
+        st = folder.stat()
+    except FileNotFoundError:
+        return TraceError(
+            path, "output folder does not exist", expected="an existing folder", got=str(folder)
+        )
+    except OSError as exc:  # a name too long, a folder that may not be searched, a loop
+        return TraceError(path, f"cannot use output folder ({exc.strerror or exc})")
+    if not stat.S_ISDIR(st.st_mode):
+        return TraceError(
+            path, "output folder is not a folder", expected="an existing folder", got=str(folder)
+        )
+    return None
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; move it into place only on success.
 
-    Any ``OSError`` (missing folder, no permission, disk full, ``path`` is a folder)
-    becomes a :class:`TraceError` naming ``path``, never the temporary file.
+    The temporary is ``.NAME.PID.RANDOM.tmp`` in the target's folder, so ``os.replace``
+    is atomic and a temporary left by a killed process is recognisable: each call first
+    removes those of dead processes for the same target
+    (:func:`remove_stale_temporaries`). Any ``OSError`` (missing folder, a name too long,
+    no permission, disk full, ``path`` is a folder) becomes a :class:`TraceError` naming
+    ``path``, never the temporary file.
     """
     path = Path(path)
-    folder = path.parent
-    if not folder.is_dir():
-        raise TraceError(
-            path,
-            "output folder does not exist",
-            expected="an existing folder",
-            got=str(folder),
-        )
+    problem = _folder_error(path)
+    if problem is not None:
+        raise problem
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        remove_stale_temporaries(path)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=TMP_SUFFIX, dir=path.parent)
     except OSError as exc:
         raise TraceError(path, f"cannot write file ({exc.strerror or exc})") from None
     os.close(fd)
