@@ -1,5 +1,10 @@
 """Invariants of the contiguous family (static, fits, buddy, compaction) over random
-sequences of allocate / extend / fork / free, checked after every operation."""
+sequences of allocate / extend / fork / free, checked after every operation: the live
+buffers and free extents tile the pool, free extents are coalesced (or buddy-aligned),
+fits choose the extent they promise, refusals change nothing and say why.
+
+The family is every registered kind whose allocator is a ``ContiguousAllocator``, each
+with its defaults, then the variants in ``CONFIGS``."""
 
 from __future__ import annotations
 
@@ -10,13 +15,17 @@ import numpy as np
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from support.allocators import check_pool, config_id, kinds_building
 
 from policies.allocators.base import AllocStats, PoolSpec, classify
 from policies.allocators.compaction import CompactingAllocator
 from policies.allocators.contiguous import ContiguousAllocator
 from policies.allocators.registry import parse_allocator
 
-CONFIGS: list[dict[str, Any]] = [
+CONTIGUOUS_KINDS = kinds_building(ContiguousAllocator)
+"""The registered kinds of the contiguous family."""
+
+CONFIGS: list[dict[str, Any]] = [{"kind": kind} for kind in CONTIGUOUS_KINDS] + [
     {"kind": "first_fit", "initial_extra_tokens": 8},
     {"kind": "best_fit", "initial_extra_tokens": 8},
     {"kind": "next_fit", "initial_extra_tokens": 8, "growth_chunk_tokens": 16},
@@ -64,11 +73,14 @@ def _buddy_roots(capacity: int) -> list[tuple[int, int]]:
     return roots
 
 
+def test_the_family_comes_from_the_registry() -> None:
+    assert {"first_fit", "best_fit", "buddy", "static", "compaction"} <= set(CONTIGUOUS_KINDS)
+    assert {c["kind"] for c in CONFIGS} == set(CONTIGUOUS_KINDS)
+
+
 def check_invariants(alloc: ContiguousAllocator, is_buddy: bool) -> None:
-    s = alloc.stats()
+    s = check_pool(alloc)
     cap = s.capacity_tokens
-    assert s.used_tokens + s.reserved_unused_tokens + s.free_tokens == cap
-    assert s.largest_free_extent_tokens <= s.free_tokens
     free = alloc._free_extents()
     assert sum(size for _, size in free) == s.free_tokens
     assert len(free) == s.free_extent_count
@@ -126,8 +138,8 @@ def check_fit_choice(
         assert dict(free_before)[start] == max(ext for _, ext in fitting)
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(str(v) for v in c.values()))
-@settings(max_examples=100, deadline=None)
+@pytest.mark.parametrize("config", CONFIGS, ids=config_id)
+@settings(max_examples=70, deadline=None)
 @given(ops=OPS, capacity=st.integers(300, 1500))
 def test_random_operation_sequences_keep_invariants(
     config: dict[str, Any], ops: list[tuple[str, int, int, int]], capacity: int
@@ -201,7 +213,7 @@ def test_random_operation_sequences_keep_invariants(
     assert alloc._free_extents() == expected
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(str(v) for v in c.values()))
+@pytest.mark.parametrize("config", CONFIGS, ids=config_id)
 def test_a_long_seeded_bimodal_run_keeps_invariants(config: dict[str, Any]) -> None:
     """3,000 operations of the seed's bimodal mix (scaled down) on a pool kept near full:
     many extents per address bucket, repeated compactions, growth and forks."""

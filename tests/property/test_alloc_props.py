@@ -1,22 +1,49 @@
-"""Invariants of the paged family (paged, vm_paged, caching) over random operation
-sequences: accounting adds up, refusals change nothing, frees are checked, freeing
-everything empties the pool, refcounts stay positive, prefix hits never exceed what was
-cached, and a forked child shares the parent's slots until it writes."""
+"""Invariants of every allocator policy over random operation sequences: accounting
+adds up, refusals change nothing, frees are checked, freeing everything empties the
+pool, prefix hits never exceed what was cached; for pooled policies, growth draws the
+blocks ``blocks_to_extend`` says; for paged, refcounts stay positive and a forked child
+shares the parent's slots until it writes.
+
+Every registered kind runs with its defaults (``support.allocators.registry_configs``),
+then the variants below. The contiguous family's layout (no overlap, coalescing, fit
+choices) is checked further in ``test_alloc_contiguous_props.py``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.allocators import (
+    assert_covers_registry,
+    build_allocator,
+    check_pool,
+    config_id,
+    is_pooled,
+    prefix_hashes,
+    registry_configs,
+)
 
 from policies.allocators.base import Allocator, AllocStats, PoolSpec
 from policies.allocators.caching import CachingAllocator
 from policies.allocators.paged import PagedAllocator
-from policies.allocators.vm_paged import VmPagedAllocator
 
 BLOCK = 16
+"""Tokens each prefix hash covers (the paged default block)."""
+
+CONFIGS = registry_configs(
+    {"kind": "paged", "cache_partial_block": True},
+    {"kind": "paged", "block_size_tokens": BLOCK // 2, "hash_block_tokens": BLOCK},
+    {"kind": "paged", "prefix_caching": False},
+    {"kind": "vm_paged", "page_bytes": 192 << 10},  # 24-token page groups
+    {"kind": "caching", "growth_factor": 1.5},
+    {"kind": "caching", "expandable_segments": True},
+    {"kind": "static", "mode": "pow2", "placement": "buddy"},
+)
+
+KV_BYTES_SMALL = 8_192
+"""Bytes per token that put most ``caching`` requests in its small-block pool."""
 
 # (kind, request or live index, tokens, prompt family, variant)
 _op = st.tuples(
@@ -29,18 +56,12 @@ _op = st.tuples(
 _ops = st.lists(_op, min_size=1, max_size=80)
 
 
-def _hashes(family: int, variant: int, tokens: int) -> list[int]:
-    """Chained-hash stand-ins: blocks 0-1 depend on the family, later ones also on the
-    variant, so prompts share 0, 2 or all of their leading blocks."""
-    n = -(-tokens // BLOCK)
-    return [family * 1000 + (j if j < 2 else 100 * (variant + 1) + j) for j in range(n)]
+def test_every_registered_policy_is_covered() -> None:
+    assert_covers_registry(CONFIGS)
 
 
 def _check(a: Allocator, live: dict[int, int]) -> AllocStats:
-    s = a.stats()
-    assert s.used_tokens + s.reserved_unused_tokens + s.free_tokens == s.capacity_tokens
-    assert min(s.used_tokens, s.reserved_unused_tokens, s.free_tokens) >= 0
-    assert 0 <= s.largest_free_extent_tokens <= s.free_tokens
+    s = check_pool(a)
     assert 0 <= s.cached_free_tokens <= s.free_tokens
     assert s.shared_tokens <= s.used_tokens + s.reserved_unused_tokens
     assert s.used_tokens <= sum(live.values())
@@ -53,6 +74,11 @@ def _check(a: Allocator, live: dict[int, int]) -> AllocStats:
     return s
 
 
+def _binary_parts(n: int) -> list[int]:
+    """``n`` as a sum of distinct powers of two (a buddy pool's free roots)."""
+    return sorted(1 << b for b in range(n.bit_length()) if n >> b & 1)
+
+
 def _run(a: Allocator, ops: list[tuple[str, int, int, int, int]]) -> None:
     live: dict[int, int] = {}
     seen_keys: set[int] = set()  # hashes of every prompt placed: what a cache can hold
@@ -62,8 +88,10 @@ def _run(a: Allocator, ops: list[tuple[str, int, int, int, int]]) -> None:
         ids = sorted(live)
         ok = True
         if kind == "alloc":
-            hashes = _hashes(family, variant, tokens)
-            alloc = a.allocate(next_id, tokens, prefix_hashes=hashes)
+            hashes = prefix_hashes(family, variant, tokens, BLOCK)
+            # the final length, as the engine passes it (static pow2 / oracle reserve it)
+            reserve = tokens + pick % 128
+            alloc = a.allocate(next_id, tokens, reserve_tokens=reserve, prefix_hashes=hashes)
             ok = alloc is not None
             if alloc is not None:
                 bound = 0  # leading hash blocks some earlier prompt had
@@ -78,11 +106,11 @@ def _run(a: Allocator, ops: list[tuple[str, int, int, int, int]]) -> None:
         elif kind == "extend":
             rid = ids[pick % len(ids)]
             tokens %= 48  # decode growth is small; long extends are covered by the alloc sizes
-            if a.pool_block_tokens is not None:
+            if is_pooled(a):
                 pool_before = a.pool_free_blocks()
                 need = a.blocks_to_extend(rid, tokens)
             ok = a.extend(rid, tokens)
-            if a.pool_block_tokens is not None:
+            if is_pooled(a):
                 assert ok == (need <= pool_before)
                 if ok:
                     assert a.pool_free_blocks() == pool_before - need
@@ -107,7 +135,7 @@ def _run(a: Allocator, ops: list[tuple[str, int, int, int, int]]) -> None:
             assert after == before, "a refusal changed the state"
             failure = a.last_failure()
             assert failure is not None
-            if a.pool_block_tokens is not None:
+            if is_pooled(a):
                 assert failure.cause == "capacity"
         if isinstance(a, PagedAllocator):
             for rid in live:
@@ -120,35 +148,27 @@ def _run(a: Allocator, ops: list[tuple[str, int, int, int, int]]) -> None:
     if isinstance(a, CachingAllocator):  # segments stay cached until empty_cache
         a.empty_cache()
         s = _check(a, {})
-    assert s.free_extent_count == 1 and s.largest_free_extent_tokens == s.free_tokens
+    # whole again: one extent, or a buddy pool's power-of-two roots
+    sizes = sorted(a.free_extent_sizes())
+    assert sizes == [s.capacity_tokens] or sizes == _binary_parts(s.capacity_tokens)
+    assert s.free_extent_count == len(sizes) and s.largest_free_extent_tokens == sizes[-1]
 
 
-_FACTORIES: dict[str, Callable[[], Allocator]] = {
-    "paged": lambda: PagedAllocator(PoolSpec(96 * BLOCK + 5), block_size_tokens=BLOCK),
-    "paged_partial": lambda: PagedAllocator(
-        PoolSpec(40 * BLOCK), block_size_tokens=BLOCK, cache_partial_block=True
-    ),
-    "paged_hash32": lambda: PagedAllocator(
-        PoolSpec(48 * BLOCK), block_size_tokens=BLOCK // 2, hash_block_tokens=BLOCK
-    ),
-    "paged_no_cache": lambda: PagedAllocator(PoolSpec(50 * BLOCK), prefix_caching=False),
-    "vm_paged": lambda: VmPagedAllocator(PoolSpec(1_500), page_tokens=24),
-    "caching": lambda: CachingAllocator(
-        PoolSpec(4_000, kv_bytes_per_token=8_192), growth_factor=1.5
-    ),
-    "caching_expandable": lambda: CachingAllocator(
-        PoolSpec(4_000, kv_bytes_per_token=8_192), expandable_segments=True
-    ),
-}
-
-
-@pytest.mark.parametrize("name", sorted(_FACTORIES))
+@pytest.mark.parametrize("config", CONFIGS, ids=config_id)
 @settings(max_examples=100, deadline=None)
-@given(ops=_ops)
+@given(ops=_ops, capacity=st.sampled_from([640, 1_541, 4_000]), small_tokens=st.booleans())
 def test_invariants_hold_over_random_operations(
-    name: str, ops: list[tuple[str, int, int, int, int]]
+    config: dict[str, Any],
+    ops: list[tuple[str, int, int, int, int]],
+    capacity: int,
+    small_tokens: bool,
 ) -> None:
-    _run(_FACTORIES[name](), ops)
+    """``small_tokens``: 8 KiB a token instead of a 7B model's 512 KiB (byte-sized
+    policies see other page and segment sizes; the others do not care)."""
+    pool: dict[str, Any] = {"max_seq_tokens": 512}
+    if small_tokens and config["kind"] != "vm_paged":  # a 2 MiB page of 8 KiB tokens: > the pool
+        pool["kv_bytes_per_token"] = KV_BYTES_SMALL
+    _run(build_allocator(config, capacity, **pool), ops)
 
 
 @settings(max_examples=40, deadline=None)

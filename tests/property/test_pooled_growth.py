@@ -11,17 +11,24 @@ indistinguishable: equal stats, equal answers, equal prefix hits and block ids.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.allocators import (
+    build_allocator,
+    check_pool,
+    config_id,
+    is_pooled,
+    pooled_kinds,
+    prefix_hashes,
+    registered_kinds,
+)
 
 from policies.allocators.base import Allocator, AllocStats, PoolSpec
-from policies.allocators.caching import CachingAllocator
 from policies.allocators.paged import PagedAllocator
-from policies.allocators.registry import ALLOCATORS
-from policies.allocators.vm_paged import VmPagedAllocator
 
 BLOCK = 8
 
@@ -36,21 +43,12 @@ _op = st.tuples(
 _ops = st.lists(_op, min_size=1, max_size=60)
 
 
-def _hashes(family: int, variant: int, tokens: int) -> list[int]:
-    """Chained-hash stand-ins covering every (also the partial last) block: blocks 0-1
-    depend on the family only, later ones on the variant too."""
-    n = -(-tokens // BLOCK)
-    return [family * 1000 + (j if j < 2 else 100 * (variant + 1) + j) for j in range(n)]
-
-
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
 def _check_invariants(x: Allocator) -> AllocStats:
-    s = x.stats()
-    assert s.used_tokens + s.reserved_unused_tokens + s.free_tokens == s.capacity_tokens
-    assert min(s.used_tokens, s.reserved_unused_tokens, s.free_tokens) >= 0
+    s = check_pool(x)
     assert x.pool_block_tokens is not None
     assert s.reserved_unused_tokens >= x.pool_reserved_blocks() * x.pool_block_tokens
     return s
@@ -59,13 +57,14 @@ def _check_invariants(x: Allocator) -> AllocStats:
 class _Twin:
     """A (eager) and B (bulk) driven in lockstep; ``pending`` = tokens A grew that B owes."""
 
-    def __init__(self, factory: Callable[[], Allocator], use_hashes: bool) -> None:
+    def __init__(self, factory: Callable[[], Allocator], hash_block_tokens: int | None) -> None:
         self.a = factory()
         self.b = factory()
         bt = self.a.pool_block_tokens
         assert bt is not None
         self.bt = bt
-        self.use_hashes = use_hashes
+        self.hash_block_tokens = hash_block_tokens
+        """Tokens a prefix hash covers; None: no hashes."""
         self.pending: dict[int, int] = {}
         self.live: list[int] = []
         self.next_id = 0
@@ -103,7 +102,9 @@ class _Twin:
         a, b = self.a, self.b
         if kind == "alloc":
             self.prepare([])
-            hashes = _hashes(family, variant, tokens) if self.use_hashes else []
+            hashes = []
+            if self.hash_block_tokens is not None:
+                hashes = prefix_hashes(family, variant, tokens, self.hash_block_tokens)
             ra = a.allocate(self.next_id, tokens, prefix_hashes=hashes)
             rb = b.allocate(self.next_id, tokens, prefix_hashes=hashes)
             assert ra == rb  # same success, reservation and cached_tokens
@@ -150,36 +151,54 @@ class _Twin:
             self.live.remove(sid)
 
 
-_FACTORIES: dict[str, tuple[Callable[[], Allocator], bool]] = {
-    "paged_plain": (lambda: PagedAllocator(PoolSpec(40 * BLOCK), block_size_tokens=BLOCK), False),
-    "paged_prefix": (lambda: PagedAllocator(PoolSpec(40 * BLOCK), block_size_tokens=BLOCK), True),
-    "paged_partial": (
-        lambda: PagedAllocator(
-            PoolSpec(40 * BLOCK), block_size_tokens=BLOCK, cache_partial_block=True
-        ),
-        True,
-    ),
-    "paged_hash2x": (
-        lambda: PagedAllocator(
-            PoolSpec(48 * BLOCK),
-            block_size_tokens=BLOCK // 2,
-            hash_block_tokens=BLOCK,
-            cache_partial_block=True,
-        ),
-        True,
-    ),
-    "vm_paged": (lambda: VmPagedAllocator(PoolSpec(600), page_tokens=12), False),
-}
+def _block_tokens(kind: str) -> int:
+    """The pool block of ``kind``'s default allocator (its prefix-hash block too)."""
+    block_tokens = build_allocator(kind, 4096).pool_block_tokens
+    assert block_tokens is not None
+    return block_tokens
 
 
-@pytest.mark.parametrize("name", sorted(_FACTORIES))
+CASES: list[tuple[dict[str, Any], int, int | None]] = [
+    # (config, capacity tokens, tokens a prefix hash covers or None for no hashes):
+    # every pooled policy of the registry with its defaults,
+    *(({"kind": kind}, 1_024, _block_tokens(kind)) for kind in pooled_kinds()),
+    # then variants with small blocks
+    ({"kind": "paged", "block_size_tokens": BLOCK}, 40 * BLOCK, None),
+    ({"kind": "paged", "block_size_tokens": BLOCK}, 40 * BLOCK, BLOCK),
+    ({"kind": "paged", "block_size_tokens": BLOCK, "cache_partial_block": True}, 40 * BLOCK, BLOCK),
+    (
+        {
+            "kind": "paged",
+            "block_size_tokens": BLOCK // 2,
+            "hash_block_tokens": BLOCK,
+            "cache_partial_block": True,
+        },
+        48 * BLOCK,
+        BLOCK,
+    ),
+    ({"kind": "vm_paged", "page_bytes": 96 << 10}, 600, None),  # 12-token page groups
+]
+
+
+def test_every_pooled_policy_is_covered() -> None:
+    assert {c["kind"] for c, _, _ in CASES} >= set(pooled_kinds())
+    assert pooled_kinds(), "no registered policy is pooled"
+
+
+@pytest.mark.parametrize(
+    ("config", "capacity", "hash_block_tokens"),
+    CASES,
+    ids=[f"{config_id(c)}-{n}" + (f"-hash{h}" if h else "") for c, n, h in CASES],
+)
 @settings(max_examples=100, deadline=None)
 @given(ops=_ops)
 def test_bulk_growth_matches_eager_growth(
-    name: str, ops: list[tuple[str, int, int, int, int]]
+    config: dict[str, Any],
+    capacity: int,
+    hash_block_tokens: int | None,
+    ops: list[tuple[str, int, int, int, int]],
 ) -> None:
-    factory, use_hashes = _FACTORIES[name]
-    twin = _Twin(factory, use_hashes)
+    twin = _Twin(lambda: build_allocator(config, capacity), hash_block_tokens)
     for op in ops:
         twin.step(*op)
     twin.compare()
@@ -191,17 +210,17 @@ def test_bulk_growth_matches_eager_growth(
 
 
 # -- unit tests ----------------------------------------------------------------------------
-def _pooled_factories() -> list[Callable[[], Allocator]]:
-    return [
-        lambda: PagedAllocator(PoolSpec(10 * BLOCK), block_size_tokens=BLOCK),
-        lambda: VmPagedAllocator(PoolSpec(10 * BLOCK), page_tokens=BLOCK),
-    ]
+def _ten_blocks(kind: str) -> tuple[Allocator, int]:
+    """A fresh ``kind`` allocator (its defaults) over a pool of ten of its blocks, and
+    its block's tokens."""
+    block = _block_tokens(kind)
+    return build_allocator(kind, 10 * block), block
 
 
-@pytest.mark.parametrize("factory", _pooled_factories())
-def test_reserve_more_than_free_changes_nothing(factory: Callable[[], Allocator]) -> None:
-    x = factory()
-    assert x.allocate(1, 3 * BLOCK + 1) is not None
+@pytest.mark.parametrize("kind", pooled_kinds())
+def test_reserve_more_than_free_changes_nothing(kind: str) -> None:
+    x, block = _ten_blocks(kind)
+    assert x.allocate(1, 3 * block + 1) is not None
     before = x.stats()
     assert not x.reserve_pool_blocks(x.pool_free_blocks() + 1)
     assert x.stats() == before
@@ -213,42 +232,42 @@ def test_reserve_more_than_free_changes_nothing(factory: Callable[[], Allocator]
         x.reserve_pool_blocks(-1)
 
 
-@pytest.mark.parametrize("factory", _pooled_factories())
-def test_extend_reserved_with_short_reservoir_raises(factory: Callable[[], Allocator]) -> None:
-    x = factory()
-    assert x.allocate(1, BLOCK - 1) is not None
+@pytest.mark.parametrize("kind", pooled_kinds())
+def test_extend_reserved_with_short_reservoir_raises(kind: str) -> None:
+    x, block = _ten_blocks(kind)
+    assert x.allocate(1, block - 1) is not None
     x.extend_reserved(1, 1)  # fits in the last block: needs no reserved block
     assert x.reserve_pool_blocks(1)
     before = x.stats()
     with pytest.raises(ValueError):
-        x.extend_reserved(1, 2 * BLOCK)  # needs 2
-    assert x.stats() == before and x.held_tokens(1) == BLOCK
-    x.extend_reserved(1, BLOCK)
-    assert x.held_tokens(1) == 2 * BLOCK and x.reserved_tokens(1) == 2 * BLOCK
+        x.extend_reserved(1, 2 * block)  # needs 2
+    assert x.stats() == before and x.held_tokens(1) == block
+    x.extend_reserved(1, block)
+    assert x.held_tokens(1) == 2 * block and x.reserved_tokens(1) == 2 * block
     assert x.pool_reserved_blocks() == 0
     with pytest.raises(ValueError):
         x.extend_reserved(1, -1)
 
 
-@pytest.mark.parametrize("factory", _pooled_factories())
-def test_invariants_hold_with_a_nonempty_reservoir(factory: Callable[[], Allocator]) -> None:
-    x = factory()
-    assert x.allocate(1, 2 * BLOCK + 3) is not None
+@pytest.mark.parametrize("kind", pooled_kinds())
+def test_invariants_hold_with_a_nonempty_reservoir(kind: str) -> None:
+    x, block = _ten_blocks(kind)
+    assert x.allocate(1, 2 * block + 3) is not None
     assert x.allocate(2, 5) is not None
     assert x.reserve_pool_blocks(3)
     s = _check_invariants(x)
     unused = sum(x.reserved_tokens(r) - x.held_tokens(r) for r in (1, 2))
-    assert s.reserved_unused_tokens == unused + 3 * BLOCK
-    assert s.free_tokens == (10 - 4 - 3) * BLOCK
+    assert s.reserved_unused_tokens == unused + 3 * block
+    assert s.free_tokens == (10 - 4 - 3) * block
     if isinstance(x, PagedAllocator):
         assert x._owned_blocks + x._free_blocks == x.num_blocks
     x.free(1)  # free never touches the reservoir
     assert x.pool_reserved_blocks() == 3
     s = _check_invariants(x)
-    assert s.reserved_unused_tokens == x.reserved_tokens(2) - 5 + 3 * BLOCK
+    assert s.reserved_unused_tokens == x.reserved_tokens(2) - 5 + 3 * block
     x.free(2)
     s = _check_invariants(x)
-    assert s.used_tokens == 0 and s.reserved_unused_tokens == 3 * BLOCK
+    assert s.used_tokens == 0 and s.reserved_unused_tokens == 3 * block
 
 
 def test_shared_partial_last_block_is_not_pooled_until_written() -> None:
@@ -292,26 +311,24 @@ def test_cached_partial_last_block_is_not_pooled_until_written() -> None:
     assert without.growth_is_pooled(1)
 
 
-def test_policies_without_a_reservoir_keep_the_defaults() -> None:
-    x = CachingAllocator(PoolSpec(4_000, kv_bytes_per_token=8_192))
-    assert x.allocate(1, 10) is not None
-    assert not x.growth_is_pooled(1)
-    assert x.pool_reserved_blocks() == 0
-    with pytest.raises(NotImplementedError):
-        x.reserve_pool_blocks(1)
-    with pytest.raises(NotImplementedError):
-        x.extend_reserved(1, 1)
+@pytest.mark.parametrize("kind", sorted(set(registered_kinds()) - set(pooled_kinds())))
+def test_policies_without_a_pool_take_no_bulk_growth(kind: str) -> None:
+    """A policy that is not pooled has no growth reservoir (the methods are absent, or
+    refuse)."""
+    x = build_allocator(kind, 4_000, max_seq_tokens=1024)
+    assert x.allocate(1, 10, reserve_tokens=20) is not None
+    assert not is_pooled(x)
+    with pytest.raises((AttributeError, NotImplementedError)):
+        x.reserve_pool_blocks(1)  # type: ignore[attr-defined,unused-ignore]
+    with pytest.raises((AttributeError, NotImplementedError)):
+        x.extend_reserved(1, 1)  # type: ignore[attr-defined,unused-ignore]
 
 
-@pytest.mark.parametrize("kind", ["paged", "vm_paged", "best_fit", "buddy"])
+@pytest.mark.parametrize("kind", registered_kinds())
 def test_cheap_counters_match_the_snapshot(kind: str) -> None:
     """``free_and_largest_tokens`` and ``copied_tokens_total`` (the engine's cheap reads)
     equal the ``stats()`` fields they stand for, through allocations, growth and frees."""
-    spec = PoolSpec(capacity_tokens=5_000, max_seq_tokens=4096)
-    if kind == "vm_paged":
-        alloc: Allocator = VmPagedAllocator(spec, page_tokens=8)
-    else:
-        alloc = ALLOCATORS[kind].model_validate({"kind": kind}).build(spec)
+    alloc = build_allocator(kind, 5_000, max_seq_tokens=1024)
     rng = np.random.default_rng(5)
     live: list[int] = []
     for rid in range(300):
