@@ -11,44 +11,26 @@ sample would (``unsynced_tokens`` added, nothing synced) and as a periodic sampl
 
 from __future__ import annotations
 
-import heapq
-import math
 from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.allocators import assert_covers_registry, build_allocator, config_id, registry_configs
+from support.scheduler import SchedulerDriver
 
-from policies.allocators.base import Allocator, PoolSpec
-from policies.allocators.registry import ALLOCATORS
-from policies.allocators.vm_paged import VmPagedAllocator
-from sim.engine.scheduler import Group, Scheduler, SchedulerConfig
+from sim.engine.batch import Group, SchedulerConfig
 
-POLICIES: list[dict[str, Any]] = [
+POLICIES = registry_configs(
     {"kind": "paged", "block_size_tokens": 4},
-    {"kind": "paged", "block_size_tokens": 16, "prefix_caching": True},
-    {"kind": "vm_paged", "page_tokens": 8},
-    {"kind": "best_fit"},
-    {"kind": "first_fit"},
+    {"kind": "vm_paged", "page_bytes": 64 << 10},  # 8-token page groups
     {"kind": "static", "mode": "pow2"},
-    {"kind": "buddy"},
-    {"kind": "compaction"},
-    {"kind": "caching"},
-]
+)
 
 
-def build(policy: dict[str, Any], capacity_tokens: int) -> Allocator:
-    spec = PoolSpec(capacity_tokens=capacity_tokens, max_seq_tokens=4096)
-    if policy["kind"] == "vm_paged":
-        return VmPagedAllocator(spec, page_tokens=policy["page_tokens"])
-    return ALLOCATORS[policy["kind"]].model_validate(policy).build(spec)
-
-
-def _nan_as_none(x: float) -> float | None:
-    """Logs compare with ``==``: NaN equals itself only as the same object, which a
-    compiled build (unboxed floats) does not keep."""
-    return None if math.isnan(x) else x
+def test_every_registered_policy_is_driven() -> None:
+    assert_covers_registry(POLICIES)
 
 
 def drive(
@@ -59,78 +41,16 @@ def drive(
     probes: set[int],
     ticks: bool,
 ) -> list[Any]:
-    """Run the scheduler as the replica's exact mode does (constant 10 ms steps) and
-    log everything observable."""
-    log: list[Any] = []
-    now = 0.0
-    alloc = build(policy, capacity_tokens)
-    pending: list[tuple[float, int, Group]] = []
-    tie = 0
-
-    def push(t: float, g: Group) -> None:
-        nonlocal tie
-        heapq.heappush(pending, (t, tie, g))
-        tie += 1
-
-    sched = Scheduler(
-        config,
-        alloc,
-        on_event=lambda e: log.append(("event", now, e, pool_at_failure())),
-        on_retry=lambda g, d: push(round(now + d, 9), g),
-        on_done=lambda g: log.append(
-            (
-                "done",
-                g.request_id,
-                g.status,
-                _nan_as_none(g.admit_s),
-                _nan_as_none(g.first_token_s),
-                _nan_as_none(g.finish_s),
-                g.preemptions,
-                g.retries,
-                g.peak_reserved_tokens,
-                g.cached_tokens,
-            )
-        ),
-        ticks=ticks,
+    """Run the scheduler as the replica's exact mode does and log everything observable
+    (steps, events with the pool a failure sample would read, records, and the pool a
+    periodic sample reads after the ``probes`` steps)."""
+    driver = SchedulerDriver(
+        config, build_allocator(policy, capacity_tokens), ticks=ticks, probes=probes
     )
-
-    def pool_at_failure() -> tuple[int, ...]:
-        s = alloc_now().stats()
-        u = sched.unsynced_tokens()
-        return (s.used_tokens + u, s.reserved_unused_tokens - u, s.free_tokens)
-
-    def alloc_now() -> Allocator:
-        return sched.allocator
-
     for i, (t, prompt, output, width, prefix) in enumerate(rows):
         hashes = tuple(range(prefix)) if prefix else ()
-        push(t, Group(i, t, prompt, output, width, hashes))
-    for n in range(5_000):
-        while pending and pending[0][0] <= now + 1e-12:
-            sched.submit(heapq.heappop(pending)[2], now)
-        step = sched.begin_step(now)
-        if step is None:
-            if not pending:
-                break
-            now = pending[0][0]
-            continue
-        decoding = [g.request_id for g in sched.step_decoding(step)]
-        now = round(now + 0.01 + step.stall_s, 9)
-        log.append(
-            (
-                "step",
-                [(g.request_id, c) for g, c in step.prefill_chunks],
-                decoding,
-                step.decode_seqs,
-                step.kv_tokens,
-                round(step.stall_s, 12),
-            )
-        )
-        sched.end_step(step, now)
-        if n in probes:
-            sched.sync_allocator()
-            log.append(("sample", sched.allocator.stats(), len(sched.running)))
-    return log
+        driver.add(Group(i, t, prompt, output, width, hashes))
+    return driver.run().log
 
 
 rows_strategy = st.lists(
@@ -195,7 +115,7 @@ def _random_rows(seed: int, n: int) -> list[tuple[float, int, int, int, int]]:
     ]
 
 
-@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: f"{p['kind']}-{len(p)}")
+@pytest.mark.parametrize("policy", POLICIES, ids=config_id)
 @pytest.mark.parametrize("preemption", ["recompute", "swap", "fail"])
 def test_ticks_change_nothing_on_long_tight_runs(policy: dict[str, Any], preemption: str) -> None:
     config = SchedulerConfig(
@@ -207,7 +127,7 @@ def test_ticks_change_nothing_on_long_tight_runs(policy: dict[str, Any], preempt
         swap_s_per_token=1e-6,
         copy_s_per_token=1e-7,
     )
-    rows = _random_rows(len(preemption) * 7 + len(policy), 150)
+    rows = _random_rows(len(preemption) * 7 + len(policy), 100)
     probes = set(range(0, 3000, 37))
     want = drive(policy, 3_000, config, rows, probes, ticks=False)
     got = drive(policy, 3_000, config, rows, probes, ticks=True)

@@ -8,134 +8,30 @@ there; each later step emits one more token.
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from support.allocators import build_allocator
+from support.scheduler import STEP_S, SchedulerDriver
 
-from policies.allocators.base import Allocator, PoolSpec
-from policies.allocators.registry import ALLOCATORS
-from sim.engine.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
-
-STEP_S = 0.01
+from policies.allocators.base import Allocator
+from sim.engine.batch import Group, SchedulerConfig
 
 
-def paged(
-    capacity_tokens: int, *, block_size_tokens: int = 16, prefix_caching: bool = False
-) -> Allocator:
-    cfg = ALLOCATORS["paged"].model_validate(
-        {"kind": "paged", "block_size_tokens": block_size_tokens, "prefix_caching": prefix_caching}
-    )
-    return cfg.build(PoolSpec(capacity_tokens=capacity_tokens))
+def paged(capacity_tokens: int, **kw: Any) -> Allocator:
+    """A paged pool of 16-token blocks, prefix caching off unless asked."""
+    return build_allocator({"kind": "paged", "prefix_caching": False, **kw}, capacity_tokens)
 
 
 def static_max(capacity_tokens: int, max_tokens: int) -> Allocator:
     """Fixed spans of ``max_tokens`` placed first-fit: a checkerboard is easy to build."""
-    cfg = ALLOCATORS["static"].model_validate(
-        {"kind": "static", "mode": "max", "max_tokens": max_tokens}
+    return build_allocator(
+        {"kind": "static", "mode": "max", "max_tokens": max_tokens}, capacity_tokens
     )
-    return cfg.build(PoolSpec(capacity_tokens=capacity_tokens))
 
 
 def best_fit(capacity_tokens: int, **kw: Any) -> Allocator:
-    return (
-        ALLOCATORS["best_fit"]
-        .model_validate({"kind": "best_fit", **kw})
-        .build(PoolSpec(capacity_tokens=capacity_tokens))
-    )
-
-
-@dataclass
-class StepLog:
-    end_s: float
-    prefill: list[tuple[int, int]]
-    """(request id, chunk tokens) prefilled in the step."""
-    decoding: list[int]
-    kv_tokens: int
-    stall_s: float
-
-
-@dataclass
-class Driver:
-    """Runs a Scheduler the way the replica does, on a hand-made clock."""
-
-    config: SchedulerConfig
-    allocator: Allocator
-    now: float = 0.0
-    steps: list[StepLog] = field(default_factory=list)
-    events: list[tuple[float, SchedEvent]] = field(default_factory=list)
-    retries: list[tuple[float, int, float]] = field(default_factory=list)
-    done: list[Group] = field(default_factory=list)
-    _pending: list[tuple[float, int, Group]] = field(default_factory=list)
-    _tie: int = 0
-    before_end_step: Callable[[], None] | None = None
-    """Called after each step's time passes, before ``end_step`` applies it (a spy:
-    compiled Scheduler methods cannot be patched)."""
-
-    def __post_init__(self) -> None:
-        self.sched = Scheduler(
-            self.config,
-            self.allocator,
-            on_event=lambda e: self.events.append((self.now, e)),
-            on_retry=self._retry,
-            on_done=self.done.append,
-        )
-
-    def _push(self, t: float, g: Group) -> None:
-        heapq.heappush(self._pending, (t, self._tie, g))
-        self._tie += 1
-
-    def _retry(self, g: Group, delay_s: float) -> None:
-        self.retries.append((self.now, g.request_id, delay_s))
-        self._push(round(self.now + delay_s, 9), g)
-
-    def add(self, *groups: Group) -> Driver:
-        for g in groups:
-            self._push(g.arrival_s, g)
-        return self
-
-    def run(self, max_steps: int = 20_000, until_s: float | None = None) -> Driver:
-        for _ in range(max_steps):
-            if until_s is not None and self.now >= until_s:
-                return self
-            while self._pending and self._pending[0][0] <= self.now + 1e-12:
-                self.sched.submit(heapq.heappop(self._pending)[2], self.now)
-            step = self.sched.begin_step(self.now)
-            if step is None:
-                if not self._pending:
-                    return self
-                self.now = self._pending[0][0]
-                continue
-            self.now = round(self.now + STEP_S + step.stall_s, 9)
-            self.steps.append(
-                StepLog(
-                    self.now,
-                    [(g.request_id, c) for g, c in step.prefill_chunks],
-                    [g.request_id for g in self.sched.step_decoding(step)],
-                    step.kv_tokens,
-                    step.stall_s,
-                )
-            )
-            if self.before_end_step is not None:
-                self.before_end_step()
-            self.sched.end_step(step, self.now)
-        raise AssertionError("scheduler did not settle")
-
-    def pool(self) -> Any:
-        """The allocator's stats once deferred growth is applied (the scheduler may tell
-        the allocator of growth inside a sequence's headroom lazily)."""
-        sync = getattr(self.sched, "sync_allocator", None)
-        if sync is not None:
-            sync()
-        return self.allocator.stats()
-
-    def kinds(self) -> list[tuple[str, int]]:
-        return [(e.kind, e.request_id) for _, e in self.events]
-
-    def by_id(self) -> dict[int, Group]:
-        return {g.request_id: g for g in self.done}
+    return build_allocator({"kind": "best_fit", **kw}, capacity_tokens)
 
 
 def cfg(**kw: Any) -> SchedulerConfig:
@@ -149,7 +45,7 @@ def test_one_request_prefills_then_decodes_one_token_per_step() -> None:
     alloc = paged(10_000)
     g = Group(0, 0.0, 100, 10)
     held_by_step: list[int] = []
-    d = Driver(cfg(), alloc).add(g)
+    d = SchedulerDriver(cfg(), alloc).add(g)
     # Watch the allocator at every step: the last step holds P + O - 1 slots.
     d.before_end_step = lambda: held_by_step.append(d.pool().used_tokens)
     d.run()
@@ -165,13 +61,13 @@ def test_one_request_prefills_then_decodes_one_token_per_step() -> None:
 
 
 def test_a_single_output_token_needs_no_growth() -> None:
-    d = Driver(cfg(), paged(1_000)).add(Group(0, 0.0, 30, 1)).run()
+    d = SchedulerDriver(cfg(), paged(1_000)).add(Group(0, 0.0, 30, 1)).run()
     (g,) = d.done
     assert len(d.steps) == 1 and g.first_token_s == g.finish_s == pytest.approx(0.01)
 
 
 def test_decode_kv_tokens_count_the_held_context() -> None:
-    d = Driver(cfg(), paged(10_000)).add(Group(0, 0.0, 50, 4)).run()
+    d = SchedulerDriver(cfg(), paged(10_000)).add(Group(0, 0.0, 50, 4)).run()
     # Prefill reads its 50 tokens; decode step k reads 50 + k held slots.
     assert [s.kv_tokens for s in d.steps] == [50, 51, 52, 53]
 
@@ -179,10 +75,10 @@ def test_decode_kv_tokens_count_the_held_context() -> None:
 # -- preemption --------------------------------------------------------------------------
 
 
-def _two_growing(preemption: str, **kw: Any) -> Driver:
+def _two_growing(preemption: str, **kw: Any) -> SchedulerDriver:
     """Two 100+100 requests on 20 blocks: both fit at admission, growth runs out at the
     step that needs an 11th block each (after 61 tokens)."""
-    d = Driver(cfg(preemption=preemption, **kw), paged(320))
+    d = SchedulerDriver(cfg(preemption=preemption, **kw), paged(320))
     return d.add(Group(0, 0.0, 100, 100), Group(1, 0.0, 100, 100)).run()
 
 
@@ -248,7 +144,9 @@ def test_fail_preemption_fails_the_request_that_cannot_grow() -> None:
 def test_swapping_a_half_prefilled_request_keeps_its_remaining_prefill() -> None:
     # Request 0 decodes; request 1's 1900-token prompt prefills 15 tokens a step when the
     # pool runs out and request 1 (the most recent) is swapped out mid-prefill.
-    d = Driver(cfg(preemption="swap", chunked_prefill=True, max_num_batched_tokens=16), paged(3008))
+    d = SchedulerDriver(
+        cfg(preemption="swap", chunked_prefill=True, max_num_batched_tokens=16), paged(3008)
+    )
     d.add(Group(0, 0.0, 1000, 500), Group(1, 0.05, 1900, 50)).run()
     r = d.by_id()
     assert ("preemption", 1) in d.kinds()
@@ -261,7 +159,7 @@ def test_swapping_a_half_prefilled_request_keeps_its_remaining_prefill() -> None
 
 def test_reject_with_retries_backs_off_exponentially_then_gives_up() -> None:
     # Request 0 holds 7 to 19 blocks of 20 for 2 s; request 1 needs 16: refused each time.
-    d = Driver(
+    d = SchedulerDriver(
         cfg(on_admission_failure="reject", retry_attempts=2, retry_backoff_s=0.5), paged(320)
     )
     d.add(Group(0, 0.0, 100, 200), Group(1, 0.005, 250, 5)).run()
@@ -277,7 +175,7 @@ def test_reject_with_retries_backs_off_exponentially_then_gives_up() -> None:
 
 
 def test_a_retry_that_finds_memory_is_served() -> None:
-    d = Driver(
+    d = SchedulerDriver(
         cfg(on_admission_failure="reject", retry_attempts=3, retry_backoff_s=0.5), paged(320)
     )
     d.add(Group(0, 0.0, 100, 30), Group(1, 0.005, 250, 5)).run()
@@ -287,11 +185,11 @@ def test_a_retry_that_finds_memory_is_served() -> None:
     assert g.first_token_s == pytest.approx(0.52)
 
 
-def _checkerboard(**kw: Any) -> Driver:
+def _checkerboard(**kw: Any) -> SchedulerDriver:
     """Static 100-slot spans over 300 slots: requests 0 and 2 finish at once, request 1
     holds the middle span for 0.5 s. Request 3 then needs a 149-slot span: 200 slots are
     free but the largest extent is 100 (fragmentation). Request 4 is small."""
-    d = Driver(cfg(**kw), static_max(300, 100))
+    d = SchedulerDriver(cfg(**kw), static_max(300, 100))
     return d.add(
         Group(0, 0.0, 99, 1),
         Group(1, 0.0, 50, 50),
@@ -335,7 +233,7 @@ def test_skip_ahead_lets_a_small_request_pass_a_blocked_big_one() -> None:
 
 
 def test_a_request_too_big_for_an_empty_pool_is_rejected_as_capacity() -> None:
-    d = Driver(cfg(), paged(320)).add(Group(0, 0.0, 400, 5), Group(1, 0.0, 50, 2)).run()
+    d = SchedulerDriver(cfg(), paged(320)).add(Group(0, 0.0, 400, 5), Group(1, 0.0, 50, 2)).run()
     r = d.by_id()
     assert d.kinds() == [("admission_failure", 0)]
     assert r[0].status == "rejected-capacity" and r[0].finish_s == 0.0
@@ -343,7 +241,7 @@ def test_a_request_too_big_for_an_empty_pool_is_rejected_as_capacity() -> None:
 
 
 def test_queue_timeout_ends_a_waiting_request() -> None:
-    d = Driver(cfg(queue_timeout_s=0.5), paged(320))
+    d = SchedulerDriver(cfg(queue_timeout_s=0.5), paged(320))
     d.add(Group(0, 0.0, 100, 200), Group(1, 0.005, 250, 5)).run()
     g = d.by_id()[1]
     assert g.status == "timed-out" and g.finish_s == pytest.approx(0.51)  # first boundary
@@ -354,7 +252,7 @@ def test_queue_timeout_ends_a_waiting_request() -> None:
 
 
 def test_too_long_prompts_are_rejected_and_outputs_truncated() -> None:
-    d = Driver(cfg(max_seq_tokens=256), paged(10_000))
+    d = SchedulerDriver(cfg(max_seq_tokens=256), paged(10_000))
     d.add(Group(0, 0.0, 256, 5), Group(1, 0.0, 200, 100)).run()
     r = d.by_id()
     assert r[0].status == "rejected-too-long" and r[0].finish_s == 0.0
@@ -364,7 +262,7 @@ def test_too_long_prompts_are_rejected_and_outputs_truncated() -> None:
 
 
 def test_max_num_seqs_caps_the_batch() -> None:
-    d = Driver(cfg(max_num_seqs=2), paged(10_000))
+    d = SchedulerDriver(cfg(max_num_seqs=2), paged(10_000))
     d.add(*(Group(i, 0.0, 10, 3) for i in range(3))).run()
     assert d.steps[0].prefill == [(0, 10), (1, 10)]
     r = d.by_id()
@@ -373,7 +271,7 @@ def test_max_num_seqs_caps_the_batch() -> None:
 
 
 def test_max_num_batched_tokens_defers_a_prefill_to_the_next_step() -> None:
-    d = Driver(cfg(max_num_batched_tokens=150), paged(10_000))
+    d = SchedulerDriver(cfg(max_num_batched_tokens=150), paged(10_000))
     d.add(Group(0, 0.0, 100, 5), Group(1, 0.0, 100, 5)).run()
     assert d.steps[0].prefill == [(0, 100)]
     assert d.steps[1].prefill == [(1, 100)] and d.steps[1].decoding == [0]
@@ -381,7 +279,7 @@ def test_max_num_batched_tokens_defers_a_prefill_to_the_next_step() -> None:
 
 
 def test_chunked_prefill_splits_a_long_prompt_across_steps() -> None:
-    d = Driver(cfg(chunked_prefill=True, max_num_batched_tokens=64), paged(10_000))
+    d = SchedulerDriver(cfg(chunked_prefill=True, max_num_batched_tokens=64), paged(10_000))
     d.add(Group(0, 0.0, 10, 20), Group(1, 0.015, 200, 2)).run()
     chunks = [(s.decoding, s.prefill) for s in d.steps if any(r == 1 for r, _ in s.prefill)]
     # Request 0 decodes in every step and takes one token of the 64-token budget.
@@ -396,7 +294,7 @@ def test_chunked_prefill_splits_a_long_prompt_across_steps() -> None:
 
 def test_parallel_sampling_shares_the_prompt_on_paged() -> None:
     alloc = paged(10_000)
-    d = Driver(cfg(), alloc).add(Group(0, 0.0, 100, 20, num_seqs=3))
+    d = SchedulerDriver(cfg(), alloc).add(Group(0, 0.0, 100, 20, num_seqs=3))
     d.run(until_s=0.01)
     s = d.pool()
     assert s.shared_tokens == 112  # the prompt's 7 blocks, once for 3 sequences
@@ -416,7 +314,7 @@ def test_parallel_sampling_shares_the_prompt_on_paged() -> None:
 
 def test_parallel_sampling_copies_on_best_fit() -> None:
     alloc = best_fit(10_000)
-    d = Driver(cfg(), alloc).add(Group(0, 0.0, 100, 20, num_seqs=3))
+    d = SchedulerDriver(cfg(), alloc).add(Group(0, 0.0, 100, 20, num_seqs=3))
     d.run(until_s=0.01)
     s = d.pool()
     assert s.shared_tokens == 0 and s.used_tokens == 300
@@ -428,7 +326,7 @@ def test_parallel_sampling_copies_on_best_fit() -> None:
 def test_a_cached_prefix_shortens_the_second_prefill() -> None:
     alloc = paged(10_000, prefix_caching=True)
     hashes = tuple(range(1, 7))  # 6 full 16-token blocks of a 100-token prompt
-    d = Driver(cfg(), alloc)
+    d = SchedulerDriver(cfg(), alloc)
     d.add(
         Group(0, 0.0, 100, 3, prefix_hashes=hashes), Group(1, 1.0, 100, 3, prefix_hashes=hashes)
     ).run()
@@ -441,7 +339,7 @@ def test_a_cached_prefix_shortens_the_second_prefill() -> None:
 def test_a_fully_cached_prompt_still_computes_one_token() -> None:
     alloc = paged(10_000, prefix_caching=True)
     hashes = tuple(range(1, 5))  # 64-token prompt, 4 full blocks
-    d = Driver(cfg(), alloc)
+    d = SchedulerDriver(cfg(), alloc)
     d.add(
         Group(0, 0.0, 64, 2, prefix_hashes=hashes), Group(1, 1.0, 64, 2, prefix_hashes=hashes)
     ).run()
@@ -453,7 +351,7 @@ def test_a_fully_cached_prompt_still_computes_one_token() -> None:
 
 
 def test_a_group_wider_than_max_num_seqs_is_refused_not_stuck() -> None:
-    d = Driver(cfg(max_num_seqs=2), paged(10_000))
+    d = SchedulerDriver(cfg(max_num_seqs=2), paged(10_000))
     d.add(Group(0, 0.0, 10, 5, num_seqs=3)).run()
     assert not d.sched.waiting
     assert d.done and d.done[0].status.startswith("rejected")
@@ -462,12 +360,8 @@ def test_a_group_wider_than_max_num_seqs_is_refused_not_stuck() -> None:
 def test_a_swapped_out_request_stays_out_until_its_growth_fits() -> None:
     # Request 1's 664-slot buffer is full at 0.66 s and the 728-slot buffer it needs does
     # not fit beside it while request 0 runs (until 1.5 s).
-    alloc = (
-        ALLOCATORS["first_fit"]
-        .model_validate({"kind": "first_fit", "growth_chunk_tokens": 64})
-        .build(PoolSpec(capacity_tokens=1500))
-    )
-    d = Driver(cfg(preemption="swap"), alloc)
+    alloc = build_allocator({"kind": "first_fit", "growth_chunk_tokens": 64}, 1500)
+    d = SchedulerDriver(cfg(preemption="swap"), alloc)
     d.add(Group(0, 0.0, 100, 150), Group(1, 0.005, 600, 100)).run()
     r = d.by_id()
     assert r[0].status == r[1].status == "ok"
