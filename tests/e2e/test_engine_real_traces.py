@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from support.fast_exact import assert_modes_agree
+from support.scenarios import scenario_data
 
 import traces
 from sim.runner import run
@@ -92,17 +93,11 @@ def test_fast_and_exact_modes_agree_on_real_traces(
     """Every request, sample, event and the summary, on tight pools (preemptions,
     failures, prefix-cache hits) over the first 1,500 requests of each trace."""
     df = traces.load(shared_traces / relative).iloc[:1500].reset_index(drop=True)
-    data: dict[str, Any] = {
-        "name": "real",
-        "workload": {"preset": "bimodal"},  # unused: the trace is passed directly
-        "hardware": {
-            "model": "llama-2-7b",
-            "gpu": "a100-80gb",
-            "kv_capacity_tokens": capacity_tokens,
-            "max_seq_tokens": 32768,
-        },
-        "allocator": allocator,
-        "metrics": {"sample_interval_s": 7.0},
-        "scheduler": {"max_num_seqs": 64},
-    }
+    data = scenario_data(
+        allocator,
+        capacity_tokens,
+        name="real",
+        sample_interval_s=7.0,
+        scheduler={"max_num_seqs": 64},
+    )
     assert_modes_agree(data, df, in_hypothesis=False)

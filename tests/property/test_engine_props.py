@@ -11,6 +11,12 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.allocators import (
+    assert_covers_registry,
+    config_id,
+    registry_configs,
+)
+from support.scenarios import assert_samples_add_up, request_frame, scenario_data
 
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
@@ -19,44 +25,19 @@ from sim.scenario.schema import parse_scenario
 def trace(
     arrivals: list[float], prompts: list[int], outputs: list[int], samples: list[int] | None = None
 ) -> pd.DataFrame:
-    n = len(arrivals)
-    df = pd.DataFrame(
-        {
-            "request_id": np.arange(n, dtype=np.int64),
-            "arrival_s": np.sort(np.asarray(arrivals, dtype=float)),
-            "prompt_tokens": np.asarray(prompts, dtype=np.int64),
-            "output_tokens": np.asarray(outputs, dtype=np.int64),
-        }
-    )
-    if samples is not None:
-        df["num_samples"] = np.asarray(samples, dtype=np.int64)
-    return df
+    return request_frame(np.sort(np.asarray(arrivals, dtype=float)), prompts, outputs, samples)
 
 
 def scenario(allocator: dict[str, Any], capacity_tokens: int, **extra: Any) -> Any:
-    data: dict[str, Any] = {
-        "name": "prop",
-        "workload": {"preset": "bimodal"},  # unused: the trace is passed directly
-        "hardware": {
-            "model": "llama-2-7b",
-            "gpu": "a100-80gb",
-            "kv_capacity_tokens": capacity_tokens,
-            "max_seq_tokens": 32768,
-        },
-        "allocator": allocator,
-        "metrics": {"sample_interval_s": 5.0},
-    }
-    data.update(extra)
-    return parse_scenario(data)
+    return parse_scenario(scenario_data(allocator, capacity_tokens, name="prop", **extra))
 
 
-ALLOCATORS = [
-    {"kind": "best_fit"},
-    {"kind": "first_fit"},
-    {"kind": "paged", "block_size_tokens": 16},
-    {"kind": "static", "mode": "pow2"},
-    {"kind": "buddy"},
-]
+ALLOCATORS = registry_configs({"kind": "static", "mode": "pow2"})
+
+
+def test_every_registered_policy_is_covered() -> None:
+    assert_covers_registry(ALLOCATORS)
+
 
 requests = st.integers(min_value=2, max_value=40).flatmap(
     lambda n: st.tuples(
@@ -68,13 +49,13 @@ requests = st.integers(min_value=2, max_value=40).flatmap(
 )
 
 
-@pytest.mark.parametrize("allocator", ALLOCATORS, ids=lambda a: a["kind"])
+@pytest.mark.parametrize("allocator", ALLOCATORS, ids=config_id)
 @given(
     reqs=requests,
     capacity=st.sampled_from([6_000, 20_000, 200_000]),
     preemption=st.sampled_from(["recompute", "swap", "fail"]),
 )
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_fast_mode_equals_exact_mode(
     allocator: dict[str, Any], reqs: Any, capacity: int, preemption: str
 ) -> None:
@@ -105,7 +86,7 @@ def test_unlimited_memory_never_fails_or_preempts(reqs: Any) -> None:
     assert result.summary["failures"]["preemptions"] == 0
 
 
-@pytest.mark.parametrize("allocator", ALLOCATORS, ids=lambda a: a["kind"])
+@pytest.mark.parametrize("allocator", ALLOCATORS, ids=config_id)
 def test_memory_is_conserved_at_every_sample(allocator: dict[str, Any]) -> None:
     rng = np.random.default_rng(3)
     n = 300
@@ -115,20 +96,7 @@ def test_memory_is_conserved_at_every_sample(allocator: dict[str, Any]) -> None:
         list(rng.integers(1, 300, n)),
     )
     ts = run(scenario(allocator, 30_000), df).timeseries
-    total = ts["used_tokens"] + ts["reserved_unused_tokens"] + ts["free_tokens"]
-    assert (total == ts["capacity_tokens"]).all()
-    periodic = ts[ts["trigger"] != "failure"]  # failure samples leave the split missing
-    shares = periodic[
-        [
-            "share_token_states",
-            "share_reservation",
-            "share_internal_fragmentation",
-            "share_external_fragmentation_free",
-        ]
-    ]
-    assert (shares >= -1e-12).all().all()
-    np.testing.assert_allclose(shares.sum(axis=1), 1.0)
-    assert (ts["largest_free_extent_tokens"] <= ts["free_tokens"]).all()
+    assert_samples_add_up(ts)
 
 
 def test_littles_law_on_a_long_steady_run() -> None:

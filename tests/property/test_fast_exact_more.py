@@ -29,7 +29,9 @@ import pytest
 import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.allocators import assert_covers_registry, config_id, registry_configs
 from support.fast_exact import assert_modes_agree, run_mode
+from support.scenarios import request_frame, scenario_data
 
 from policies.allocators.base import PoolSpec
 from policies.allocators.paged import PagedAllocator
@@ -37,17 +39,14 @@ from sim.engine.replica import Replica
 from sim.engine.scheduler import Group, SchedulerConfig
 from sim.latency.models import ConstantLatency
 
-ALLOCATORS: list[dict[str, Any]] = [
+PREFIX_CACHING: dict[str, Any] = {"kind": "paged", "block_size_tokens": 16, "prefix_caching": True}
+ALLOCATORS = registry_configs(
     {"kind": "paged", "block_size_tokens": 16, "prefix_caching": False},
-    {"kind": "paged", "block_size_tokens": 16, "prefix_caching": True},
-    {"kind": "best_fit"},
-    {"kind": "static", "mode": "pow2"},
-    {"kind": "buddy"},
-    {"kind": "vm_paged"},
+    PREFIX_CACHING,
     {"kind": "vm_paged", "page_bytes": 64 << 10},
-    {"kind": "compaction"},
-    {"kind": "caching"},
-]
+    {"kind": "static", "mode": "pow2"},
+)
+"""Every registered policy with its defaults, then variants."""
 
 HASH_BLOCK_TOKENS = 16
 SETTINGS = settings(
@@ -55,6 +54,8 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+PER_POLICY = settings(SETTINGS, max_examples=18)
+"""Fewer examples a policy: the list grows with the registry."""
 
 
 def make_trace(
@@ -154,9 +155,13 @@ def cases(
     return data, df
 
 
-@pytest.mark.parametrize("allocator", ALLOCATORS, ids=lambda a: "-".join(map(str, a.values())))
+def test_every_registered_policy_is_covered() -> None:
+    assert_covers_registry(ALLOCATORS)
+
+
+@pytest.mark.parametrize("allocator", ALLOCATORS, ids=config_id)
 @given(data=st.data())
-@SETTINGS
+@PER_POLICY
 def test_full_outputs_match(allocator: dict[str, Any], data: st.DataObject) -> None:
     """Every option mixed at random, per allocator policy."""
     assert_modes_agree(*data.draw(cases(allocator=allocator)))
@@ -178,7 +183,7 @@ def test_full_outputs_match_when_cut_at_duration(
     assert_modes_agree(*case)
 
 
-@given(case=cases(allocator=ALLOCATORS[1], hashes=True))
+@given(case=cases(allocator=PREFIX_CACHING, hashes=True))
 @SETTINGS
 def test_full_outputs_match_with_prefix_hashes(
     case: tuple[dict[str, Any], pd.DataFrame],
@@ -199,19 +204,9 @@ def test_fast_mode_is_deterministic(case: tuple[dict[str, Any], pd.DataFrame]) -
 
 
 def _known_case(scheduler: dict[str, Any], allocator: str, capacity_tokens: int) -> dict[str, Any]:
-    return {
-        "name": "fast-exact",
-        "workload": {"preset": "bimodal"},
-        "hardware": {
-            "model": "llama-2-7b",
-            "gpu": "a100-80gb",
-            "kv_capacity_tokens": capacity_tokens,
-            "max_seq_tokens": 32768,
-        },
-        "allocator": {"kind": allocator},
-        "scheduler": scheduler,
-        "metrics": {"sample_interval_s": 3600.0},
-    }
+    return scenario_data(
+        allocator, capacity_tokens, name="fast-exact", sample_interval_s=3600.0, scheduler=scheduler
+    )
 
 
 def test_timeout_of_an_arrival_behind_a_blocked_head() -> None:
@@ -329,20 +324,6 @@ def test_requests_due_when_a_kill_restart_begins_are_queued_first() -> None:
     assert_modes_agree(data, df, in_hypothesis=False)
 
 
-def _frame(
-    arrivals: list[float], prompts: list[int], outputs: list[int], samples: list[int]
-) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "request_id": np.arange(len(arrivals), dtype=np.int64),
-            "arrival_s": arrivals,
-            "prompt_tokens": np.asarray(prompts, dtype=np.int64),
-            "output_tokens": np.asarray(outputs, dtype=np.int64),
-            "num_samples": np.asarray(samples, dtype=np.int64),
-        }
-    )
-
-
 @pytest.mark.parametrize("offset_s", [0.002, 0.006, 0.0105])
 def test_a_request_refused_on_arrival_during_the_last_step_does_not_end_the_run_early(
     offset_s: float,
@@ -352,9 +333,9 @@ def test_a_request_refused_on_arrival_during_the_last_step_does_not_end_the_run_
     does, not at the refusal (found by review: the end took the last *reported* finish)."""
     data = _known_case({"max_num_seqs": 2}, "paged", 20_000)
     data["metrics"] = {"sample_interval_s": 1000.0}
-    exact = run_mode(data, _frame([0.01, 5.0], [100, 50], [40, 5], [1, 3]), "exact")
+    exact = run_mode(data, request_frame([0.01, 5.0], [100, 50], [40, 5], [1, 3]), "exact")
     last_finish_s = float(exact.requests["finish_s"].iloc[0])
-    df = _frame([0.01, last_finish_s - offset_s], [100, 50], [40, 5], [1, 3])
+    df = request_frame([0.01, last_finish_s - offset_s], [100, 50], [40, 5], [1, 3])
     assert_modes_agree(data, df, in_hypothesis=False)
 
 
@@ -372,7 +353,7 @@ def test_a_failure_sample_does_not_queue_a_zero_backoff_retry_mid_step() -> None
         3_000,
     )
     data["metrics"] = {"sample_interval_s": 0.001}
-    df = _frame([0.01, 0.2, 0.2005], [2000, 2000, 2000], [300, 5, 5], [1, 1, 1])
+    df = request_frame([0.01, 0.2, 0.2005], [2000, 2000, 2000], [300, 5, 5], [1, 1, 1])
     assert_modes_agree(data, df, in_hypothesis=False)
 
 
@@ -439,7 +420,7 @@ def test_an_arrival_at_t0_is_queued_not_admitted_in_the_t0_sample() -> None:
     data = _known_case({}, "paged", 10_000)
     data["metrics"] = {"sample_interval_s": 5.0}
     for arrivals in ([0.0, 1.0], [0.5, 5.0]):
-        df = _frame(arrivals, [100, 100], [10, 10], [1, 1])
+        df = request_frame(arrivals, [100, 100], [10, 10], [1, 1])
         assert_modes_agree(data, df, in_hypothesis=False)
         first = run_mode(data, df, "fast").timeseries.iloc[0]
         assert first["time_s"] == 0.0

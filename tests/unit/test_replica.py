@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from support.scenarios import assert_samples_add_up
 
 from sim.results.io import RunResult
 from sim.runner import run
@@ -286,22 +287,9 @@ def test_waste_breakdown_shares_add_to_one(allocator: dict[str, Any]) -> None:
         sample_interval_s=0.05,
         cols={"prefix_hashes": hashes, "num_samples": [1 + i % 3 for i in range(n)]},
     )
+    assert_samples_add_up(r.timeseries)
     # Failure-time samples record the pool's signals only (the split may be missing).
     ts = r.timeseries[r.timeseries["trigger"] != "failure"]
-    shares = ts[
-        [
-            "share_token_states",
-            "share_reservation",
-            "share_internal_fragmentation",
-            "share_external_fragmentation_free",
-        ]
-    ]
-    assert (shares >= -1e-12).all().all()
-    np.testing.assert_allclose(shares.sum(axis=1), 1.0, rtol=0, atol=1e-9)
-    assert (
-        ts["used_tokens"] + ts["reserved_unused_tokens"] + ts["free_tokens"]
-        == ts["capacity_tokens"]
-    ).all()
     busy = ts[ts["running_requests"] > 0]
     assert (busy["share_token_states"] > 0).all()
     waste = r.summary["memory"]["waste_breakdown"]
