@@ -45,13 +45,6 @@ def decode_step_times_s(
     ]
 
 
-def stepwise_run_s(
-    model: LatencyModel, decode_seqs: int, kv_tokens_start: int, steps: int
-) -> float:
-    """A decode run's time by its definition: the sum of its steps' times."""
-    return sum(decode_step_times_s(model, decode_seqs, kv_tokens_start, steps))
-
-
 def stepwise_steps_within_s(
     model: LatencyModel, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
 ) -> int | None:

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.latency import ForeignLatency, stepwise_steps_within_s
+from support.latency import ForeignLatency, decode_step_times_s, stepwise_steps_within_s
 
 from sim.hardware import GPUS, MODELS
 from sim.latency.decode_runs import (  # the inversion's core, tested directly
@@ -240,7 +240,7 @@ def test_small_runs_by_hand(model: LatencyModel) -> None:
     """Budgets half-way between the ends of the first steps, each step timed on its own:
     the answer is the number of steps that end before the budget, exactly."""
     for seqs, kv in ((1, 0), (34, 46_000), (300, 0)):
-        step_s = [model.step_time_s(0, seqs, kv + i * seqs) for i in range(40)]
+        step_s = decode_step_times_s(model, seqs, kv, 40)
         if min(step_s) < 0:
             continue  # not monotone: no "steps that end before" to count
         ends_s = np.cumsum(step_s).tolist()

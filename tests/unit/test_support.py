@@ -1,0 +1,65 @@
+"""The test helpers that derive policy lists from the registry: every registered kind
+is in them, a newly registered kind joins them without editing a test, and a list that
+misses a kind fails its coverage check."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+from support.allocators import (
+    assert_covers_registry,
+    assert_pool_accounting,
+    build_allocator,
+    pooled_kinds,
+    registered_kinds,
+    registry_configs,
+)
+
+from policies.allocators.base import Allocator, PoolSpec
+from policies.allocators.config import BestFitConfig
+from policies.allocators.registry import ALLOCATORS
+
+
+class _NewFitConfig(BestFitConfig):
+    """A policy registered after the tests were written."""
+
+    kind: Literal["new_fit"] = "new_fit"  # type: ignore[assignment]
+
+    def build(self, spec: PoolSpec) -> Allocator:
+        return BestFitConfig().build(spec)
+
+
+def test_registry_configs_give_every_kind_its_defaults_then_the_variants() -> None:
+    variant = {"kind": "paged", "block_size_tokens": 4}
+    configs = registry_configs(variant)
+    assert configs[:-1] == [{"kind": kind} for kind in sorted(ALLOCATORS)]
+    assert configs[-1] == variant
+    assert_covers_registry(configs)
+
+
+def test_a_newly_registered_kind_joins_the_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(ALLOCATORS, "new_fit", _NewFitConfig)
+    assert "new_fit" in registered_kinds()
+    assert {"kind": "new_fit"} in registry_configs()
+    assert build_allocator("new_fit", 1_000).allocate(0, 10) is not None
+    with pytest.raises(AssertionError, match="new_fit"):
+        assert_covers_registry([{"kind": kind} for kind in ALLOCATORS if kind != "new_fit"])
+
+
+def test_a_misspelt_variant_fails_at_once() -> None:
+    with pytest.raises(ValueError):
+        registry_configs({"kind": "paged", "block_size": 4})
+
+
+def test_the_pooled_family_is_found() -> None:
+    assert {"paged", "vm_paged"} <= set(pooled_kinds()) <= set(ALLOCATORS)
+
+
+def test_pool_accounting_catches_a_leak() -> None:
+    assert_pool_accounting(10, 5, 85, 100, 85)
+    assert_pool_accounting([10, 0], [5, 0], [85, 100], [100, 100], [80, 100])
+    with pytest.raises(AssertionError):
+        assert_pool_accounting([10, 0], [5, 0], [85, 99], [100, 100], [80, 99])
+    with pytest.raises(AssertionError):
+        assert_pool_accounting(10, 5, 85, 100, 86)  # largest extent beyond free
