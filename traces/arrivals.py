@@ -94,6 +94,16 @@ def mean_rate_per_s(spec: ArrivalSpec) -> float:
     return (spec.on_rate_per_s * on + spec.off_rate_per_s * off) / (on + off)
 
 
+def rate_periods(spec: ArrivalSpec, span_s: float) -> float:
+    """About how many rate periods (diurnal curve segments, bursty on/off periods) a
+    draw of arrivals over ``span_s`` seconds walks through; 0 for renewal processes."""
+    if isinstance(spec, DiurnalArrival):
+        return span_s * len(spec.rate_curve_per_s) / spec.period_s
+    if isinstance(spec, BurstyArrival):
+        return 2 * span_s / (spec.mean_on_s + spec.mean_off_s)
+    return 0.0
+
+
 def arrival_times(
     spec: ArrivalSpec,
     rng: np.random.Generator,

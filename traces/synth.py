@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from traces.arrivals import (
     ArrivalSpec,
@@ -32,7 +32,10 @@ from traces.arrivals import (
     DiurnalArrival,
     PoissonArrival,
     arrival_times,
+    mean_rate_per_s,
+    rate_periods,
 )
+from traces.bounds import MAX_REQUESTS, BoundError, check_periods, check_requests, check_span
 from traces.table import to_frame
 from traces.validate import assemble, list_from
 
@@ -171,8 +174,32 @@ class SynthSpec(BaseModel):
         default=None, gt=0, le=1e8, description="Generate arrivals before this time, s."
     )
     num_requests: int | None = Field(
-        default=None, ge=1, le=1_000_000_000, description="Generate this many requests."
+        default=None,
+        ge=1,
+        le=MAX_REQUESTS,
+        description="Generate this many requests (at most traces.bounds.MAX_REQUESTS).",
     )
+
+    @field_validator("duration_s", "num_requests")
+    @classmethod
+    def _bounded(cls, value: float | None, info: ValidationInfo) -> float | None:
+        """The workload's size, span and rate periods stay within :mod:`traces.bounds`
+        (checked before anything is drawn)."""
+        arrival = info.data.get("arrival")
+        if value is None or arrival is None:
+            return value
+        rate = mean_rate_per_s(arrival)
+        if info.field_name == "duration_s":
+            expected, span_s, what = rate * value, value, f"{value:g} s at {rate:g} req/s"
+        else:
+            expected, span_s, what = value, value / rate, f"{value:,} requests at {rate:g} req/s"
+        try:
+            check_requests(expected, str(info.field_name), value, what)
+            check_span(span_s, str(info.field_name), value, what)
+            check_periods(rate_periods(arrival, span_s), str(info.field_name), value, what)
+        except BoundError as exc:
+            raise ValueError(exc.message) from None
+        return value
 
     @model_validator(mode="after")
     def _one_size(self) -> SynthSpec:

@@ -6,6 +6,7 @@ Randomness (:func:`sample`) comes from a Generator seeded by the caller's ``seed
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -13,6 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traces.bounds import check_rate_scale, check_span, check_tile
 from traces.table import from_frame, to_frame
 
 
@@ -31,9 +33,11 @@ def _shift_hashes(table: pa.Table, offset: int) -> pa.Array:
 
 
 def rescale_rate(df: pd.DataFrame, factor: float) -> pd.DataFrame:
-    """Compress time by ``factor`` (2.0 = twice the request rate): arrival_s / factor."""
-    if not factor > 0:
-        raise ValueError("factor must be > 0")
+    """Compress time by ``factor`` (2.0 = twice the request rate): arrival_s / factor.
+    Raises :class:`traces.bounds.BoundError` (a ``ValueError``) unless ``factor`` is
+    finite and > 0 and the last arrival stays within ``MAX_ARRIVAL_S``."""
+    last_s = float(df["arrival_s"].max()) if len(df) else 0.0
+    check_rate_scale(factor, last_s if math.isfinite(last_s) else math.inf)
     out = to_frame(from_frame(df))
     out["arrival_s"] = out["arrival_s"] / factor
     return out
@@ -93,17 +97,22 @@ def tile(
     looks like any other gap) and keeps only arrivals before ``first + duration_s``. Copies
     get fresh request ids (shifted by k times the id range) and, with ``fresh_prefixes``,
     fresh prefix hashes and session ids the same way, so no copy hits another's prefixes.
+
+    Raises :class:`traces.bounds.BoundError` (a ``ValueError``), before copying, when the
+    copies would hold more than ``MAX_REQUESTS`` rows or reach past ``MAX_ARRIVAL_S``.
     """
     table = from_frame(df)
     n = table.num_rows
-    if n == 0 or duration_s <= 0:
+    if n == 0 or not duration_s > 0:
         raise ValueError("tile needs a non-empty trace and duration_s > 0")
     arrival = table.column("arrival_s").to_numpy()
     first, span = float(arrival.min()), float(arrival.max() - arrival.min())
     if period_s is None:
         period_s = span + (span / (n - 1) if n > 1 and span > 0 else 1.0)
-    if period_s <= 0:
-        raise ValueError("period_s must be > 0")
+    if not (math.isfinite(period_s) and period_s > 0):
+        raise ValueError("period_s must be a finite number > 0")
+    check_tile(n, duration_s, period_s)
+    check_span(first + duration_s, "duration_s", duration_s, "tiling from the first arrival")
     steps = {"request_id": _extent(table.column("request_id"))}
     if fresh_prefixes:
         steps["prefix_hashes"] = _extent(pc.list_flatten(table.column("prefix_hashes")))
