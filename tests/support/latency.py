@@ -1,6 +1,6 @@
-"""Latency test helpers: a model known only through the protocol, and decode runs walked
-step by step from their definition (the slow, obvious reference of the closed forms and
-their inversion in ``sim.latency``)."""
+"""Latency test helpers: a calibration file's mapping, a model known only through the
+protocol, and decode runs walked step by step from their definition (the slow, obvious
+reference of the closed forms and their inversion in ``sim.latency``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,34 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sim.latency.calibrated import LATENCY_FORMAT
 from sim.latency.models import LatencyModel
+
+
+def calibration_document(
+    *, valid_kv_tokens: tuple[int, int] = (0, 262_144), **coefficients: float
+) -> dict[str, Any]:
+    """A calibration file's mapping (``CalibratedLatency.from_dict``) for llama-2-7b on
+    an A100: a 7 ms step, 60 us a prefill token, 40 us a decoding sequence, 30 ns a KV
+    token, changed by ``coefficients``; valid for prefills of up to 8,192 tokens, up to
+    256 sequences and ``valid_kv_tokens``."""
+    return {
+        "format": LATENCY_FORMAT,
+        "model": "llama-2-7b",
+        "gpu": "a100-80gb",
+        "coefficients": {
+            "intercept_s": 7e-3,
+            "per_prefill_token_s": 6e-5,
+            "per_decode_seq_s": 4e-5,
+            "per_kv_token_s": 3e-8,
+            **coefficients,
+        },
+        "valid": {
+            "prefill_tokens": [0, 8192],
+            "decode_seqs": [0, 256],
+            "kv_tokens": list(valid_kv_tokens),
+        },
+    }
 
 
 class ForeignLatency(LatencyModel):

@@ -24,7 +24,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.latency import ForeignLatency, decode_step_times_s, stepwise_steps_within_s
+from support.latency import (
+    ForeignLatency,
+    calibration_document,
+    decode_step_times_s,
+    stepwise_steps_within_s,
+)
 
 from sim.hardware import GPUS, MODELS
 from sim.latency.decode_runs import (  # the inversion's core, tested directly
@@ -36,7 +41,6 @@ from sim.latency.decode_runs import (  # the inversion's core, tested directly
     _settle,
 )
 from sim.latency.models import (
-    LATENCY_FORMAT,
     CalibratedLatency,
     ConstantLatency,
     LatencyModel,
@@ -100,21 +104,8 @@ def _check(model: LatencyModel, seqs: int, kv: int, budget_s: float, max_steps: 
 
 
 def _calibrated(**coefficients: float) -> CalibratedLatency:
-    return CalibratedLatency.from_dict(
-        {
-            "format": LATENCY_FORMAT,
-            "model": "llama-2-7b",
-            "gpu": "a100-80gb",
-            "coefficients": {
-                "intercept_s": 7e-3,
-                "per_prefill_token_s": 6e-5,
-                "per_decode_seq_s": 4e-5,
-                "per_kv_token_s": 3e-8,
-                **coefficients,
-            },
-            "valid": {"prefill_tokens": [0, 8192], "decode_seqs": [0, 256], "kv_tokens": [0, 1]},
-        }
-    )
+    """KV tokens valid only in [0, 1]: every run below is out of range."""
+    return CalibratedLatency.from_dict(calibration_document(valid_kv_tokens=(0, 1), **coefficients))
 
 
 def _fitted() -> CalibratedLatency:
