@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -220,7 +221,7 @@ def read_header(path: Path) -> Header:
             raise TraceError(path, f"not a readable Parquet file ({exc})") from None
         _duplicate(path, names, None)
         return Header("parquet", tuple(names))
-    first = head.lstrip(b"\xef\xbb\xbf").lstrip().split(b"\n", 1)[0].strip()
+    first = re.split(rb"\r\n|\r|\n", head.lstrip(b"\xef\xbb\xbf").lstrip(), maxsplit=1)[0].strip()
     try:
         text = first.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -255,7 +256,12 @@ def read_header(path: Path) -> Header:
                 path, "first line is not a JSON object", line=1, expected="a JSON object per line"
             )
         return Header("jsonl", tuple(str(k) for k in obj))
-    raw = next(csv.reader([text]), [])
+    try:
+        raw = next(csv.reader([text]), [])
+    except csv.Error as exc:
+        raise TraceError(
+            path, f"header is not a CSV line ({exc})", line=1, expected="a CSV header"
+        ) from None
     columns = [c.strip().strip('"').strip() for c in raw]
     _duplicate(path, columns, 1)
     return Header("csv", tuple(columns), tuple(raw))
