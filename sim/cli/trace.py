@@ -272,9 +272,19 @@ def convert(
 
 def _load_spec_data(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([f"{path}: cannot read spec file ({exc})"]) from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SpecError([f"{path}: cannot read spec file ({exc.strerror or exc})"]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SpecError(
+            [
+                f"{path}: line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at byte "
+                f"offset {exc.start}); expected a UTF-8 YAML or JSON spec"
+            ]
+        ) from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -398,3 +398,19 @@ def test_fifo_trace_is_refused_without_blocking(tmp_path: Path) -> None:
         f"error: {fifo}: not a regular file (a FIFO (named pipe)); expected a trace file on "
         "disk (save a pipe's output to a file first)"
     ]
+
+
+def test_spec_file_not_utf8_names_line_and_byte_offset(tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_bytes(b"arrival: {kind: poisson, rate_per_s: 1}\n# caf\xe9\n")
+    (line,) = _fails_cleanly(tmp_path, ["trace", "synth", str(spec), "-o", str(tmp_path / "o.csv")])
+    assert line.startswith(f"error: {spec}: line 2: not UTF-8 text (byte 0xe9 at byte offset 45)")
+
+
+def test_non_utf8_trace_names_line_and_byte_offset(tmp_path: Path) -> None:
+    src = tmp_path / "t.csv"
+    src.write_bytes((HEADER + "0,0.0,4,5\n1,1").encode() + b"\xff.0,4,5\n")
+    (line,) = _fails_cleanly(tmp_path, ["trace", "describe", str(src)])
+    assert line == (
+        f"error: {src}: line 3: not UTF-8 text (byte 0xff at byte offset 62); expected UTF-8 text"
+    )
