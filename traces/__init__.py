@@ -5,10 +5,11 @@ Public API: :func:`load` (DataFrame) and :func:`load_table` (Arrow), :func:`iter
 (DataFrames) and :func:`iter_tables` (Arrow), :func:`load_lengths`, :func:`describe`,
 :func:`convert`, :func:`write`, :class:`TraceError`, :class:`TraceWarning`,
 :data:`FORMATS`, and the modules :mod:`traces.synth` (specs, presets, ``generate``),
-:mod:`traces.arrivals` (arrival processes) and :mod:`traces.transform`.
+:mod:`traces.arrivals` (arrival processes), :mod:`traces.transform` and
+:mod:`traces.bounds` (the limits on a workload's size and span, checked before work).
 """
 
-from traces import synth, transform
+from traces import bounds, synth, transform
 from traces.convert import convert
 from traces.describe import describe
 from traces.errors import TraceError, TraceWarning
@@ -21,6 +22,7 @@ __all__ = [
     "FORMATS",
     "TraceError",
     "TraceWarning",
+    "bounds",
     "convert",
     "describe",
     "detect_format",
