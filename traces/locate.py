@@ -36,7 +36,7 @@ from traces.errors import TraceError
 from traces.formats import Header, KeyTwice, unique_pairs
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-INT_RE = re.compile(r"\s*[+-]?\d+\s*")
+INT_RE = re.compile(r"\s*[+-]?[0-9]+\s*")
 ROW_RE = re.compile(r"Row #(\d+)", re.IGNORECASE)
 _BLOCK = 1 << 20
 T = TypeVar("T")
@@ -270,7 +270,8 @@ def expected_text(t: pa.DataType) -> str:
     return "a number"
 
 
-def _int64_text_ok(text: object) -> bool:
+def int64_text_ok(text: object) -> bool:
+    """``text`` is an integer, written in decimal, that fits in 64 bits."""
     if not isinstance(text, str) or not INT_RE.fullmatch(text):
         return False
     return INT64_MIN <= int(text) <= INT64_MAX
@@ -294,7 +295,7 @@ def _locate_csv(path: Path, header: Header, types: dict[str, pa.DataType]) -> _B
             if pa.types.is_timestamp(t):
                 bad = pd.to_datetime(text, errors="coerce", format="ISO8601").isna().to_numpy()
             elif pa.types.is_integer(t):
-                bad = ~np.array([_int64_text_ok(v) for v in text], dtype=bool)
+                bad = ~np.array([int64_text_ok(v) for v in text], dtype=bool)
             else:
                 bad = pd.to_numeric(text, errors="coerce").isna().to_numpy()
             bad = bad & ~blank
@@ -350,7 +351,7 @@ def _locate_jsonl(path: Path, types: dict[str, pa.DataType]) -> _Bad | TraceErro
 def _json_int(value: object) -> bool:
     if not isinstance(value, _Number):
         return False
-    return _int64_text_ok(str(value))
+    return int64_text_ok(str(value))
 
 
 def _json_ok(value: object, t: pa.DataType) -> bool:

@@ -30,14 +30,13 @@ from pathlib import Path
 from typing import Final
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from traces.bounds import MAX_ARRIVAL_S
 from traces.errors import TraceError
 from traces.formats import MOONCAKE_BLOCK_TOKENS, Format
-from traces.locate import record_at
+from traces.locate import int64_text_ok, record_at
 from traces.schema import ARROW_SCHEMA, OPTIONAL_DEFAULTS
 from traces.timestamps import EXPECTED as TIMESTAMP_EXPECTED
 from traces.timestamps import timestamps_ns
@@ -227,15 +226,14 @@ def parse_hash_strings(ctx: ReadContext, col: pa.ChunkedArray | pa.Array, name: 
     try:
         ints = pc.cast(values, pa.int64())
     except pa.ArrowInvalid:
-        num = pd.to_numeric(pd.Series(values.to_pylist(), dtype=object), errors="coerce")
-        bad = num.isna().to_numpy() | (num.to_numpy(dtype=float, na_value=np.nan) % 1 != 0)
+        bad = np.array([not int64_text_ok(v) for v in values.to_pylist()], dtype=bool)
         k = int(np.argmax(bad))
         i = int(np.searchsorted(np.cumsum(lengths), k, side="right"))
         raise ctx.error(
             i,
             "bad prefix hash",
             field=name,
-            expected="space-separated integers",
+            expected="space-separated integers in [-2**63, 2**63)",
             got=values[k].as_py(),
             as_written=False,
         ) from None

@@ -148,6 +148,12 @@ def test_parser_errors_name_the_line(
         assert (err.line, err.field) == (line, field), str(err)
 
 
+def test_prefix_hash_beyond_64_bits_is_named(tmp_path: Path) -> None:
+    header = HEADER.strip() + ",prefix_hashes,prefix_block_tokens\n"
+    err = _error(_write(tmp_path, header + "0,0.0,40,5,1 99999999999999999999,16\n"))
+    assert (err.line, err.field, err.got) == (2, "prefix_hashes", "99999999999999999999")
+
+
 def test_header_names_with_spaces_are_trimmed(tmp_path: Path) -> None:
     path = _write(tmp_path, 'request_id, arrival_s , "prompt_tokens",output_tokens\n0,0.5,4,5\n')
     df = traces.load(path)
