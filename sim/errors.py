@@ -2,12 +2,65 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from pydantic import ValidationError
 
 
 def short(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    """``repr(value)``, cut to ``limit`` characters (``...`` marks a cut). The work is
+    bounded by ``limit``, not by the value: containers are walked lazily, so a value that
+    expands to billions of elements (a YAML alias bomb) costs what its prefix costs."""
+    text = ""
+    for chunk in _repr_chunks(value):
+        text += chunk
+        if len(text) > limit:
+            return text[: limit - 3] + "..."
+    return text
+
+
+def _repr_chunks(value: object) -> Iterator[str]:
+    """``repr(value)`` in pieces, containers depth first (their concatenation equals
+    ``repr`` for builtin containers of scalars; a string longer than 4,096 characters is
+    cut before quoting)."""
+    if isinstance(value, str) and len(value) > 4096:
+        yield repr(value[:4096])
+    elif isinstance(value, dict) and type(value) is dict:
+        yield "{"
+        for i, (k, v) in enumerate(value.items()):
+            yield ", " if i else ""
+            yield from _repr_chunks(k)
+            yield ": "
+            yield from _repr_chunks(v)
+        yield "}"
+    elif isinstance(value, list | tuple) and type(value) in (list, tuple):
+        opening, closing = ("[", "]") if isinstance(value, list) else ("(", ")")
+        yield opening
+        for i, v in enumerate(value):
+            yield ", " if i else ""
+            yield from _repr_chunks(v)
+        yield "," + closing if isinstance(value, tuple) and len(value) == 1 else closing
+    else:
+        yield repr(value)
+
+
+def clip(text: str, limit: int = 300) -> str:
+    """``text`` cut to ``limit`` characters, keeping its start and end (for paths and
+    messages that quote user input)."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    return f"{text[:head]}...{text[-(limit - head - 3) :]}"
+
+
+def os_error_line(exc: OSError, what: str = "") -> str:
+    """``FILE: WHAT: STRERROR`` for an error the file system gave (a name too long, a
+    folder that may not be searched, a full disk)."""
+    parts = [clip(str(exc.filename))] if exc.filename else []
+    if what:
+        parts.append(what)
+    parts.append(exc.strerror or clip(str(exc)))
+    return ": ".join(parts)
 
 
 def validation_lines(
@@ -34,7 +87,8 @@ def validation_lines(
             else:
                 node = None
             path.append(str(step))
-        msg = str(e["msg"]).removeprefix("Value error, ")
+        msg = str(e["msg"]).removeprefix("Value error, ")  # one line, bounded:
+        msg = clip("; ".join(" ".join(part.split()) for part in msg.splitlines() if part.strip()))
         if prefix:
             path.insert(0, prefix)
         parts = [source, f"field {'.'.join(path)}" if path else "spec"]

@@ -26,6 +26,7 @@ from sim.engine.scheduler import Group, SchedulerConfig
 from sim.latency.models import LatencyModel
 from sim.results.io import RunResult
 from sim.results.summary import summarize
+from sim.scenario import bounds
 from sim.scenario.schema import Scenario, ScenarioError
 
 
@@ -84,8 +85,8 @@ class Parts:
 def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Parts:
     """Resolve the hardware budget, the scheduler, the latency model and the allocator
     (one is built to check it fits the pool). ``requests`` lets the allocator adopt the
-    trace's prefix-hash block size. Raises ScenarioError (or ValueError / OSError from
-    a latency file) naming what is wrong."""
+    trace's prefix-hash block size. Raises ScenarioError naming the field (a calibration
+    file's errors name ``latency.path`` and the file)."""
     hw = scenario.hardware
     budget = hw.resolve()
     model, gpu = hw.model_spec, hw.gpu_spec
@@ -99,7 +100,11 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
     sched_config = scenario.scheduler.build(
         model.max_seq_tokens, budget.replica_kv_bytes_per_token, gpu.hbm_bytes_per_s
     )
-    latency = scenario.latency.build(model, gpu, hw.tensor_parallel)
+    try:
+        latency = scenario.latency.build(model, gpu, hw.tensor_parallel)
+    except ValueError as e:  # a calibration file that cannot be used
+        field = "latency.path" if scenario.latency.kind == "calibrated" else "latency"
+        raise ScenarioError(f"field {field}: {e}") from None
     allocator = scenario.allocator
     if requests is not None:
         allocator = _adopt_hash_block(allocator, requests)
@@ -135,6 +140,46 @@ def _adopt_hash_block(allocator: AllocatorConfig, requests: pd.DataFrame) -> All
     return allocator
 
 
+def check_run_cost(scenario: Scenario, requests: pd.DataFrame) -> None:
+    """Refuse, before simulating, a run that would cost more than the bounds of
+    :mod:`sim.scenario.bounds` allow: requests; periodic samples and restarts over the
+    simulated span it must reach (the last arrival, or the end of a restart's downtime
+    that begins before it; ``duration_s`` if earlier). Raises ScenarioError naming the
+    number and the field."""
+    bounds.check_requests(len(requests), "workload", "the workload")
+    last_s = float(requests["arrival_s"].max()) if len(requests) else 0.0
+    how = f"the last arrival at {bounds.quantity(last_s)} s"
+    if scenario.workload.rate_scale is not None:
+        how += f", workload.rate_scale {scenario.workload.rate_scale:g}"
+    span_s = last_s
+    restart = scenario.restart
+    if restart is not None:
+        first_s = max(0.0, restart.every_s - scenario.initial_uptime_s)
+        if first_s < last_s and first_s + restart.downtime_s > span_s:
+            # The replica goes down before the last arrival, which waits it out.
+            span_s = first_s + restart.downtime_s
+            how = (
+                f"a restart at {bounds.quantity(first_s)} s, before the last arrival, "
+                f"then {bounds.quantity(restart.downtime_s)} s down"
+            )
+    if scenario.duration_s is not None and not scenario.duration_s >= span_s:
+        span_s, how = scenario.duration_s, "duration_s"
+    bounds.check_span(span_s, how, scenario.metrics.sample_interval_s)
+    if restart is not None:
+        bounds.check_restarts(span_s, how, restart.every_s, restart.downtime_s)
+
+
+def within_duration(scenario: Scenario, requests: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The requests that arrive by ``duration_s``, and how many arrive after it: those
+    are left out of the run (they would be neither queued nor running at its end), and
+    the summary counts them as ``requests.beyond_duration``."""
+    if scenario.duration_s is None or not len(requests):
+        return requests, 0
+    keep = (requests["arrival_s"] <= scenario.duration_s).to_numpy()
+    beyond = len(requests) - int(keep.sum())
+    return (requests[keep].reset_index(drop=True), beyond) if beyond else (requests, 0)
+
+
 def run(
     scenario: Scenario,
     requests: pd.DataFrame | None = None,
@@ -146,14 +191,18 @@ def run(
     scenario's own workload, ``load_workload(scenario)``) under ``scenario``.
 
     ``progress(now_s, end_s)`` is called every 1 % of simulated time when given;
-    ``parts`` (from :func:`build_parts`) skips building them again."""
+    ``parts`` (from :func:`build_parts`) skips building them again. A run that would
+    cost more than the bounds of :mod:`sim.scenario.bounds` raises ScenarioError, before
+    simulating (:func:`check_run_cost`) or as soon as the run passes one."""
     if requests is None:
         from sim.scenario.workload import load_workload
 
         requests = load_workload(scenario)
+    check_run_cost(scenario, requests)
     parts = parts or build_parts(scenario, requests)
+    requests, beyond = within_duration(scenario, requests)
     with _gc_paused():
-        return _simulate(scenario, requests, parts, progress)
+        return _simulate(scenario, requests, parts, progress, beyond)
 
 
 @contextmanager
@@ -178,6 +227,7 @@ def _simulate(
     requests: pd.DataFrame,
     parts: Parts,
     progress: Callable[[float, float], None] | None,
+    beyond_duration: int,
 ) -> RunResult:
     spec, sched_config, latency = parts.spec, parts.scheduler, parts.latency
     allocator = parts.allocator
@@ -228,7 +278,10 @@ def _simulate(
         all_done.succeed()
     stop: simpy.Event = all_done
     if scenario.duration_s is not None:
-        stop = all_done | env.timeout(scenario.duration_s)
+        cut = env.timeout(scenario.duration_s)
+        # Requests left out (arriving after duration_s) could not have ended by then:
+        # the run stops at duration_s, as it would with them.
+        stop = cut if beyond_duration else all_done | cut
     env.run(until=stop)
     recorder.sample(replica, trigger="final")
     recorder.finish(groups)
@@ -236,6 +289,8 @@ def _simulate(
     summary = summarize(
         req_df, ts_df, ev_df, end_s=env.now, thresholds=scenario.metrics.thresholds()
     )
+    if scenario.duration_s is not None:
+        summary["requests"]["beyond_duration"] = beyond_duration
     summary["scenario"] = scenario.name
     summary["seed"] = scenario.seed
     summary["allocator"] = allocator.kind
@@ -277,17 +332,20 @@ def _succeed(event: simpy.Event) -> None:
 def _sampler(
     env: simpy.Environment, replica: Replica, recorder: Recorder, interval_s: float
 ) -> Generator[simpy.Event, Any, None]:
-    while True:
+    for _ in range(bounds.MAX_SAMPLES + 1):
         recorder.sample(replica)
         yield env.timeout(interval_s)
+    raise bounds.samples_exceeded(interval_s, env.now)
 
 
 def _restarts(
     env: simpy.Environment, replica: Replica, every_s: float, mode: Any, downtime_s: float
 ) -> Generator[simpy.Event, Any, None]:
-    while True:
+    for _ in range(bounds.MAX_RESTARTS):
         yield env.timeout(max(0.0, every_s - replica.uptime_s))
         yield replica.request_restart(mode, downtime_s)
+    yield env.timeout(max(0.0, every_s - replica.uptime_s))
+    raise bounds.restarts_exceeded(env.now)
 
 
 def _progress(

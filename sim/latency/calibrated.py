@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sim.errors import clip, short
 from sim.latency.decode_runs import _bisect_run_s, _linear_run_s, _linear_steps_within_s
 
 FloatArray = npt.NDArray[np.float64]
@@ -100,6 +102,90 @@ class CalibrationFile(BaseModel):
     )
 
 
+MAX_STEP_S = 60.0
+"""The slowest step a calibration file may give at the top of its validity range (every
+input at its ``hi``, or 1 where ``hi`` is 0), seconds: a GPU step takes milliseconds."""
+
+MAX_CALIBRATION_BYTES = 1 << 20
+"""A calibration file is about 1 KB; past 1 MiB it is refused unread."""
+
+
+def check_step_times(calibration: CalibrationFile, source: str) -> None:
+    """ValueError naming ``source`` unless the coefficients give every step a positive,
+    bounded time: each coefficient >= 0 (so a step never takes less time for more
+    work); the fastest step of the validity range -- its low corner, with at least one
+    prefill token or one decoding sequence -- takes more than 0 s; the slowest -- its
+    top corner -- at most :data:`MAX_STEP_S` (1e308 would overflow to inf)."""
+    c, v = calibration.coefficients, calibration.valid
+    for name, value in c:
+        if value < 0:
+            raise ValueError(
+                f"{source}: bad latency calibration: field coefficients.{name}: got "
+                f"{value!r}: must be >= 0 (a step cannot take less time for more work)"
+            )
+
+    def step_s(p: int, d: int, k: int) -> float:
+        return (
+            c.intercept_s
+            + c.per_prefill_token_s * p
+            + c.per_prefill_token_sq_s * p * p
+            + c.per_decode_seq_s * d
+            + c.per_kv_token_s * k
+        )
+
+    (p_lo, p_hi), (d_lo, d_hi), (k_lo, k_hi) = v.prefill_tokens, v.decode_seqs, v.kv_tokens
+    top = (max(p_hi, 1), max(d_hi, 1), max(k_hi, 1))
+    slowest = step_s(*top)
+    if not slowest <= MAX_STEP_S:
+        raise ValueError(
+            f"{source}: bad latency calibration: field coefficients: a step of "
+            f"(prefill_tokens, decode_seqs, kv_tokens) = {top} takes {slowest:.3g} s; "
+            f"at most {MAX_STEP_S:g} s at the top of the validity range"
+        )
+    fastest = min(step_s(max(p_lo, 1), d_lo, k_lo), step_s(p_lo, max(d_lo, 1), k_lo))
+    if not fastest > 0:
+        raise ValueError(
+            f"{source}: bad latency calibration: field coefficients: the fastest step of "
+            f"the validity range takes {fastest:g} s; a step must take time (intercept_s > 0)"
+        )
+
+
+def _read_text(path: Path) -> str:
+    """The file's text: a regular file of at most MAX_CALIBRATION_BYTES, UTF-8."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("not a regular file")
+    if info.st_size > MAX_CALIBRATION_BYTES:
+        raise ValueError(f"{info.st_size:,} bytes; at most {MAX_CALIBRATION_BYTES:,}")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})"
+        ) from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different (``json`` keeps the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {short(key)} given twice")
+        out[key] = value
+    return out
+
+
+def _problems(exc: ValidationError) -> str:
+    """``field a.b: got VALUE: message; ...`` for a pydantic error (values bounded)."""
+    return "; ".join(
+        f"field {'.'.join(str(p) for p in e['loc']) or '<root>'}: "
+        + ("" if e["type"] == "missing" else f"got {short(e.get('input'))}: ")
+        + clip(str(e["msg"]))
+        for e in exc.errors()
+    )
+
+
 class CalibratedLatency:
     """A model fitted on a GPU. Evaluating outside the validity range still answers but
     is counted: ``out_of_range_calls`` (steps, not calls, for the vectorised forms) and
@@ -122,20 +208,31 @@ class CalibratedLatency:
         try:
             return cls(CalibrationFile.model_validate(data))
         except ValidationError as exc:
-            problems = "; ".join(
-                f"field {'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
-                for e in exc.errors()
-            )
-            raise ValueError(f"{source}: bad latency calibration: {problems}") from None
+            raise ValueError(f"{source}: bad latency calibration: {_problems(exc)}") from None
 
     @classmethod
     def from_json(cls, path: str | Path) -> CalibratedLatency:
-        """Load a calibration file; ValueError naming the file (and field) when bad."""
+        """Load a calibration file; ValueError naming the file (and field) when it is
+        not a readable regular file of UTF-8 JSON with each key once, a field has the
+        wrong type (strictly: ``"0.1"`` is not a number) or the coefficients give steps
+        of no, negative or unbounded time (:func:`check_step_times`)."""
+        source = clip(str(path))
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path}: cannot read latency calibration: {exc}") from None
-        return cls.from_dict(data, source=str(path))
+            text = _read_text(Path(path))
+            json.loads(text, object_pairs_hook=_unique_keys)
+        except OSError as exc:
+            raise ValueError(
+                f"{source}: cannot read latency calibration: {exc.strerror or exc}"
+            ) from None
+        except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else clip(str(exc))
+            raise ValueError(f"{source}: cannot read latency calibration: {reason}") from None
+        try:
+            calibration = CalibrationFile.model_validate_json(text, strict=True)
+        except ValidationError as exc:
+            raise ValueError(f"{source}: bad latency calibration: {_problems(exc)}") from None
+        check_step_times(calibration, source)
+        return cls(calibration)
 
     def to_json(self, path: str | Path) -> None:
         """Write the calibration (not the counters), keys in a fixed order."""

@@ -13,36 +13,37 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sim.hardware import GpuSpec, ModelSpec
 from sim.latency.models import CalibratedLatency, ConstantLatency, LatencyModel, RooflineLatency
+from sim.scenario.fields import Flag, Number
 
 
 class RooflineLatencyConfig(BaseModel):
     """The roofline model from the hardware presets (the default)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: Literal["roofline"] = "roofline"
-    mem_efficiency: float = Field(
+    mem_efficiency: Number = Field(
         default=0.8,
         gt=0,
         le=1,
         description="Achieved share of peak HBM bandwidth reading weights and KV.",
     )
-    compute_efficiency: float = Field(
+    compute_efficiency: Number = Field(
         default=0.6, gt=0, le=1, description="Achieved share of peak dense bf16 FLOP/s (prefill)."
     )
-    overhead_s: float = Field(
+    overhead_s: Number = Field(
         default=0.5e-3,
         ge=0,
         le=1,
         description="Fixed per-step time: scheduling, sampling, kernel launches.",
     )
-    tp_allreduce_latency_s: float = Field(
+    tp_allreduce_latency_s: Number = Field(
         default=10e-6,
         ge=0,
         le=1e-2,
         description="Latency of one all-reduce (tp > 1; two per layer).",
     )
-    tp_link_bytes_per_s: float = Field(
+    tp_link_bytes_per_s: Number = Field(
         default=200e9, gt=0, description="All-reduce bandwidth between ranks (tp > 1), bytes/s."
     )
 
@@ -62,10 +63,10 @@ class RooflineLatencyConfig(BaseModel):
 class ConstantLatencyConfig(BaseModel):
     """Every step takes ``step_s`` (hand-checkable queueing runs)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: Literal["constant"] = "constant"
-    step_s: float = Field(gt=0, le=60, description="Seconds every step takes.")
+    step_s: Number = Field(gt=0, le=60, description="Seconds every step takes.")
 
     def build(self, model: ModelSpec, gpu: GpuSpec, tp: int) -> LatencyModel:
         return ConstantLatency(self.step_s)
@@ -74,14 +75,14 @@ class ConstantLatencyConfig(BaseModel):
 class CalibratedLatencyConfig(BaseModel):
     """A model fitted on a GPU, loaded from its ``fragsim-latency/1`` JSON file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: Literal["calibrated"] = "calibrated"
     path: Path = Field(
         description="The calibration JSON (relative paths: to the working "
         "directory unless the scenario loader rebases them)."
     )
-    check_hardware: bool = Field(
+    check_hardware: Flag = Field(
         default=True, description="Refuse a file calibrated for another model, GPU or tp."
     )
 

@@ -9,6 +9,7 @@ field is an error naming the field, the value and what is allowed.
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,18 +19,24 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from policies.allocators.config import AllocatorConfig
 from policies.allocators.registry import ALLOCATORS, parse_allocator
 from sim.engine.scheduler import SchedulerConfig
-from sim.errors import validation_lines
+from sim.errors import clip, short, validation_lines
 from sim.hardware import HardwareConfig
 from sim.latency.config import LatencyConfig, RooflineLatencyConfig
 from sim.results.summary import AlertThresholds
+from sim.scenario.fields import Count, Flag, Number
+from sim.scenario.yaml_loader import load_yaml
 
 
 class ScenarioError(ValueError):
     """A scenario that cannot be used; the message names the file and the field."""
 
 
+class ScenarioWarning(UserWarning):
+    """A scenario field that is valid but has no effect (the CLI prints ``warning: ...``)."""
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class WorkloadConfig(_Strict):
@@ -48,11 +55,11 @@ class WorkloadConfig(_Strict):
         description="A synthetic workload spec (traces.synth.SynthSpec fields); with "
         "``preset`` it overrides the preset's fields.",
     )
-    rate_scale: float | None = Field(None, gt=0, description="Multiply the arrival rate.")
-    tile_to_s: float | None = Field(
+    rate_scale: Number | None = Field(None, gt=0, description="Multiply the arrival rate.")
+    tile_to_s: Number | None = Field(
         None, gt=0, description="Repeat the trace back to back until it spans this long."
     )
-    max_requests: int | None = Field(None, ge=1, description="Keep the first N requests.")
+    max_requests: Count | None = Field(None, ge=1, description="Keep the first N requests.")
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:
@@ -60,20 +67,25 @@ class WorkloadConfig(_Strict):
             raise ValueError("give one of trace, preset or synth")
         if self.trace is not None and (self.preset is not None or self.synth is not None):
             raise ValueError("trace cannot be combined with preset or synth")
+        if self.trace is None and self.arrival is not None:
+            raise ValueError(
+                "arrival draws times for a length-only trace file; a synthetic workload "
+                "takes its arrival process in synth.arrival"
+            )
         return self
 
 
 class SchedulerOptions(_Strict):
     """Continuous-batching scheduler settings (vLLM's names where they exist)."""
 
-    max_num_seqs: int = Field(256, ge=1, le=65536, description="Sequences per batch.")
-    max_num_batched_tokens: int | None = Field(
+    max_num_seqs: Count = Field(256, ge=1, le=65536, description="Sequences per batch.")
+    max_num_batched_tokens: Count | None = Field(
         None,
         ge=1,
         description="Tokens per step (decode + prefill); default 8192, or the "
         "max sequence length when larger and prefill is not chunked.",
     )
-    chunked_prefill: bool = Field(False, description="Split long prefills across steps.")
+    chunked_prefill: Flag = Field(False, description="Split long prefills across steps.")
     preemption: Literal["recompute", "swap", "fail"] = Field(
         "recompute",
         description="On growth failure: recompute (vLLM), swap to host, or fail "
@@ -82,11 +94,11 @@ class SchedulerOptions(_Strict):
     on_admission_failure: Literal["queue", "reject"] = Field(
         "queue", description="Wait for memory, or answer out-of-memory at once (naive)."
     )
-    head_of_line: bool = Field(True, description="A blocked queue head blocks the queue.")
-    retry_attempts: int = Field(0, ge=0, le=100, description="Client retries after a refusal.")
-    retry_backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles.")
-    queue_timeout_s: float | None = Field(None, gt=0, description="Give up waiting after.")
-    swap_bytes_per_s: float = Field(25e9, gt=0, description="Host link for swap (PCIe).")
+    head_of_line: Flag = Field(True, description="A blocked queue head blocks the queue.")
+    retry_attempts: Count = Field(0, ge=0, le=100, description="Client retries after a refusal.")
+    retry_backoff_s: Number = Field(1.0, ge=0, description="First retry delay; doubles.")
+    queue_timeout_s: Number | None = Field(None, gt=0, description="Give up waiting after.")
+    swap_bytes_per_s: Number = Field(25e9, gt=0, description="Host link for swap (PCIe).")
 
     def build(
         self, max_seq_tokens: int, kv_bytes_per_token: int, hbm_bytes_per_s: float
@@ -121,21 +133,21 @@ class SchedulerOptions(_Strict):
 class RestartOptions(_Strict):
     """A scheduled restart of the replica (the seed's routine restarts)."""
 
-    every_s: float = Field(gt=0, description="Restart after this much uptime.")
+    every_s: Number = Field(gt=0, description="Restart after this much uptime.")
     mode: Literal["drain", "kill"] = Field("drain", description="Finish the batch first, or not.")
-    downtime_s: float = Field(120.0, ge=0, description="Model load time while down.")
+    downtime_s: Number = Field(120.0, ge=0, description="Model load time while down.")
 
 
 class MetricsOptions(_Strict):
     """Sampling and the seed's alert thresholds."""
 
-    sample_interval_s: float = Field(60.0, ge=1e-3, description="Periodic sample spacing.")
-    high_free_share: float = Field(
+    sample_interval_s: Number = Field(60.0, ge=1e-3, description="Periodic sample spacing.")
+    high_free_share: Number = Field(
         0.25, ge=0, le=1, description="Failure at > this free: fragmentation alert."
     )
-    ratio_alert: float = Field(0.6, ge=0, le=1, description="Medium alert below this ratio.")
-    ratio_severe: float = Field(0.5, ge=0, le=1, description="Severe below this ratio.")
-    uptime_rho_alert: float = Field(
+    ratio_alert: Number = Field(0.6, ge=0, le=1, description="Medium alert below this ratio.")
+    ratio_severe: Number = Field(0.5, ge=0, le=1, description="Severe below this ratio.")
+    uptime_rho_alert: Number = Field(
         0.5,
         ge=0,
         le=1,
@@ -152,12 +164,12 @@ class Scenario(_Strict):
     """One simulated replica under one workload and one set of policies."""
 
     name: str = Field("scenario", description="Shown in outputs.")
-    seed: int = Field(0, ge=0, description="Seeds every random stream.")
+    seed: Count = Field(0, ge=0, description="Seeds every random stream.")
     mode: Literal["fast", "exact"] = Field("fast", description="exact: one event per step.")
-    duration_s: float | None = Field(
+    duration_s: Number | None = Field(
         None, gt=0, description="Stop simulated time here; default: when every request ended."
     )
-    initial_uptime_s: float = Field(0.0, ge=0, description="Uptime of the replica at t=0.")
+    initial_uptime_s: Number = Field(0.0, ge=0, description="Uptime of the replica at t=0.")
     workload: WorkloadConfig
     hardware: HardwareConfig = HardwareConfig()
     allocator: AllocatorConfig = Field(description="Allocator policy: {kind: ..., ...}.")
@@ -189,37 +201,81 @@ def format_validation_error(source: str, err: ValidationError, data: object) -> 
     return "\n".join(validation_lines(source, err, data))
 
 
+MAX_SCENARIO_BYTES = 1 << 20
+"""A scenario file is a few hundred bytes; past 1 MiB it is refused unread."""
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario YAML -- a path, or the name of a built-in scenario
     when no such file exists (``sim.scenario.builtin``); relative paths inside are rebased
     on its folder. Raises ScenarioError with a message naming the file and field."""
-    from sim.scenario.builtin import resolve_scenario
+    from sim.scenario.builtin import builtin_names, resolve_scenario
 
     path = resolve_scenario(path)
+    source = clip(str(path))
+    if "\0" in str(path):
+        raise ScenarioError(f"{source!r}: cannot read: a file name cannot hold a NUL character")
     try:
-        data = yaml.safe_load(path.read_text())
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise ScenarioError(f"{source}: not a regular file")
+        if info.st_size > MAX_SCENARIO_BYTES:
+            raise ScenarioError(
+                f"{source}: {info.st_size:,} bytes; a scenario file is at most "
+                f"{MAX_SCENARIO_BYTES:,} bytes"
+            )
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        if path.suffix in (".yaml", ".yml"):
+            raise ScenarioError(f"{source}: cannot read: no such file") from None
+        raise ScenarioError(
+            f"{source}: no such scenario file or built-in scenario; built-in: "
+            f"{', '.join(builtin_names())} (fragsim scenarios describes them)"
+        ) from None
     except OSError as e:
-        raise ScenarioError(f"{path}: cannot read: {e.strerror}") from None
+        raise ScenarioError(f"{source}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ScenarioError(
+            f"{source}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})"
+        ) from None
+    try:
+        data = load_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ScenarioError(
-            f"{path}: not valid YAML: {getattr(e, 'problem', None) or e}{where}"
-        ) from None
+        problem = clip(str(getattr(e, "problem", None) or e))
+        raise ScenarioError(f"{source}: not valid YAML: {problem}{where}") from None
     if not isinstance(data, dict):
-        raise ScenarioError(f"{path}: expected a mapping of scenario fields at the top level")
-    base = path.parent
+        raise ScenarioError(f"{source}: expected a mapping of scenario fields at the top level")
+    _rebase_paths(data, path.parent)
+    return parse_scenario(data, source=source)
+
+
+def _rebase_paths(data: dict[str, Any], base: Path) -> None:
+    """Make the relative paths a scenario names relative to its own folder (in place):
+    ``workload.trace``, ``latency.path`` and the empirical-lengths ``path`` of
+    ``workload.synth.lengths`` (or of each of its mixture components)."""
+
+    def rebase(block: object, key: str) -> None:
+        if isinstance(block, dict) and isinstance(block.get(key), str):
+            block[key] = str(base / block[key])
+
     workload = data.get("workload")
-    if isinstance(workload, dict) and isinstance(workload.get("trace"), str):
-        workload["trace"] = str(base / workload["trace"])
-    latency = data.get("latency")
-    if isinstance(latency, dict) and isinstance(latency.get("path"), str):
-        latency["path"] = str(base / latency["path"])
-    return parse_scenario(data, source=str(path))
+    rebase(workload, "trace")
+    rebase(data.get("latency"), "path")
+    synth = workload.get("synth") if isinstance(workload, dict) else None
+    lengths = synth.get("lengths") if isinstance(synth, dict) else None
+    if isinstance(lengths, dict):
+        rebase(lengths, "path")
+        components = lengths.get("components")
+        for component in components if isinstance(components, list) else []:
+            if isinstance(component, dict):
+                rebase(component.get("lengths"), "path")
 
 
 def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
     """Validate a scenario mapping; ScenarioError lines name ``source`` and the field."""
+    _check_kinds(data, source)
     allocator = data.get("allocator")
     if isinstance(allocator, dict) and allocator.get("kind") in ALLOCATORS:
         try:  # checked first so its errors read "field allocator.growth_factor: ..."
@@ -232,3 +288,26 @@ def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario
         return Scenario.model_validate(data)
     except ValidationError as e:
         raise ScenarioError(format_validation_error(source, e, data)) from None
+
+
+def _check_kinds(data: object, source: str) -> None:
+    """Refuse a ``kind`` that is not a string before pydantic sees it: a discriminated
+    union quotes a tag whole in its message, and a structure of shared references (what
+    YAML aliases build) can take minutes to print. Each distinct container is visited
+    once, so shared references cost nothing more."""
+    seen: set[int] = set()
+    stack: list[tuple[object, str]] = [(data, "")]
+    while stack:
+        node, where = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, dict):
+            if "kind" in node and not isinstance(node["kind"], str):
+                raise ScenarioError(
+                    f"{source}: field {where}kind: got {short(node['kind'])}: expected "
+                    f"the name of a kind"
+                )
+            stack.extend((v, f"{where}{k}.") for k, v in node.items())
+        elif isinstance(node, list | tuple):
+            stack.extend((v, f"{where}{i}.") for i, v in enumerate(node))

@@ -1,32 +1,56 @@
-"""Turn a scenario's ``workload`` block into a canonical request frame."""
+"""Turn a scenario's ``workload`` block into a canonical request frame.
+
+Sizes are checked before anything is drawn or copied: ``traces.bounds`` (a synthetic
+spec's count and span, rescaling, tiling), whose errors are reworded with the scenario's
+field names, then the run's own bound on requests (:mod:`sim.scenario.bounds`).
+"""
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
 from sim.errors import validation_lines
-from sim.scenario.schema import Scenario, ScenarioError, WorkloadConfig
-from traces import load, synth, transform
-from traces.arrivals import ArrivalSpec
+from sim.scenario import bounds
+from sim.scenario.schema import Scenario, ScenarioError, ScenarioWarning, WorkloadConfig
+from traces import TraceError, load, synth, transform
+from traces.arrivals import ArrivalSpec, mean_rate_per_s
+from traces.bounds import BoundError
+from traces.formats import FORMATS, detect_format
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override``'s fields written over it, nested mappings merged
+    field by field -- except a mapping that names another ``kind`` than the one it
+    overrides: that is a different block (``lengths: {kind: empirical, path: ...}`` over
+    a preset's ``pair``), and replaces it whole."""
     out = dict(base)
     for k, v in override.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        old = out.get(k)
+        if (
+            isinstance(v, dict)
+            and isinstance(old, dict)
+            and v.get("kind", old.get("kind")) == old.get("kind")
+        ):
+            out[k] = _merge(old, v)
+        else:
+            out[k] = v
     return out
 
 
 def synth_spec(w: WorkloadConfig) -> synth.SynthSpec:
-    """The synthetic spec: a preset, a full spec, or a preset with fields overridden."""
+    """The synthetic spec: a preset, a full spec, or a preset with fields overridden.
+    Refuses a spec that asks for more than ``bounds.MAX_REQUESTS`` requests."""
     data: dict[str, Any] = {}
     if w.preset is not None:
         if w.preset not in synth.PRESETS:
             raise ScenarioError(
-                f"workload.preset: got {w.preset!r}; allowed: {', '.join(sorted(synth.PRESETS))}"
+                f"field workload.preset: got {w.preset!r}; allowed: "
+                f"{', '.join(sorted(synth.PRESETS))}"
             )
         data = synth.PRESETS[w.preset].model_dump()
     if w.synth:
@@ -36,7 +60,7 @@ def synth_spec(w: WorkloadConfig) -> synth.SynthSpec:
         if "num_requests" in w.synth and "duration_s" not in w.synth:
             data["duration_s"] = None
     try:
-        return synth.SynthSpec.model_validate(data)
+        spec = synth.SynthSpec.model_validate(data)
     except ValidationError as e:
         raise ScenarioError(
             "\n".join(
@@ -44,6 +68,16 @@ def synth_spec(w: WorkloadConfig) -> synth.SynthSpec:
                 for line in validation_lines("scenario", e, data, prefix="workload.synth")
             )
         ) from None
+    if spec.num_requests is not None:
+        bounds.check_requests(spec.num_requests, "workload.synth.num_requests")
+    elif spec.duration_s is not None:
+        rate = mean_rate_per_s(spec.arrival)
+        bounds.check_requests(
+            rate * spec.duration_s,
+            "workload.synth.duration_s",
+            f"{spec.duration_s:g} s at a mean arrival rate of {rate:g}/s",
+        )
+    return spec
 
 
 def arrival_spec(w: WorkloadConfig) -> ArrivalSpec | None:
@@ -64,16 +98,58 @@ def arrival_spec(w: WorkloadConfig) -> ArrivalSpec | None:
 
 def load_workload(scenario: Scenario) -> pd.DataFrame:
     """Load or synthesise the requests (seeded by the scenario), then apply transforms.
-    Raises TraceError for bad trace files and ScenarioError for bad specs."""
+    Raises TraceError for bad trace files and ScenarioError for bad specs (also for an
+    empirical-lengths file, naming ``workload.synth.lengths.path``). A ``workload.arrival``
+    given for a trace that carries its own times is ignored with a ScenarioWarning."""
     w = scenario.workload
     if w.trace is not None:
-        df = load(w.trace, format=w.format, arrivals=arrival_spec(w), seed=scenario.seed)
+        arrivals = arrival_spec(w)
+        df = load(w.trace, format=w.format, arrivals=arrivals, seed=scenario.seed)
+        if arrivals is not None:
+            _warn_if_timed(w.trace, w.format)
     else:
-        df = synth.generate(synth_spec(w), seed=scenario.seed)
-    if w.rate_scale is not None:
-        df = transform.rescale_rate(df, w.rate_scale)
-    if w.tile_to_s is not None:
-        df = transform.tile(df, w.tile_to_s)
+        spec = synth_spec(w)
+        try:
+            df = synth.generate(spec, seed=scenario.seed)
+        except TraceError as e:
+            raise ScenarioError(f"field {_lengths_field(w, spec, e)}: {e}") from None
+    field = "workload"
+    try:
+        if w.rate_scale is not None:
+            field = "workload.rate_scale"
+            df = transform.rescale_rate(df, w.rate_scale)
+        if w.tile_to_s is not None:
+            field = "workload.tile_to_s"
+            df = transform.tile(df, w.tile_to_s)
+    except BoundError as e:
+        raise ScenarioError(f"field {field}: got {e.got!r}: {e.message}") from None
     if w.max_requests is not None:
         df = df.iloc[: w.max_requests].reset_index(drop=True)
     return df
+
+
+def _warn_if_timed(trace: Path, format: str | None) -> None:
+    """``workload.arrival`` draws times for a length-only file; a file with its own
+    times keeps them, and the user hears that the field had no effect."""
+    fmt = FORMATS[format] if format is not None and format in FORMATS else detect_format(trace)
+    if fmt.name != "lengths":
+        warnings.warn(
+            f"field workload.arrival: ignored: {trace} carries its own arrival times "
+            f"(format {fmt.name}); the field applies to length-only files",
+            ScenarioWarning,
+            stacklevel=3,
+        )
+
+
+def _lengths_field(w: WorkloadConfig, spec: synth.SynthSpec, e: TraceError) -> str:
+    """The scenario field that named the empirical-lengths file ``e`` is about."""
+    lengths = spec.lengths
+    if isinstance(lengths, synth.MixtureLengths):
+        for i, component in enumerate(lengths.components):
+            if isinstance(component.lengths, synth.EmpiricalLengths) and str(
+                component.lengths.path
+            ) == str(e.path):
+                return f"workload.synth.lengths.components.{i}.lengths.path"
+    if w.synth is None or "lengths" not in w.synth:
+        return f"workload.preset ({w.preset})"
+    return "workload.synth.lengths.path"
