@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,32 +18,45 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sim.cli.trace import show_trace_warnings
+from sim.errors import clip, os_error_line, short
 from sim.results.io import FILES, RunResult, check_replaceable, summary_json
-from sim.runner import Parts, build_parts, run
+from sim.runner import Parts, build_parts, check_run_cost, run
 from sim.scenario.builtin import DEMO, builtin_names, describe_builtin, resolve_scenario
-from sim.scenario.schema import Scenario, ScenarioError, load_scenario
+from sim.scenario.schema import Scenario, ScenarioError, ScenarioWarning, load_scenario
 from sim.scenario.workload import load_workload
 
 err = Console(stderr=True, soft_wrap=True)
 
 
-def fail(message: str) -> typer.Exit:
-    """Print a user error and return the exit-2 exception to raise."""
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)
+def fail(message: str, source: str | Path | None = None) -> typer.Exit:
+    """Print a user error -- one ``error:`` line per line of ``message``, each naming
+    ``source`` (the scenario file) unless it already starts with it -- and return the
+    exit-2 exception to raise."""
+    name = None if source is None else clip(str(source))
+    for line in message.splitlines() or [""]:
+        if name is not None and not line.startswith(name):
+            line = f"{name}: {line}"
+        err.print(f"[bold red]error:[/] {escape(line)}", highlight=False, markup=True)
     return typer.Exit(2)
 
 
 def check_output_dir(out: Path) -> None:
-    """Fail early (before simulating) when OUT cannot become a results directory."""
+    """Fail early (before simulating) when OUT cannot become a results directory: it
+    holds other files, a parent is a file, the nearest existing folder may not be
+    written, or the file system refuses the name (too long, a folder not searchable)."""
     try:
         check_replaceable(out)
+        for parent in out.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise fail(f"{out}: output path: {parent} exists and is not a directory")
+                if not os.access(parent, os.W_OK | os.X_OK):
+                    raise fail(f"{out}: output path: {parent}: cannot create files there")
+                return
     except FileExistsError as e:
         raise fail(f"output directory: {e}") from None
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise fail(f"{out}: output path: {parent} exists and is not a directory")
-            return
+    except OSError as e:
+        raise fail(os_error_line(e, "output directory")) from None
 
 
 def simulate(
@@ -122,37 +139,14 @@ def run_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary JSON.")] = False,
 ) -> None:
     """Simulate SCENARIO and write requests/timeseries/events Parquet + summary.json."""
-    from traces import TraceError
-
-    path = resolve_scenario(scenario_path)
-    if not path.exists() and path.suffix not in (".yaml", ".yml"):
-        raise fail(
-            f"{scenario_path}: no such scenario file or built-in scenario; built-in: "
-            f"{', '.join(builtin_names())} (fragsim scenarios describes them)"
-        )
-    try:
-        scenario = load_scenario(path)
-        overrides: dict[str, object] = {}
-        if seed is not None:
-            overrides["seed"] = seed
-        if mode is not None:
-            if mode not in ("fast", "exact"):
-                raise fail(f"--mode: got {mode!r}, expected fast or exact")
-            overrides["mode"] = mode
-        if overrides:
-            scenario = scenario.model_copy(update=overrides)
-        with show_trace_warnings():
-            requests = load_workload(scenario)
-        parts = build_parts(scenario, requests)
-    except ScenarioError as e:
-        message = str(e)
-        raise fail(message if message.startswith(str(path)) else f"{path}: {message}") from None
-    except TraceError as e:
-        raise fail(f"{path}: field workload.trace: {e}") from None
-    except (ValueError, OSError) as e:  # a calibration file, a hardware budget
-        raise fail(f"{path}: {e}") from None
+    if mode is not None and mode not in ("fast", "exact"):
+        raise fail(f"--mode: got {short(mode)}, expected fast or exact")
+    scenario, requests, parts, source = prepare(scenario_path, seed=seed, mode=mode)
     check_output_dir(out)
-    result = simulate(scenario, requests, quiet=quiet, parts=parts)
+    try:
+        result = simulate(scenario, requests, quiet=quiet, parts=parts)
+    except ScenarioError as e:  # a cost bound met while simulating
+        raise fail(str(e), source) from None
     calls = result.summary["latency"].get("out_of_range_calls")
     if calls:
         err.print(
@@ -164,12 +158,63 @@ def run_command(
     try:
         result.write(out)
     except OSError as e:
-        raise fail(f"{out}: cannot write results: {e}") from None
+        raise fail(os_error_line(e, "cannot write results")) from None
     if json_out:
         typer.echo(summary_json(result.summary), nl=False)
     elif not quiet:
         print_summary(result.summary, Console())
         typer.echo(f"wrote {out}/ ({', '.join(FILES)})")
+
+
+def prepare(
+    scenario_arg: Path, *, seed: int | None = None, mode: str | None = None
+) -> tuple[Scenario, pd.DataFrame, Parts, Path]:
+    """Load a scenario (a path or a built-in name), apply the command line's overrides,
+    load its workload, build its parts and check what the run will cost -- everything
+    that can refuse it, before anything is simulated. Returns the scenario file too (the
+    ``source`` every error line names); a user error prints and raises ``typer.Exit(2)``.
+    """
+    from traces import TraceError
+
+    source = resolve_scenario(scenario_arg)
+    try:
+        with show_trace_warnings(), show_scenario_warnings(source):
+            scenario = load_scenario(source)
+            overrides: dict[str, object] = {}
+            if seed is not None:
+                overrides["seed"] = seed
+            if mode is not None:
+                overrides["mode"] = mode
+            if overrides:
+                scenario = scenario.model_copy(update=overrides)
+            requests = load_workload(scenario)
+            parts = build_parts(scenario, requests)
+            check_run_cost(scenario, requests)
+    except ScenarioError as e:
+        raise fail(str(e), source) from None
+    except TraceError as e:
+        raise fail(f"field workload.trace: {e}", source) from None
+    except OSError as e:
+        raise fail(os_error_line(e), source) from None
+    return scenario, requests, parts, source
+
+
+@contextmanager
+def show_scenario_warnings(source: Path) -> Iterator[None]:
+    """Within the block, print every :class:`ScenarioWarning` as one
+    ``warning: SOURCE: ...`` line on stderr; other warnings keep their handling."""
+    previous = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
+        if issubclass(category, ScenarioWarning):
+            err.print(f"warning: {clip(str(source))}: {message}", markup=False, highlight=False)
+        else:
+            previous(message, category, *args, **kw)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ScenarioWarning)
+        warnings.showwarning = show
+        yield
 
 
 def scenarios_command() -> None:
@@ -191,12 +236,12 @@ def demo_command(
         check_output_dir(out / name)
     summaries = []
     for name in DEMO:
-        scenario = load_scenario(resolve_scenario(name))
-        result = simulate(scenario, load_workload(scenario), quiet=False)
+        scenario, requests, parts, _ = prepare(Path(name))
+        result = simulate(scenario, requests, quiet=False, parts=parts)
         try:
             result.write(out / name)
         except OSError as e:
-            raise fail(f"{out / name}: cannot write results: {e}") from None
+            raise fail(os_error_line(e, "cannot write results")) from None
         print_summary(result.summary, console)
         summaries.append(result.summary)
     console.print(compare_table(summaries))

@@ -2,16 +2,40 @@
 
 Outputs are byte-for-byte reproducible for the same scenario, seed and library
 versions: no wall-clock times, no host names, stable column order, sorted JSON keys.
-A run directory is written to a temporary sibling and renamed into place, so an
-interrupted or failed write leaves nothing half-written.
+
+Writing is safe against a kill at any instant (``RunResult.write``):
+
+* the files go to a hidden sibling ``.NAME.tmp-PID-XXXXXXXX/`` (``PID``: the writer's
+  process id), which becomes ``NAME/`` only once complete;
+* an earlier run at ``NAME/`` is swapped with the new one in one step (Linux's
+  ``renameat2(RENAME_EXCHANGE)``), so at every instant ``NAME/`` holds one complete run,
+  the old or the new; the old one, now in the temporary folder, is deleted after. Where
+  the swap is not available the old run is first renamed aside to
+  ``.NAME.old-PID-XXXXXXXX/``; a kill in the instant between the two renames leaves it
+  there, complete, and the next write to ``NAME`` puts it back before anything else;
+* the temporaries of a writer that died (killed, machine lost) are removed by the next
+  write to the same target: their PID names a process that no longer runs.
+* Ctrl-C while the swap is under way (a few milliseconds) is ignored, so an interrupt
+  never separates the two renames: the write completes.
+
+``FRAGSIM_FAULT_AT=POINT[:SIGNAL]`` is a test-only hook: the writer sends itself
+``SIGNAL`` (default ``KILL``) at the named point (:data:`FAULT_POINTS`), so tests can
+kill a write at each step (``tests/e2e/test_run_faults.py``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import json
 import os
+import re
 import shutil
+import signal
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +45,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 FILES = ("requests.parquet", "timeseries.parquet", "events.parquet", "summary.json")
+
+FAULT_POINTS = ("partial", "written", "swapped", "aside", "replaced")
+"""Where ``FRAGSIM_FAULT_AT`` can strike: after the first file of the temporary folder;
+after all four; after the swap; after renaming the old run aside (no swap); after
+renaming the new run into place (no swap)."""
 
 
 @dataclass(frozen=True)
@@ -35,11 +64,13 @@ class RunResult:
 
     def write(self, out_dir: str | Path) -> Path:
         """Write the four files into ``out_dir``, replacing a previous run there. A
-        directory holding anything else is never touched (FileExistsError)."""
+        directory holding anything else is never touched (FileExistsError). Stale
+        temporaries of dead writers to the same target are removed first."""
         out = Path(out_dir)
         check_replaceable(out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        clean_stale(out)
+        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(out, "tmp"), dir=out.parent))
         try:
             for name, frame in (
                 ("requests", self.requests),
@@ -49,17 +80,140 @@ class RunResult:
                 table = pa.Table.from_pandas(frame, preserve_index=False)
                 table = table.replace_schema_metadata(None)
                 pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
+                _fault("partial")
             (tmp / "summary.json").write_text(summary_json(self.summary))
             umask = os.umask(0)
             os.umask(umask)
             tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; a run folder is ordinary
-            if out.exists():
-                shutil.rmtree(out)
-            os.replace(tmp, out)
+            _fault("written")
+            with _interrupts_ignored():
+                _commit(tmp, out)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)  # after a swap: the old run
             raise
         return out
+
+
+def _commit(tmp: Path, out: Path) -> None:
+    """Move the complete run ``tmp`` to ``out``; an earlier run there ends in ``tmp``
+    (swapped) or is deleted. At every instant ``out`` or an ``old`` aside folder holds a
+    complete run."""
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    if _exchange(tmp, out):
+        _fault("swapped")
+        shutil.rmtree(tmp)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=_temp_prefix(out, "old"), dir=out.parent))
+    os.rename(out, aside)  # an empty directory is replaced by rename
+    _fault("aside")
+    try:
+        os.rename(tmp, out)
+    except BaseException:
+        os.rename(aside, out)
+        raise
+    _fault("replaced")
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directories in one step (Linux ``renameat2``); False where the C
+    library or the file system has no such call, so the caller falls back."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    renameat2.restype = ctypes.c_int
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    errno = ctypes.get_errno()
+    if errno in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: no exchange here
+        return False
+    raise OSError(errno, os.strerror(errno), str(b))
+
+
+@contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    """Ctrl-C (SIGINT) does nothing within the block. Only the main thread can set
+    signal handlers in Python; elsewhere (no Ctrl-C arrives there) this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _temp_stem(out: Path) -> str:
+    """``out``'s name, shortened and hashed when long, so a temporary's name stays
+    within the file system's 255 bytes wherever the name itself does."""
+    name = out.name
+    if len(name.encode()) > 120:
+        name = f"{name[:80]}~{hashlib.sha1(name.encode()).hexdigest()[:12]}"
+    return name
+
+
+def _temp_prefix(out: Path, kind: str) -> str:
+    """``.NAME.KIND-PID-``: ``mkdtemp`` appends 8 characters of ``[a-z0-9_]``."""
+    return f".{_temp_stem(out)}.{kind}-{os.getpid()}-"
+
+
+def clean_stale(out: Path) -> None:
+    """Remove the temporaries of dead writers to ``out``; a complete earlier run left
+    aside (a kill between the two renames of a replacement without swap) is put back
+    at ``out`` when nothing is there."""
+    pattern = re.compile(rf"\.{re.escape(_temp_stem(out))}\.(tmp|old)-(\d+)-[a-z0-9_]+")
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return
+    for entry in sorted(entries):
+        match = pattern.fullmatch(entry.name)
+        if match is None or _alive(int(match.group(2))):
+            continue
+        if match.group(1) == "old" and not out.exists() and _complete(entry):
+            os.rename(entry, out)
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: someone else's live process
+        return True
+    return True
+
+
+def _complete(folder: Path) -> bool:
+    return all((folder / name).is_file() for name in FILES)
+
+
+def _fault(point: str) -> None:
+    """Test-only (``FRAGSIM_FAULT_AT=POINT[:SIGNAL]``): signal this process at ``point``."""
+    spec = os.environ.get("FRAGSIM_FAULT_AT")
+    if spec:
+        where, _, name = spec.partition(":")
+        if where == point:
+            os.kill(os.getpid(), getattr(signal, f"SIG{name or 'KILL'}"))
 
 
 def check_replaceable(out: Path) -> None:

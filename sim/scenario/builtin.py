@@ -30,12 +30,22 @@ def describe_builtin(name: str) -> str:
 
 
 def resolve_scenario(arg: str | Path) -> Path:
-    """A path as given, or the built-in scenario of that name when no such file exists."""
+    """A path as given, or the built-in scenario of that name when no such file exists.
+    A path the file system cannot check (a name too long, a folder that may not be
+    searched) is taken as given: reading it then says why it cannot be read."""
     path = Path(arg)
-    if path.exists() or path.suffix in (".yaml", ".yml"):
+    if path.suffix in (".yaml", ".yml") or _exists(path, unknown=True):
         return path
     candidate = SCENARIO_DIR / f"{arg}.yaml"
-    return candidate if candidate.exists() else path
+    return candidate if _exists(candidate, unknown=False) else path
+
+
+def _exists(path: Path, *, unknown: bool) -> bool:
+    """``path.exists()``, or ``unknown`` when the file system cannot tell."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # ValueError: a NUL in the name
+        return unknown
 
 
 def builtin_data(name: str) -> dict[str, object]:
