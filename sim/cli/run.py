@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,21 +42,21 @@ def fail(message: str, source: str | Path | None = None) -> typer.Exit:
 
 def check_output_dir(out: Path) -> None:
     """Fail early (before simulating) when OUT cannot become a results directory: it
-    holds other files, a parent is a file, the nearest existing folder may not be
-    written, or the file system refuses the name (too long, a folder not searchable)."""
+    holds other files, a parent is a file, the nearest existing folder refuses a new
+    folder (tried: a read-only file system refuses even root), or the file system
+    refuses the name (too long, a folder that may not be searched)."""
     try:
         check_replaceable(out)
         for parent in out.parents:
             if parent.exists():
                 if not parent.is_dir():
                     raise fail(f"{out}: output path: {parent} exists and is not a directory")
-                if not os.access(parent, os.W_OK | os.X_OK):
-                    raise fail(f"{out}: output path: {parent}: cannot create files there")
+                tempfile.TemporaryDirectory(prefix=".fragsim-probe-", dir=parent).cleanup()
                 return
     except FileExistsError as e:
-        raise fail(f"output directory: {e}") from None
+        raise fail(str(e)) from None
     except OSError as e:
-        raise fail(os_error_line(e, "output directory")) from None
+        raise fail(f"{clip(str(out))}: output directory: {e.strerror or e}") from None
 
 
 def simulate(
@@ -158,7 +158,7 @@ def run_command(
     try:
         result.write(out)
     except OSError as e:
-        raise fail(os_error_line(e, "cannot write results")) from None
+        raise fail(f"{clip(str(out))}: cannot write results: {e.strerror or e}") from None
     if json_out:
         typer.echo(summary_json(result.summary), nl=False)
     elif not quiet:
@@ -241,7 +241,7 @@ def demo_command(
         try:
             result.write(out / name)
         except OSError as e:
-            raise fail(os_error_line(e, "cannot write results")) from None
+            raise fail(f"{out / name}: cannot write results: {e.strerror or e}") from None
         print_summary(result.summary, console)
         summaries.append(result.summary)
     console.print(compare_table(summaries))
