@@ -206,6 +206,12 @@ def test_cost_bounds_refuse_before_simulating(tmp_path: Path) -> None:
     refused(
         BASE | {"workload": {"trace": near}, "restart": restart}, "restart.every_s", "30,000,000"
     )
+    down = {"every_s": 1.0, "downtime_s": 1e12}  # the last arrival waits it out
+    refused(
+        BASE | {"workload": {"trace": near}, "restart": down},
+        "sample_interval_s",
+        "a restart at 1 s",
+    )
 
 
 def test_a_long_duration_alone_is_no_cost(tmp_path: Path) -> None:
