@@ -28,6 +28,10 @@ from sim.scenario.workload import load_workload
 err = Console(stderr=True, soft_wrap=True)
 
 
+MAX_LINE = 2000
+"""The longest error line printed (a last bound on what a message may quote)."""
+
+
 def fail(message: str, source: str | Path | None = None) -> typer.Exit:
     """Print a user error -- one ``error:`` line per line of ``message``, each naming
     ``source`` (the scenario file) unless it already starts with it -- and return the
@@ -36,6 +40,7 @@ def fail(message: str, source: str | Path | None = None) -> typer.Exit:
     for line in message.splitlines() or [""]:
         if name is not None and not line.startswith(name):
             line = f"{name}: {line}"
+        line = clip(line, MAX_LINE)
         err.print(f"[bold red]error:[/] {escape(line)}", highlight=False, markup=True)
     return typer.Exit(2)
 

@@ -1,11 +1,15 @@
-"""Field types for configs a user writes: numbers are numbers, flags are flags.
+"""Values a user writes: numbers are numbers, flags are flags.
 
 pydantic's default (lax) mode turns ``seed: '7'`` into 7, ``seed: true`` into 1 and
-``chunked_prefill: 'no'`` into False without a word. A scenario is refused instead:
+``chunked_prefill: 'no'`` into False without a word. A scenario is refused instead. Its
+data is validated as JSON in pydantic's strict mode (:func:`strict_json`), which holds
+every model a scenario embeds (hardware, allocator, synthetic workload, arrivals) to
+it: an integer field takes an integer, a float field a number, a flag ``true`` or
+``false``; strings still name paths and arrays still fill tuples. The types below say
+it once more on the scenario's own fields, with a message that says what was wrong:
 
-* :data:`Count` -- a whole number: an int, or a float with no fractional part (``1e6``);
-  never a string or a boolean.
-* :data:`Number` -- a float: an int or a float; never a string or a boolean.
+* :data:`Count` -- an integer; never a string or a boolean.
+* :data:`Number` -- an int or a float; never a string or a boolean.
 * :data:`Flag` -- ``true`` or ``false`` only.
 
 Bounds (``ge``, ``le``, ...) go on the field as usual: ``seed: Count = Field(0, ge=0)``.
@@ -13,9 +17,11 @@ Bounds (``ge``, ``le``, ...) go on the field as usual: ``seed: Count = Field(0, 
 
 from __future__ import annotations
 
+import json
+import numbers
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Strict
+from pydantic import BaseModel, BeforeValidator, Strict
 
 
 def _no_text_or_flag(value: Any) -> Any:
@@ -29,3 +35,23 @@ def _no_text_or_flag(value: Any) -> Any:
 Count = Annotated[int, BeforeValidator(_no_text_or_flag)]
 Number = Annotated[float, BeforeValidator(_no_text_or_flag)]
 Flag = Annotated[bool, Strict()]
+
+
+def strict_json(data: object) -> str:
+    """``data`` as JSON text for ``model_validate_json(..., strict=True)``: the values a
+    user wrote (YAML's and JSON's types), and what an API caller may pass besides
+    (numpy numbers, paths, sets, pydantic models) as their plain equivalents. Raises
+    TypeError for a mapping key that is not a string or a number."""
+    return json.dumps(data, default=_plain)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    return str(value)  # a path, a date: as its text

@@ -23,8 +23,8 @@ from sim.errors import clip, short, validation_lines
 from sim.hardware import HardwareConfig
 from sim.latency.config import LatencyConfig, RooflineLatencyConfig
 from sim.results.summary import AlertThresholds
-from sim.scenario.fields import Count, Flag, Number
-from sim.scenario.yaml_loader import load_yaml
+from sim.scenario.fields import Count, Flag, Number, strict_json
+from sim.scenario.yaml_loader import MAX_EXPANDED_VALUES, load_yaml
 
 
 class ScenarioError(ValueError):
@@ -274,40 +274,60 @@ def _rebase_paths(data: dict[str, Any], base: Path) -> None:
 
 
 def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
-    """Validate a scenario mapping; ScenarioError lines name ``source`` and the field."""
-    _check_kinds(data, source)
+    """Validate a scenario mapping; ScenarioError lines name ``source`` and the field.
+    Validation is pydantic's strict mode on the data as JSON (``fields.strict_json``):
+    no string becomes a number, no number a flag, in any block."""
+    _check_shape(data, source)
+    try:
+        text = strict_json(data)
+    except (TypeError, ValueError) as e:
+        raise ScenarioError(f"{source}: not a mapping of plain values: {clip(str(e))}") from None
     allocator = data.get("allocator")
     if isinstance(allocator, dict) and allocator.get("kind") in ALLOCATORS:
         try:  # checked first so its errors read "field allocator.growth_factor: ..."
-            ALLOCATORS[allocator["kind"]].model_validate(allocator)
+            ALLOCATORS[allocator["kind"]].model_validate_json(strict_json(allocator), strict=True)
         except ValidationError as e:
             raise ScenarioError(
                 "\n".join(validation_lines(source, e, allocator, prefix="allocator"))
             ) from None
     try:
-        return Scenario.model_validate(data)
+        return Scenario.model_validate_json(text, strict=True)
     except ValidationError as e:
         raise ScenarioError(format_validation_error(source, e, data)) from None
 
 
-def _check_kinds(data: object, source: str) -> None:
-    """Refuse a ``kind`` that is not a string before pydantic sees it: a discriminated
-    union quotes a tag whole in its message, and a structure of shared references (what
-    YAML aliases build) can take minutes to print. Each distinct container is visited
-    once, so shared references cost nothing more."""
-    seen: set[int] = set()
-    stack: list[tuple[object, str]] = [(data, "")]
+def _check_shape(data: object, source: str) -> None:
+    """Refuse, before pydantic or ``json`` walk it, data that stands for more than
+    ``MAX_EXPANDED_VALUES`` values once shared references are expanded (what YAML
+    aliases build; the loader bounds a file the same way), that contains itself, or
+    whose ``kind`` is not a string (a discriminated union quotes the tag whole in its
+    message). Each distinct container is visited once (iteratively, depth first)."""
+    sizes: dict[int, int] = {}  # id -> values it stands for, expanded
+    open_ids: set[int] = set()  # containers whose children are being visited
+    stack: list[tuple[object, str, bool]] = [(data, "", False)]
     while stack:
-        node, where = stack.pop()
-        if id(node) in seen:
+        node, where, children_done = stack.pop()
+        if not isinstance(node, dict | list | tuple):
             continue
-        seen.add(id(node))
-        if isinstance(node, dict):
-            if "kind" in node and not isinstance(node["kind"], str):
+        children = list(node.items() if isinstance(node, dict) else enumerate(node))
+        if children_done:
+            sizes[id(node)] = 1 + sum(sizes.get(id(v), 1) for _, v in children)
+            open_ids.discard(id(node))
+            if sizes[id(node)] > MAX_EXPANDED_VALUES:
                 raise ScenarioError(
-                    f"{source}: field {where}kind: got {short(node['kind'])}: expected "
-                    f"the name of a kind"
+                    f"{source}: the scenario stands for more than {MAX_EXPANDED_VALUES:,} "
+                    f"values with its shared parts expanded (at {where or 'the top'})"
                 )
-            stack.extend((v, f"{where}{k}.") for k, v in node.items())
-        elif isinstance(node, list | tuple):
-            stack.extend((v, f"{where}{i}.") for i, v in enumerate(node))
+            continue
+        if id(node) in sizes:
+            continue
+        if id(node) in open_ids:
+            raise ScenarioError(f"{source}: field {where.rstrip('.')}: contains itself")
+        if isinstance(node, dict) and "kind" in node and not isinstance(node["kind"], str):
+            raise ScenarioError(
+                f"{source}: field {where}kind: got {short(node['kind'])}: expected the "
+                f"name of a kind"
+            )
+        open_ids.add(id(node))
+        stack.append((node, where, True))
+        stack.extend((v, f"{where}{k}.", False) for k, v in children)

@@ -14,8 +14,9 @@ from typing import Any
 import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
-from sim.errors import validation_lines
+from sim.errors import short, validation_lines
 from sim.scenario import bounds
+from sim.scenario.fields import strict_json
 from sim.scenario.schema import Scenario, ScenarioError, ScenarioWarning, WorkloadConfig
 from traces import TraceError, load, synth, transform
 from traces.arrivals import ArrivalSpec, mean_rate_per_s
@@ -49,10 +50,10 @@ def synth_spec(w: WorkloadConfig) -> synth.SynthSpec:
     if w.preset is not None:
         if w.preset not in synth.PRESETS:
             raise ScenarioError(
-                f"field workload.preset: got {w.preset!r}; allowed: "
+                f"field workload.preset: got {short(w.preset)}; allowed: "
                 f"{', '.join(sorted(synth.PRESETS))}"
             )
-        data = synth.PRESETS[w.preset].model_dump()
+        data = synth.PRESETS[w.preset].model_dump(mode="json")
     if w.synth:
         data = _merge(data, w.synth)
         if "duration_s" in w.synth and "num_requests" not in w.synth:
@@ -60,7 +61,7 @@ def synth_spec(w: WorkloadConfig) -> synth.SynthSpec:
         if "num_requests" in w.synth and "duration_s" not in w.synth:
             data["duration_s"] = None
     try:
-        spec = synth.SynthSpec.model_validate(data)
+        spec = synth.SynthSpec.model_validate_json(strict_json(data), strict=True)
     except ValidationError as e:
         raise ScenarioError(
             "\n".join(
@@ -85,7 +86,8 @@ def arrival_spec(w: WorkloadConfig) -> ArrivalSpec | None:
     if w.arrival is None:
         return None
     try:
-        spec: ArrivalSpec = TypeAdapter(ArrivalSpec).validate_python(w.arrival)
+        adapter: TypeAdapter[ArrivalSpec] = TypeAdapter(ArrivalSpec)
+        spec = adapter.validate_json(strict_json(w.arrival), strict=True)
     except ValidationError as e:
         raise ScenarioError(
             "\n".join(
@@ -122,7 +124,7 @@ def load_workload(scenario: Scenario) -> pd.DataFrame:
             field = "workload.tile_to_s"
             df = transform.tile(df, w.tile_to_s)
     except BoundError as e:
-        raise ScenarioError(f"field {field}: got {e.got!r}: {e.message}") from None
+        raise ScenarioError(f"field {field}: got {short(e.got)}: {e.message}") from None
     if w.max_requests is not None:
         df = df.iloc[: w.max_requests].reset_index(drop=True)
     return df

@@ -27,6 +27,8 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node
 
+from sim.errors import short
+
 MAX_EXPANDED_VALUES = 100_000
 """Values a document may stand for with every alias expanded (a scenario has ~50)."""
 
@@ -93,7 +95,7 @@ class BoundedLoader(yaml.SafeLoader):
                 raise ConstructorError(
                     "while constructing a mapping",
                     node.start_mark,
-                    f"duplicate key {key!r}"[:200],
+                    f"duplicate key {short(key)}",
                     key_node.start_mark,
                 )
             seen.add(key)
