@@ -53,7 +53,7 @@ from policies.allocators.paged import PagedAllocator
 from sim.build import engine_build
 from sim.engine.scheduler import Group
 from sim.hardware import GPUS, MODELS
-from sim.latency.models import RooflineLatency, decode_run_fn, steps_within_fn
+from sim.latency.models import RooflineLatency
 from sim.results.io import RunResult
 from sim.runner import run
 from sim.scenario.schema import Scenario, parse_scenario
@@ -234,7 +234,7 @@ def bench_diurnal(scale: float, repeats: int) -> dict[str, Any]:
 
 def bench_floor(scale: float, repeats: int) -> dict[str, Any]:
     model = RooflineLatency(MODELS["llama-2-7b"], GPUS["a100-80gb"])
-    run_s, within = decode_run_fn(model), steps_within_fn(model)
+    run_s, within = model.decode_run_s, model.steps_within_s
     n = int(200_000 * scale)
     rates: list[float] = []
     for _ in range(repeats):

@@ -1,9 +1,10 @@
-"""Cost of one ``decode_steps_within_s`` call (the engine makes about two per request).
+"""Cost of one ``LatencyModel.steps_within_s`` call (the engine makes about two per
+request).
 
 Case ``latency.steps_within``: roofline Llama-2-7B on one A100-80GB, a decode run of 34
 sequences starting at 46,000 KV tokens, a 0.2 s budget, at most 4,096 steps. Times the
-closed-form inversion (``decode_steps_within_s``) and the binary search it replaced
-(``_bisect_steps_within_s``, O(log max_steps) evaluations), each as the median over
+closed-form inversion (``steps_within_s``) and the binary search it replaced
+(``bisect_steps_within_s``, O(log max_steps) evaluations), each as the median over
 ``repeats`` windows of ``calls`` calls, in microseconds per call, and their ratio. Both
 must return the same integer (checked before timing).
 
@@ -20,7 +21,8 @@ from collections.abc import Callable
 
 from sim.build import engine_build
 from sim.hardware import GPUS, MODELS
-from sim.latency.models import RooflineLatency, _bisect_steps_within_s, decode_steps_within_s
+from sim.latency.base import bisect_steps_within_s
+from sim.latency.models import RooflineLatency
 
 DECODE_SEQS = 34
 KV_TOKENS_START = 46_000
@@ -46,12 +48,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     calls = 2_000 if args.quick else 50_000
     model = RooflineLatency(MODELS["llama-2-7b"], GPUS["a100-80gb"])
-    case = (model, DECODE_SEQS, KV_TOKENS_START, BUDGET_S, MAX_STEPS)
-    steps = decode_steps_within_s(*case)
-    if steps != _bisect_steps_within_s(*case):
-        raise SystemExit("decode_steps_within_s disagrees with the binary search")
-    new_us = _median_us_per_call(lambda: decode_steps_within_s(*case), calls, args.repeats)
-    old_us = _median_us_per_call(lambda: _bisect_steps_within_s(*case), calls, args.repeats)
+    case = (DECODE_SEQS, KV_TOKENS_START, BUDGET_S, MAX_STEPS)
+    steps = model.steps_within_s(*case)
+    if steps != bisect_steps_within_s(model, *case):
+        raise SystemExit("steps_within_s disagrees with the binary search")
+    new_us = _median_us_per_call(lambda: model.steps_within_s(*case), calls, args.repeats)
+    old_us = _median_us_per_call(lambda: bisect_steps_within_s(model, *case), calls, args.repeats)
     line = {
         "bench": "latency.steps_within",
         "model": "roofline llama-2-7b a100-80gb tp1",

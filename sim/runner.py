@@ -361,9 +361,8 @@ def _latency_report(scenario: Scenario, latency: LatencyModel) -> dict[str, Any]
     outside its validity range (vectorised fast-mode planning counts the steps it
     evaluated, a few of which an early wake-up may not run)."""
     report: dict[str, Any] = {"kind": scenario.latency.kind}
-    calls = getattr(latency, "out_of_range_calls", None)
-    if calls is not None:
-        first = getattr(latency, "first_out_of_range", None)
-        report["out_of_range_calls"] = int(calls)
+    if latency.counts_out_of_range:
+        first = latency.first_out_of_range
+        report["out_of_range_calls"] = int(latency.out_of_range_calls)
         report["first_out_of_range"] = None if first is None else [int(v) for v in first]
     return report

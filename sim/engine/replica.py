@@ -9,7 +9,7 @@ requests arrive as SimPy events (``feed`` starts an arrival process). In *fast* 
   the step boundary at or after the next decision time (an arrival that could be
   admitted, a client retry, a queue timeout). The run's duration and the step in which
   a time falls are closed forms of the latency model (``decode_run_s``,
-  ``decode_steps_within_s``), so a run costs O(1) whatever its length.
+  ``steps_within_s``), so a run costs O(1) whatever its length.
 * The replica keeps its own clock, ahead of ``env.now``: it applies real steps and runs
   that end strictly before the next event of any other process (``env.peek()``: the
   metric sampler, a restart, the end of the run, later a router) without yielding, and
@@ -42,7 +42,7 @@ from simpy.events import URGENT
 
 from policies.allocators.base import Allocator
 from sim.engine.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
-from sim.latency.models import LatencyModel, decode_run_fn, decode_run_s, steps_within_fn
+from sim.latency.base import LatencyModel
 
 RestartMode = Literal["drain", "kill"]
 
@@ -126,10 +126,12 @@ class Replica:
         self.latency = latency
         self.exact = exact
         self.max_macro_steps = max_macro_steps
-        self._run_s = decode_run_fn(latency)
-        self._within = steps_within_fn(latency)
-        self._counts_range = hasattr(latency, "out_of_range_calls")
-        """A calibrated model counts steps outside its validity range: tell it of runs."""
+        self._run_s = latency.decode_run_s
+        self._within = latency.steps_within_s
+        self._note_run = latency.note_run
+        self._counts_range = latency.counts_out_of_range
+        """Whether to tell the model of every run simulated (a calibrated one counts its
+        steps outside the validity range; for the others, a call per run saved)."""
         self.hooks: ReplicaHooks = hooks or _NoHooks()
         self._make_allocator = make_allocator
         self.sched = Scheduler(
@@ -442,7 +444,7 @@ class Replica:
         end_s = t + run_s(seqs, kv1, steps)
         if end_s < self._horizon_s():
             if self._counts_range:
-                decode_run_s(self.latency, seqs, kv1, steps)
+                self._note_run(seqs, kv1, steps)
             sched.advance(steps)
             self._t = end_s
             self.steps_total += steps
@@ -474,7 +476,7 @@ class Replica:
             plan.applied = target
         self._plan = None
         if self._counts_range:
-            decode_run_s(self.latency, plan.decode_seqs, plan.kv_first_tokens, plan.applied)
+            self._note_run(plan.decode_seqs, plan.kv_first_tokens, plan.applied)
         self.steps_total += plan.applied
         self._t = env.now
         sched.finish_ready(env.now)

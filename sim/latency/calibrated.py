@@ -10,20 +10,21 @@ for a model, GPU and tensor-parallel degree, the inclusive range of each input t
 saw, and the fit's quality. :func:`fit_calibrated_latency` writes one from measured
 steps (least squares; the range is the points' bounding box).
 
-Contracts of :class:`CalibratedLatency` (a :class:`sim.latency.LatencyModel`):
+Contracts of :class:`CalibratedLatency` (a :class:`sim.latency.base.LatencyModel`):
 
 * ``step_times_s`` equals ``step_time_s`` element by element, bit for bit.
 * Linear for ``prefill_tokens == 0``: ``linear_decode_coefficients()`` is
-  ``(intercept_s, per_decode_seq_s, per_kv_token_s)``; ``decode_run_s`` is the closed
-  form of :mod:`sim.decode_runs` and ``steps_within_s`` its exact O(1) inversion.
+  ``(intercept_s, per_decode_seq_s, per_kv_token_s)``, so the base's ``decode_run_s``
+  is the closed form of :mod:`sim.latency.decode_runs` and its ``steps_within_s`` the
+  exact O(1) inversion.
 * Evaluating outside the validity range still answers but is counted (steps, not
-  calls), except in what-if evaluations (``record=False``, ``steps_within_s``).
+  calls) by ``step_time_s``, ``step_times_s`` and ``note_run``; the what-if run
+  evaluations (``decode_run_s``, ``steps_within_s``) count nothing.
 * Loading never accepts a malformed file: ValueError naming the file and the field.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import stat
 from pathlib import Path
@@ -34,9 +35,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.errors import clip, short
-from sim.latency.decode_runs import _bisect_run_s, _linear_run_s, _linear_steps_within_s
-
-FloatArray = npt.NDArray[np.float64]
+from sim.latency.base import FloatArray, LatencyModel
 
 LATENCY_FORMAT = "fragsim-latency/1"
 """The ``format`` tag of calibration files this version reads and writes."""
@@ -186,21 +185,21 @@ def _problems(exc: ValidationError) -> str:
     )
 
 
-class CalibratedLatency:
+class CalibratedLatency(LatencyModel):
     """A model fitted on a GPU. Evaluating outside the validity range still answers but
-    is counted: ``out_of_range_calls`` (steps, not calls, for the vectorised forms) and
-    ``first_out_of_range`` (the first offending ``(prefill_tokens, decode_seqs,
-    kv_tokens)``), so the engine can report it. Linear for ``prefill_tokens == 0``."""
+    is counted: ``out_of_range_calls`` (steps, not calls, for the vectorised forms and
+    runs) and ``first_out_of_range`` (the first offending ``(prefill_tokens,
+    decode_seqs, kv_tokens)``), so the run can report it. Linear for
+    ``prefill_tokens == 0``: the base class's closed-form decode runs apply."""
 
     def __init__(self, calibration: CalibrationFile) -> None:
+        self.counts_out_of_range = True
         self.calibration = calibration
         c = calibration.coefficients
         self._a, self._p, self._d = c.intercept_s, c.per_prefill_token_s, c.per_decode_seq_s
         self._k, self._pp = c.per_kv_token_s, c.per_prefill_token_sq_s
         v = calibration.valid
         self._bounds = (*v.prefill_tokens, *v.decode_seqs, *v.kv_tokens)
-        self.out_of_range_calls = 0
-        self.first_out_of_range: tuple[int, int, int] | None = None
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>") -> CalibratedLatency:
@@ -291,46 +290,24 @@ class CalibratedLatency:
     def linear_decode_coefficients(self) -> tuple[float, float, float]:
         return (self._a, self._d, self._k)
 
-    def decode_run_s(
-        self, decode_seqs: int, kv_tokens_start: int, steps: int, *, record: bool = True
-    ) -> float:
-        """Closed form; counts the run's out-of-range steps as ``step_time_s`` would
-        (unless ``record`` is False: a what-if evaluation)."""
+    def note_run(self, decode_seqs: int, kv_first_tokens: int, steps: int) -> None:
+        """Count the run's out-of-range steps as stepping through it would."""
         if steps <= 0:
-            return 0.0
-        if record:
-            self._note_run(decode_seqs, kv_tokens_start, steps)
-        return _linear_run_s((self._a, self._d, self._k), decode_seqs, kv_tokens_start, steps)
-
-    def steps_within_s(
-        self, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
-    ) -> int:
-        """:func:`sim.latency.decode_steps_within_s` in O(1); records no out-of-range
-        steps. A run that may not be monotone is answered by binary search."""
-        coefficients = (self._a, self._d, self._k)
-        steps = _linear_steps_within_s(
-            coefficients, decode_seqs, kv_tokens_start, budget_s, max_steps
-        )
-        if steps is not None:
-            return steps
-        run_s = functools.partial(self.decode_run_s, decode_seqs, kv_tokens_start, record=False)
-        return _bisect_run_s(run_s, budget_s, max_steps)
-
-    def _note_run(self, decode_seqs: int, kv_tokens_start: int, steps: int) -> None:
+            return
         p_lo, p_hi, d_lo, d_hi, k_lo, k_hi = self._bounds
         if not (p_lo <= 0 <= p_hi and d_lo <= decode_seqs <= d_hi):
-            self._note((0, decode_seqs, kv_tokens_start), steps)
-        else:  # kv of step i is kv_tokens_start + i*decode_seqs: in range for i in [first, last]
+            self._note((0, int(decode_seqs), int(kv_first_tokens)), steps)
+        else:  # kv of step i is kv_first_tokens + i*decode_seqs: in range for i in [first, last]
             n = max(decode_seqs, 0)
             if n == 0:
-                first, last = (0, steps - 1) if k_lo <= kv_tokens_start <= k_hi else (0, -1)
+                first, last = (0, steps - 1) if k_lo <= kv_first_tokens <= k_hi else (0, -1)
             else:
-                first = max(0, -(-(k_lo - kv_tokens_start) // n))
-                last = min(steps - 1, (k_hi - kv_tokens_start) // n)
+                first = max(0, -(-(k_lo - kv_first_tokens) // n))
+                last = min(steps - 1, (k_hi - kv_first_tokens) // n)
             inside = max(0, last - first + 1)
             if inside < steps:
                 bad = 0 if first > 0 or inside == 0 else last + 1
-                self._note((0, decode_seqs, kv_tokens_start + bad * n), steps - inside)
+                self._note((0, int(decode_seqs), int(kv_first_tokens + bad * n)), steps - inside)
 
 
 def fit_calibrated_latency(

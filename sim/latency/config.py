@@ -1,7 +1,8 @@
 """A scenario's ``latency:`` block: pydantic configs that build a latency model.
 
-Kept apart from :mod:`sim.latency` so that module is plain typed Python the optional
-compiled build (mypyc, see ``setup.py``) can compile; pydantic models stay interpreted.
+Kept apart from :mod:`sim.latency.models` so that module is plain typed Python the
+optional compiled build (mypyc, see ``sim/build.py``) can compile; pydantic models stay
+interpreted.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Closed-form decode runs and their exact inversion: the pure math under sim.latency.
 
 A *decode run* is ``steps`` consecutive decode-only steps of ``decode_seqs`` sequences,
-step ``i`` reading ``kv_tokens_start + i * decode_seqs`` KV tokens. This module holds
-the run sums of the models in :mod:`sim.latency` and :mod:`sim.latency_calibrated` in
-closed form, and their inversion (the largest run that fits a time budget). It depends
-on no latency model (no import of sim.latency): the models call into it.
+step ``i`` reading ``kv_first_tokens + i * decode_seqs`` KV tokens. This module holds
+the run sums of the models in :mod:`sim.latency.models` and
+:mod:`sim.latency.calibrated` in closed form, and their inversion (the largest run that
+fits a time budget). It depends on no latency model: the models call into it.
 
 Contracts:
 
@@ -13,12 +13,13 @@ Contracts:
   ``decode_run_s``, so both give the same bits (tests/unit/test_latency_inversion.py).
 * Inversion: an analytic estimate (:func:`_positive_root` or a division) settled by
   :func:`_settle`, which evaluates the closed form itself; the answer is exactly the
-  integer a binary search over the run (:func:`_bisect_run_s`) finds. Why: with every
-  step time >= 0 each closed form is non-decreasing in ``k`` even in floating point
-  (every term is, and rounded + and * are monotone), so ``{k: run(k) <= budget_s}`` is
-  a prefix of ``[0, max_steps]`` whose end both find. Runs that may not be monotone
-  (negative coefficients or inputs, ``max_steps < 1``, a NaN or negative budget) are
-  left to the binary search by the callers.
+  integer a binary search over the run (:func:`sim.latency.search.last_true`) finds.
+  Why: with every step time >= 0 each closed form is non-decreasing in ``k`` even in
+  floating point (every term is, and rounded + and * are monotone), so
+  ``{k: run(k) <= budget_s}`` is a prefix of ``[0, max_steps]`` whose end both find.
+  Runs that may not be monotone (negative coefficients or inputs, ``max_steps < 1``, a
+  NaN or negative budget) are left to the binary search by the callers
+  (:func:`sim.latency.base.bisect_steps_within_s`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from typing import TypeVar
+
+from sim.latency.search import last_true_between
 
 _T = TypeVar("_T")
 
@@ -48,11 +51,11 @@ def _roofline_run_s(terms: _RooflineRun, steps: int) -> float:
 
 
 def _linear_run_terms(
-    coefficients: tuple[float, float, float], decode_seqs: int, kv_tokens_start: int
+    coefficients: tuple[float, float, float], decode_seqs: int, kv_first_tokens: int
 ) -> tuple[float, float]:
     """``(first_s, growth_s)``: the first step's time and how much each step adds."""
     a, b, c = coefficients
-    return a + b * decode_seqs + c * kv_tokens_start, c * decode_seqs
+    return a + b * decode_seqs + c * kv_first_tokens, c * decode_seqs
 
 
 def _linear_run_from_terms(terms: tuple[float, float], steps: int) -> float:
@@ -61,27 +64,27 @@ def _linear_run_from_terms(terms: tuple[float, float], steps: int) -> float:
 
 
 def _linear_run_s(
-    coefficients: tuple[float, float, float], decode_seqs: int, kv_tokens_start: int, steps: int
+    coefficients: tuple[float, float, float], decode_seqs: int, kv_first_tokens: int, steps: int
 ) -> float:
     # inline (hot path): the same operations as _linear_run_terms then
     # _linear_run_from_terms (``c * decode_seqs * x`` is ``(c * decode_seqs) * x``)
     a, b, c = coefficients
-    first_s = a + b * decode_seqs + c * kv_tokens_start
+    first_s = a + b * decode_seqs + c * kv_first_tokens
     return steps * first_s + c * decode_seqs * (steps * (steps - 1) / 2)
 
 
 def _linear_steps_within_s(
     coefficients: tuple[float, float, float],
     decode_seqs: int,
-    kv_tokens_start: int,
+    kv_first_tokens: int,
     budget_s: float,
     max_steps: int,
 ) -> int | None:
-    """:func:`sim.latency.decode_steps_within_s` for a linear model: ``run(m) =
+    """``LatencyModel.steps_within_s`` for a linear model: ``run(m) =
     m*first_s + growth_s*m(m-1)/2`` inverted, then settled on the closed form. None
     when the run may not be monotone (a step may take negative time, ``max_steps < 1``,
-    a NaN or negative budget): the caller answers it by binary search (as before)."""
-    terms = _linear_run_terms(coefficients, decode_seqs, kv_tokens_start)
+    a NaN or negative budget): the caller answers it by binary search."""
+    terms = _linear_run_terms(coefficients, decode_seqs, kv_first_tokens)
     first_s, growth_s = terms
     if max_steps < 1 or not (budget_s >= 0 and first_s >= 0 and growth_s >= 0):
         return None
@@ -133,26 +136,14 @@ def _settle(
             if run_s(terms, hi) > budget_s:
                 break
             lo, step = hi, step * 2
-    while hi - lo > 1:  # invariant: run(lo) <= budget_s < run(hi)
-        mid = (lo + hi) // 2
-        if run_s(terms, mid) <= budget_s:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    # invariant: run(lo) <= budget_s < run(hi); no closure unless a bracket is left
+    return lo if hi - lo <= 1 else _bisect_settled(run_s, terms, budget_s, lo, hi)
 
 
-def _bisect_run_s(run_s: Callable[[int], float], budget_s: float, max_steps: int) -> int:
-    """The largest ``k <= max_steps`` with ``run_s(k) <= budget_s`` by binary search
-    (``run_s(k)`` is the run of ``k`` steps, 0.0 for ``k <= 0``): the reference, and
-    the answer for any run without a closed-form inverse."""
-    lo, hi = 0, max_steps
-    if run_s(hi) <= budget_s:
-        return hi
-    while hi - lo > 1:  # invariant: run(lo) <= budget_s < run(hi)
-        mid = (lo + hi) // 2
-        if run_s(mid) <= budget_s:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+def _bisect_settled(
+    run_s: Callable[[_T, int], float], terms: _T, budget_s: float, lo: int, hi: int
+) -> int:
+    """The end of :func:`_settle`: bisect the bracket ``run(lo) <= budget_s < run(hi)``.
+    Its own function so the closure's captured variables (mypyc keeps them in an
+    environment object) cost nothing on _settle's common path."""
+    return last_true_between(lo, hi, lambda k: run_s(terms, k) <= budget_s)

@@ -1,43 +1,27 @@
-"""Latency models: the time of one continuous-batching iteration.
+"""Latency models: the constant and roofline step times, and the package's front door.
 
-One *step* runs ``prefill_tokens`` prompt tokens (whole prompts or prefill chunks) and
-``decode_seqs`` sequences that each decode one token, and its attention reads
-``kv_tokens`` KV tokens. All three are >= 0 (callers guarantee it; nothing is checked
-on the hot path).
+The interface and its contracts are :class:`sim.latency.base.LatencyModel`'s; the
+calibrated model and its file live in :mod:`sim.latency.calibrated`, the closed-form run
+math and its inversion in :mod:`sim.latency.decode_runs`, the scenario configs
+(``latency:`` blocks) in :mod:`sim.latency.config`. Everything other modules import from
+the package is re-exported here.
 
-Contracts every model here keeps:
-
-* ``step_times_s`` (vectorised) equals ``step_time_s`` element by element, bit for bit:
-  both evaluate the same float64 operations in the same order.
-* ``linear_decode_coefficients()`` is ``(a, b, c)`` when, for ``prefill_tokens == 0``,
-  ``step_time_s(0, n, k) == a + b*n + c*k`` exactly (same operations); None otherwise.
-* :func:`decode_run_s` sums a run of decode-only steps (step ``i`` reads
-  ``kv_tokens_start + i * decode_seqs`` KV tokens) in closed form where the model
-  allows; it equals the step-by-step sum to float rounding.
-* :func:`decode_steps_within_s` inverts it: the largest run that fits a budget. The
-  models here answer in O(1) (``steps_within_s``: an analytic estimate settled by
-  evaluating the very closed form ``decode_run_s`` uses), bit-for-bit the same integer
-  as a binary search over ``decode_run_s``.
-
-Layout: this module holds the :class:`LatencyModel` protocol, the constant and roofline
-models and the dispatching run functions (the scenario configs, ``latency:`` blocks,
-are in :mod:`sim.latency_config`).
-The calibrated model and its file live in :mod:`sim.latency_calibrated`; the closed-form
-run math and its inversion in :mod:`sim.decode_runs`. Everything other modules import
-from here is re-exported here.
+Both models here answer ``decode_run_s`` in closed form inline (hot path) and
+``steps_within_s`` in O(1): an analytic estimate settled by evaluating the very closed
+form ``decode_run_s`` uses (``_settle``), bit-for-bit the integer a binary search over
+``decode_run_s`` returns.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from sim.hardware import GpuSpec, ModelSpec, kv_bytes_per_token
+from sim.latency.base import FloatArray, LatencyModel, bisect_steps_within_s
 from sim.latency.calibrated import (
     LATENCY_FORMAT,
     CalibratedLatency,
@@ -49,14 +33,13 @@ from sim.latency.calibrated import (
 )
 from sim.latency.decode_runs import (
     _constant_run_s,
-    _linear_run_s,
-    _linear_steps_within_s,
     _positive_root,
     _roofline_run_s,
     _RooflineRun,
     _settle,
 )
 from sim.latency.decode_runs import _linear_run_from_terms as _linear_run_from_terms  # re-export
+from sim.latency.decode_runs import _linear_run_s as _linear_run_s  # re-export
 from sim.latency.decode_runs import _linear_run_terms as _linear_run_terms  # re-export
 
 __all__ = [
@@ -69,42 +52,18 @@ __all__ = [
     "LatencyModel",
     "RooflineLatency",
     "ValidRange",
-    "decode_run_fn",
+    "bisect_steps_within_s",
     "decode_run_s",
     "decode_steps_within_s",
     "fit_calibrated_latency",
-    "steps_within_fn",
 ]
-
-FloatArray = npt.NDArray[np.float64]
-
-
-class LatencyModel(Protocol):
-    """The time of one iteration of continuous batching."""
-
-    def step_time_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float:
-        """Seconds one step takes."""
-        ...
-
-    def step_times_s(
-        self,
-        prefill_tokens: npt.NDArray[Any],
-        decode_seqs: npt.NDArray[Any],
-        kv_tokens: npt.NDArray[Any],
-    ) -> FloatArray:
-        """``step_time_s`` over arrays (broadcast together), as float64, bit-identical."""
-        ...
-
-    def linear_decode_coefficients(self) -> tuple[float, float, float] | None:
-        """``(a, b, c)`` with ``step_time_s(0, n, k) == a + b*n + c*k``, else None."""
-        ...
 
 
 def _shape(*arrays: npt.NDArray[Any]) -> tuple[int, ...]:
     return np.broadcast(*arrays).shape
 
 
-class ConstantLatency:
+class ConstantLatency(LatencyModel):
     """Every step takes ``step_s`` whatever it runs (for M/D/c-style hand checks)."""
 
     def __init__(self, step_s: float) -> None:
@@ -126,20 +85,22 @@ class ConstantLatency:
     def linear_decode_coefficients(self) -> tuple[float, float, float]:
         return (self.step_s, 0.0, 0.0)
 
-    def decode_run_s(self, decode_seqs: int, kv_tokens_start: int, steps: int) -> float:
+    def decode_run_s(self, decode_seqs: int, kv_first_tokens: int, steps: int) -> float:
+        if steps <= 0:
+            return 0.0
         return steps * self.step_s  # as _constant_run_s
 
     def steps_within_s(
-        self, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
+        self, decode_seqs: int, kv_first_tokens: int, budget_s: float, max_steps: int
     ) -> int:
-        """:func:`decode_steps_within_s` in O(1)."""
+        """In O(1)."""
         if max_steps < 1 or not budget_s >= 0:
-            return _bisect_steps_within_s(self, decode_seqs, kv_tokens_start, budget_s, max_steps)
+            return bisect_steps_within_s(self, decode_seqs, kv_first_tokens, budget_s, max_steps)
         step_s = self.step_s
         return _settle(_constant_run_s, step_s, budget_s / step_s, budget_s, max_steps)
 
 
-class RooflineLatency:
+class RooflineLatency(LatencyModel):
     """A roofline step time from the hardware presets.
 
     Per step, on one GPU of a ``tp``-way replica::
@@ -222,7 +183,7 @@ class RooflineLatency:
     def linear_decode_coefficients(self) -> tuple[float, float, float] | None:
         return None  # max(memory, compute) is not linear
 
-    def decode_run_s(self, decode_seqs: int, kv_tokens_start: int, steps: int) -> float:
+    def decode_run_s(self, decode_seqs: int, kv_first_tokens: int, steps: int) -> float:
         """Closed form: the first ``j`` steps are compute-bound (memory grows by
         ``decode_seqs`` KV tokens a step), the rest memory-bound."""
         if steps <= 0:
@@ -231,7 +192,7 @@ class RooflineLatency:
         # which steps_within_s evaluates; tests/unit/test_latency_inversion.py checks
         # that both give the same bits
         compute_s = self.compute_per_token_s * decode_seqs
-        memory0_s = self.memory_fixed_s + self.memory_per_kv_token_s * kv_tokens_start
+        memory0_s = self.memory_fixed_s + self.memory_per_kv_token_s * kv_first_tokens
         slope_s = self.memory_per_kv_token_s * decode_seqs
         if memory0_s >= compute_s:
             bound_steps = 0
@@ -244,10 +205,10 @@ class RooflineLatency:
         per_step_s = self.fixed_s + self.comm_per_token_s * decode_seqs
         return bound_steps * compute_s + memory_sum_s + steps * per_step_s
 
-    def _run_terms(self, decode_seqs: int, kv_tokens_start: int) -> _RooflineRun:
+    def _run_terms(self, decode_seqs: int, kv_first_tokens: int) -> _RooflineRun:
         """The per-run constants of :func:`_roofline_run_s`."""
         compute_s = self.compute_per_token_s * decode_seqs
-        memory0_s = self.memory_fixed_s + self.memory_per_kv_token_s * kv_tokens_start
+        memory0_s = self.memory_fixed_s + self.memory_per_kv_token_s * kv_first_tokens
         slope_s = self.memory_per_kv_token_s * decode_seqs
         bound_limit: int | None  # steps that are compute-bound at most (None: all)
         if memory0_s >= compute_s:
@@ -260,13 +221,13 @@ class RooflineLatency:
         return compute_s, memory0_s, slope_s, bound_limit, per_step_s
 
     def steps_within_s(
-        self, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
+        self, decode_seqs: int, kv_first_tokens: int, budget_s: float, max_steps: int
     ) -> int:
-        """:func:`decode_steps_within_s` in O(1): the compute-bound prefix costs
-        ``compute_s + per_step_s`` a step (linear), the memory-bound rest a quadratic."""
-        if max_steps < 1 or not budget_s >= 0 or decode_seqs < 0 or kv_tokens_start < 0:
-            return _bisect_steps_within_s(self, decode_seqs, kv_tokens_start, budget_s, max_steps)
-        terms = self._run_terms(decode_seqs, kv_tokens_start)
+        """In O(1): the compute-bound prefix costs ``compute_s + per_step_s`` a step
+        (linear), the memory-bound rest a quadratic."""
+        if max_steps < 1 or not budget_s >= 0 or decode_seqs < 0 or kv_first_tokens < 0:
+            return bisect_steps_within_s(self, decode_seqs, kv_first_tokens, budget_s, max_steps)
+        terms = self._run_terms(decode_seqs, kv_first_tokens)
         compute_s, memory0_s, slope_s, bound_limit, per_step_s = terms
         bound_step_s = compute_s + per_step_s
         if bound_limit is None or (bound_limit > 0 and budget_s <= bound_limit * bound_step_s):
@@ -279,91 +240,17 @@ class RooflineLatency:
 
 
 def decode_run_s(
-    model: LatencyModel, decode_seqs: int, kv_tokens_start: int, steps: int, *, record: bool = True
+    model: LatencyModel, decode_seqs: int, kv_first_tokens: int, steps: int, *, record: bool = True
 ) -> float:
-    """Seconds ``steps`` consecutive decode-only steps take, step ``i`` reading
-    ``kv_tokens_start + i * decode_seqs`` KV tokens (every sequence grows by one token a
-    step). O(1) for the models here; a calibrated model also counts the run's
-    out-of-range steps unless ``record`` is False. A foreign model without a linear
-    form is summed with ``step_times_s``."""
-    if steps <= 0:
-        return 0.0
-    if isinstance(model, CalibratedLatency):
-        return model.decode_run_s(decode_seqs, kv_tokens_start, steps, record=record)
-    if isinstance(model, ConstantLatency | RooflineLatency):
-        return model.decode_run_s(decode_seqs, kv_tokens_start, steps)
-    coefficients = model.linear_decode_coefficients()
-    if coefficients is not None:
-        return _linear_run_s(coefficients, decode_seqs, kv_tokens_start, steps)
-    kv = kv_tokens_start + decode_seqs * np.arange(steps, dtype=np.int64)
-    times = model.step_times_s(np.zeros(1, np.int64), np.full(1, decode_seqs, np.int64), kv)
-    return float(times.sum())
-
-
-def decode_run_fn(model: LatencyModel) -> Callable[[int, int, int], float]:
-    """``decode_run_s(model, seqs, kv_start, steps, record=False)`` as one callable,
-    dispatched once (the engine calls it a few times per simulated request)."""
-    if isinstance(model, CalibratedLatency):
-        return functools.partial(model.decode_run_s, record=False)
-    if isinstance(model, ConstantLatency | RooflineLatency):
-        return model.decode_run_s
-    return functools.partial(decode_run_s, model, record=False)
-
-
-def steps_within_fn(model: LatencyModel) -> Callable[[int, int, float, int], int]:
-    """``decode_steps_within_s(model, seqs, kv_start, budget_s, max_steps)`` as one
-    callable, dispatched once."""
-    method = getattr(model, "steps_within_s", None)
-    if method is not None:
-        return method
-    return functools.partial(decode_steps_within_s, model)
+    """``model.decode_run_s`` as a function, also noting the run (``model.note_run``)
+    unless ``record`` is False."""
+    if record:
+        model.note_run(decode_seqs, kv_first_tokens, steps)
+    return model.decode_run_s(decode_seqs, kv_first_tokens, steps)
 
 
 def decode_steps_within_s(
-    model: LatencyModel, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
+    model: LatencyModel, decode_seqs: int, kv_first_tokens: int, budget_s: float, max_steps: int
 ) -> int:
-    """The largest ``k <= max_steps`` with ``decode_run_s(model, ..., k) <= budget_s``:
-    how many whole steps of a decode run have finished ``budget_s`` after it began
-    (0 for a negative or NaN budget). Records no out-of-range steps.
-
-    Exactly the integer a binary search over ``decode_run_s(..., record=False)``
-    returns, so ``run(k) <= budget_s < run(k + 1)`` unless ``k == max_steps``. O(1)
-    (nearly always two closed-form evaluations) for a model with a ``steps_within_s`` method
-    (the models here; a foreign model may offer one with this contract) or with
-    ``linear_decode_coefficients``; otherwise a binary search (O(log max_steps)
-    evaluations).
-
-    Why the fast answer is the search's: with every step time >= 0 each closed form is
-    non-decreasing in ``k`` even in floating point (every term is, and rounded + and *
-    are monotone), so ``{k: run(k) <= budget_s}`` is a prefix of ``[0, max_steps]``
-    whose end both find. Runs that may not be monotone (negative coefficients or
-    inputs, ``max_steps < 1``, a NaN or negative budget) are answered by the search."""
-    steps_within_s = getattr(model, "steps_within_s", None)
-    if steps_within_s is not None:
-        return steps_within_s(decode_seqs, kv_tokens_start, budget_s, max_steps)
-    coefficients = model.linear_decode_coefficients()
-    if coefficients is not None:
-        steps = _linear_steps_within_s(
-            coefficients, decode_seqs, kv_tokens_start, budget_s, max_steps
-        )
-        if steps is not None:
-            return steps
-    return _bisect_steps_within_s(model, decode_seqs, kv_tokens_start, budget_s, max_steps)
-
-
-def _bisect_steps_within_s(
-    model: LatencyModel, decode_seqs: int, kv_tokens_start: int, budget_s: float, max_steps: int
-) -> int:
-    """:func:`decode_steps_within_s` by binary search over ``decode_run_s``: the
-    reference, and the answer for any model without a closed-form inverse. The loop of
-    :func:`sim.decode_runs._bisect_run_s`, inline: no partial per call on this path."""
-    lo, hi = 0, max_steps
-    if decode_run_s(model, decode_seqs, kv_tokens_start, hi, record=False) <= budget_s:
-        return hi
-    while hi - lo > 1:  # invariant: run(lo) <= budget_s < run(hi)
-        mid = (lo + hi) // 2
-        if decode_run_s(model, decode_seqs, kv_tokens_start, mid, record=False) <= budget_s:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    """``model.steps_within_s`` as a function (records nothing)."""
+    return model.steps_within_s(decode_seqs, kv_first_tokens, budget_s, max_steps)

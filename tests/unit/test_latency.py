@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from sim.hardware import GPUS, MODELS
+from sim.latency.base import bisect_steps_within_s
 from sim.latency.config import (
     CalibratedLatencyConfig,
     ConstantLatencyConfig,
@@ -27,8 +28,6 @@ from sim.latency.models import (
     ConstantLatency,
     LatencyModel,
     RooflineLatency,
-    decode_run_s,
-    decode_steps_within_s,
     fit_calibrated_latency,
 )
 
@@ -116,11 +115,12 @@ def test_linear_coefficients_agree_with_step_time(decode: int, kv: int) -> None:
         assert model.step_time_s(0, decode, kv) == a + b * decode + c * kv
 
 
-class _Foreign:
-    """A latency model known only through the protocol (no closed form)."""
+class _Foreign(LatencyModel):
+    """A model that gives only the two step methods (linear when ``linear``): the base
+    class supplies its runs (summed, or the linear closed form) and their inversion."""
 
-    def __init__(self, inner: LatencyModel) -> None:
-        self.inner = inner
+    def __init__(self, inner: LatencyModel, linear: bool = False) -> None:
+        self.inner, self.linear = inner, linear
 
     def step_time_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float:
         return self.inner.step_time_s(prefill_tokens, decode_seqs, kv_tokens)
@@ -133,8 +133,8 @@ class _Foreign:
     ) -> npt.NDArray[np.float64]:
         return self.inner.step_times_s(prefill_tokens, decode_seqs, kv_tokens)
 
-    def linear_decode_coefficients(self) -> None:
-        return None
+    def linear_decode_coefficients(self) -> tuple[float, float, float] | None:
+        return self.inner.linear_decode_coefficients() if self.linear else None
 
 
 @settings(max_examples=60, deadline=None)
@@ -142,9 +142,7 @@ class _Foreign:
 def test_decode_run_equals_the_step_by_step_sum(decode: int, kv_start: int, n: int) -> None:
     for model in [*_models(), _Foreign(RooflineLatency(LLAMA7, A100))]:
         total = sum(model.step_time_s(0, decode, kv_start + i * decode) for i in range(n))
-        assert decode_run_s(model, decode, kv_start, n) == pytest.approx(
-            total, rel=1e-10, abs=1e-12
-        )
+        assert model.decode_run_s(decode, kv_start, n) == pytest.approx(total, rel=1e-10, abs=1e-12)
 
 
 def test_roofline_decode_run_crossing_from_compute_to_memory_bound() -> None:
@@ -155,17 +153,23 @@ def test_roofline_decode_run_crossing_from_compute_to_memory_bound() -> None:
     assert model.compute_per_token_s * 400 > model.memory_fixed_s
     assert last > first
     total = sum(model.step_time_s(0, 400, 400 * i) for i in range(2001))
-    assert decode_run_s(model, 400, 0, 2001) == pytest.approx(total, rel=1e-12)
+    assert model.decode_run_s(400, 0, 2001) == pytest.approx(total, rel=1e-12)
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 300), st.integers(0, 100_000), st.floats(0, 30.0))
 def test_decode_steps_within_budget(decode: int, kv_start: int, budget_s: float) -> None:
-    for model in _models():
-        k = decode_steps_within_s(model, decode, kv_start, budget_s, 5000)
-        assert decode_run_s(model, decode, kv_start, k, record=False) <= budget_s
+    calibrated = CalibratedLatency.from_dict(_document())
+    foreign = [_Foreign(RooflineLatency(LLAMA7, A100)), _Foreign(calibrated, linear=True)]
+    for model in [*_models(), *foreign]:
+        k = model.steps_within_s(decode, kv_start, budget_s, 5000)
+        assert k == bisect_steps_within_s(model, decode, kv_start, budget_s, 5000)
+        assert model.decode_run_s(decode, kv_start, k) <= budget_s
         if k < 5000:
-            assert decode_run_s(model, decode, kv_start, k + 1, record=False) > budget_s
+            assert model.decode_run_s(decode, kv_start, k + 1) > budget_s
+        assert model.steps_within_s(decode, kv_start, -1.0, 5000) == 0
+        assert model.decode_run_s(decode, kv_start, 0) == 0.0
+        assert model.decode_run_s(decode, kv_start, -3) == 0.0
 
 
 def test_constant_latency() -> None:
@@ -205,9 +209,31 @@ def test_decode_run_counts_out_of_range_like_stepping(decode: int, kv: int, n: i
     stepped, run = (CalibratedLatency.from_dict(_document()) for _ in range(2))
     for i in range(n):
         stepped.step_time_s(0, decode, kv + i * decode)
-    decode_run_s(run, decode, kv, n)
+    run.decode_run_s(decode, kv, n)  # a what-if evaluation: counts nothing
+    run.steps_within_s(decode, kv, 1.0, n)
+    assert run.out_of_range_calls == 0 and run.first_out_of_range is None
+    run.note_run(decode, kv, n)
     assert run.out_of_range_calls == stepped.out_of_range_calls
     assert run.first_out_of_range == stepped.first_out_of_range
+
+
+def test_every_model_takes_the_bookkeeping_only_a_calibrated_one_counts() -> None:
+    """The engine notes every run it simulates on any model; a model valid everywhere
+    keeps its counters at 0 and None."""
+    for model in [*_models(), _Foreign(RooflineLatency(LLAMA7, A100))]:
+        model.note_run(10_000, 10**9, 50)  # outside the calibrated range on every input
+        model.step_time_s(9000, 300, 10**9)
+        counts = isinstance(model, CalibratedLatency)
+        assert model.counts_out_of_range is counts
+        assert model.out_of_range_calls == (51 if counts else 0)
+        assert model.first_out_of_range == ((0, 10_000, 10**9) if counts else None)
+
+
+def test_a_run_of_no_steps_notes_nothing() -> None:
+    model = CalibratedLatency.from_dict(_document())
+    for steps in (0, -2):
+        model.note_run(10_000, 10**9, steps)  # out of range, but no step ran
+    assert model.out_of_range_calls == 0 and model.first_out_of_range is None
 
 
 def test_bad_calibration_files_name_file_and_field(tmp_path: Path) -> None:
