@@ -1,5 +1,6 @@
-"""KV-cache allocation policies over one replica's pool; see ``base`` for the contract
-and ``registry`` for the names a scenario uses."""
+"""KV-cache allocation policies over one replica's pool; see ``base`` for the contract,
+``pooled`` for the block-pooled growth seam (``paged``, ``vm_paged``), ``registry`` for
+the names a scenario uses and ``diagnostics`` for read-only analyses."""
 
 from policies.allocators.base import (
     Allocation,
@@ -10,6 +11,7 @@ from policies.allocators.base import (
     PoolSpec,
     classify,
 )
+from policies.allocators.pooled import PooledAllocator, as_pooled
 
 __all__ = [
     "AllocStats",
@@ -18,5 +20,7 @@ __all__ = [
     "Failure",
     "FailureCause",
     "PoolSpec",
+    "PooledAllocator",
+    "as_pooled",
     "classify",
 ]

@@ -23,10 +23,14 @@ Invariant every policy keeps, checked by the property tests after every operatio
 
 Engine seam (fast mode): between allocator decisions the engine grows sequences in
 closed form. ``headroom_tokens`` says how far a sequence can grow touching only its own
-reservation; a *pooled* policy (``pool_block_tokens`` is not None) draws further growth
-as interchangeable blocks from a shared pool, so the engine can also precompute how many
-steps the pool covers (``pool_free_blocks`` and ``blocks_to_extend``). Growth that stays
+reservation; a *pooled* policy (``policies.allocators.pooled.PooledAllocator``) draws
+further growth as interchangeable blocks from a shared pool, so the engine can also
+precompute how many steps the pool covers and draw them in bulk. Growth that stays
 inside these bounds gives the same state whatever order the ``extend`` calls come in.
+
+A new policy is one module (a subclass of :class:`Allocator`, or of ``PooledAllocator``
+for block-pooled growth), its pydantic config in ``config.py`` and one registry line.
+Diagnostics that only read the contract live in ``diagnostics.py``.
 """
 
 from __future__ import annotations
@@ -224,10 +228,6 @@ class Allocator:
     below raise NotImplementedError; mypy still refuses to instantiate a subclass that
     leaves one out."""
 
-    #: Not None for pooled policies: growth beyond ``headroom_tokens`` takes
-    #: interchangeable blocks of this many slots from a shared pool.
-    pool_block_tokens: int | None = None
-
     #: True when a decision (allocate / extend past the headroom) depends on how many
     #: tokens *other* live requests hold (compaction moves only held tokens). The engine
     #: defers growth inside a request's headroom and applies it before such decisions.
@@ -302,43 +302,6 @@ class Allocator:
         """Tokens the request can still add inside what it already owns, with no
         decision by the allocator (and so in any order with other requests)."""
         return self.reserved_tokens(request_id) - self.held_tokens(request_id)
-
-    def pool_free_blocks(self) -> int:
-        """Pooled policies: blocks growth can draw without failing (evictable cached
-        blocks included)."""
-        raise NotImplementedError(f"{type(self).__name__} is not a pooled policy")
-
-    def blocks_to_extend(self, request_id: int, tokens: int) -> int:
-        """Pooled policies: blocks ``extend(request_id, tokens)`` would draw."""
-        raise NotImplementedError(f"{type(self).__name__} is not a pooled policy")
-
-    def growth_is_pooled(self, request_id: int) -> bool:
-        """True when growing this sequence by any t >= 0 tokens draws exactly
-        ceil((held + t) / B) - ceil(held / B) plain blocks from the pool (B =
-        pool_block_tokens) and has no other effect (no copy, no cache change), and the
-        sequence holds exactly ceil(held / B) blocks now. Such growth may be taken in bulk
-        through reserve_pool_blocks / extend_reserved. Default False."""
-        return False
-
-    def reserve_pool_blocks(self, blocks: int) -> bool:
-        """Take ``blocks`` (>= 0) plain blocks out of the free pool into this allocator's
-        growth reservoir, drawing them exactly as ``extend`` would draw them at this moment
-        (same free-queue order, same cache evictions). They count as owned (reserved,
-        unused) memory until a sequence takes them with ``extend_reserved``. False when
-        fewer than ``blocks`` are free: nothing is taken and no failure is recorded.
-        Pooled policies only (default raises NotImplementedError)."""
-        raise NotImplementedError(f"{type(self).__name__} has no growth reservoir")
-
-    def extend_reserved(self, request_id: int, tokens: int) -> None:
-        """``extend(request_id, tokens)`` of a sequence whose growth is pooled, taking the
-        blocks it needs from the reservoir instead of the free pool. Raises ValueError
-        when the reservoir holds fewer blocks than needed or the growth is not pooled.
-        Pooled policies only."""
-        raise NotImplementedError(f"{type(self).__name__} has no growth reservoir")
-
-    def pool_reserved_blocks(self) -> int:
-        """Blocks in the growth reservoir (0 for policies without one)."""
-        return 0
 
     def free_and_largest_tokens(self) -> tuple[int, int]:
         """``(stats().free_tokens, stats().largest_free_extent_tokens)``: what decides

@@ -57,12 +57,12 @@ from collections.abc import Sequence
 
 from policies.allocators.base import (
     Allocation,
-    Allocator,
     AllocStats,
     Failure,
     PoolSpec,
     classify,
 )
+from policies.allocators.pooled import PooledAllocator
 
 BlockKey = tuple[int, ...]
 """``(hash, block_index)`` for a full block, ``(hash, block_index, fill_tokens)`` for a
@@ -81,7 +81,7 @@ class _Seq:
         self.named = named
 
 
-class PagedAllocator(Allocator):
+class PagedAllocator(PooledAllocator):
     """Fixed-size blocks with prefix caching and copy-on-write forks (see module doc)."""
 
     def __init__(
@@ -93,7 +93,7 @@ class PagedAllocator(Allocator):
         hash_block_tokens: int | None = None,
         cache_partial_block: bool = False,
     ) -> None:
-        super().__init__(spec)
+        super().__init__(spec, block_size_tokens)
         if block_size_tokens <= 0:
             raise ValueError(f"block_size_tokens must be > 0, got {block_size_tokens}")
         self.num_blocks = spec.capacity_tokens // block_size_tokens
@@ -102,7 +102,6 @@ class PagedAllocator(Allocator):
                 f"pool of {spec.capacity_tokens} tokens is smaller than one "
                 f"{block_size_tokens}-token block"
             )
-        self.pool_block_tokens = block_size_tokens
         self._bt = block_size_tokens
         self._hash_bt = hash_block_tokens or block_size_tokens
         self._prefix_caching = prefix_caching
@@ -120,7 +119,6 @@ class PagedAllocator(Allocator):
         self._key_of: dict[int, BlockKey] = {}  # cached block -> its key
         self._cache: dict[BlockKey, int] = {}  # key -> cached block
         self._owned_blocks = 0  # live requests' blocks + the growth reservoir
-        self._reservoir_blocks = 0
         self._used_tokens = 0
         self._shared_blocks = 0
         self._cached_free_blocks = 0
@@ -299,41 +297,26 @@ class PagedAllocator(Allocator):
             return self._ref[last] == 1 and last not in self._key_of
         return True
 
-    def reserve_pool_blocks(self, blocks: int) -> bool:
-        if blocks < 0:
-            raise ValueError(f"blocks must be >= 0, got {blocks}")
-        if blocks > self._free_blocks:
-            return False
-        if blocks:
-            self._draw(blocks)
-            self._owned_blocks += blocks
-            self._reservoir_blocks += blocks
-        return True
-
-    def extend_reserved(self, request_id: int, tokens: int) -> None:
-        s = self._seq(request_id)
-        if tokens < 0:
-            raise ValueError(f"tokens must be >= 0, got {tokens}")
+    def _pooled_need(self, request_id: int, tokens: int) -> int:
         if not self.growth_is_pooled(request_id):
             raise ValueError(
                 f"request {request_id}: growth is not pooled (shared or cached partly "
                 f"filled last block); use extend"
             )
+        s = self._seqs[request_id]
         bt = self._bt
-        need = max(0, -(-(tokens - (s.blocks * bt - s.held)) // bt))
-        if need > self._reservoir_blocks:
-            raise ValueError(
-                f"request {request_id} needs {need} reserved blocks, the reservoir "
-                f"holds {self._reservoir_blocks}"
-            )
-        self._reservoir_blocks -= need
-        s.anon += need
-        s.blocks += need
+        return max(0, -(-(tokens - (s.blocks * bt - s.held)) // bt))
+
+    def _draw_free_blocks(self, blocks: int) -> None:
+        self._draw(blocks)
+        self._owned_blocks += blocks
+
+    def _grow_from_reservoir(self, request_id: int, blocks: int, tokens: int) -> None:
+        s = self._seqs[request_id]
+        s.anon += blocks
+        s.blocks += blocks
         s.held += tokens
         self._used_tokens += tokens
-
-    def pool_reserved_blocks(self) -> int:
-        return self._reservoir_blocks
 
     def last_failure(self) -> Failure | None:
         if self._refusal is None:

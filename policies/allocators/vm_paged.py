@@ -36,7 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from policies.allocators.base import Allocation, Allocator, AllocStats, PoolSpec
+from policies.allocators.base import Allocation, AllocStats, PoolSpec
+from policies.allocators.pooled import PooledAllocator
 
 
 def page_tokens_for(page_bytes: int, buffers_per_token: int, gpu_kv_bytes_per_token: int) -> int:
@@ -48,11 +49,11 @@ def page_tokens_for(page_bytes: int, buffers_per_token: int, gpu_kv_bytes_per_to
     return max(1, page_bytes * buffers_per_token // gpu_kv_bytes_per_token)
 
 
-class VmPagedAllocator(Allocator):
+class VmPagedAllocator(PooledAllocator):
     """Per-request contiguous virtual ranges backed by pages mapped on demand."""
 
     def __init__(self, spec: PoolSpec, *, page_tokens: int) -> None:
-        super().__init__(spec)
+        super().__init__(spec, page_tokens)
         if page_tokens <= 0:
             raise ValueError(f"page_tokens must be > 0, got {page_tokens}")
         self.num_pages = spec.capacity_tokens // page_tokens
@@ -64,11 +65,9 @@ class VmPagedAllocator(Allocator):
                 f"{spec.tensor_parallel}, the model's?)"
             )
         self.page_tokens = page_tokens
-        self.pool_block_tokens = page_tokens
         self._held: dict[int, int] = {}
         self._pages: dict[int, int] = {}
         self._free_pages = self.num_pages
-        self._reservoir_pages = 0  # growth reservoir: owned by no request, not free
         self._used_tokens = 0
         self._copied_tokens = 0
 
@@ -177,33 +176,17 @@ class VmPagedAllocator(Allocator):
         self._live(request_id)
         return True
 
-    def reserve_pool_blocks(self, blocks: int) -> bool:
-        if blocks < 0:
-            raise ValueError(f"blocks must be >= 0, got {blocks}")
-        if blocks > self._free_pages:
-            return False
-        self._free_pages -= blocks
-        self._reservoir_pages += blocks
-        return True
-
-    def extend_reserved(self, request_id: int, tokens: int) -> None:
+    def _pooled_need(self, request_id: int, tokens: int) -> int:
         held = self._live(request_id)
-        if tokens < 0:
-            raise ValueError(f"tokens must be >= 0, got {tokens}")
-        pages = self._pages[request_id]
-        need = max(0, -(-(held + tokens) // self.page_tokens) - pages)
-        if need > self._reservoir_pages:
-            raise ValueError(
-                f"request {request_id} needs {need} reserved page groups, the reservoir "
-                f"holds {self._reservoir_pages}"
-            )
-        self._reservoir_pages -= need
-        self._pages[request_id] = pages + need
-        self._held[request_id] = held + tokens
-        self._used_tokens += tokens
+        return max(0, -(-(held + tokens) // self.page_tokens) - self._pages[request_id])
 
-    def pool_reserved_blocks(self) -> int:
-        return self._reservoir_pages
+    def _draw_free_blocks(self, blocks: int) -> None:
+        self._free_pages -= blocks
+
+    def _grow_from_reservoir(self, request_id: int, blocks: int, tokens: int) -> None:
+        self._pages[request_id] += blocks
+        self._held[request_id] += tokens
+        self._used_tokens += tokens
 
     def _live(self, request_id: int) -> int:
         try:

@@ -3,7 +3,7 @@ its record, one step's inputs to the latency model, and the events it reports.
 
 A request is a group of ``n`` sequences (parallel sampling / beam width) that prefill
 together, share the prompt through ``Allocator.fork`` and decode in lockstep. While a
-group decodes on the decode ticks (``sim.ticks``) its ``held_tokens`` and
+group decodes on the decode ticks (``sim.engine.ticks``) its ``held_tokens`` and
 ``generated_tokens`` fields are stale: the scheduler materialises them before anything
 outside it reads them (``Scheduler.sync_allocator``).
 """
@@ -88,11 +88,15 @@ class Group:
     # -- decode-tick bookkeeping (sim.ticks) ---------------------------------------------
     order: int = 0
     """Admission order (the batch's position; re-admission takes a new one)."""
-    reg: int = 0
-    """Registration with the decode ticks (0: not ticking; fields are explicit)."""
+    tick_id: int = 0
+    """This group's registration with the decode ticks (0: not on them; its fields are
+    explicit). Heap entries carry it, so entries of a group that left go stale."""
     pooled: bool = False
+    """On the ticks with pooled growth (blocks drawn in bulk; ``sim.engine.ticks``)."""
     held_base: int = 0
-    gen_base: int = 0
+    """On the ticks: ``held_tokens == held_base + ticks.tick``."""
+    generated_base: int = 0
+    """On the ticks: ``generated_tokens == generated_base + ticks.done``."""
 
     def __init__(
         self,
@@ -130,15 +134,20 @@ class Group:
         self.peak_reserved_tokens = 0
         self.cached_tokens = 0
         self.order = 0
-        self.reg = 0
+        self.tick_id = 0
         self.pooled = False
         self.held_base = 0
-        self.gen_base = 0
+        self.generated_base = 0
 
     @property
     def final_tokens(self) -> int:
         """Slots each sequence holds when it finishes."""
         return self.prompt_tokens + self.output_tokens - 1
+
+
+def admission_order(g: Group) -> int:
+    """Sort key: the batch's order (``Group.order``)."""
+    return g.order
 
 
 def groups_from_columns(
@@ -166,8 +175,9 @@ class Step:
     stall_s: float = 0.0
     preempted: bool = False
     prefill_chunks: list[tuple[Group, int]] = field(default_factory=list)
-    decoding: list[Group] = field(default_factory=list)
-    """Decoding groups not on the decode ticks (``Scheduler.step_decoding`` lists all)."""
+    stepped: list[Group] = field(default_factory=list)
+    """Decoding groups stepped one by one in this step: those not on the decode ticks
+    (the ticking ones decode too; ``Scheduler.step_decoding`` lists every one)."""
 
     def __init__(self) -> None:  # written out: see Group.__init__
         self.prefill_tokens = 0
@@ -176,14 +186,17 @@ class Step:
         self.stall_s = 0.0
         self.preempted = False
         self.prefill_chunks = []
-        self.decoding = []
+        self.stepped = []
+
+
+EventKind = Literal["admission_failure", "growth_failure", "preemption"]
 
 
 @dataclass(slots=True)
 class SchedEvent:
     """An allocation failure or a preemption, with the pool state at that moment."""
 
-    kind: Literal["admission_failure", "growth_failure", "preemption"]
+    kind: EventKind
     request_id: int
     need_tokens: int
     free_tokens: int
@@ -191,19 +204,24 @@ class SchedEvent:
     cause: FailureCause
     detail: str = ""
     """For a preemption: ``recompute``, ``swap`` or (under ``preemption: fail``) nothing."""
+    pending_tokens: int = 0
+    """For a failure: growth the allocator has not been told of at that moment (deferred
+    inside headroom, taken on the decode ticks, or taken earlier in the step being
+    grown): the pool's used tokens are this much higher than ``stats()`` says."""
 
     # Written out (the dataclass keeps it): a generated __init__ stays interpreted in the
     # compiled build. Not frozen for the same reason (a frozen one must set fields through
     # object.__setattr__); treat instances as immutable snapshots.
     def __init__(
         self,
-        kind: Literal["admission_failure", "growth_failure", "preemption"],
+        kind: EventKind,
         request_id: int,
         need_tokens: int,
         free_tokens: int,
         largest_free_extent_tokens: int,
         cause: FailureCause,
         detail: str = "",
+        pending_tokens: int = 0,
     ) -> None:
         self.kind = kind
         self.request_id = request_id
@@ -212,3 +230,4 @@ class SchedEvent:
         self.largest_free_extent_tokens = largest_free_extent_tokens
         self.cause = cause
         self.detail = detail
+        self.pending_tokens = pending_tokens

@@ -105,7 +105,7 @@ class Recorder:
             )
         )
         if event.kind != "preemption":
-            self.sample(replica, trigger="failure")
+            self.sample(replica, trigger="failure", pending_tokens=event.pending_tokens)
 
     def on_done(self, replica: Replica, group: Group) -> None:
         self.done_count += 1
@@ -135,8 +135,10 @@ class Recorder:
         )
 
     # -- sampling ---------------------------------------------------------------------
-    def sample(self, replica: Replica, trigger: str = "periodic") -> None:
-        """Record the replica's pool and batch as of now."""
+    def sample(self, replica: Replica, trigger: str = "periodic", pending_tokens: int = 0) -> None:
+        """Record the replica's pool and batch as of now. A failure sample is taken at
+        the failure's event: ``pending_tokens`` is the growth the allocator had not been
+        told of then (``SchedEvent.pending_tokens``)."""
         replica.observe()
         sched = replica.sched
         alloc = replica.allocator
@@ -148,7 +150,7 @@ class Recorder:
         reservation: float = math.nan
         if trigger == "failure":
             s = alloc.stats()
-            pending = sched.unsynced_tokens()
+            pending = pending_tokens
             if pending:
                 s = s.with_growth_applied(pending)
         else:

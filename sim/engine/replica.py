@@ -42,6 +42,7 @@ from simpy.events import URGENT
 
 from policies.allocators.base import Allocator
 from sim.engine.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
+from sim.engine.view import ReplicaView
 from sim.latency.base import LatencyModel
 
 RestartMode = Literal["drain", "kill"]
@@ -155,6 +156,8 @@ class Replica:
         self._feed: list[Group] = []
         self._feed_next = 0
         self._feed_start_s = env.now
+        self._caller_next_s = math.inf
+        """The next arrival a caller announced (``submit``), for fast mode's cuts."""
         self._retries: list[tuple[float, float, int, Group]] = []
         """(due time, time the retry was set, tie-breaker, group)."""
         self._retry_tie = 0
@@ -173,6 +176,12 @@ class Replica:
         return self.sched.allocator
 
     @property
+    def view(self) -> ReplicaView:
+        """What routers and policies may read of this replica now (read-only, lazy).
+        A new small object per call: the replica keeps no reference to it (no cycle)."""
+        return ReplicaView(self)
+
+    @property
     def now_s(self) -> float:
         """The replica's time: ``env.now``, or later while fast mode runs ahead."""
         return max(self._t, self.env.now)
@@ -181,11 +190,30 @@ class Replica:
     def uptime_s(self) -> float:
         return self.now_s - self.started_s if self.up else 0.0
 
-    def submit(self, group: Group) -> None:
-        """A request arrives now (``env.now``), after any fed request due by now."""
-        if not self.exact:
-            self._submit_due(self.env.now)
-        self.sched.submit(group, self.env.now)
+    def submit(self, group: Group, next_arrival_s: float = math.inf) -> None:
+        """A request arrives now (``env.now``), after any fed request due by now: a
+        caller (a router) hands it over at its arrival event.
+
+        ``next_arrival_s``: when the caller's next request may arrive (inf: unknown or
+        none). Fast mode cuts its runs of decode steps there, as it does at the next
+        request of its own feed, instead of planning past it and being woken inside a
+        step: a caller that knows its trace's times makes a routed replica nearly as
+        cheap as a fed one. A stale hint (not after the replica's clock) is ignored."""
+        now = self.env.now
+        if self.exact:
+            self.sched.submit(group, now)
+            self._poke()
+            return
+        self._submit_due(now)
+        self._caller_next_s = next_arrival_s
+        self.sched.submit(group, now)
+        plan = self._plan
+        if plan is not None:
+            m = plan.completed_by(now)
+            if m + 1 >= plan.steps and plan.end_s(m) < now:
+                # Strictly inside the run's last step: the replica decides at its end
+                # anyway (a run planned up to this arrival ends there): no wake-up.
+                return
         self._poke()
 
     def feed(self, groups: list[Group]) -> None:
@@ -294,6 +322,9 @@ class Replica:
             t = self._feed[self._feed_next].arrival_s
         if self._retries and self._retries[0][0] < t:
             t = self._retries[0][0]
+        caller = self._caller_next_s
+        if self._t < caller < t:
+            t = caller
         return t
 
     def _submit_due(self, now: float) -> None:

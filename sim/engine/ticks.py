@@ -6,7 +6,7 @@ counters — ``tick`` (steps begun: every member grew one slot) and ``done`` (st
 every member emitted one token) — and each registered group stores its *bases*::
 
     held_tokens      = group.held_base + tick
-    generated_tokens = group.gen_base  + done
+    generated_tokens = group.generated_base  + done
 
 A step that needs no decision then costs O(1) in the batch size, and a run of ``m`` such
 steps (fast mode) is ``tick += m; done += m``. Decisions come from two heaps:
@@ -28,7 +28,7 @@ its own blocks from there when it is next synced (``Allocator.extend_reserved``)
 allocator sees the same draws, in the same order relative to every free and admission,
 as one ``extend`` per block boundary would have made.
 
-``sim.scheduler`` decides when groups join and leave (a group leaves with its fields
+``sim.engine.growth`` decides when groups join and leave (a group leaves with its fields
 materialised and its pooled growth taken from the reservoir) and handles a step whose
 growth needs a decision; this module keeps the books and talks to the allocator only
 for growth that needs none.
@@ -39,6 +39,10 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Literal
 
+from policies.allocators.pooled import PooledAllocator, as_pooled
+from sim.engine.batch import admission_order
+from sim.latency.search import last_true
+
 if TYPE_CHECKING:
     from policies.allocators.base import Allocator
     from sim.engine.batch import Group
@@ -46,10 +50,6 @@ if TYPE_CHECKING:
 Growth = Literal["grown", "short"]
 """What ``DecodeTicks.try_grow`` found: the members grew (their pooled blocks drawn), or
 the pool cannot cover the pooled growth (nothing changed)."""
-
-
-def _admission_order(g: Group) -> int:
-    return g.order
 
 
 def sync_deferred(allocator: Allocator, g: Group) -> int:
@@ -70,7 +70,9 @@ class DecodeTicks:
 
     def __init__(self, allocator: Allocator) -> None:
         self.allocator = allocator
-        block_tokens = allocator.pool_block_tokens
+        self.pool: PooledAllocator | None = as_pooled(allocator)
+        """The allocator as a pooled policy (None: no pooled growth)."""
+        block_tokens = None if self.pool is None else self.pool.pool_block_tokens
         self.tick = 0
         """Steps begun (every member's held tokens grew by one per step)."""
         self.done = 0
@@ -94,7 +96,7 @@ class DecodeTicks:
         self._r_hist = [0] * (block_tokens or 1)
         self.reserved_blocks = 0
         """``H`` up to which blocks have been drawn (members' own blocks + the reservoir)."""
-        self._next_reg = 1
+        self._next_tick_id = 1
 
     # -- membership -------------------------------------------------------------------
     def join(self, g: Group) -> None:
@@ -102,7 +104,8 @@ class DecodeTicks:
         group's growth limit is its tightest sequence's (its sequences grow together)."""
         alloc = self.allocator
         ids = g.seq_ids
-        pooled = self.block_tokens is not None and all(alloc.growth_is_pooled(s) for s in ids)
+        pool = self.pool
+        pooled = pool is not None and all(pool.growth_is_pooled(s) for s in ids)
         if pooled:
             sync_deferred(alloc, g)
         elif len(ids) > 1:  # explicit multi-sequence groups are always synced
@@ -139,8 +142,10 @@ class DecodeTicks:
     def _sync_pooled(self, g: Group) -> None:
         pending = g.held_tokens - g.synced_tokens
         if pending:
+            pool = self.pool
+            assert pool is not None
             for sid in g.seq_ids:
-                self.allocator.extend_reserved(sid, pending)
+                pool.extend_reserved(sid, pending)
             g.synced_tokens = g.held_tokens
             self.synced_sum += pending * len(g.seq_ids)
 
@@ -148,16 +153,16 @@ class DecodeTicks:
         """Add a decoding group whose fields are current (``tick == done`` here). A pooled
         group must be synced (the allocator knows its held tokens)."""
         g.held_base = g.held_tokens - self.tick
-        g.gen_base = g.generated_tokens - self.done
-        g.reg = reg = self._next_reg
-        self._next_reg += 1
+        g.generated_base = g.generated_tokens - self.done
+        g.tick_id = tick_id = self._next_tick_id
+        self._next_tick_id += 1
         g.pooled = pooled
         n = g.num_seqs
         self.members += 1
         self.seqs += n
         self.held_base_sum += n * g.held_base
         self.synced_sum += n * g.synced_tokens
-        heapq.heappush(self.finishes, (g.output_tokens - g.gen_base, g.order, reg, g))
+        heapq.heappush(self.finishes, (g.output_tokens - g.generated_base, g.order, tick_id, g))
         if pooled:
             bt = self.block_tokens
             assert bt is not None
@@ -167,11 +172,11 @@ class DecodeTicks:
             self.pooled += n
             self.reserved_blocks += n * -(-g.held_tokens // bt)
         else:
-            heapq.heappush(self.decisions, (g.limit_tokens - g.held_base + 1, g.order, reg, g))
+            heapq.heappush(self.decisions, (g.limit_tokens - g.held_base + 1, g.order, tick_id, g))
 
     def _unregister(self, g: Group) -> None:
         """Remove a member whose fields were materialised and (if pooled) synced."""
-        g.reg = 0
+        g.tick_id = 0
         n = g.num_seqs
         self.members -= 1
         self.seqs -= n
@@ -192,7 +197,7 @@ class DecodeTicks:
         assert self.members == self.seqs == self.reserved_blocks == self.synced_sum == 0, (
             "ticks leaked"
         )
-        assert self.allocator.pool_reserved_blocks() == 0, "growth reservoir leaked"
+        assert self.pool is None or self.pool.pool_reserved_blocks() == 0, "growth reservoir leaked"
         self.finishes.clear()
         self.decisions.clear()
 
@@ -214,11 +219,11 @@ class DecodeTicks:
         heap = self.decisions
         out: list[Group] = []
         while heap and heap[0][0] <= nxt:
-            _, _, reg, g = heapq.heappop(heap)
-            if g.reg == reg:
+            _, _, tick_id, g = heapq.heappop(heap)
+            if g.tick_id == tick_id:
                 out.append(g)
         if len(out) > 1:
-            out.sort(key=_admission_order)
+            out.sort(key=admission_order)
         return out
 
     def pooled_need(self) -> int:
@@ -227,7 +232,9 @@ class DecodeTicks:
 
     def reserve(self, blocks: int) -> bool:
         """Draw ``blocks`` into the allocator's growth reservoir (False: too few free)."""
-        if not self.allocator.reserve_pool_blocks(blocks):
+        pool = self.pool
+        assert pool is not None
+        if not pool.reserve_pool_blocks(blocks):
             return False
         self.reserved_blocks += blocks
         return True
@@ -250,18 +257,15 @@ class DecodeTicks:
             k = min(k, due - self.tick - 1)
         if k <= 0 or not self.pooled:
             return max(k, 0)
-        free = self.allocator.pool_free_blocks() + self.reserved_blocks
+        pool = self.pool
+        assert pool is not None
+        free = pool.pool_free_blocks() + self.reserved_blocks
         t0 = self.tick
-        if self.pooled_blocks(t0 + k) <= free:
-            return k
-        lo, hi = 0, k  # pooled_blocks(t0 + lo) fits, (t0 + hi) does not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self.pooled_blocks(t0 + mid) <= free:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+
+        def fits(steps: int) -> bool:
+            return self.pooled_blocks(t0 + steps) <= free
+
+        return last_true(0, k, fits)
 
     def advance(self, grow: int, steps: int) -> None:
         """``grow`` steps begun and ``steps`` ended at once (inside ``steady_steps``)."""
@@ -281,7 +285,7 @@ class DecodeTicks:
     def materialize(self, g: Group) -> None:
         """Write a member's current held and generated tokens into its fields."""
         g.held_tokens = g.held_base + self.tick
-        g.generated_tokens = g.gen_base + self.done
+        g.generated_tokens = g.generated_base + self.done
 
     def kv_tokens(self) -> int:
         """KV tokens the members' sequences hold now."""
@@ -312,8 +316,8 @@ class DecodeTicks:
         out: list[Group] = []
         heap, done = self.finishes, self.done
         while heap and heap[0][0] <= done:
-            _, _, reg, g = heapq.heappop(heap)
-            if g.reg == reg:
+            _, _, tick_id, g = heapq.heappop(heap)
+            if g.tick_id == tick_id:
                 out.append(g)
         return out
 
@@ -322,8 +326,8 @@ def _valid_top(heap: list[tuple[int, int, int, Group]]) -> int | None:
     """The key of the heap's first entry whose group is still registered under that
     entry's registration (entries of groups that left are dropped lazily)."""
     while heap:
-        key, _, reg, g = heap[0]
-        if g.reg == reg:
+        key, _, tick_id, g = heap[0]
+        if g.tick_id == tick_id:
             return key
         heapq.heappop(heap)
     return None

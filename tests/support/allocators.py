@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from policies.allocators.base import Allocator, AllocStats, PoolSpec
+from policies.allocators.pooled import as_pooled
 from policies.allocators.registry import ALLOCATORS, parse_allocator
 
 KV_BYTES_PER_TOKEN = 2 * 32 * 4096 * 2
@@ -82,9 +83,9 @@ def kinds_building(cls: type) -> list[str]:
 
 
 def is_pooled(alloc: Allocator) -> bool:
-    """Whether ``alloc`` grows sequences by interchangeable blocks of a shared pool
-    (``pool_block_tokens`` set): the pooled-growth seam applies."""
-    return getattr(alloc, "pool_block_tokens", None) is not None
+    """Whether ``alloc`` grows sequences by interchangeable blocks of a shared pool: the
+    pooled-growth seam (``policies.allocators.pooled``) applies."""
+    return as_pooled(alloc) is not None
 
 
 def pooled_kinds() -> list[str]:

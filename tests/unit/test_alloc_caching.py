@@ -12,6 +12,7 @@ from policies.allocators.caching import (
 )
 from policies.allocators.config import CachingConfig
 from policies.allocators.diagnostics import classify_failure
+from policies.allocators.pooled import as_pooled
 from policies.allocators.registry import parse_allocator
 
 MIB = 1 << 20
@@ -136,7 +137,7 @@ def test_config_is_registered() -> None:
     config = parse_allocator({"kind": "caching", "expandable_segments": True})
     assert isinstance(config, CachingConfig)
     alloc = config.build(PoolSpec(1_000, kv_bytes_per_token=MIB))
-    assert alloc.pool_block_tokens is None and alloc.stats().free_tokens == 1_000
+    assert as_pooled(alloc) is None and alloc.stats().free_tokens == 1_000
 
 
 def test_tensor_parallelism_sizes_pools_and_segments_per_gpu() -> None:

@@ -40,7 +40,7 @@ def test_step_init_sets_every_field_to_its_default() -> None:
     s = Step()
     for f in dataclasses.fields(Step):
         assert getattr(s, f.name) == _declared_default(f), f.name
-    assert s.decoding is not Step().decoding
+    assert s.stepped is not Step().stepped
 
 
 @pytest.mark.parametrize("cls", [Allocation, Failure, AllocStats, SchedEvent])

@@ -1,0 +1,200 @@
+"""Admission and placement: which waiting requests enter the batch, and their memory.
+
+FCFS over the waiting queue, as vLLM's scheduler: the head is admitted while the batch
+has room (``max_num_seqs``), the step has token budget (``max_num_batched_tokens``) and
+the allocator places it; a refused head waits (``head_of_line``) or is skipped, and is
+retried only once free memory or the largest free extent has grown past what it saw
+(``Group.blocked``). Placement allocates the prompt (prefix-cache hits included), forks
+the group's other sequences, and, for a recomputed request, grows them to what they held.
+A swapped-out request comes back whole and decodes in the step that admits it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from sim.engine.batch import Group, Step
+from sim.engine.growth import Growth
+from sim.engine.running import RunningBatch
+
+
+class Admission:
+    """Admission and placement for one scheduler's batch. See the module docstring."""
+
+    def __init__(self, batch: RunningBatch, growth: Growth) -> None:
+        self.batch = batch
+        self.growth = growth
+        self._next_seq_id = 0
+
+    def expire(self, now: float) -> None:
+        """Requests that waited past ``queue_timeout_s`` end ``timed-out``."""
+        batch = self.batch
+        t = batch.config.queue_timeout_s
+        if t is None or not batch.waiting:
+            return
+        deadline = self.next_timeout_s()
+        if deadline is None or now < deadline:
+            return
+        keep: deque[Group] = deque()
+        for g in batch.waiting:
+            if math.isnan(g.admit_s) and now >= g.enqueued_s + t:
+                batch.finish(g, now, "timed-out")
+            else:
+                keep.append(g)
+        batch.waiting = keep
+
+    def next_timeout_s(self) -> float | None:
+        """The earliest time a waiting request times out, if any does."""
+        t = self.batch.config.queue_timeout_s
+        if t is None:
+            return None
+        pending = [g.enqueued_s for g in self.batch.waiting if math.isnan(g.admit_s)]
+        return min(pending) + t if pending else None
+
+    def possible(self) -> bool:
+        """Could the admission pass admit anything now? (Fast mode's steadiness.)"""
+        batch = self.batch
+        config = batch.config
+        head = batch.waiting[0]
+        if batch.running_seqs + head.num_seqs > config.max_num_seqs:
+            return False  # the admission pass stops at a head that does not fit the batch
+        budget = config.max_num_batched_tokens - batch.running_seqs
+        if budget <= 0:
+            return False
+        if not config.chunked_prefill and (
+            _prefill_work(head) > budget and budget < config.max_num_batched_tokens
+        ):
+            return False
+        free, largest = batch.allocator.free_and_largest_tokens()
+        for g in batch.waiting:
+            if (
+                g.blocked is None
+                or not batch.running
+                or free > g.blocked[0]
+                or largest > g.blocked[1]
+            ):
+                return True
+            if config.head_of_line:
+                return False
+        return False
+
+    def admit(self, now: float, step: Step, decode_seqs: int) -> None:
+        """The admission pass of a step whose decoding takes ``decode_seqs`` tokens."""
+        batch = self.batch
+        config = batch.config
+        waiting = batch.waiting
+        budget = config.max_num_batched_tokens - decode_seqs
+        for g in batch.prefilling:
+            budget -= g.prefill_left_tokens
+        skipped: deque[Group] = deque()
+        while waiting:
+            g = waiting[0]
+            if batch.running_seqs + g.num_seqs > config.max_num_seqs:
+                break
+            if budget <= 0 or (
+                not config.chunked_prefill
+                and (_prefill_work(g) > budget and budget < config.max_num_batched_tokens)
+            ):
+                break
+            if g.blocked is not None and batch.running:
+                free, largest = batch.allocator.free_and_largest_tokens()
+                if free <= g.blocked[0] and largest <= g.blocked[1]:
+                    if config.head_of_line:
+                        break
+                    skipped.append(waiting.popleft())
+                    continue
+            waiting.popleft()
+            if self._swap_in(g, now, step) if g.swapped else self._place(g, now):
+                budget -= g.prefill_left_tokens
+                continue
+            failure = batch.allocator.last_failure()
+            assert failure is not None, "allocator refused without recording why"
+            batch.report("admission_failure", g, failure, self.growth.unsynced_tokens())
+            if not batch.running:  # an empty pool cannot hold it: it never fits here
+                batch.reject(g, now, "capacity")
+            elif config.on_admission_failure == "reject" and math.isnan(g.admit_s):
+                # A naive server refuses new requests; one it preempted waits.
+                batch.reject(g, now, failure.cause)
+            else:
+                # A refused placement left the pool as it was (undone): read it now.
+                g.blocked = batch.allocator.free_and_largest_tokens()
+                if config.head_of_line:
+                    waiting.appendleft(g)
+                    break
+                skipped.append(g)
+        waiting.extendleft(reversed(skipped))
+
+    def _place(self, g: Group, now: float) -> bool:
+        """Allocate the group's sequences; on any refusal undo and return False."""
+        alloc = self.batch.allocator
+        if alloc.decisions_read_held:
+            self.growth.sync_allocator()
+        prompt = g.prompt_tokens
+        resume_tokens = g.held_tokens if g.held_tokens > prompt else prompt
+        grow = resume_tokens - prompt
+        first = self._next_seq_id
+        got = alloc.allocate(
+            first, prompt, reserve_tokens=prompt + g.output_tokens, prefix_hashes=g.prefix_hashes
+        )
+        if got is None:
+            return False
+        ids = [first]
+        if g.num_seqs > 1 or grow:
+            ids = list(range(first, first + g.num_seqs))
+            placed = [first]
+            ok = True
+            for sid in ids[1:]:
+                if not alloc.fork(first, sid):
+                    ok = False
+                    break
+                placed.append(sid)
+            if ok and grow:
+                for sid in ids:
+                    if not alloc.extend(sid, grow):
+                        ok = False
+                        break
+            if not ok:  # undo; the refusal stays recorded (free does not clear it)
+                for sid in placed:
+                    alloc.free(sid)
+                return False
+        self._next_seq_id += g.num_seqs
+        g.seq_ids = ids
+        cached = min(got.cached_tokens, g.prompt_tokens - 1)
+        if g.swapped:
+            g.prefill_left_tokens = 0
+        else:
+            g.prefill_left_tokens = (g.prompt_tokens - cached) + g.num_seqs * grow
+            g.cached_tokens = max(g.cached_tokens, cached)
+        g.held_tokens = g.synced_tokens = resume_tokens
+        g.limit_tokens = resume_tokens + alloc.headroom_tokens(ids[0])
+        if math.isnan(g.admit_s):
+            g.admit_s = now
+        g.blocked = None
+        self.batch.join(g)
+        return True
+
+    def _swap_in(self, g: Group, now: float, step: Step) -> bool:
+        """Bring a swapped-out group back, decoding in this very step, only if its next
+        growth fits too; otherwise undo (no preemption, no transfer) and return False
+        with the refusal recorded by the allocator."""
+        if not self._place(g, now):
+            return False
+        alloc = self.batch.allocator
+        for sid in g.seq_ids:
+            if not alloc.extend(sid, 1):
+                self.growth.drop(g)
+                g.seq_ids = []
+                return False
+        g.swapped = False
+        step.stall_s += g.num_seqs * g.held_tokens * self.batch.config.swap_s_per_token
+        g.held_tokens = g.synced_tokens = g.held_tokens + 1
+        g.limit_tokens = g.held_tokens + alloc.headroom_tokens(g.seq_ids[0])
+        step.stepped.append(g)
+        return True
+
+
+def _prefill_work(g: Group) -> int:
+    if g.swapped:
+        return 0
+    return g.held_tokens if g.held_tokens else g.prompt_tokens

@@ -1,0 +1,99 @@
+"""A read-only view of one replica at the current instant, for routers, restart policies
+and autoscalers (the fleet's deciders read replicas only through it; they never mutate).
+
+Reads are lazy: identity and lifecycle fields (``replica_id``, ``up``, ``uptime_s``)
+touch no scheduler state; every other field first brings the replica up to ``env.now``
+(``Replica.observe``: fed requests that have arrived are queued, decode steps completed
+inside a fast-mode run are applied) and then reads O(1) counters -- so a router that
+hashes or rotates costs nothing, and one that reads KV usage costs one observe per read.
+Free memory does not depend on growth the engine has deferred (that only turns reserved
+slots into used ones), so no read tells the allocator anything.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sim.engine.replica import Replica
+
+
+class ReplicaView:
+    """What a decider may know of one replica now. See the module docstring."""
+
+    def __init__(self, replica: Replica) -> None:
+        self._replica = replica
+
+    # -- no scheduler state -------------------------------------------------------------
+    @property
+    def replica_id(self) -> int:
+        return self._replica.replica_id
+
+    @property
+    def up(self) -> bool:
+        """Serving (False while restarting: down for the model load)."""
+        return self._replica.up
+
+    @property
+    def uptime_s(self) -> float:
+        """Seconds since the replica (re)started; 0 while down."""
+        return self._replica.uptime_s
+
+    @property
+    def restarts(self) -> int:
+        return self._replica.restarts
+
+    # -- brought up to now first ------------------------------------------------------------
+    @property
+    def waiting_requests(self) -> int:
+        """Requests queued (arrived, not admitted)."""
+        r = self._replica
+        r.observe()
+        return len(r.sched.waiting)
+
+    @property
+    def running_requests(self) -> int:
+        """Requests in the running batch (prefilling or decoding)."""
+        r = self._replica
+        r.observe()
+        return len(r.sched.running)
+
+    @property
+    def outstanding_requests(self) -> int:
+        """Waiting plus running: what "least outstanding requests" routing counts."""
+        r = self._replica
+        r.observe()
+        sched = r.sched
+        return len(sched.waiting) + len(sched.running)
+
+    @property
+    def running_seqs(self) -> int:
+        r = self._replica
+        r.observe()
+        return r.sched.running_seqs
+
+    @property
+    def capacity_tokens(self) -> int:
+        """KV slots in the replica's pool (whole blocks or pages)."""
+        return self._replica.allocator.stats().capacity_tokens
+
+    @property
+    def free_tokens(self) -> int:
+        r = self._replica
+        r.observe()
+        return r.allocator.free_and_largest_tokens()[0]
+
+    @property
+    def largest_free_extent_tokens(self) -> int:
+        """The largest free extent one request can use (all free memory when paged)."""
+        r = self._replica
+        r.observe()
+        return r.allocator.free_and_largest_tokens()[1]
+
+    @property
+    def kv_usage(self) -> float:
+        """Share of the KV pool owned by requests (1 - free / capacity), in [0, 1]."""
+        r = self._replica
+        r.observe()
+        alloc = r.allocator
+        return 1.0 - alloc.free_and_largest_tokens()[0] / alloc.stats().capacity_tokens

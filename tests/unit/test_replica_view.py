@@ -1,0 +1,143 @@
+"""A replica fed by a caller (a router process calling ``Replica.submit`` at each arrival)
+serves exactly as one fed its own list, in both modes; its read-only view
+(``Replica.view``) reads the same state at the same instants in fast and exact mode."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+import pytest
+import simpy
+
+from policies.allocators.base import PoolSpec
+from policies.allocators.registry import ALLOCATORS
+from sim.engine.batch import Group, SchedEvent, SchedulerConfig
+from sim.engine.replica import Replica, RestartMode
+from sim.latency.models import ConstantLatency
+
+
+class _Log:
+    """Replica hooks that keep every ended request."""
+
+    def __init__(self) -> None:
+        self.done: list[Group] = []
+
+    def on_event(self, replica: Replica, event: SchedEvent) -> None:
+        pass
+
+    def on_done(self, replica: Replica, group: Group) -> None:
+        self.done.append(group)
+
+    def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
+        pass
+
+
+def _rows(seed: int, n: int) -> list[tuple[float, int, int]]:
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(0.05, n))
+    prompts = rng.integers(1, 600, n)
+    outputs = rng.integers(1, 300, n)
+    return [
+        (round(float(a), 6), int(p), int(o)) for a, p, o in zip(t, prompts, outputs, strict=True)
+    ]
+
+
+def _serve(
+    kind: str, how: str, exact: bool, rows: list[tuple[float, int, int]]
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int]:
+    """Run one replica over ``rows``: ``feed`` (its own list), ``submit`` (a router
+    process, no hint) or ``hinted`` (a router announcing its next arrival). Returns the
+    request records, view readings at 0.37 s intervals and the SimPy events processed."""
+    env = simpy.Environment()
+    spec = PoolSpec(capacity_tokens=6_000, kv_bytes_per_token=524_288, max_seq_tokens=2048)
+    config = ALLOCATORS[kind].model_validate({"kind": kind})
+    log = _Log()
+    replica = Replica(
+        env,
+        0,
+        SchedulerConfig(max_num_seqs=32, max_num_batched_tokens=2048, max_seq_tokens=2048),
+        lambda: config.build(spec),
+        ConstantLatency(step_s=0.01),
+        hooks=log,
+        exact=exact,
+    )
+    groups = [Group(i, a, p, o) for i, (a, p, o) in enumerate(rows)]
+    if how == "feed":
+        replica.feed(groups)
+    else:
+
+        def router() -> Generator[simpy.Event, Any, None]:
+            for i, g in enumerate(groups):
+                if g.arrival_s > env.now:
+                    yield env.timeout(g.arrival_s - env.now)
+                nxt = (
+                    groups[i + 1].arrival_s if how == "hinted" and i + 1 < len(groups) else math.inf
+                )
+                replica.submit(g, nxt)
+
+        env.process(router())
+    views: list[tuple[Any, ...]] = []
+
+    def watcher() -> Generator[simpy.Event, Any, None]:
+        view = replica.view
+        while True:
+            yield env.timeout(0.37)
+            views.append(
+                (
+                    round(env.now, 9),
+                    view.waiting_requests,
+                    view.running_requests,
+                    view.running_seqs,
+                    view.free_tokens,
+                    view.largest_free_extent_tokens,
+                    round(view.kv_usage, 12),
+                    view.up,
+                )
+            )
+
+    env.process(watcher())
+    env.run(until=rows[-1][0] + 120.0)
+    records = sorted(
+        (
+            g.request_id,
+            g.status,
+            round(g.admit_s, 6),
+            round(g.first_token_s, 6),
+            round(g.finish_s, 6),
+        )
+        for g in log.done
+    )
+    events = next(env._eid) - len(env._queue)  # SimPy 4 internals: events processed
+    return records, views, events
+
+
+@pytest.mark.parametrize("kind", ["paged", "best_fit", "vm_paged"])
+def test_a_routed_replica_serves_as_a_fed_one(kind: str) -> None:
+    rows = _rows(7, 400)
+    want, _, _ = _serve(kind, "feed", False, rows)
+    assert len(want) == len(rows)
+    for how in ("submit", "hinted"):
+        for exact in (False, True):
+            got, _, _ = _serve(kind, how, exact, rows)
+            assert got == want, (how, exact)
+
+
+@pytest.mark.parametrize("kind", ["paged", "best_fit"])
+def test_the_view_reads_the_same_state_in_fast_and_exact_mode(kind: str) -> None:
+    rows = _rows(11, 300)
+    _, fast, _ = _serve(kind, "feed", False, rows)
+    _, exact, _ = _serve(kind, "feed", True, rows)
+    assert len(fast) > 100
+    assert fast == exact
+    assert any(v[1] for v in fast) and any(v[2] for v in fast)  # queues and batches seen
+    assert all(0.0 <= v[6] <= 1.0 for v in fast)
+
+
+def test_an_announced_next_arrival_saves_wakeups() -> None:
+    rows = _rows(3, 400)
+    _, _, plain = _serve("paged", "submit", False, rows)
+    _, _, hinted = _serve("paged", "hinted", False, rows)
+    assert hinted < plain
