@@ -8,7 +8,7 @@ the coefficients of::
 
 for a model, GPU and tensor-parallel degree, the inclusive range of each input the fit
 saw, and the fit's quality. :func:`fit_calibrated_latency` writes one from measured
-steps (least squares; the range is the points' bounding box).
+steps (non-negative least squares; the range is the points' bounding box).
 
 Contracts of :class:`CalibratedLatency` (a :class:`sim.latency.base.LatencyModel`):
 
@@ -33,6 +33,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from scipy.optimize import nnls
 
 from sim.errors import clip, short
 from sim.latency.base import FloatArray, LatencyModel
@@ -322,15 +323,21 @@ def fit_calibrated_latency(
     quadratic_prefill: bool = False,
     source: dict[str, str | int | float | bool] | None = None,
 ) -> CalibratedLatency:
-    """Least-squares fit of the calibrated form to measured step times; the validity
-    range is the measured points' bounding box."""
+    """Non-negative least-squares fit of the calibrated form to measured step times
+    (``scipy.optimize.nnls``), so every coefficient is >= 0 as :func:`check_step_times`
+    requires of a file, noisy measurements included; the validity range is the measured
+    points' bounding box. Each design column is scaled to unit norm before the solve
+    (token counts and the intercept column differ by orders of magnitude) and the
+    solution unscaled after it."""
     p, d, k, y = (
         np.asarray(x, dtype=np.float64)
         for x in (prefill_tokens, decode_seqs, kv_tokens, measured_s)
     )
     columns = [np.ones_like(y), p, d, k] + ([p * p] if quadratic_prefill else [])
     design = np.column_stack(columns)
-    solution = np.linalg.lstsq(design, y, rcond=None)[0]
+    norms = np.linalg.norm(design, axis=0)
+    scale = np.where(norms > 0, norms, 1.0)  # an all-zero column keeps coefficient 0
+    solution = nnls(design / scale, y)[0] / scale
     predicted = design @ solution
     total = float(np.sum((y - y.mean()) ** 2))
     r2 = 1.0 - float(np.sum((y - predicted) ** 2)) / total if total > 0 else 1.0

@@ -277,6 +277,57 @@ def test_fit_recovers_linear_coefficients() -> None:
     assert model.calibration.valid.decode_seqs == (int(decode.min()), int(decode.max()))
 
 
+def _noisy_steps(seed: int) -> tuple[npt.NDArray[Any], ...]:
+    """Step times of 7 ms + 60 us a prefill token + 40 us a decoding sequence, and no
+    cost per KV token, with 2 ms of Gaussian noise: (prefill, decode, kv, measured)."""
+    rng = np.random.default_rng(seed)
+    prefill = rng.integers(0, 2048, 200)
+    decode = rng.integers(1, 256, 200)
+    kv = rng.integers(0, 200_000, 200)
+    measured = 7e-3 + 6e-5 * prefill + 4e-5 * decode + rng.normal(0, 2e-3, 200)
+    return prefill, decode, kv, measured
+
+
+def _least_squares(prefill: Any, decode: Any, kv: Any, measured: Any) -> npt.NDArray[Any]:
+    design = np.column_stack([np.ones(len(measured)), prefill, decode, kv]).astype(np.float64)
+    return np.linalg.lstsq(design, measured, rcond=None)[0]
+
+
+def test_a_noisy_fit_has_no_negative_coefficient_and_loads(tmp_path: Path) -> None:
+    """Plain least squares gives this data a per-KV-token cost below 0, which a
+    calibration file may not hold; the fit is non-negative, so its file loads."""
+    prefill, decode, kv, measured = _noisy_steps(seed=0)
+    assert _least_squares(prefill, decode, kv, measured)[3] < 0  # what nnls is for
+    model = fit_calibrated_latency(
+        prefill, decode, kv, measured, model="llama-2-7b", gpu="a100-80gb"
+    )
+    c = model.calibration.coefficients
+    assert all(value >= 0 for _, value in c)
+    assert c.per_kv_token_s == 0.0
+    assert c.per_prefill_token_s == pytest.approx(6e-5, rel=0.01)
+    assert c.per_decode_seq_s == pytest.approx(4e-5, rel=0.05)
+    fit = model.calibration.fit
+    assert fit is not None and fit.r2 > 0.99 and fit.samples == 200
+    path = tmp_path / "fit.json"
+    model.to_json(path)
+    loaded = CalibratedLatency.from_json(path)
+    assert loaded.calibration == model.calibration
+
+
+def test_a_fit_without_negative_coefficients_is_least_squares() -> None:
+    """Where plain least squares already gives every coefficient >= 0, the
+    non-negative fit is the same solution."""
+    prefill, decode, kv, measured = _noisy_steps(seed=1)
+    expected = _least_squares(prefill, decode, kv, measured)
+    assert min(expected) > 0
+    model = fit_calibrated_latency(
+        prefill, decode, kv, measured, model="llama-2-7b", gpu="a100-80gb"
+    )
+    c = model.calibration.coefficients
+    got = [c.intercept_s, c.per_prefill_token_s, c.per_decode_seq_s, c.per_kv_token_s]
+    assert got == pytest.approx(expected.tolist(), rel=1e-9)
+
+
 def test_latency_config_dispatches_on_kind(tmp_path: Path) -> None:
     adapter: TypeAdapter[Any] = TypeAdapter(LatencyConfig)
     assert isinstance(adapter.validate_python({"kind": "roofline"}), RooflineLatencyConfig)
