@@ -29,8 +29,10 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from sim.errors import clip as _clip
 from sim.errors import short as _short
 from sim.errors import validation_lines
+from sim.scenario.yaml_loader import load_yaml
 
 trace_app = typer.Typer(
     help="Read, check, describe, convert and synthesise traces.", no_args_is_help=True
@@ -286,10 +288,10 @@ def _load_spec_data(path: Path) -> Any:
             ]
         ) from None
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)  # the scenario's bounds: aliases, depth, duplicate keys
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        problem = _clip(getattr(exc, "problem", None) or str(exc).splitlines()[0])
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         raise SpecError([f"{path}: not valid YAML: {problem}{at}"]) from None
 
