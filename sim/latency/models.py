@@ -53,8 +53,6 @@ __all__ = [
     "RooflineLatency",
     "ValidRange",
     "bisect_steps_within_s",
-    "decode_run_s",
-    "decode_steps_within_s",
     "fit_calibrated_latency",
 ]
 
@@ -237,20 +235,3 @@ class RooflineLatency(LatencyModel):
             linear_s = memory0_s + per_step_s + slope_s * (2 * bound_limit - 1) / 2
             estimate = bound_limit + _positive_root(slope_s / 2, linear_s, budget_s - prefix_s)
         return _settle(_roofline_run_s, terms, estimate, budget_s, max_steps)
-
-
-def decode_run_s(
-    model: LatencyModel, decode_seqs: int, kv_first_tokens: int, steps: int, *, record: bool = True
-) -> float:
-    """``model.decode_run_s`` as a function, also noting the run (``model.note_run``)
-    unless ``record`` is False."""
-    if record:
-        model.note_run(decode_seqs, kv_first_tokens, steps)
-    return model.decode_run_s(decode_seqs, kv_first_tokens, steps)
-
-
-def decode_steps_within_s(
-    model: LatencyModel, decode_seqs: int, kv_first_tokens: int, budget_s: float, max_steps: int
-) -> int:
-    """``model.steps_within_s`` as a function (records nothing)."""
-    return model.steps_within_s(decode_seqs, kv_first_tokens, budget_s, max_steps)

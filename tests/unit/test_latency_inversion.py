@@ -1,5 +1,5 @@
-"""decode_steps_within_s, the inversion of a decode run, held to its definition: the
-number of whole steps of the run that end within the budget.
+"""``LatencyModel.steps_within_s``, the inversion of a decode run, held to its
+definition: the number of whole steps of the run that end within the budget.
 
 Two independent references, neither sharing code with the search it checks:
 
@@ -45,8 +45,6 @@ from sim.latency.models import (
     ConstantLatency,
     LatencyModel,
     RooflineLatency,
-    decode_run_s,
-    decode_steps_within_s,
     fit_calibrated_latency,
 )
 
@@ -93,10 +91,10 @@ def assert_within_the_walk(
 
 
 def _check(model: LatencyModel, seqs: int, kv: int, budget_s: float, max_steps: int) -> int:
-    k = decode_steps_within_s(model, seqs, kv, budget_s, max_steps)
+    k = model.steps_within_s(seqs, kv, budget_s, max_steps)
 
     def run_s(steps: int) -> float:
-        return decode_run_s(model, seqs, kv, steps, record=False)
+        return model.decode_run_s(seqs, kv, steps)
 
     assert_last_step_that_fits(run_s, k, budget_s, max_steps)
     assert_within_the_walk(model, seqs, kv, budget_s, max_steps, k)
@@ -162,7 +160,7 @@ def _budget(
     if kind == "small":
         return draw(st.floats(0, 0.05))
     k = draw(st.one_of(st.integers(0, min(max_steps, 64)), st.integers(0, max_steps)))
-    run_s = decode_run_s(model, seqs, kv, k, record=False)
+    run_s = model.decode_run_s(seqs, kv, k)
     if kind == "below":
         return math.nextafter(run_s, -math.inf)
     if kind == "above":
@@ -191,7 +189,7 @@ def test_a_compute_bound_prefix_is_exercised() -> None:
     model = RooflineLatency(MODELS["llama-2-7b"], GPUS["h200-141gb"], compute_efficiency=0.02)
     bound_limit = model._run_terms(1024, 0)[3]
     assert bound_limit is not None and bound_limit > 100
-    prefix_s = decode_run_s(model, 1024, 0, bound_limit)
+    prefix_s = model.decode_run_s(1024, 0, bound_limit)
     for budget_s in (prefix_s / 3, prefix_s, prefix_s * 1.01, prefix_s * 50):
         _check(model, 1024, 0, budget_s, 1_000_000)
 
@@ -237,14 +235,14 @@ def test_small_runs_by_hand(model: LatencyModel) -> None:
         ends_s = np.cumsum(step_s).tolist()
         for k in range(len(ends_s) - 1):
             budget_s = (ends_s[k] + ends_s[k + 1]) / 2  # inside step k + 1 (1-based)
-            assert decode_steps_within_s(model, seqs, kv, budget_s, 10**6) == k + 1
-            assert decode_steps_within_s(model, seqs, kv, budget_s, k) == k
-        assert decode_steps_within_s(model, seqs, kv, ends_s[0] / 2, 10**6) == 0
+            assert model.steps_within_s(seqs, kv, budget_s, 10**6) == k + 1
+            assert model.steps_within_s(seqs, kv, budget_s, k) == k
+        assert model.steps_within_s(seqs, kv, ends_s[0] / 2, 10**6) == 0
 
 
 def test_calibrated_inversion_records_nothing() -> None:
     model = _calibrated()  # kv valid only in [0, 1]: every run below is out of range
-    assert decode_steps_within_s(model, 300, 500_000, 5.0, 10_000) > 0
+    assert model.steps_within_s(300, 500_000, 5.0, 10_000) > 0
     assert model.out_of_range_calls == 0 and model.first_out_of_range is None
 
 
@@ -256,7 +254,7 @@ def test_foreign_models_still_answer() -> None:
         for budget_s in (0.0, 0.2, 3.0, 1e6):
             _check(model, 34, 46_000, budget_s, max_steps)
         for k in (1, 2, 7, 100, 1_999):  # budgets exactly at the end of step k
-            budget_s = decode_run_s(model, 34, 46_000, k)
+            budget_s = model.decode_run_s(34, 46_000, k)
             assert _check(model, 34, 46_000, budget_s, max_steps) == k
 
 
@@ -265,7 +263,8 @@ def test_a_model_may_bring_its_own_inverse() -> None:
         def steps_within_s(self, decode_seqs: int, kv: int, budget_s: float, max_steps: int) -> int:
             return 7
 
-    assert decode_steps_within_s(_Own(ConstantLatency(1.0)), 1, 0, 1.0, 9) == 7
+    assert ForeignLatency(ConstantLatency(1.0)).steps_within_s(1, 0, 1.0, 9) == 1  # the base's
+    assert _Own(ConstantLatency(1.0)).steps_within_s(1, 0, 1.0, 9) == 7
 
 
 @settings(max_examples=300, deadline=None)
