@@ -21,63 +21,12 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from sim.cli import app
+from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS
+from sim.results.frames import REQUEST_COLUMNS
 
 runner = CliRunner()
 
 FILES = ("requests.parquet", "timeseries.parquet", "events.parquet", "summary.json")
-REQUEST_COLUMNS = [
-    "request_id",
-    "replica",
-    "arrival_s",
-    "prompt_tokens",
-    "output_tokens",
-    "num_seqs",
-    "admit_s",
-    "first_token_s",
-    "finish_s",
-    "status",
-    "preemptions",
-    "retries",
-    "peak_reserved_tokens",
-    "cached_tokens",
-]
-SAMPLE_COLUMNS = [
-    "time_s",
-    "replica",
-    "trigger",
-    "up",
-    "uptime_s",
-    "capacity_tokens",
-    "used_tokens",
-    "reserved_unused_tokens",
-    "shared_tokens",
-    "free_tokens",
-    "cached_free_tokens",
-    "largest_free_extent_tokens",
-    "free_extent_count",
-    "largest_contiguous_free_block_ratio",
-    "share_token_states",
-    "share_reservation",
-    "share_internal_fragmentation",
-    "share_external_fragmentation_free",
-    "running_requests",
-    "running_seqs",
-    "waiting_requests",
-    "preemptions_total",
-]
-EVENT_COLUMNS = [
-    "time_s",
-    "replica",
-    "kind",
-    "request_id",
-    "need_tokens",
-    "free_tokens",
-    "largest_free_extent_tokens",
-    "free_share",
-    "cause",
-    "uptime_s",
-    "detail",
-]
 
 # 200 chat requests (~37 s of arrivals) on a 20,000-token pool: allocation failures of
 # both causes and preemptions happen, so the outputs are not trivially empty.
@@ -127,11 +76,11 @@ def test_writes_four_files_with_documented_columns(tiny_runs: dict[str, Path]) -
     out = tiny_runs["first"]
     assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
     requests = requests_of(out)
-    assert list(requests.columns) == REQUEST_COLUMNS
+    assert tuple(requests.columns) == REQUEST_COLUMNS
     assert len(requests) == 200 and requests["request_id"].is_monotonic_increasing
-    assert list(pd.read_parquet(out / "timeseries.parquet").columns) == SAMPLE_COLUMNS
+    assert tuple(pd.read_parquet(out / "timeseries.parquet").columns) == SAMPLE_COLUMNS
     events = pd.read_parquet(out / "events.parquet")
-    assert list(events.columns) == EVENT_COLUMNS
+    assert tuple(events.columns) == EVENT_COLUMNS
     assert {"admission_failure", "preemption"} <= set(events["kind"])
     summary = json.loads((out / "summary.json").read_text())
     assert summary["requests"]["total"] == 200 and summary["scenario"] == "tiny"

@@ -1,26 +1,56 @@
-"""``sim.metrics.frame`` builds the same DataFrame ``pd.DataFrame.from_records`` would
-(values, dtypes, column order), on hand-made rows and on a real run's recorder rows."""
+"""The result tables read their one definition of each table's columns (the table
+dataclasses of ``sim.engine.recorder``, ``REQUEST_FIELDS``): ``frame`` and
+``request_frame`` build the same DataFrame ``pd.DataFrame.from_records`` would of the
+rows (values, dtypes, column order), on hand-made rows and on a real run's records; a
+column left short is an error; the README's Outputs table lists exactly those
+columns."""
 
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from sim.build import engine_build
+import sim.runner
 from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS, Recorder
-from sim.results.frames import REQUEST_COLUMNS, frame, request_frame
+from sim.results.frames import REQUEST_COLUMNS, columns_of, frame, request_frame
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
 from sim.scenario.workload import load_workload
 
+README = Path(__file__).resolve().parents[2] / "README.md"
 
-def same_as_from_records(rows: list[tuple[object, ...]], columns: tuple[str, ...]) -> None:
-    want = pd.DataFrame.from_records(rows, columns=list(columns))
-    got = frame(rows, columns)
+
+def rows_of(table: object) -> list[tuple[object, ...]]:
+    return list(zip(*(getattr(table, name) for name in columns_of(table)), strict=True))
+
+
+def same_as_from_records(table: object) -> None:
+    columns = columns_of(table)
+    want = pd.DataFrame.from_records(rows_of(table), columns=list(columns))
+    got = frame(table)
     assert list(got.dtypes) == list(want.dtypes)
     pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+@dataclass
+class HandTable:
+    a: list[object] = field(default_factory=list)
+    b: list[object] = field(default_factory=list)
+    c: list[object] = field(default_factory=list)
+    d: list[object] = field(default_factory=list)
+
+
+def hand_table(rows: list[tuple[object, ...]]) -> HandTable:
+    table = HandTable()
+    for row in rows:
+        for name, value in zip(columns_of(table), row, strict=True):
+            getattr(table, name).append(value)
+    return table
 
 
 @pytest.mark.parametrize(
@@ -36,57 +66,69 @@ def same_as_from_records(rows: list[tuple[object, ...]], columns: tuple[str, ...
     ],
 )
 def test_hand_made_rows(rows: list[tuple[object, ...]]) -> None:
-    same_as_from_records(rows, ("a", "b", "c", "d"))
+    table = hand_table(rows)
+    assert rows_of(table) == rows
+    same_as_from_records(table)
 
 
-@pytest.mark.skipif(
-    engine_build() != "pure", reason="patches Recorder.frames (compiled classes cannot be)"
-)
-def test_a_real_runs_rows() -> None:
+def test_a_column_left_short_is_an_error() -> None:
+    table = hand_table([(1, 2, 3, 4), (5, 6, 7, 8)])
+    table.c.pop()
+    with pytest.raises(AssertionError, match=r"\['c'\]"):
+        frame(table)
+
+
+def test_column_names_are_unique() -> None:
+    for columns in (SAMPLE_COLUMNS, EVENT_COLUMNS, REQUEST_COLUMNS):
+        assert len(set(columns)) == len(columns)
+
+
+def documented_columns() -> dict[str, tuple[str, ...]]:
+    """README's Outputs table: file -> the columns it lists, in order."""
+    text = README.read_text()
+    section = text[text.index("### Outputs") :]
+    section = section[: section.index("\n### ", 1)]
+    rows = re.findall(r"^\| `(\w+)\.parquet` \|[^|]*\| `([^`]*)`[^|]*\|", section, re.MULTILINE)
+    return {name: tuple(c.strip() for c in columns.split(",")) for name, columns in rows}
+
+
+def test_the_readme_documents_every_column() -> None:
+    assert documented_columns() == {
+        "requests": REQUEST_COLUMNS,
+        "timeseries": SAMPLE_COLUMNS,
+        "events": EVENT_COLUMNS,
+    }
+
+
+def test_a_real_runs_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 200 chat requests on a 20,000-token pool: failures of both causes, preemptions.
     scenario = parse_scenario(
         {
             "name": "frame-check",
-            "workload": {
-                "preset": "bimodal",
-                "synth": {"duration_s": 600, "arrival": {"kind": "poisson", "rate_per_s": 2}},
-            },
-            "hardware": {"model": "llama-2-7b", "gpu": "a100-80gb", "kv_capacity_tokens": 60_000},
+            "seed": 1,
+            "workload": {"preset": "chat", "synth": {"num_requests": 200}},
+            "hardware": {"kv_capacity_tokens": 20_000},
             "allocator": {"kind": "best_fit"},
-            "restart": {"every_s": 200, "mode": "kill", "downtime_s": 5},
-            "metrics": {"sample_interval_s": 10},
+            "restart": {"every_s": 15, "mode": "kill", "downtime_s": 2},
+            "metrics": {"sample_interval_s": 5},
         }
     )
-    captured: list[Recorder] = []
-    original = Recorder.frames
+    recorders: list[Recorder] = []
 
-    def keep(self: Recorder) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-        captured.append(self)
-        return original(self)
+    def recorder_kept() -> Recorder:
+        recorders.append(Recorder())
+        return recorders[-1]
 
-    Recorder.frames = keep  # type: ignore[method-assign]
-    try:
-        run(scenario, load_workload(scenario))
-    finally:
-        Recorder.frames = original  # type: ignore[method-assign]
-    (recorder,) = captured
-    assert recorder.done and recorder.samples and recorder.events
+    # The runner's name, not the (possibly compiled) class, is patched.
+    monkeypatch.setattr(sim.runner, "Recorder", recorder_kept)
+    run(scenario, load_workload(scenario))
+    (recorder,) = recorders
+    # Every path that writes a row: each sample trigger, a failure and a restart event.
+    assert set(recorder.samples.trigger) == {"periodic", "failure", "final"}
+    kinds = {"admission_failure", "growth_failure", "preemption", "restart"}
+    assert set(recorder.events.kind) == kinds
     rows = [
-        (
-            g.request_id,
-            replica,
-            g.arrival_s,
-            g.prompt_tokens,
-            g.output_tokens,
-            g.num_seqs,
-            g.admit_s,
-            g.first_token_s,
-            g.finish_s,
-            g.status,
-            g.preemptions,
-            g.retries,
-            g.peak_reserved_tokens,
-            g.cached_tokens,
-        )
+        tuple(replica if name == "replica" else getattr(g, name) for name in REQUEST_COLUMNS)
         for g, replica in zip(recorder.done, recorder.done_replicas, strict=True)
     ]
     want = pd.DataFrame.from_records(rows, columns=list(REQUEST_COLUMNS))
@@ -94,5 +136,5 @@ def test_a_real_runs_rows() -> None:
     got = request_frame(recorder.done, recorder.done_replicas)
     assert list(got.dtypes) == list(want.dtypes)
     pd.testing.assert_frame_equal(got, want, check_exact=True)
-    same_as_from_records(recorder.samples, SAMPLE_COLUMNS)
-    same_as_from_records(recorder.events, EVENT_COLUMNS)
+    same_as_from_records(recorder.samples)
+    same_as_from_records(recorder.events)

@@ -17,6 +17,13 @@ from sim.results.io import summary_json
 from sim.results.summary import AlertThresholds, summarize
 
 
+def table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
+    """A results table of hand-made rows; a column a row leaves out is missing (NaN)."""
+    for row in rows:
+        assert row.keys() <= set(columns), row.keys() - set(columns)
+    return pd.DataFrame(rows, columns=list(columns))
+
+
 def requests_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     base: dict[str, Any] = {
         "replica": 0,
@@ -33,7 +40,7 @@ def requests_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         "output_tokens": 2,
     }
     out = [base | {"request_id": i} | r for i, r in enumerate(rows)]
-    return pd.DataFrame(out, columns=list(REQUEST_COLUMNS))
+    return table(out, REQUEST_COLUMNS)
 
 
 def sample(
@@ -73,7 +80,7 @@ def sample(
 
 
 def samples_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))
+    return table(rows, SAMPLE_COLUMNS)
 
 
 def event(
@@ -95,7 +102,7 @@ def event(
 
 
 def events_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
+    return table(rows, EVENT_COLUMNS)
 
 
 NO_SAMPLES = samples_frame([])
