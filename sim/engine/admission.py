@@ -135,7 +135,7 @@ class Admission:
         grow = resume_tokens - prompt
         first = self._next_seq_id
         got = alloc.allocate(
-            first, prompt, reserve_tokens=prompt + g.output_tokens, prefix_hashes=g.prefix_hashes
+            first, prompt, reserve_tokens=prompt + g.target_tokens, prefix_hashes=g.prefix_hashes
         )
         if got is None:
             return False

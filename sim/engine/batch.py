@@ -61,6 +61,12 @@ class Group:
     output_tokens: int
     num_seqs: int = 1
     prefix_hashes: Sequence[int] = ()
+    target_tokens: int = 0
+    """Tokens the engine generates per sequence: ``output_tokens`` as the trace says, at
+    least 1 (the step that finishes the prefill emits the first token, as vLLM's
+    ``max_tokens >= 1``) and at most ``max_seq_tokens - prompt_tokens`` (generation stops
+    at the maximum sequence length). Set by ``Scheduler.submit``; ``output_tokens``
+    stays as written."""
     seq_ids: list[int] = field(default_factory=list)
     held_tokens: int = 0
     """Slots each sequence holds (equal across the group's sequences)."""
@@ -115,6 +121,7 @@ class Group:
         self.output_tokens = output_tokens
         self.num_seqs = num_seqs
         self.prefix_hashes = prefix_hashes
+        self.target_tokens = output_tokens
         self.seq_ids = []
         self.held_tokens = 0
         self.synced_tokens = 0
@@ -142,7 +149,7 @@ class Group:
     @property
     def final_tokens(self) -> int:
         """Slots each sequence holds when it finishes."""
-        return self.prompt_tokens + self.output_tokens - 1
+        return self.prompt_tokens + self.target_tokens - 1
 
 
 def admission_order(g: Group) -> int:

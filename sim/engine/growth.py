@@ -98,7 +98,7 @@ class Growth:
         """After ``advance``: every group that emitted its last token."""
         if self.ticking:
             return self.ticks.pop_finished()
-        return [g for g in self.batch.running if g.generated_tokens >= g.output_tokens]
+        return [g for g in self.batch.running if g.generated_tokens >= g.target_tokens]
 
     def rejoin(self, joined: list[Group]) -> None:
         """After a step: ``joined`` start decoding (prefill done, or stepped this step);
@@ -291,7 +291,7 @@ class Growth:
         if self.ticking:
             return self.ticks.steady_steps()
         running = self.batch.running
-        k = min(g.output_tokens - g.generated_tokens for g in running)
+        k = min(g.target_tokens - g.generated_tokens for g in running)
         alloc = self.allocator
         pool = self.pool
         block = None if pool is None else pool.pool_block_tokens

@@ -131,10 +131,12 @@ class Scheduler:
         if group.num_seqs > config.max_num_seqs:  # can never be batched here
             self.batch.finish(group, now, "rejected-capacity")
             return
-        # Generation stops at the maximum sequence length, as serving engines do.
-        # Every request has at least one prompt token and emits at least one token.
-        group.prompt_tokens = max(1, group.prompt_tokens)
-        group.output_tokens = max(
+        if group.prompt_tokens < 1:
+            raise ValueError(f"request {group.request_id}: prompt_tokens must be >= 1")
+        # Generation stops at the maximum sequence length, as serving engines do, and
+        # the prefill emits one token even for a request that asks for none; the record
+        # keeps output_tokens as the trace said.
+        group.target_tokens = max(
             1, min(group.output_tokens, config.max_seq_tokens - group.prompt_tokens)
         )
         group.enqueued_s = now
@@ -210,14 +212,14 @@ class Scheduler:
                 g.generated_tokens += 1
                 if math.isnan(g.first_token_s):
                     g.first_token_s = now
-                if g.generated_tokens >= g.output_tokens:
+                if g.generated_tokens >= g.target_tokens:
                     done.append(g)
                 else:
                     joined.append(g)
         finished = growth.finished()
         for g in step.stepped:
             g.generated_tokens += 1
-            if g.generated_tokens >= g.output_tokens:
+            if g.generated_tokens >= g.target_tokens:
                 finished.append(g)
             elif growth.ticking:
                 joined.append(g)

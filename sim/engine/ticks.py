@@ -162,7 +162,7 @@ class DecodeTicks:
         self.seqs += n
         self.held_base_sum += n * g.held_base
         self.synced_sum += n * g.synced_tokens
-        heapq.heappush(self.finishes, (g.output_tokens - g.generated_base, g.order, tick_id, g))
+        heapq.heappush(self.finishes, (g.target_tokens - g.generated_base, g.order, tick_id, g))
         if pooled:
             bt = self.block_tokens
             assert bt is not None

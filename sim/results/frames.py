@@ -24,7 +24,8 @@ REQUEST_FIELDS: tuple[tuple[str, str], ...] = (
     ("replica", "int64"),  # the replica it ended on (-1: unfinished); not a Group field
     ("arrival_s", "float64"),
     ("prompt_tokens", "int64"),
-    ("output_tokens", "int64"),
+    ("output_tokens", "int64"),  # as the trace said
+    ("generated_tokens", "int64"),  # emitted per sequence (see Group.target_tokens)
     ("num_seqs", "int64"),
     ("admit_s", "float64"),
     ("first_token_s", "float64"),

@@ -58,9 +58,11 @@ def summarize(
     counts = {str(k): int(v) for k, v in requests["status"].value_counts().sort_index().items()}
     start_s = float(requests["arrival_s"].min()) if len(requests) else 0.0
     span_s = max(end_s - start_s, 1e-9)
-    out_tokens = float((ok["output_tokens"] * ok["num_seqs"]).sum())
-    tpot = (ok["finish_s"] - ok["first_token_s"]) / (ok["output_tokens"] - 1).where(
-        ok["output_tokens"] > 1
+    # Tokens generated, not asked for: generation stops at the maximum sequence length,
+    # and a request that asks for none still emits the prefill's token.
+    out_tokens = float((ok["generated_tokens"] * ok["num_seqs"]).sum())
+    tpot = (ok["finish_s"] - ok["first_token_s"]) / (ok["generated_tokens"] - 1).where(
+        ok["generated_tokens"] > 1
     )
 
     fails = events[events["kind"].isin(["admission_failure", "growth_failure"])]

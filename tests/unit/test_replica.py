@@ -157,7 +157,8 @@ def test_queue_timeout_and_too_long_and_truncation() -> None:
     assert rec(r, 1)["finish_s"] == pytest.approx(0.515)  # first boundary past 0.5075
     assert rec(r, 2)["status"] == "rejected-too-long"
     assert rec(r, 2)["finish_s"] == pytest.approx(0.0095)
-    assert rec(r, 3)["status"] == "ok" and rec(r, 3)["output_tokens"] == 246
+    assert rec(r, 3)["status"] == "ok" and rec(r, 3)["generated_tokens"] == 246
+    assert rec(r, 3)["output_tokens"] == 500  # as the trace said
 
 
 # -- restarts -----------------------------------------------------------------------------------
@@ -480,3 +481,17 @@ def test_the_summary_counts_prefix_cache_hits() -> None:
     assert cache["requests_with_hits"] == 1
     assert cache["cached_prompt_tokens"] == rec(r, 1)["cached_tokens"] == 2047
     assert cache["share_of_prompt_tokens"] == pytest.approx(2047 / (2048 + 2048 + 600))
+
+
+def test_outputs_say_what_the_trace_said() -> None:
+    """A request asking for no output is served as a prefill that emits its one token, and
+    one longer than the maximum sequence stops there: the record keeps what the trace
+    said (output_tokens) beside what was generated (generated_tokens)."""
+    rows = [(0.0005, 10, 0), (0.0015, 100, 500), (0.0025, 10, 3)]
+    r = simulate(PAGED, 4096, rows, max_seq_tokens=256)
+    assert list(r.requests["status"]) == ["ok", "ok", "ok"]
+    assert list(r.requests["output_tokens"]) == [0, 500, 3]
+    assert list(r.requests["generated_tokens"]) == [1, 156, 3]
+    assert r.summary["throughput"]["output_tokens_per_s"] == pytest.approx(
+        (1 + 156 + 3) / r.summary["span_s"]
+    )

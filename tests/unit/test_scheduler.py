@@ -256,7 +256,8 @@ def test_too_long_prompts_are_rejected_and_outputs_truncated() -> None:
     d.add(Group(0, 0.0, 256, 5), Group(1, 0.0, 200, 100)).run()
     r = d.by_id()
     assert r[0].status == "rejected-too-long" and r[0].finish_s == 0.0
-    assert r[1].status == "ok" and r[1].output_tokens == 56
+    assert r[1].status == "ok" and r[1].target_tokens == r[1].generated_tokens == 56
+    assert r[1].output_tokens == 100  # the record keeps what the trace said
     assert r[1].finish_s == pytest.approx(56 * STEP_S)
     assert r[1].held_tokens == 255  # prompt + output - 1 < max_seq_tokens
 

@@ -39,7 +39,11 @@ def requests_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         "status": "ok",
         "output_tokens": 2,
     }
-    out = [base | {"request_id": i} | r for i, r in enumerate(rows)]
+    # An ok request generated what it asked for unless a row says otherwise.
+    out = [
+        base | {"request_id": i, "generated_tokens": r.get("output_tokens", 2)} | r
+        for i, r in enumerate(rows)
+    ]
     return table(out, REQUEST_COLUMNS)
 
 
