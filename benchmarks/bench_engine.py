@@ -22,6 +22,11 @@ Three cases, each through the public path ``parse_scenario`` -> ``load_workload`
 - ``engine.bimodal_exact``: the same scenario over a 6-hour window in exact mode and in
   fast mode, in this process: the fast/exact speed ratio and the largest difference of
   per-request finish times between the two.
+- ``engine.routed_vs_fed``: the first hour of the Azure conversation trace on one
+  paged replica, fed its own list (``Replica.feed``) against handed each request by a
+  router process at its arrival (``Replica.submit``), without and with the router
+  announcing its next arrival: wall-time ratios (interleaved runs) and SimPy events per
+  request.
 
 Per case: ``repeats`` runs (default 3) and the median; a run longer than 60 s is not
 repeated (``repeats`` in the line says how many were taken). Events per request:
@@ -37,9 +42,10 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import math
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -51,11 +57,12 @@ import simpy
 from policies.allocators.base import PoolSpec
 from policies.allocators.paged import PagedAllocator
 from sim.build import engine_build
+from sim.engine.replica import Replica
 from sim.engine.scheduler import Group
 from sim.hardware import GPUS, MODELS
 from sim.latency.models import RooflineLatency
 from sim.results.io import RunResult
-from sim.runner import run
+from sim.runner import build_parts, make_groups, run
 from sim.scenario.schema import Scenario, parse_scenario
 from sim.scenario.workload import load_workload
 
@@ -296,13 +303,73 @@ def bench_exact(scale: float, repeats: int) -> dict[str, Any]:
     }
 
 
+def _serve_routed(scenario: Scenario, requests: pd.DataFrame, how: str) -> tuple[float, int]:
+    """One replica over ``requests``: ``feed`` (its own list), ``submit`` (a router process
+    handing each request over at its arrival) or ``hinted`` (the same router announcing
+    its next arrival). Returns (wall seconds, SimPy events processed)."""
+    parts = build_parts(scenario, requests)
+    groups = make_groups(requests)
+    env = simpy.Environment()
+    replica = Replica(
+        env, 0, parts.scheduler, lambda: parts.allocator.build(parts.spec), parts.latency
+    )
+    if how == "feed":
+        replica.feed(groups)
+    else:
+        hinted = how == "hinted"
+
+        def router() -> Generator[simpy.Event, Any, None]:
+            last = len(groups) - 1
+            for i, g in enumerate(groups):
+                if g.arrival_s > env.now:
+                    yield env.timeout(g.arrival_s - env.now)
+                nxt = groups[i + 1].arrival_s if hinted and i < last else math.inf
+                replica.submit(g, nxt)
+
+        env.process(router())
+    t0 = time.perf_counter()
+    env.run()
+    wall_s = time.perf_counter() - t0
+    replica.close()
+    return wall_s, events_processed(env)
+
+
+def bench_routed(scale: float, repeats: int) -> dict[str, Any]:
+    """A replica fed by a caller (the fleet's router) against one fed its own list."""
+    name = "engine.routed_vs_fed"
+    if not AZURE_CONV.is_file():
+        return {"bench": name, "skipped": f"trace not found: {AZURE_CONV}"}
+    scenario = azure_scenario(DAY_S)
+    requests = load_workload(scenario)
+    requests = requests[requests["arrival_s"] < 3600.0 * scale].reset_index(drop=True)
+    out: dict[str, Any] = {"bench": name, "requests": len(requests), "allocator": "paged"}
+    walls: dict[str, list[float]] = {"feed": [], "submit": [], "hinted": []}
+    for _ in range(repeats):  # interleaved, so load changes hit every variant alike
+        for how, times in walls.items():
+            wall_s, events = _serve_routed(scenario, requests, how)
+            times.append(wall_s)
+            out[f"{how}_simpy_events_per_request"] = events / max(len(requests), 1)
+    for how, times in walls.items():
+        out[f"{how}_wall_s"] = statistics.median(times)
+    out["submit_over_feed"] = out["submit_wall_s"] / out["feed_wall_s"]
+    out["hinted_over_feed"] = out["hinted_wall_s"] / out["feed_wall_s"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--quick", action="store_true", help="Simulate 10x shorter windows.")
     parser.add_argument("--repeats", type=int, default=3, help="Runs per case (median).")
     args = parser.parse_args(argv)
     scale = 0.1 if args.quick else 1.0
-    for bench in (bench_azure, bench_bimodal, bench_diurnal, bench_floor, bench_exact):
+    for bench in (
+        bench_azure,
+        bench_bimodal,
+        bench_diurnal,
+        bench_floor,
+        bench_exact,
+        bench_routed,
+    ):
         line = {**bench(scale, args.repeats), "quick": args.quick, "engine_build": engine_build()}
         print(json.dumps(line), flush=True)
 
