@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from policies.allocators.base import Allocator
     from sim.engine.batch import Group
 
-Growth = Literal["grown", "short"]
+TickGrowth = Literal["grown", "short"]
 """What ``DecodeTicks.try_grow`` found: the members grew (their pooled blocks drawn), or
 the pool cannot cover the pooled growth (nothing changed)."""
 
@@ -202,7 +202,7 @@ class DecodeTicks:
         self.decisions.clear()
 
     # -- steps --------------------------------------------------------------------------
-    def try_grow(self) -> Growth:
+    def try_grow(self) -> TickGrowth:
         """Before ``tick += 1``, with no member ``due``: draw the pooled blocks the next
         step's growth needs, unless the pool is short (then nothing changes)."""
         due = self.next_decision_tick()
