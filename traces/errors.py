@@ -25,6 +25,13 @@ def quote(value: object, limit: int = GOT_LIMIT) -> str:
     return _bounded(repr(value), limit)
 
 
+def reader_says(exc: BaseException, limit: int = 160) -> str:
+    """A library's reason for failing, for a message where nothing better is known: its
+    first line, bounded, labelled as the reader's (``pyarrow: ...``)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return "pyarrow: " + _bounded(text, limit)
+
+
 def _bounded(text: str, limit: int = GOT_LIMIT) -> str:
     text = _one_line(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."

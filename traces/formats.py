@@ -28,7 +28,7 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from traces.errors import TraceError
+from traces.errors import TraceError, reader_says
 
 F64 = pa.float64()
 I64 = pa.int64()
@@ -127,6 +127,7 @@ FORMATS: Final[Mapping[str, Format]] = MappingProxyType(
 
 MOONCAKE_BLOCK_TOKENS: Final = 512
 PARQUET_MAGIC: Final = b"PAR1"
+BOM: Final = b"\xef\xbb\xbf"  # UTF-8 byte-order mark: accepted once, at the start of a file
 
 
 @dataclass(frozen=True)
@@ -204,8 +205,9 @@ def unique_pairs(items: list[tuple[str, object]]) -> dict[str, object]:
 
 def read_header(path: Path) -> Header:
     """Sniff the container (by extension, then content) and read the column names.
-    Refuses non-regular files, empty files, a header that is not UTF-8 and a column
-    name given twice."""
+    A UTF-8 byte-order mark at the start of the file is skipped (as pyarrow does).
+    Refuses non-regular files, empty files, a header that is not UTF-8 or holds another
+    byte-order mark, and a column name given twice."""
     check_regular_file(path)
     try:
         with path.open("rb") as fh:
@@ -218,23 +220,43 @@ def read_header(path: Path) -> Header:
         try:
             names = pq.read_schema(path).names
         except (pa.ArrowException, OSError) as exc:
-            raise TraceError(path, f"not a readable Parquet file ({exc})") from None
+            raise TraceError(
+                path,
+                f"not a readable Parquet file: damaged, truncated or not Parquet "
+                f"({reader_says(exc)})",
+                expected="a Parquet file written whole",
+            ) from None
         _duplicate(path, names, None)
         return Header("parquet", tuple(names))
-    first = re.split(rb"\r\n|\r|\n", head.lstrip(b"\xef\xbb\xbf").lstrip(), maxsplit=1)[0].strip()
+    body = head[len(BOM) :] if head.startswith(BOM) else head
+    first = re.split(rb"\r\n|\r|\n", body.lstrip(), maxsplit=1)[0].strip()
     try:
         text = first.decode("utf-8")
     except UnicodeDecodeError as exc:
-        offset = len(head) - len(head.lstrip(b"\xef\xbb\xbf").lstrip()) + exc.start
+        offset = len(head) - len(body.lstrip()) + exc.start
         raise TraceError(
             path,
             f"header is not UTF-8 text (byte 0x{first[exc.start]:02x} at byte offset {offset})",
             line=1,
             expected="a CSV header or a JSON object",
         ) from None
+    if "\ufeff" in text:
+        raise TraceError(
+            path,
+            "byte-order mark (U+FEFF) inside the header (a second one, or one after a space)",
+            line=1,
+            expected="a byte-order mark only at the very start of the file",
+            got=text[:40],
+        )
     if text.startswith("{"):
         try:
-            obj = json.loads(text, object_pairs_hook=unique_pairs)
+            obj = json.loads(
+                text,
+                object_pairs_hook=unique_pairs,
+                parse_int=str,  # keys are all it needs: no int() of a 5,000-digit number
+                parse_float=str,
+                parse_constant=str,
+            )
         except KeyTwice as exc:
             raise TraceError(
                 path,
@@ -244,10 +266,17 @@ def read_header(path: Path) -> Header:
                 field=exc.key,
                 expected="each key once per JSON object",
             ) from None
-        except (json.JSONDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:
+            why = (
+                exc.msg
+                if isinstance(exc, json.JSONDecodeError)
+                else "nested too deeply"
+                if isinstance(exc, RecursionError)
+                else "cannot be read"
+            )
             raise TraceError(
                 path,
-                f"first line is not valid JSON ({getattr(exc, 'msg', 'nested too deeply')})",
+                f"first line is not valid JSON ({why})",
                 line=1,
                 expected="a JSON object per line",
             ) from None
@@ -258,9 +287,9 @@ def read_header(path: Path) -> Header:
         return Header("jsonl", tuple(str(k) for k in obj))
     try:
         raw = next(csv.reader([text]), [])
-    except csv.Error as exc:
+    except csv.Error:
         raise TraceError(
-            path, f"header is not a CSV line ({exc})", line=1, expected="a CSV header"
+            path, "header is not a CSV line", line=1, expected="a CSV header", got=text[:80]
         ) from None
     columns = [c.strip().strip('"').strip() for c in raw]
     _duplicate(path, columns, 1)

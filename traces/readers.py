@@ -18,7 +18,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
-from traces.errors import TraceError
+from traces.errors import TraceError, reader_says
 from traces.formats import Format, Header
 from traces.locate import locate
 
@@ -134,4 +134,9 @@ def _parquet(path: Path, types: dict[str, pa.DataType], chunk_rows: int) -> Iter
     except TraceError:
         raise
     except PARSE_ERRORS as exc:
-        raise TraceError(path, f"unreadable Parquet data ({exc})", row=rows) from None
+        raise TraceError(
+            path,
+            f"cannot read the Parquet data from this row on ({reader_says(exc)})",
+            row=rows,
+            expected="a Parquet file written whole",
+        ) from None

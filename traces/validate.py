@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 from traces.bounds import MAX_ARRIVAL_S
 from traces.errors import TraceError
 from traces.formats import MOONCAKE_BLOCK_TOKENS, Format
-from traces.locate import int64_text_ok, record_at
+from traces.locate import int64_problem, int64_text_ok, overflow_problem, record_at
 from traces.schema import ARROW_SCHEMA, OPTIONAL_DEFAULTS
 from traces.timestamps import EXPECTED as TIMESTAMP_EXPECTED
 from traces.timestamps import timestamps_ns
@@ -70,7 +70,9 @@ class ReadContext:
     ) -> TraceError:
         """The error for chunk row ``i``: its data row, its exact line and (with
         ``as_written``, when ``got`` is the cell of ``field``) the cell's text as the
-        file wrote it, read back from a CSV or JSONL file."""
+        file wrote it, read back from a CSV or JSONL file. A value read as infinite from
+        a finite number's text is named for what it is: too many digits, or an
+        exponent beyond a double's."""
         row = None if i is None else self.row_offset + i
         line = None if row is None or self.line_base is None else row + self.line_base
         written = None
@@ -80,6 +82,8 @@ class ReadContext:
                 line = rec.line
                 if as_written and got is not None and field is not None:
                     written = rec.cells.get(field)
+        if isinstance(got, float) and np.isinf(got) and written is not None:
+            message = overflow_problem(written) or message
         return TraceError(
             self.path,
             message,
@@ -117,9 +121,7 @@ def check_counts(ctx: ReadContext, x: np.ndarray, name: str, minimum: int = 0) -
         )
         if np.isinf(x[i]):
             what = "infinite"
-        raise ctx.error(
-            i, what, field=name, expected=f"a whole number >= {minimum}", got=float(x[i])
-        )
+        raise ctx.error(i, what, field=name, expected=_count_range(minimum, x[i]), got=float(x[i]))
     return x.astype(np.int64)
 
 
@@ -145,9 +147,16 @@ def counts(
     if len(x) and (int(x.min()) < minimum or int(x.max()) > MAX_TOKENS):
         i = int(np.argmax((x < minimum) | (x > MAX_TOKENS)))
         raise ctx.error(
-            i, "out of range", field=name, expected=f"a whole number >= {minimum}", got=int(x[i])
+            i, "out of range", field=name, expected=_count_range(minimum, x[i]), got=int(x[i])
         )
     return x
+
+
+def _count_range(minimum: int, value: float) -> str:
+    """What a count must be, for a message: its bound on the side ``value`` broke."""
+    if value > MAX_TOKENS:
+        return f"a whole number <= {MAX_TOKENS:,} (2**40, traces.validate.MAX_TOKENS)"
+    return f"a whole number >= {minimum}"
 
 
 def check_min(
@@ -229,9 +238,10 @@ def parse_hash_strings(ctx: ReadContext, col: pa.ChunkedArray | pa.Array, name: 
         bad = np.array([not int64_text_ok(v) for v in values.to_pylist()], dtype=bool)
         k = int(np.argmax(bad))
         i = int(np.searchsorted(np.cumsum(lengths), k, side="right"))
+        problem = int64_problem(values[k].as_py())
         raise ctx.error(
             i,
-            "bad prefix hash",
+            "bad prefix hash" if problem == "cannot parse value" else f"prefix hash: {problem}",
             field=name,
             expected="space-separated integers in [-2**63, 2**63)",
             got=values[k].as_py(),

@@ -414,3 +414,50 @@ def test_non_utf8_trace_names_line_and_byte_offset(tmp_path: Path) -> None:
     assert line == (
         f"error: {src}: line 3: not UTF-8 text (byte 0xff at byte offset 62); expected UTF-8 text"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "words"),
+    [
+        (  # a quoted newline inside a number: the record's first line and the field
+            "q2.csv",
+            b'arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,"10\n",5\n',
+            ["line 3 (row 1)", "'prompt_tokens'", "runs over lines 3-4", "expected a number"],
+        ),
+        (  # a quote never closed: the line where it opens
+            "open.csv",
+            b'arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,"10,5\n2,10,5\n',
+            ["line 3 (row 1)", "'prompt_tokens'", "quote not closed"],
+        ),
+        (  # a 5,000-digit number in the first JSON line (was a traceback)
+            "digits.jsonl",
+            b'{"arrival_s": 0, "prompt_tokens": ' + b"1" * 5000 + b', "output_tokens": 5}\n',
+            ["line 1 (row 0)", "'prompt_tokens'", "too many digits (5,000)"],
+        ),
+        (  # two files joined: the second one's byte-order mark
+            "joined.jsonl",
+            b'\xef\xbb\xbf{"arrival_s": 0, "prompt_tokens": 1, "output_tokens": 5}\n'
+            b'\xef\xbb\xbf{"arrival_s": 1, "prompt_tokens": 1, "output_tokens": 5}\n',
+            ["line 2 (row 1)", "byte-order mark (U+FEFF)"],
+        ),
+    ],
+)
+def test_parse_errors_name_line_and_field_in_own_words(
+    tmp_path: Path, name: str, data: bytes, words: list[str]
+) -> None:
+    src = tmp_path / name
+    src.write_bytes(data)
+    (line,) = _fails_cleanly(tmp_path, ["trace", "describe", str(src)])
+    assert line.startswith(f"error: {src}: ")
+    for word in words:
+        assert word in line, line
+    for leak in ("sys.set_int_max_str_digits", "utf-8-sig", "pyarrow", "CSV conversion error"):
+        assert leak not in line
+
+
+def test_leading_bom_is_accepted(tmp_path: Path) -> None:
+    src = tmp_path / "bom.csv"
+    src.write_bytes(b"\xef\xbb\xbf" + (HEADER + "0,0.0,4,5\n").encode())
+    result = runner.invoke(app, ["trace", "describe", str(src), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["rows"] == 1
