@@ -22,10 +22,30 @@ Packages: ``sim.engine`` (the compiled core: scheduler, decode ticks, replica, r
 ``sim.fleet`` and ``sim.sweep`` (homes of the fleet and of sweeps).
 """
 
-from sim.results.io import RunResult, read_result
-from sim.runner import run
-from sim.scenario.schema import Scenario, ScenarioError, load_scenario, parse_scenario
-from sim.scenario.workload import load_workload
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sim.results.io import RunResult, read_result
+    from sim.runner import run
+    from sim.scenario.schema import Scenario, ScenarioError, load_scenario, parse_scenario
+    from sim.scenario.workload import load_workload
+
+# The public API is imported on first use (PEP 562): importing the package, or a light
+# module of it, stays cheap -- the ``fragsim`` command guards Ctrl-C during its own heavy
+# imports (``sim.cli.interrupt``), which it can only do once ``sim`` itself is imported.
+_PUBLIC = {
+    "RunResult": "sim.results.io",
+    "Scenario": "sim.scenario.schema",
+    "ScenarioError": "sim.scenario.schema",
+    "load_scenario": "sim.scenario.schema",
+    "load_workload": "sim.scenario.workload",
+    "parse_scenario": "sim.scenario.schema",
+    "read_result": "sim.results.io",
+    "run": "sim.runner",
+}
 
 __all__ = [
     "RunResult",
@@ -37,3 +57,16 @@ __all__ = [
     "read_result",
     "run",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sim' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -6,6 +6,9 @@ from collections.abc import Iterator
 
 from pydantic import ValidationError
 
+MAX_MESSAGE = 500
+"""The longest message a validation error line carries (the value quoted aside)."""
+
 
 def short(value: object, limit: int = 60) -> str:
     """``repr(value)``, cut to ``limit`` characters (``...`` marks a cut). The work is
@@ -70,30 +73,40 @@ def validation_lines(
     (``prefix`` names where ``data`` sits in a larger file, e.g. ``workload.synth``).
 
     The dotted path follows the user's input (``arrival.rate_per_s``): the union tags
-    pydantic inserts (``arrival.poisson.rate_per_s``) are dropped when the input at that
-    point is a mapping whose ``kind`` is the tag. No pydantic URL is printed.
+    pydantic inserts (``arrival.poisson.rate_per_s``, ``gpu.inline.memory_bytes``) are
+    dropped when the input at that point is a mapping whose ``kind`` is the tag, or that
+    holds the key after it. The value quoted is the one ``data`` holds at that path when
+    it holds one (a YAML loader's numbers quote themselves as the file wrote them: ``got
+    1e9``), else pydantic's input. No pydantic URL is printed.
     """
     lines = []
     for e in exc.errors(include_url=False):
         path: list[str] = []
         node: object = data
-        for step in e["loc"]:
+        found = True
+        loc = e["loc"]
+        for i, step in enumerate(loc):
             if isinstance(node, dict) and step in node:  # noqa: SIM114 (mypy: index types)
                 node = node[step]
             elif isinstance(node, list | tuple) and isinstance(step, int) and step < len(node):
                 node = node[step]
-            elif isinstance(node, dict) and node.get("kind") == step:
-                continue  # a discriminated union's tag, not a key the user wrote
+            elif isinstance(node, dict) and (
+                node.get("kind") == step or (i + 1 < len(loc) and loc[i + 1] in node)
+            ):
+                continue  # a union's tag (``roofline``, ``inline``), not a key the user wrote
             else:
-                node = None
+                node, found = None, False
             path.append(str(step))
         msg = str(e["msg"]).removeprefix("Value error, ")  # one line, bounded:
-        msg = clip("; ".join(" ".join(part.split()) for part in msg.splitlines() if part.strip()))
+        msg = clip(
+            "; ".join(" ".join(part.split()) for part in msg.splitlines() if part.strip()),
+            MAX_MESSAGE,
+        )
         if prefix:
             path.insert(0, prefix)
         parts = [source, f"field {'.'.join(path)}" if path else "spec"]
         if e["type"] != "missing" and path:
-            parts.append(f"got {short(e.get('input'))}")
+            parts.append(f"got {short(node if found else e.get('input'))}")
         parts.append(msg[:1].lower() + msg[1:])
         lines.append(": ".join(parts))
     return lines

@@ -30,9 +30,12 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+
+from sim.scenario.fields import MAX_BYTES, MAX_BYTES_PER_S, MAX_TOKENS
 
 _S = TypeVar("_S")
 
@@ -219,7 +222,7 @@ class KvBudget:
         return self.kv_bytes_per_token * self.tensor_parallel
 
     def describe(self) -> str:
-        """The budget as one line per term (for errors and logs)."""
+        """The budget as one line per term (for logs and ``fragsim hardware``)."""
         rows = (
             ("gpu_memory_bytes", f"{self.gpu_memory_bytes:,}"),
             ("x memory_utilization", f"{self.memory_utilization}"),
@@ -236,19 +239,32 @@ class KvBudget:
         return "\n".join(f"  {term:<28} {value}" for term, value in rows)
 
 
+MAX_PARAMS = 10**15
+"""Parameters of an inline model (a thousand times the largest served today)."""
+MAX_FLOPS = 10**18
+"""Dense FLOP/s of an inline GPU (an exaFLOP/s)."""
+MIN_GPU_RATE = 10**9
+"""The least bandwidth (bytes/s) and dense FLOP/s of an inline GPU: below it a step
+would take minutes (``sim.runner`` refuses steps over a minute in any case)."""
+
+
 class ModelSpecConfig(BaseModel):
     """An inline model (instead of a preset name)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(default="custom", min_length=1, description="A label for results.")
     num_layers: int = Field(ge=1, le=1024, description="Transformer layers.")
     num_kv_heads: int = Field(ge=1, le=1024, description="KV heads per layer (GQA: < query heads).")
     head_dim: int = Field(ge=1, le=4096, description="Size of one attention head.")
     dtype_bytes: int = Field(default=2, ge=1, le=8, description="Bytes per weight and KV element.")
-    num_params: int = Field(ge=1, description="Parameter count (weights = params x dtype).")
+    num_params: int = Field(
+        ge=1, le=MAX_PARAMS, description="Parameter count (weights = params x dtype)."
+    )
     hidden_size: int = Field(ge=1, le=1 << 17, description="Model (residual) width.")
-    max_seq_tokens: int = Field(ge=1, description="Longest sequence (prompt + output).")
+    max_seq_tokens: int = Field(
+        ge=1, le=MAX_TOKENS, description="Longest sequence (prompt + output)."
+    )
 
     def to_spec(self) -> ModelSpec:
         return ModelSpec(**self.model_dump())
@@ -257,13 +273,19 @@ class ModelSpecConfig(BaseModel):
 class GpuSpecConfig(BaseModel):
     """An inline GPU (instead of a preset name)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(default="custom", min_length=1, description="A label for results.")
-    memory_bytes: int = Field(ge=1, description="Total device memory, bytes.")
-    hbm_bytes_per_s: float = Field(gt=0, description="Peak memory bandwidth, bytes/s.")
-    dense_bf16_flops: float = Field(gt=0, description="Peak dense bf16 FLOP/s.")
-    usd_per_hour: float = Field(default=0.0, ge=0, description="Price of one GPU per hour.")
+    memory_bytes: int = Field(ge=1, le=MAX_BYTES, description="Total device memory, bytes.")
+    hbm_bytes_per_s: float = Field(
+        ge=MIN_GPU_RATE, le=MAX_BYTES_PER_S, description="Peak memory bandwidth, bytes/s."
+    )
+    dense_bf16_flops: float = Field(
+        ge=MIN_GPU_RATE, le=MAX_FLOPS, description="Peak dense bf16 FLOP/s."
+    )
+    usd_per_hour: float = Field(
+        default=0.0, ge=0, le=10**6, description="Price of one GPU per hour."
+    )
 
     def to_spec(self) -> GpuSpec:
         return GpuSpec(**self.model_dump())
@@ -298,7 +320,7 @@ class HardwareConfig(BaseModel):
     validation error that shows every term.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: ModelChoice = Field(
         default="llama-2-7b", description=f"Model preset ({', '.join(MODELS)}) or an inline model."
@@ -315,7 +337,7 @@ class HardwareConfig(BaseModel):
     )
     memory_utilization: float = Field(
         default=0.9,
-        gt=0,
+        ge=0.01,
         le=1,
         description="Share of GPU memory the engine may use for weights, "
         "activations and KV (vLLM's gpu_memory_utilization).",
@@ -323,24 +345,28 @@ class HardwareConfig(BaseModel):
     activation_reserve_bytes: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_BYTES,
         description="Per-GPU memory kept for activations, workspaces and CUDA "
         "graphs; default: default_activation_reserve_bytes(model).",
     )
     weights_bytes: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_BYTES,
         description="Per-GPU weight bytes (e.g. quantised weights); default: "
         "num_params x dtype_bytes / tensor_parallel.",
     )
     kv_capacity_tokens: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_TOKENS,
         description="KV capacity of the replica in tokens; when given it is used "
         "directly and the memory terms are only reported.",
     )
     max_seq_tokens: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_TOKENS,
         description="Longest sequence served (prompt + output); default: the model's.",
     )
 
@@ -358,13 +384,24 @@ class HardwareConfig(BaseModel):
             _lookup(GPUS, "gpu", value)
         return value
 
-    @model_validator(mode="after")
-    def _budget_fits(self) -> HardwareConfig:
-        heads, tp = self.model_spec.num_kv_heads, self.tensor_parallel
+    @field_validator("tensor_parallel")
+    @classmethod
+    def _fits_heads(cls, tp: int, info: ValidationInfo) -> int:
+        model = info.data.get("model")  # absent when the model itself was refused
+        if isinstance(model, ModelSpecConfig):
+            heads = model.num_kv_heads
+        elif isinstance(model, str) and model in MODELS:
+            heads = MODELS[model].num_kv_heads
+        else:
+            return tp
         if heads % tp != 0 and tp % heads != 0:
             raise ValueError(
                 f"tensor_parallel={tp} must divide num_kv_heads={heads} or be a multiple of it"
             )
+        return tp
+
+    @model_validator(mode="after")
+    def _budget_fits(self) -> HardwareConfig:
         self.resolve()
         return self
 
@@ -391,8 +428,8 @@ class HardwareConfig(BaseModel):
         return self.tensor_parallel * self.gpu_spec.usd_per_hour
 
     def resolve(self) -> KvBudget:
-        """The replica's KV budget. Raises ValueError (showing every term) when the
-        derived budget leaves less than one token of KV memory."""
+        """The replica's KV budget. Raises ValueError (one line showing every term) when
+        the derived budget leaves less than one token of KV memory."""
         model, gpu, tp = self.model_spec, self.gpu_spec, self.tensor_parallel
         usable_bytes = int(gpu.memory_bytes * self.memory_utilization)
         weights_bytes = (
@@ -427,9 +464,13 @@ class HardwareConfig(BaseModel):
             )
         if budget.kv_capacity_tokens < 1:
             raise ValueError(
-                f"no KV-cache memory left for {model.name} on {tp} x {gpu.name}:\n"
-                f"{budget.describe()}\n"
-                "raise memory_utilization or tensor_parallel, lower weights_bytes or "
-                "activation_reserve_bytes, or give kv_capacity_tokens"
+                f"no KV-cache memory left for {model.name} on {tp} x {gpu.name}: "
+                f"usable_bytes {budget.usable_bytes:,} (gpu_memory_bytes x "
+                f"memory_utilization {budget.memory_utilization:g}) - weights_bytes "
+                f"{budget.weights_bytes:,} - activation_reserve_bytes "
+                f"{budget.activation_reserve_bytes:,} = kv_bytes {budget.kv_bytes:,}, "
+                f"under kv_bytes_per_token {budget.kv_bytes_per_token:,}: "
+                "kv_capacity_tokens 0; raise memory_utilization or tensor_parallel, or "
+                "give kv_capacity_tokens"
             )
         return budget

@@ -23,6 +23,7 @@ from sim.engine.batch import groups_from_columns
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica
 from sim.engine.scheduler import Group, SchedulerConfig
+from sim.latency.calibrated import MAX_STEP_S
 from sim.latency.models import LatencyModel
 from sim.results.io import RunResult
 from sim.results.summary import summarize
@@ -105,6 +106,7 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
     except ValueError as e:  # a calibration file that cannot be used
         field = "latency.path" if scenario.latency.kind == "calibrated" else "latency"
         raise ScenarioError(f"field {field}: {e}") from None
+    check_step_times(scenario.latency.kind, latency, sched_config, budget.kv_capacity_tokens)
     allocator = scenario.allocator
     if requests is not None:
         allocator = _adopt_hash_block(allocator, requests)
@@ -113,6 +115,41 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
     except ValueError as e:
         raise ScenarioError(f"field allocator: {e}") from None
     return Parts(spec, sched_config, latency, allocator, budget.kv_capacity_tokens)
+
+
+def check_step_times(
+    kind: str, latency: LatencyModel, config: SchedulerConfig, capacity_tokens: int
+) -> None:
+    """Refuse a latency model whose steps at the scenario's extremes -- a full prefill
+    budget (``max_num_batched_tokens``), and ``max_num_seqs`` sequences decoding at
+    ``max_seq_tokens`` each, both reading as much KV as the pool can hold -- are not
+    finite or take more than ``MAX_STEP_S`` (a GPU step takes milliseconds: a minute
+    means a setting is off by orders of magnitude, and the run's clock would run far
+    past its bounds). The model's out-of-range counters are left as they were."""
+    kv = min(capacity_tokens, config.max_num_seqs * config.max_seq_tokens)
+    saved = (latency.out_of_range_calls, latency.first_out_of_range)
+    try:
+        steps = (
+            (
+                f"{config.max_num_batched_tokens:,} prefill tokens "
+                "(scheduler.max_num_batched_tokens)",
+                latency.step_time_s(config.max_num_batched_tokens, 0, kv),
+            ),
+            (
+                f"{config.max_num_seqs:,} sequences decoding (scheduler.max_num_seqs)",
+                latency.step_time_s(0, config.max_num_seqs, kv),
+            ),
+        )
+    finally:
+        latency.out_of_range_calls, latency.first_out_of_range = saved
+    for what, step_s in steps:
+        if not step_s <= MAX_STEP_S:  # also inf and NaN
+            raise ScenarioError(
+                f"field latency: the {kind} model takes {bounds.quantity(step_s)} s for a "
+                f"step of {what} reading {kv:,} KV tokens; a step takes at most "
+                f"{MAX_STEP_S:g} s: check the latency block's fields and the GPU's "
+                "bandwidth and FLOP/s"
+            )
 
 
 def _adopt_hash_block(allocator: AllocatorConfig, requests: pd.DataFrame) -> AllocatorConfig:
@@ -144,8 +181,9 @@ def check_run_cost(scenario: Scenario, requests: pd.DataFrame) -> None:
     """Refuse, before simulating, a run that would cost more than the bounds of
     :mod:`sim.scenario.bounds` allow: requests; periodic samples and restarts over the
     simulated span it must reach (the last arrival, or the end of a restart's downtime
-    that begins before it; ``duration_s`` if earlier). Raises ScenarioError naming the
-    number and the field."""
+    that begins before it, or a refused request's last client retry after the last
+    arrival; ``duration_s`` if earlier). Raises ScenarioError naming the number and the
+    field."""
     bounds.check_requests(len(requests), "workload", "the workload")
     last_s = float(requests["arrival_s"].max()) if len(requests) else 0.0
     how = f"the last arrival at {bounds.quantity(last_s)} s"
@@ -162,9 +200,23 @@ def check_run_cost(scenario: Scenario, requests: pd.DataFrame) -> None:
                 f"a restart at {bounds.quantity(first_s)} s, before the last arrival, "
                 f"then {bounds.quantity(restart.downtime_s)} s down"
             )
+    field = "metrics.sample_interval_s"
+    sched = scenario.scheduler
+    if sched.retry_attempts > 0 and sched.retry_backoff_s > 0:
+        # A request refused at the last arrival retries after 1, 2, 4, ... backoffs.
+        retry_s = sched.retry_backoff_s * (2**sched.retry_attempts - 1)
+        if last_s + retry_s > span_s:
+            span_s = last_s + retry_s
+            how += (
+                f", then {sched.retry_attempts} client retries of a refused request over "
+                f"{bounds.quantity(retry_s)} s (retry_backoff_s {sched.retry_backoff_s:g}, "
+                "doubling)"
+            )
+            field = "scheduler.retry_attempts/retry_backoff_s"
     if scenario.duration_s is not None and not scenario.duration_s >= span_s:
         span_s, how = scenario.duration_s, "duration_s"
-    bounds.check_span(span_s, how, scenario.metrics.sample_interval_s)
+        field = "metrics.sample_interval_s"
+    bounds.check_span(span_s, how, scenario.metrics.sample_interval_s, field)
     if restart is not None:
         bounds.check_restarts(span_s, how, restart.every_s, restart.downtime_s)
 

@@ -1,35 +1,41 @@
 """The ``fragsim`` command line. Subcommands live beside their subject
 (``sim/cli/trace.py`` for traces); this module wires them together.
 
-Errors a user can cause (bad files, bad fields, bad options) exit with status 2 and one
-``error: ...`` line per problem; nothing is half-written. Ctrl-C prints
-``interrupted; nothing written`` and exits with status 130.
+Errors a user can cause (bad files, bad fields, bad options, a missing command) exit
+with status 2 and one ``error: ...`` line per problem; nothing is half-written. Ctrl-C
+prints ``interrupted; nothing written`` (or, once a run was written, ``interrupted;
+results written to OUT``) and exits with status 130, also while the command's modules
+are still being imported (``sim.cli.interrupt``).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
-from typing import Any
+from sim.cli import interrupt
 
-import typer
-from typer._click.exceptions import NoArgsIsHelpError
-from typer.core import TyperGroup
+interrupt.guard_startup()  # before the imports below: they take over a second
 
-from sim.cli.info import allocators_command, hardware_command
-from sim.cli.run import demo_command, run_command, scenarios_command
-from sim.cli.trace import trace_app
-from sim.errors import clip, os_error_line
+import sys  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from typing import Any  # noqa: E402
 
-INTERRUPTED = 130
-"""The exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it."""
+import typer  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
+
+from sim.cli.info import allocators_command, hardware_command  # noqa: E402
+from sim.cli.run import demo_command, run_command, scenarios_command  # noqa: E402
+from sim.cli.trace import trace_app  # noqa: E402
+from sim.errors import clip, os_error_line  # noqa: E402
+
+INTERRUPTED = interrupt.INTERRUPTED
 
 
 class OneLineErrors(TyperGroup):
     """typer's group with the ``fragsim`` error contract: a usage error (a missing or
-    unknown option, a value of the wrong type) is one ``error:`` line, not a boxed panel;
-    an error from the file system that no command caught (a name too long, a folder that
-    may not be searched) is one ``error: FILE: REASON`` line; both exit with status 2."""
+    unknown option, a value of the wrong type, a missing command: ``fragsim`` or
+    ``fragsim trace`` alone) is one ``error:`` line, not a boxed panel or the help; an
+    error from the file system that no command caught (a name too long, a folder that
+    may not be searched) is one ``error: FILE: REASON`` line; both exit with status 2.
+    Ctrl-C is one line and status 130 (:mod:`sim.cli.interrupt`)."""
 
     def main(
         self,
@@ -54,10 +60,9 @@ class OneLineErrors(TyperGroup):
         **extra: Any,
     ) -> int:
         try:
+            interrupt.forget_written()
+            interrupt.end_startup()  # from here, Ctrl-C raises KeyboardInterrupt
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except NoArgsIsHelpError as e:  # bare `fragsim`: the help, as before
-            e.show()
-            return e.exit_code
         except typer.TyperException as e:  # click's UsageError, BadParameter, ...
             ctx = getattr(e, "ctx", None)
             where = f"{ctx.command_path}: " if ctx is not None else ""
@@ -75,7 +80,7 @@ class OneLineErrors(TyperGroup):
             result = INTERRUPTED
         code = result if isinstance(result, int) else 0
         if code == INTERRUPTED:  # typer turns KeyboardInterrupt into Exit(130)
-            typer.echo("interrupted; nothing written", err=True)
+            typer.echo(interrupt.message(), err=True)
         return code
 
 
@@ -87,11 +92,11 @@ app = typer.Typer(
     name="fragsim",
     cls=OneLineErrors,
     help="Simulate what KV-cache memory fragmentation costs an LLM-serving fleet.",
-    no_args_is_help=True,
+    no_args_is_help=False,  # `fragsim` alone is a usage error: "missing command"
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.add_typer(trace_app, name="trace")
+app.add_typer(trace_app, name="trace", no_args_is_help=False)
 app.command("run")(run_command)
 app.command("scenarios")(scenarios_command)
 app.command("demo")(demo_command)
@@ -113,5 +118,15 @@ def version_command() -> None:
     typer.echo(f"fragsim {number} (engine: {engine_build()})")
 
 
+if not interrupt.is_entry_point():
+    # Imported by a program (tests, a notebook), not run as `fragsim`: its Ctrl-C is
+    # its own again once the imports are done.
+    interrupt.end_startup()
+
+
 def main() -> None:
-    app()
+    """The ``fragsim`` command."""
+    try:
+        app()
+    finally:
+        interrupt.ignore_from_now()  # the command has ended

@@ -11,7 +11,17 @@ from rich.table import Table
 
 from policies.allocators.registry import ALLOCATORS
 from sim.cli.run import fail
+from sim.errors import MAX_MESSAGE, clip, short
 from sim.hardware import GPUS, MODELS, HardwareConfig, kv_bytes_per_token
+
+OPTIONS = {
+    "model": "--model",
+    "gpu": "--gpu",
+    "tensor_parallel": "--tp",
+    "memory_utilization": "--memory-utilization",
+    "max_seq_tokens": "--max-seq-tokens",
+}
+"""The ``fragsim hardware`` option that sets each HardwareConfig field."""
 
 
 def hardware_command(
@@ -65,18 +75,29 @@ def hardware_command(
             memory_utilization=memory_utilization,
             max_seq_tokens=max_seq_tokens,
         )
-    except (ValidationError, ValueError) as e:
-        message = (
-            "; ".join(str(x["msg"]).removeprefix("Value error, ") for x in e.errors())
-            if isinstance(e, ValidationError)
-            else str(e)
-        )
-        raise fail(f"--model/--gpu/--tp: {message}") from None
+    except ValidationError as e:
+        raise fail("\n".join(option_errors(e))) from None
     budget = config.resolve()
     typer.echo(f"{model} on {tp} x {gpu} (memory_utilization {memory_utilization}):")
     typer.echo(budget.describe())
     typer.echo(f"  {'max_seq_tokens':<28} {config.model_spec.max_seq_tokens:,}")
     typer.echo(f"  {'replica $/hour':<28} {config.replica_usd_per_hour:.2f}")
+
+
+def option_errors(e: ValidationError) -> list[str]:
+    """One line per problem, naming the option that set the field (a budget that leaves
+    no KV memory names the options that make it)."""
+    lines = []
+    for x in e.errors(include_url=False):
+        msg = " ".join(str(x["msg"]).removeprefix("Value error, ").split())
+        loc = x["loc"]
+        field = str(loc[0]) if loc else ""
+        if field in OPTIONS:
+            what = f"invalid value for {OPTIONS[field]}: got {short(x.get('input'))}"
+        else:
+            what = "options --model, --gpu, --tp and --memory-utilization"
+        lines.append(f"fragsim hardware: {what}: {clip(msg[:1].lower() + msg[1:], MAX_MESSAGE)}")
+    return lines
 
 
 def allocators_command() -> None:

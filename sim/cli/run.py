@@ -17,11 +17,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from sim.cli import interrupt
 from sim.cli.trace import show_trace_warnings
 from sim.errors import clip, os_error_line, short
 from sim.results.io import FILES, RunResult, check_replaceable, summary_json
 from sim.runner import Parts, build_parts, check_run_cost, run
 from sim.scenario.builtin import DEMO, builtin_names, describe_builtin, resolve_scenario
+from sim.scenario.fields import MAX_SEED
 from sim.scenario.schema import Scenario, ScenarioError, ScenarioWarning, load_scenario
 from sim.scenario.workload import load_workload
 
@@ -138,37 +140,56 @@ def run_command(
         ),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
-    seed: Annotated[int | None, typer.Option(min=0, help="Override the scenario's seed.")] = None,
+    seed: Annotated[
+        int | None, typer.Option(min=0, max=MAX_SEED, help="Override the scenario's seed.")
+    ] = None,
     mode: Annotated[str | None, typer.Option(help="Override the mode: fast or exact.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or table.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary JSON.")] = False,
 ) -> None:
     """Simulate SCENARIO and write requests/timeseries/events Parquet + summary.json."""
     if mode is not None and mode not in ("fast", "exact"):
-        raise fail(f"--mode: got {short(mode)}, expected fast or exact")
+        raise typer.BadParameter(f"got {short(mode)}, expected fast or exact", param_hint="--mode")
     scenario, requests, parts, source = prepare(scenario_path, seed=seed, mode=mode)
     check_output_dir(out)
     try:
         result = simulate(scenario, requests, quiet=quiet, parts=parts)
     except ScenarioError as e:  # a cost bound met while simulating
         raise fail(str(e), source) from None
-    calls = result.summary["latency"].get("out_of_range_calls")
-    if calls:
-        err.print(
-            f"warning: the calibrated latency model was evaluated outside its validity "
-            f"range {calls:,} times (first at prefill_tokens, decode_seqs, kv_tokens = "
-            f"{result.summary['latency']['first_out_of_range']})",
-            highlight=False,
-        )
-    try:
-        result.write(out)
-    except OSError as e:
-        raise fail(f"{clip(str(out))}: cannot write results: {e.strerror or e}") from None
+    warn_out_of_range(scenario, result, source)
+    write_results(result, out)
     if json_out:
         typer.echo(summary_json(result.summary), nl=False)
     elif not quiet:
         print_summary(result.summary, Console())
         typer.echo(f"wrote {out}/ ({', '.join(FILES)})")
+
+
+def warn_out_of_range(scenario: Scenario, result: RunResult, source: Path) -> None:
+    """One ``warning:`` line naming the scenario and the calibration file when the run
+    evaluated a calibrated latency model outside the range it was measured over."""
+    report = result.summary["latency"]
+    calls = report.get("out_of_range_calls")
+    if not calls:
+        return
+    path = getattr(scenario.latency, "path", None)
+    err.print(
+        f"warning: {clip(str(source))}: field latency.path: {clip(str(path))}: the "
+        f"calibrated latency model was evaluated outside its validity range {calls:,} "
+        f"times (first at prefill_tokens, decode_seqs, kv_tokens = "
+        f"{report['first_out_of_range']}); its times there are extrapolated",
+        markup=False,
+        highlight=False,
+    )
+
+
+def write_results(result: RunResult, out: Path) -> None:
+    """Write a run to ``out`` (one ``error:`` line when the file system refuses); once it
+    is in place, an interrupt says so (``interrupted; results written to OUT``)."""
+    try:
+        result.write(out, on_commit=lambda: interrupt.note_written(clip(str(out))))
+    except OSError as e:
+        raise fail(f"{clip(str(out))}: cannot write results: {e.strerror or e}") from None
 
 
 def prepare(
@@ -243,10 +264,7 @@ def demo_command(
     for name in DEMO:
         scenario, requests, parts, _ = prepare(Path(name))
         result = simulate(scenario, requests, quiet=False, parts=parts)
-        try:
-            result.write(out / name)
-        except OSError as e:
-            raise fail(f"{out / name}: cannot write results: {e.strerror or e}") from None
+        write_results(result, out / name)
         print_summary(result.summary, console)
         summaries.append(result.summary)
     console.print(compare_table(summaries))

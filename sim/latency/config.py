@@ -14,7 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sim.hardware import GpuSpec, ModelSpec
 from sim.latency.models import CalibratedLatency, ConstantLatency, LatencyModel, RooflineLatency
-from sim.scenario.fields import Flag, Number
+from sim.scenario.fields import MAX_BYTES_PER_S, Flag, Number
+
+MIN_EFFICIENCY = 0.01
+"""The least share of a peak (bandwidth, FLOP/s) a roofline may assume: 1 %."""
+MIN_LINK_BYTES_PER_S = 10**9
+"""The slowest all-reduce link a roofline may assume: 1 GB/s (PCIe 3.0 x1)."""
 
 
 class RooflineLatencyConfig(BaseModel):
@@ -25,12 +30,15 @@ class RooflineLatencyConfig(BaseModel):
     kind: Literal["roofline"] = "roofline"
     mem_efficiency: Number = Field(
         default=0.8,
-        gt=0,
+        ge=MIN_EFFICIENCY,
         le=1,
         description="Achieved share of peak HBM bandwidth reading weights and KV.",
     )
     compute_efficiency: Number = Field(
-        default=0.6, gt=0, le=1, description="Achieved share of peak dense bf16 FLOP/s (prefill)."
+        default=0.6,
+        ge=MIN_EFFICIENCY,
+        le=1,
+        description="Achieved share of peak dense bf16 FLOP/s (prefill).",
     )
     overhead_s: Number = Field(
         default=0.5e-3,
@@ -45,7 +53,10 @@ class RooflineLatencyConfig(BaseModel):
         description="Latency of one all-reduce (tp > 1; two per layer).",
     )
     tp_link_bytes_per_s: Number = Field(
-        default=200e9, gt=0, description="All-reduce bandwidth between ranks (tp > 1), bytes/s."
+        default=200e9,
+        ge=MIN_LINK_BYTES_PER_S,
+        le=MAX_BYTES_PER_S,
+        description="All-reduce bandwidth between ranks (tp > 1), bytes/s.",
     )
 
     def build(self, model: ModelSpec, gpu: GpuSpec, tp: int) -> LatencyModel:
@@ -67,7 +78,7 @@ class ConstantLatencyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: Literal["constant"] = "constant"
-    step_s: Number = Field(gt=0, le=60, description="Seconds every step takes.")
+    step_s: Number = Field(ge=1e-6, le=60, description="Seconds every step takes.")
 
     def build(self, model: ModelSpec, gpu: GpuSpec, tp: int) -> LatencyModel:
         return ConstantLatency(self.step_s)

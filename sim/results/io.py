@@ -34,7 +34,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,10 +46,11 @@ import pyarrow.parquet as pq
 
 FILES = ("requests.parquet", "timeseries.parquet", "events.parquet", "summary.json")
 
-FAULT_POINTS = ("partial", "written", "swapped", "aside", "replaced")
+FAULT_POINTS = ("partial", "written", "swapped", "aside", "replaced", "done")
 """Where ``FRAGSIM_FAULT_AT`` can strike: after the first file of the temporary folder;
 after all four; after the swap; after renaming the old run aside (no swap); after
-renaming the new run into place (no swap)."""
+renaming the new run into place (no swap); once the write is complete and Ctrl-C is
+heard again."""
 
 
 @dataclass(frozen=True)
@@ -62,10 +63,12 @@ class RunResult:
     """Allocation failures, preemptions and restarts with the pool state at the time."""
     summary: dict[str, Any]
 
-    def write(self, out_dir: str | Path) -> Path:
+    def write(self, out_dir: str | Path, on_commit: Callable[[], None] | None = None) -> Path:
         """Write the four files into ``out_dir``, replacing a previous run there. A
         directory holding anything else is never touched (FileExistsError). Stale
-        temporaries of dead writers to the same target are removed first."""
+        temporaries of dead writers to the same target are removed first. ``on_commit``
+        is called once the run is in place, before Ctrl-C is heard again (so a caller
+        can tell, whenever an interrupt comes, whether the run was written)."""
         out = Path(out_dir)
         check_replaceable(out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -88,6 +91,9 @@ class RunResult:
             _fault("written")
             with _interrupts_ignored():
                 _commit(tmp, out)
+                if on_commit is not None:
+                    on_commit()
+            _fault("done")
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)  # after a swap: the old run
             raise

@@ -41,15 +41,26 @@ def check_requests(count: float, field: str, how: str | None = None) -> None:
         raise ScenarioError(f"field {field}: {made} requests; at most {MAX_REQUESTS:,} per run")
 
 
-def check_span(span_s: float, how: str, sample_interval_s: float) -> None:
+def check_span(
+    span_s: float,
+    how: str,
+    sample_interval_s: float,
+    field: str = "metrics.sample_interval_s",
+) -> None:
     """Refuse a run whose simulated span (``how`` says what sets it) would take more
-    than :data:`MAX_SAMPLES` periodic samples."""
+    than :data:`MAX_SAMPLES` periodic samples; ``field`` is the one the error names
+    (what made the span long, when it is not the sampling)."""
     samples = span_s / sample_interval_s
     if not samples <= MAX_SAMPLES:
+        hint = (
+            "sample less often or set duration_s"
+            if field == "metrics.sample_interval_s"
+            else "lower them, sample less often or set duration_s"
+        )
         raise ScenarioError(
-            f"field metrics.sample_interval_s: the run spans {quantity(span_s)} s ({how}), "
+            f"field {field}: the run spans {quantity(span_s)} s ({how}), "
             f"{quantity(samples)} samples at {quantity(sample_interval_s)} s; at most "
-            f"{MAX_SAMPLES:,} per run: sample less often or set duration_s"
+            f"{MAX_SAMPLES:,} per run: {hint}"
         )
 
 

@@ -13,6 +13,9 @@ it once more on the scenario's own fields, with a message that says what was wro
 * :data:`Flag` -- ``true`` or ``false`` only.
 
 Bounds (``ge``, ``le``, ...) go on the field as usual: ``seed: Count = Field(0, ge=0)``.
+Every number field has an upper bound, so an absurd value (``99999999999999999999``, past
+64 bits) is refused at the field, with its value and the limit, before anything is
+built; the common limits are named below (the README's bounds table lists them).
 """
 
 from __future__ import annotations
@@ -23,12 +26,29 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, Strict
 
+MAX_TOKENS = 1 << 40
+"""A token count (a KV pool, a sequence length, a step's token budget): 1.1e12, far
+above any GPU's pool and within 64 bits with room for sums."""
+MAX_COUNT = 10**9
+"""A count of things (requests kept from a trace)."""
+MAX_SECONDS = 10**9
+"""A span of simulated time, in seconds (about 31.7 years; ``traces.bounds.MAX_ARRIVAL_S``)."""
+MAX_BYTES = 1 << 50
+"""A memory term of one GPU, in bytes (1 PiB)."""
+MAX_BYTES_PER_S = 10**15
+"""A bandwidth, in bytes per second (1 PB/s)."""
+MAX_SEED = 2**63 - 1
+"""The largest seed (a signed 64-bit integer)."""
+
 
 def _no_text_or_flag(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError("expected a number, not a boolean")
     if isinstance(value, str | bytes):
-        raise ValueError("expected a number, not a string (write it without quotes)")
+        raise ValueError(
+            "expected a number, not a string (a number is written in decimal, without "
+            "quotes, underscores or a 0x/0o prefix)"
+        )
     return value
 
 

@@ -23,8 +23,21 @@ from sim.errors import clip, short, validation_lines
 from sim.hardware import HardwareConfig
 from sim.latency.config import LatencyConfig, RooflineLatencyConfig
 from sim.results.summary import AlertThresholds
-from sim.scenario.fields import Count, Flag, Number, strict_json
+from sim.scenario.fields import (
+    MAX_BYTES_PER_S,
+    MAX_COUNT,
+    MAX_SECONDS,
+    MAX_SEED,
+    MAX_TOKENS,
+    Count,
+    Flag,
+    Number,
+    strict_json,
+)
 from sim.scenario.yaml_loader import MAX_EXPANDED_VALUES, load_yaml
+
+MAX_RETRIES = 20
+"""Client retries of one refused request (the last waits 2^19 backoffs)."""
 
 
 class ScenarioError(ValueError):
@@ -55,11 +68,18 @@ class WorkloadConfig(_Strict):
         description="A synthetic workload spec (traces.synth.SynthSpec fields); with "
         "``preset`` it overrides the preset's fields.",
     )
-    rate_scale: Number | None = Field(None, gt=0, description="Multiply the arrival rate.")
-    tile_to_s: Number | None = Field(
-        None, gt=0, description="Repeat the trace back to back until it spans this long."
+    rate_scale: Number | None = Field(
+        None, gt=0, le=10**6, description="Multiply the arrival rate."
     )
-    max_requests: Count | None = Field(None, ge=1, description="Keep the first N requests.")
+    tile_to_s: Number | None = Field(
+        None,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Repeat the trace back to back until it spans this long.",
+    )
+    max_requests: Count | None = Field(
+        None, ge=1, le=MAX_COUNT, description="Keep the first N requests."
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:
@@ -82,6 +102,7 @@ class SchedulerOptions(_Strict):
     max_num_batched_tokens: Count | None = Field(
         None,
         ge=1,
+        le=MAX_TOKENS,
         description="Tokens per step (decode + prefill); default 8192, or the "
         "max sequence length when larger and prefill is not chunked.",
     )
@@ -95,10 +116,18 @@ class SchedulerOptions(_Strict):
         "queue", description="Wait for memory, or answer out-of-memory at once (naive)."
     )
     head_of_line: Flag = Field(True, description="A blocked queue head blocks the queue.")
-    retry_attempts: Count = Field(0, ge=0, le=100, description="Client retries after a refusal.")
-    retry_backoff_s: Number = Field(1.0, ge=0, description="First retry delay; doubles.")
-    queue_timeout_s: Number | None = Field(None, gt=0, description="Give up waiting after.")
-    swap_bytes_per_s: Number = Field(25e9, gt=0, description="Host link for swap (PCIe).")
+    retry_attempts: Count = Field(
+        0, ge=0, le=MAX_RETRIES, description="Client retries after a refusal."
+    )
+    retry_backoff_s: Number = Field(
+        1.0, ge=0, le=MAX_SECONDS, description="First retry delay; doubles."
+    )
+    queue_timeout_s: Number | None = Field(
+        None, gt=0, le=MAX_SECONDS, description="Give up waiting after."
+    )
+    swap_bytes_per_s: Number = Field(
+        25e9, ge=1e6, le=MAX_BYTES_PER_S, description="Host link for swap (PCIe)."
+    )
 
     def build(
         self, max_seq_tokens: int, kv_bytes_per_token: int, hbm_bytes_per_s: float
@@ -133,15 +162,19 @@ class SchedulerOptions(_Strict):
 class RestartOptions(_Strict):
     """A scheduled restart of the replica (the seed's routine restarts)."""
 
-    every_s: Number = Field(gt=0, description="Restart after this much uptime.")
+    every_s: Number = Field(gt=0, le=MAX_SECONDS, description="Restart after this much uptime.")
     mode: Literal["drain", "kill"] = Field("drain", description="Finish the batch first, or not.")
-    downtime_s: Number = Field(120.0, ge=0, description="Model load time while down.")
+    downtime_s: Number = Field(
+        120.0, ge=0, le=MAX_SECONDS, description="Model load time while down."
+    )
 
 
 class MetricsOptions(_Strict):
     """Sampling and the seed's alert thresholds."""
 
-    sample_interval_s: Number = Field(60.0, ge=1e-3, description="Periodic sample spacing.")
+    sample_interval_s: Number = Field(
+        60.0, ge=1e-3, le=MAX_SECONDS, description="Periodic sample spacing."
+    )
     high_free_share: Number = Field(
         0.25, ge=0, le=1, description="Failure at > this free: fragmentation alert."
     )
@@ -164,12 +197,17 @@ class Scenario(_Strict):
     """One simulated replica under one workload and one set of policies."""
 
     name: str = Field("scenario", description="Shown in outputs.")
-    seed: Count = Field(0, ge=0, description="Seeds every random stream.")
+    seed: Count = Field(0, ge=0, le=MAX_SEED, description="Seeds every random stream.")
     mode: Literal["fast", "exact"] = Field("fast", description="exact: one event per step.")
     duration_s: Number | None = Field(
-        None, gt=0, description="Stop simulated time here; default: when every request ended."
+        None,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Stop simulated time here; default: when every request ended.",
     )
-    initial_uptime_s: Number = Field(0.0, ge=0, description="Uptime of the replica at t=0.")
+    initial_uptime_s: Number = Field(
+        0.0, ge=0, le=MAX_SECONDS, description="Uptime of the replica at t=0."
+    )
     workload: WorkloadConfig
     hardware: HardwareConfig = HardwareConfig()
     allocator: AllocatorConfig = Field(description="Allocator policy: {kind: ..., ...}.")
@@ -239,7 +277,7 @@ def load_scenario(path: str | Path) -> Scenario:
             f"{source}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})"
         ) from None
     try:
-        data = load_yaml(text)
+        data = load_yaml(text, written=True)  # messages quote numbers as written
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -276,7 +314,9 @@ def _rebase_paths(data: dict[str, Any], base: Path) -> None:
 def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
     """Validate a scenario mapping; ScenarioError lines name ``source`` and the field.
     Validation is pydantic's strict mode on the data as JSON (``fields.strict_json``):
-    no string becomes a number, no number a flag, in any block."""
+    no string becomes a number, no number a flag, in any block. A synthetic workload's
+    spec and a trace's ``workload.arrival`` are validated here too (messages quote
+    ``data``'s values, as a YAML file wrote them)."""
     _check_shape(data, source)
     try:
         text = strict_json(data)
@@ -291,9 +331,18 @@ def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario
                 "\n".join(validation_lines(source, e, allocator, prefix="allocator"))
             ) from None
     try:
-        return Scenario.model_validate_json(text, strict=True)
+        scenario = Scenario.model_validate_json(text, strict=True)
     except ValidationError as e:
         raise ScenarioError(format_validation_error(source, e, data)) from None
+    from sim.scenario.workload import check_workload  # it imports this module
+
+    try:
+        check_workload(scenario.workload, data.get("workload"))
+    except ScenarioError as e:
+        raise ScenarioError(
+            "\n".join(f"{source}: {line}" for line in str(e).splitlines())
+        ) from None
+    return scenario
 
 
 def _check_shape(data: object, source: str) -> None:

@@ -43,9 +43,20 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def synth_spec(w: WorkloadConfig) -> synth.SynthSpec:
-    """The synthetic spec: a preset, a full spec, or a preset with fields overridden.
-    Refuses a spec that asks for more than ``bounds.MAX_REQUESTS`` requests."""
+def check_workload(w: WorkloadConfig, written: object = None) -> None:
+    """Validate the parts of ``w`` the scenario schema keeps as plain mappings -- the
+    synthetic spec (``preset`` / ``synth``) or a trace's ``arrival`` -- as
+    :func:`synth_spec` and :func:`arrival_spec` do, with messages quoting ``written``
+    (the ``workload`` mapping as the user wrote it) where it holds the value."""
+    block = written if isinstance(written, dict) else {}
+    if w.trace is None:
+        synth_spec(w, block.get("synth"))
+    else:
+        arrival_spec(w, block.get("arrival"))
+
+
+def _spec_data(w: WorkloadConfig, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """The preset's fields (if any) with ``overrides`` (the ``synth`` mapping) over them."""
     data: dict[str, Any] = {}
     if w.preset is not None:
         if w.preset not in synth.PRESETS:
@@ -54,19 +65,28 @@ def synth_spec(w: WorkloadConfig) -> synth.SynthSpec:
                 f"{', '.join(sorted(synth.PRESETS))}"
             )
         data = synth.PRESETS[w.preset].model_dump(mode="json")
-    if w.synth:
-        data = _merge(data, w.synth)
-        if "duration_s" in w.synth and "num_requests" not in w.synth:
+    if overrides:
+        data = _merge(data, overrides)
+        if "duration_s" in overrides and "num_requests" not in overrides:
             data["num_requests"] = None
-        if "num_requests" in w.synth and "duration_s" not in w.synth:
+        if "num_requests" in overrides and "duration_s" not in overrides:
             data["duration_s"] = None
+    return data
+
+
+def synth_spec(w: WorkloadConfig, written: object = None) -> synth.SynthSpec:
+    """The synthetic spec: a preset, a full spec, or a preset with fields overridden.
+    Refuses a spec that asks for more than ``bounds.MAX_REQUESTS`` requests. Messages
+    quote ``written`` (the ``synth`` mapping as the user wrote it) where given."""
+    data = _spec_data(w, w.synth)
     try:
         spec = synth.SynthSpec.model_validate_json(strict_json(data), strict=True)
     except ValidationError as e:
+        shown = _spec_data(w, written) if isinstance(written, dict) else data
         raise ScenarioError(
             "\n".join(
                 line.removeprefix("scenario: ")
-                for line in validation_lines("scenario", e, data, prefix="workload.synth")
+                for line in validation_lines("scenario", e, shown, prefix="workload.synth")
             )
         ) from None
     if spec.num_requests is not None:
@@ -81,18 +101,20 @@ def synth_spec(w: WorkloadConfig) -> synth.SynthSpec:
     return spec
 
 
-def arrival_spec(w: WorkloadConfig) -> ArrivalSpec | None:
-    """The validated ``workload.arrival`` (for length-only traces), if any."""
+def arrival_spec(w: WorkloadConfig, written: object = None) -> ArrivalSpec | None:
+    """The validated ``workload.arrival`` (for length-only traces), if any; messages
+    quote ``written`` (the mapping as the user wrote it) where given."""
     if w.arrival is None:
         return None
     try:
         adapter: TypeAdapter[ArrivalSpec] = TypeAdapter(ArrivalSpec)
         spec = adapter.validate_json(strict_json(w.arrival), strict=True)
     except ValidationError as e:
+        shown = written if isinstance(written, dict) else w.arrival
         raise ScenarioError(
             "\n".join(
                 line.removeprefix("scenario: ")
-                for line in validation_lines("scenario", e, w.arrival, prefix="workload.arrival")
+                for line in validation_lines("scenario", e, shown, prefix="workload.arrival")
             )
         ) from None
     return spec

@@ -10,8 +10,19 @@
 * **nesting at most** :data:`MAX_DEPTH` **levels** (the composer recurses per level);
 * **no duplicate keys** in a mapping (YAML forbids them; PyYAML keeps the last one
   silently). Keys a merge (``<<: *base``) brings in may be overridden, as YAML says;
-* **YAML 1.2 floats**: ``1e9`` and ``2.5E-3`` are numbers, as in JSON, not the strings
-  YAML 1.1 makes of them (a number field refuses strings).
+* **YAML 1.2 scalars** (its core schema, where PyYAML follows YAML 1.1): ``true`` /
+  ``false`` (also ``True``, ``TRUE``, ``False``, ``FALSE``) are the only booleans --
+  ``yes``, ``no``, ``on``, ``off``, ``y``, ``n`` stay strings, so a flag field refuses
+  them by name; an integer is decimal digits with an optional sign (``010`` is ten) --
+  ``0x10``, ``0o17``, ``0b11``, ``1_000`` and ``1:30`` stay strings (YAML 1.2 core would
+  also read ``0x``/``0o``: fragsim does not, one way to write a number is enough); a
+  float is ``1.5``, ``.5``, ``1e9``, ``2.5E-3``, ``.inf`` or ``.nan`` (numbers, as in
+  JSON; YAML 1.1 makes strings of ``1e9``); dates stay strings. Nulls are ``~``,
+  ``null`` and nothing, as in both;
+* **numbers as written** (``load_yaml(text, written=True)``): integers and floats are
+  :class:`WrittenInt` / :class:`WrittenFloat`, equal to the number and remembering the
+  text the file wrote, which their ``repr`` gives -- so a message quotes ``got 1e9``
+  where the value was written ``1e9``, not ``got 1000000000.0``.
 
 Every refusal is a ``yaml.YAMLError`` with the line and column of the offending node,
 worded by the caller like any other YAML error.
@@ -25,7 +36,7 @@ from typing import Any
 import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
-from yaml.nodes import MappingNode, Node
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 from sim.errors import short
 
@@ -35,14 +46,41 @@ MAX_EXPANDED_VALUES = 100_000
 MAX_DEPTH = 64
 """Nesting levels of mappings and sequences (a scenario has ~5)."""
 
-_FLOAT_1_2 = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+_BOOL_1_2 = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_INT_DECIMAL = re.compile(r"^[-+]?[0-9]+$")
+_FLOAT_1_2 = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+
+
+class WrittenInt(int):
+    """An integer that remembers how the file wrote it (its ``repr``)."""
+
+    written: str
+
+    def __repr__(self) -> str:
+        return self.written
+
+
+class WrittenFloat(float):
+    """A float that remembers how the file wrote it (its ``repr``)."""
+
+    written: str
+
+    def __repr__(self) -> str:
+        return self.written
 
 
 class BoundedLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` with the bounds of this module (one instance per document)."""
 
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, written: bool = False) -> None:
         super().__init__(stream)
+        self._written = written
         self._expanded = 0  # values composed so far, aliases expanded
         self._sizes: dict[int, int] = {}  # id(node) -> values it stands for
         self._depth = 0
@@ -101,14 +139,77 @@ class BoundedLoader(yaml.SafeLoader):
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_bool(self, node: ScalarNode) -> bool:
+        value = self.construct_scalar(node)
+        if not isinstance(value, str) or not _BOOL_1_2.match(value):
+            raise ConstructorError(
+                None, None, f"expected true or false, got {short(value)}", node.start_mark
+            )
+        return value.lower() == "true"
 
-BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_1_2, list("-+0123456789"))
+    def construct_yaml_int(self, node: ScalarNode) -> int:
+        value = self.construct_scalar(node)
+        try:
+            if not isinstance(value, str) or not _INT_DECIMAL.match(value):
+                raise ValueError
+            number = int(value, 10)  # ValueError past 4,300 digits
+        except ValueError:
+            raise ConstructorError(
+                None,
+                None,
+                f"expected a decimal integer of at most 4,300 digits, got {short(value)}",
+                node.start_mark,
+            ) from None
+        if not self._written:
+            return number
+        kept = WrittenInt(number)
+        kept.written = value
+        return kept
+
+    def construct_yaml_float(self, node: ScalarNode) -> float:
+        value = self.construct_scalar(node)
+        if not isinstance(value, str) or not _FLOAT_1_2.match(value):
+            raise ConstructorError(
+                None, None, f"expected a number, got {short(value)}", node.start_mark
+            )
+        number = super().construct_yaml_float(node)
+        if not self._written:
+            return number
+        kept = WrittenFloat(number)
+        kept.written = value
+        return kept
 
 
-def load_yaml(text: str) -> Any:
+# YAML 1.2's core schema in place of PyYAML's YAML 1.1 resolvers: nulls and merge keys
+# as before; booleans, decimal integers and floats as above; no timestamps or values.
+BoundedLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag
+        not in (
+            _BOOL_TAG,
+            _INT_TAG,
+            _FLOAT_TAG,
+            "tag:yaml.org,2002:timestamp",
+            "tag:yaml.org,2002:value",
+        )
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+BoundedLoader.add_implicit_resolver(_BOOL_TAG, _BOOL_1_2, list("tTfF"))
+BoundedLoader.add_implicit_resolver(_INT_TAG, _INT_DECIMAL, list("-+0123456789"))
+BoundedLoader.add_implicit_resolver(_FLOAT_TAG, _FLOAT_1_2, list("-+0123456789."))
+BoundedLoader.add_constructor(_BOOL_TAG, BoundedLoader.construct_yaml_bool)
+BoundedLoader.add_constructor(_INT_TAG, BoundedLoader.construct_yaml_int)
+BoundedLoader.add_constructor(_FLOAT_TAG, BoundedLoader.construct_yaml_float)
+
+
+def load_yaml(text: str, *, written: bool = False) -> Any:
     """The one document in ``text``; ``yaml.YAMLError`` (with a mark) when it breaks a
-    bound of this module or is not YAML."""
-    loader = BoundedLoader(text)
+    bound of this module or is not YAML. With ``written``, numbers are
+    :class:`WrittenInt` / :class:`WrittenFloat` (their ``repr`` is the file's text)."""
+    loader = BoundedLoader(text, written=written)
     try:
         return loader.get_single_data()
     finally:

@@ -1,16 +1,20 @@
 """Every way a user can get ``fragsim run`` wrong ends in ``error:`` lines, exit 2.
 
 Contracts checked: usage errors (a missing or unknown option, a value of the wrong
-type) are one ``error:`` line naming the command, not typer's boxed panel; paths the
-file system refuses (a name over 255 bytes, a folder that may not be searched) are one
-line naming the path, for the scenario, the output and a scenario name alike; every
-line of a scenario with several problems names the scenario file; Ctrl-C prints
-``interrupted; nothing written`` and exits 130. Never a traceback, never an output.
+type, a missing command) are one ``error:`` line naming the command, not typer's boxed
+panel or the help; ``fragsim hardware``'s option errors are one line per problem naming
+the option; paths the file system refuses (a name over 255 bytes, a folder that may not
+be searched) are one line naming the path, for the scenario, the output and a scenario
+name alike; every line of a scenario with several problems names the scenario file;
+Ctrl-C prints ``interrupted; nothing written`` and exits 130, also while the command is
+still importing its modules (a program that imports ``sim.cli`` keeps its own Ctrl-C,
+and ``import sim`` is light). Never a traceback, never an output.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -183,3 +187,113 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path: Path) -> None:
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip().splitlines() == ["interrupted; nothing written"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
+# -- usage, options, interrupts --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "command"), [((), "fragsim"), (("trace",), "fragsim trace")])
+def test_a_missing_command_is_one_line(args: tuple[str, ...], command: str) -> None:
+    """Not the help on stdout and a blank line on stderr."""
+    result = invoke(*args)
+    assert assert_error_lines(result, f"{command}: missing command", f"see {command} --help")
+    assert result.stdout == ""
+
+
+def test_a_bad_mode_names_the_command_and_the_option(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path / "tiny.yaml", TINY)
+    result = invoke("run", str(scenario), "-o", str(tmp_path / "out"), "--mode", "zzz")
+    assert_error_lines(result, "fragsim run: ", "--mode", "'zzz'", "fast or exact")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
+def test_a_seed_past_64_bits_is_one_line(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path / "tiny.yaml", TINY)
+    result = invoke("run", str(scenario), "-o", str(tmp_path / "out"), "--seed", str(2**64))
+    assert_error_lines(result, "fragsim run: ", "--seed")
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "words"),
+    [
+        (("--memory-utilization", "1e-300"), "--memory-utilization", ("0.01",)),
+        (("--memory-utilization", "nan"), "--memory-utilization", ("finite",)),
+        (("--max-seq-tokens", "-5"), "--max-seq-tokens", ("-5",)),
+        (("--max-seq-tokens", "99999999999999999999"), "--max-seq-tokens", ("1099511627776",)),
+        (("--tp", "3", "--model", "llama-3-8b"), "--tp", ("num_kv_heads=8",)),
+        (("--tp", "1000"), "--tp", ("64",)),
+        (("--model", "llama-9"), "--model", ("llama-2-7b",)),
+        (("--gpu", "b200"), "--gpu", ("h100-80gb",)),
+        (("--memory-utilization", "0.05"), "--memory-utilization", ("no KV-cache memory",)),
+    ],
+)
+def test_hardware_option_errors_are_one_line_naming_the_option(
+    args: tuple[str, ...], option: str, words: tuple[str, ...]
+) -> None:
+    model = () if "--model" in args else ("--model", "llama-2-7b")
+    result = invoke("hardware", *model, *args)
+    assert_error_lines(result, "fragsim hardware: ", option, *words)
+    assert result.stdout == ""
+
+
+def test_ctrl_c_while_starting_up_is_one_line(tmp_path: Path) -> None:
+    """SIGINT while the command's modules are still being imported (over a second):
+    the child reports each import as it completes (``-X importtime``), and the signal
+    goes once ``typer`` is in (imported after the guard, long before any command)."""
+    scenario = write_scenario(tmp_path / "tiny.yaml", TINY)
+    out = tmp_path / "out"
+    child = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "sim", "run", str(scenario), "-o", str(out)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert child.stderr is not None
+    lines = []
+    for line in child.stderr:
+        lines.append(line)
+        if line.startswith("import time:") and "typer" in line:
+            child.send_signal(signal.SIGINT)
+            break
+    stdout, rest = child.communicate(timeout=120)
+    lines += rest.splitlines(keepends=True)
+    said = [line.rstrip("\n") for line in lines if not line.startswith("import time:")]
+    assert child.returncode == 130, said
+    assert said == ["interrupted; nothing written"]
+    assert stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
+def test_importing_the_cli_leaves_ctrl_c_to_the_program() -> None:
+    """Only the ``fragsim`` command guards its startup; a program importing ``sim.cli``
+    (these tests) keeps Python's own handler, and ``import sim`` stays light."""
+    code = (
+        "import signal, sys\n"
+        "import sim\n"
+        "assert 'sim.runner' not in sys.modules and 'pandas' not in sys.modules\n"
+        "import sim.cli\n"
+        "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+        "assert sorted(dir(sim)) == sorted(set(dir(sim)) | set(sim.__all__))\n"
+        "assert sim.run.__module__ == 'sim.runner'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_help_on_the_package_lists_the_public_api() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sim, pydoc; print(pydoc.render_doc(sim, renderer=pydoc.plaintext))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    for name in ("run(", "load_scenario(", "parse_scenario(", "load_workload(", "read_result("):
+        assert name in done.stdout, name
+    for name in ("class RunResult", "class Scenario(", "class ScenarioError"):
+        assert name in done.stdout, name

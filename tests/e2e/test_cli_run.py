@@ -348,3 +348,30 @@ def test_an_unknown_scenario_name_lists_the_built_in_ones(tmp_path: Path) -> Non
     message = " ".join(result.stderr.split())
     assert "no-such-scenario" in message and "seed-bimodal-best-fit" in message
     assert not (tmp_path / "out").exists()
+
+
+def test_the_out_of_range_warning_names_the_scenario_and_the_calibration(tmp_path: Path) -> None:
+    """A calibrated model evaluated outside its validity range: one ``warning:`` line
+    naming both files (the run still completes)."""
+    calibration = {
+        "format": "fragsim-latency/1",
+        "model": "llama-2-7b",
+        "gpu": "a100-80gb",
+        "coefficients": {
+            "intercept_s": 0.007,
+            "per_prefill_token_s": 6.1e-05,
+            "per_decode_seq_s": 4.0e-05,
+            "per_kv_token_s": 3.2e-08,
+        },
+        "valid": {"prefill_tokens": [0, 16], "decode_seqs": [0, 2], "kv_tokens": [0, 64]},
+    }
+    (tmp_path / "lat.json").write_text(json.dumps(calibration))
+    data = TINY | {"latency": {"kind": "calibrated", "path": "lat.json"}}
+    scenario = write_scenario(tmp_path / "cal.yaml", data)
+    result = fragsim_run(scenario, tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    warnings = result.stderr.splitlines()
+    assert len(warnings) == 1, warnings
+    line = warnings[0]
+    assert line.startswith(f"warning: {scenario}: field latency.path: {tmp_path / 'lat.json'}: ")
+    assert "outside its validity range" in line

@@ -7,7 +7,8 @@ point and for SIGKILL and SIGINT, into a target that already holds a complete ru
 * the target holds one complete run afterwards, the old one or the new one, never a mix
   and never nothing;
 * a SIGINT exits 130 with one line, ``interrupted; nothing written`` (unless it came
-  while the swap was under way: that is ignored, and the write completes);
+  while the swap was under way: that is ignored, and the write completes; once the new
+  run is in place the line is ``interrupted; results written to OUT``);
 * the next run to the same target leaves no temporaries beside it and writes the new
   run; a killed writer's temporaries are removed because its process is gone.
 
@@ -117,6 +118,20 @@ def test_a_write_stopped_at_any_point_loses_nothing(
     next_run(scenario, out)
     assert run_seed(out) == 3
     assert siblings(out) == ["out"]
+
+
+def test_ctrl_c_after_the_write_says_the_run_was_written(
+    tmp_path: Path, scenario: Path, first_run: Path
+) -> None:
+    """Once the new run is in place, an interrupt (here as the writer returns; the same
+    for the summary printout after it) says where the results are, not ``nothing
+    written``."""
+    out = tmp_path / "out"
+    shutil.copytree(first_run, out)
+    stopped = stopped_run(scenario, out, "done:INT")
+    assert stopped.returncode == 130, stopped.stderr
+    assert stopped.stderr.splitlines() == [f"interrupted; results written to {out}"]
+    assert run_seed(out) == 2 and siblings(out) == ["out"]
 
 
 def test_a_first_write_killed_leaves_no_run_and_is_cleaned(tmp_path: Path, scenario: Path) -> None:
