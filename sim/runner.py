@@ -18,7 +18,7 @@ import pandas as pd
 import simpy
 
 from policies.allocators.base import PoolSpec
-from policies.allocators.config import AllocatorConfig
+from policies.allocators.config import AllocatorConfig, PagedConfig
 from sim.engine.batch import groups_from_columns
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica
@@ -157,8 +157,8 @@ def _adopt_hash_block(allocator: AllocatorConfig, requests: pd.DataFrame) -> All
     from the trace's ``prefix_block_tokens`` unless the scenario sets it (and refuse a
     mismatch: hits would be silently wrong)."""
     column = requests.get("prefix_block_tokens")
-    if column is None or "hash_block_tokens" not in type(allocator).model_fields:
-        return allocator
+    if column is None or not isinstance(allocator, PagedConfig):
+        return allocator  # only the paged pool has a prefix cache
     sizes = sorted({int(v) for v in column.to_numpy() if v > 0})
     if not sizes:
         return allocator
@@ -166,7 +166,7 @@ def _adopt_hash_block(allocator: AllocatorConfig, requests: pd.DataFrame) -> All
         raise ScenarioError(
             f"workload: the trace mixes prefix block sizes {sizes}; the prefix cache needs one"
         )
-    configured = getattr(allocator, "hash_block_tokens", None)
+    configured = allocator.hash_block_tokens
     if configured is None:
         return allocator.model_copy(update={"hash_block_tokens": sizes[0]})
     if configured != sizes[0]:
