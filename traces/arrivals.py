@@ -21,9 +21,15 @@ from collections.abc import Callable
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-_CFG = ConfigDict(extra="forbid", frozen=True)
+_CFG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+# Ranges every number of an arrival spec must lie in (finite; README "Synthetic workloads").
+MAX_RATE_PER_S = 1e6
+MIN_PERIOD_S, MAX_PERIOD_S = 1e-6, 1e9  # bursty mean on/off period lengths
+MIN_DIURNAL_PERIOD_S = 1.0  # a diurnal cycle: [1, 1e9] s
+MIN_CV, MAX_CV = 1e-3, 100.0
 
 
 class PoissonArrival(BaseModel):
@@ -31,7 +37,9 @@ class PoissonArrival(BaseModel):
 
     model_config = _CFG
     kind: Literal["poisson"] = "poisson"
-    rate_per_s: float = Field(gt=0, le=1e6, description="Mean arrival rate, requests per second.")
+    rate_per_s: float = Field(
+        gt=0, le=MAX_RATE_PER_S, description="Mean arrival rate, requests per second."
+    )
 
 
 class GammaArrival(BaseModel):
@@ -39,9 +47,11 @@ class GammaArrival(BaseModel):
 
     model_config = _CFG
     kind: Literal["gamma"] = "gamma"
-    rate_per_s: float = Field(gt=0, le=1e6, description="Mean arrival rate, requests per second.")
+    rate_per_s: float = Field(
+        gt=0, le=MAX_RATE_PER_S, description="Mean arrival rate, requests per second."
+    )
     cv: float = Field(
-        gt=0, le=100, description="Coefficient of variation of the gaps (1 = Poisson)."
+        ge=MIN_CV, le=MAX_CV, description="Coefficient of variation of the gaps (1 = Poisson)."
     )
 
 
@@ -50,20 +60,24 @@ class DiurnalArrival(BaseModel):
 
     model_config = _CFG
     kind: Literal["diurnal"] = "diurnal"
-    rate_curve_per_s: tuple[float, ...] = Field(
-        min_length=1,
+    rate_curve_per_s: tuple[Annotated[float, Field(ge=0, le=MAX_RATE_PER_S)], ...] = Field(
         max_length=10_000,
         description="Rate in each equal segment of the period, requests per second (>= 0, not all 0).",
     )
     period_s: float = Field(
-        default=86_400.0, gt=0, description="Length of one cycle of the curve, seconds."
+        default=86_400.0,
+        ge=MIN_DIURNAL_PERIOD_S,
+        le=MAX_PERIOD_S,
+        description="Length of one cycle of the curve, seconds.",
     )
 
-    @model_validator(mode="after")
-    def _rates(self) -> DiurnalArrival:
-        if min(self.rate_curve_per_s) < 0 or max(self.rate_curve_per_s) <= 0:
-            raise ValueError("rates must be >= 0 and not all 0")
-        return self
+    @field_validator("rate_curve_per_s")
+    @classmethod
+    def _rates(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        # Not min_length: pydantic would add a second, misleading error when an item fails.
+        if not value or max(value) <= 0:
+            raise ValueError("give at least one rate; rates must be >= 0 and not all 0")
+        return value
 
 
 class BurstyArrival(BaseModel):
@@ -72,11 +86,17 @@ class BurstyArrival(BaseModel):
     model_config = _CFG
     kind: Literal["bursty"] = "bursty"
     on_rate_per_s: float = Field(
-        gt=0, le=1e6, description="Arrival rate while on, requests per second."
+        gt=0, le=MAX_RATE_PER_S, description="Arrival rate while on, requests per second."
     )
-    off_rate_per_s: float = Field(default=0.0, ge=0, le=1e6, description="Arrival rate while off.")
-    mean_on_s: float = Field(gt=0, description="Mean length of an on period, seconds.")
-    mean_off_s: float = Field(gt=0, description="Mean length of an off period, seconds.")
+    off_rate_per_s: float = Field(
+        default=0.0, ge=0, le=MAX_RATE_PER_S, description="Arrival rate while off."
+    )
+    mean_on_s: float = Field(
+        ge=MIN_PERIOD_S, le=MAX_PERIOD_S, description="Mean length of an on period, seconds."
+    )
+    mean_off_s: float = Field(
+        ge=MIN_PERIOD_S, le=MAX_PERIOD_S, description="Mean length of an off period, seconds."
+    )
 
 
 ArrivalSpec = Annotated[

@@ -39,8 +39,12 @@ from traces.bounds import MAX_REQUESTS, BoundError, check_periods, check_request
 from traces.table import to_frame
 from traces.validate import assemble, list_from
 
-_CFG = ConfigDict(extra="forbid", frozen=True)
+_CFG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 MAX_SYNTH_TOKENS = 10_000_000
+MAX_PREFIX_TOKENS = 1 << 20  # one system prompt, tokens
+MAX_PREFIX_HASHES = 50_000_000  # prefix-hash entries a workload may hold (all requests)
+MAX_WEIGHT = 1e6  # a mixture component's relative weight, in (0, 1e6]
+MAX_COMPONENTS = 1_000
 
 
 class FixedTokens(BaseModel):
@@ -64,7 +68,9 @@ class UniformTokens(BaseModel):
     @model_validator(mode="after")
     def _ordered(self) -> UniformTokens:
         if self.max_tokens < self.min_tokens:
-            raise ValueError("max_tokens must be >= min_tokens")
+            raise ValueError(
+                f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})"
+            )
         return self
 
 
@@ -78,7 +84,10 @@ class LognormalTokens(BaseModel):
     )
     cv: float = Field(gt=0, le=20, description="Spread: standard deviation / mean.")
     min_tokens: int = Field(
-        default=1, ge=0, description="Lengths below are raised to this, tokens."
+        default=1,
+        ge=0,
+        le=MAX_SYNTH_TOKENS,
+        description="Lengths below are raised to this, tokens.",
     )
     max_tokens: int = Field(
         default=MAX_SYNTH_TOKENS,
@@ -86,6 +95,14 @@ class LognormalTokens(BaseModel):
         le=MAX_SYNTH_TOKENS,
         description="Lengths above are cut to this, tokens.",
     )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LognormalTokens:
+        if self.max_tokens < self.min_tokens:
+            raise ValueError(
+                f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})"
+            )
+        return self
 
 
 TokenDist = Annotated[FixedTokens | UniformTokens | LognormalTokens, Field(discriminator="kind")]
@@ -124,7 +141,9 @@ class MixtureComponent(BaseModel):
     """One component of a length mixture."""
 
     model_config = _CFG
-    weight: float = Field(gt=0, description="Relative weight (weights are normalised).")
+    weight: float = Field(
+        gt=0, le=MAX_WEIGHT, description="Relative weight (weights are normalised)."
+    )
     lengths: PairLengths | EmpiricalLengths = Field(
         discriminator="kind", description="Its lengths."
     )
@@ -135,7 +154,17 @@ class MixtureLengths(BaseModel):
 
     model_config = _CFG
     kind: Literal["mixture"] = "mixture"
-    components: tuple[MixtureComponent, ...] = Field(min_length=1, description="The components.")
+    components: tuple[MixtureComponent, ...] = Field(
+        max_length=MAX_COMPONENTS, description="The components (at least one)."
+    )
+
+    @field_validator("components")
+    @classmethod
+    def _some(cls, value: tuple[MixtureComponent, ...]) -> tuple[MixtureComponent, ...]:
+        # Not min_length: pydantic would add a second, misleading error when an item fails.
+        if not value:
+            raise ValueError("give at least one component")
+        return value
 
 
 LengthSpec = Annotated[PairLengths | EmpiricalLengths | MixtureLengths, Field(discriminator="kind")]
@@ -147,7 +176,7 @@ class SharedPrefix(BaseModel):
     model_config = _CFG
     fraction: float = Field(ge=0, le=1, description="Share of requests that carry a system prompt.")
     prefix_tokens: int = Field(
-        ge=1, le=MAX_SYNTH_TOKENS, description="System-prompt length, tokens."
+        ge=1, le=MAX_PREFIX_TOKENS, description="System-prompt length, tokens."
     )
     num_prompts: int = Field(
         default=1, ge=1, le=1_000_000, description="Distinct system prompts, picked uniformly."
@@ -205,6 +234,21 @@ class SynthSpec(BaseModel):
     def _one_size(self) -> SynthSpec:
         if (self.duration_s is None) == (self.num_requests is None):
             raise ValueError("give exactly one of duration_s and num_requests")
+        sp = self.shared_prefix
+        if sp is not None and sp.fraction > 0:
+            n = (
+                float(self.num_requests)
+                if self.num_requests is not None
+                else mean_rate_per_s(self.arrival) * float(self.duration_s or 0.0)
+            )
+            hashes = n * sp.fraction * -(-sp.prefix_tokens // sp.block_tokens)
+            if not hashes <= MAX_PREFIX_HASHES:
+                raise ValueError(
+                    f"field shared_prefix.prefix_tokens: got {sp.prefix_tokens}: about "
+                    f"{hashes:,.0f} system-prompt hashes ({n:,.0f} requests x "
+                    f"{sp.fraction:g} x ceil({sp.prefix_tokens}/{sp.block_tokens})), more "
+                    f"than {MAX_PREFIX_HASHES:,} (traces.synth.MAX_PREFIX_HASHES)"
+                )
         return self
 
 
@@ -237,6 +281,7 @@ def _lengths(
             table.column("output_tokens").to_numpy()[pick],
         )
     weights = np.array([c.weight for c in spec.components], dtype=np.float64)
+    weights = weights / weights.max()  # in (0, 1]: the sum cannot overflow
     which = rng.choice(len(weights), size=n, p=weights / weights.sum())
     prompt = np.zeros(n, dtype=np.int64)
     output = np.zeros(n, dtype=np.int64)
@@ -255,6 +300,7 @@ def _prefix_hashes(
     which = rng.integers(0, spec.num_prompts, n)
     prompt = prompt + np.where(shared, spec.prefix_tokens, 0)
     blocks = -(-prompt // spec.block_tokens)
+    check_hashes(int(blocks.sum()), spec.block_tokens)
     shared_blocks = np.where(shared, np.minimum(spec.prefix_tokens // spec.block_tokens, blocks), 0)
     per_prompt = spec.prefix_tokens // spec.block_tokens
     total = int(blocks.sum())
@@ -265,6 +311,18 @@ def _prefix_hashes(
     sys_ids = np.repeat(which * per_prompt, blocks) + pos
     values = np.where(pos < np.repeat(shared_blocks, blocks), sys_ids, fresh)
     return list_from(blocks, pa.array(values, pa.int64())), prompt
+
+
+def check_hashes(total: int, block_tokens: int) -> None:
+    """Refuse, before allocating them, more than :data:`MAX_PREFIX_HASHES` prefix hashes."""
+    if total > MAX_PREFIX_HASHES:
+        raise BoundError(
+            "shared_prefix.block_tokens",
+            block_tokens,
+            f"the prompts would need {total:,} prefix hashes, more than "
+            f"{MAX_PREFIX_HASHES:,} (traces.synth.MAX_PREFIX_HASHES)",
+            MAX_PREFIX_HASHES,
+        )
 
 
 def generate(spec: SynthSpec, seed: int) -> pd.DataFrame:

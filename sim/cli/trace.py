@@ -117,12 +117,16 @@ def _user_errors() -> Iterator[None]:
     """Turn trace/spec errors into ``error: ...`` lines on stderr and exit status 2;
     show TraceWarnings as ``warning: ...``."""
     from traces import TraceError
+    from traces.bounds import BoundError
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     with show_trace_warnings():
         try:
             yield
         except TraceError as exc:
+            err.print(f"error: {exc}", markup=False)
+            raise typer.Exit(2) from None
+        except BoundError as exc:
             err.print(f"error: {exc}", markup=False)
             raise typer.Exit(2) from None
         except SpecError as exc:

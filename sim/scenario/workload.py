@@ -137,6 +137,10 @@ def load_workload(scenario: Scenario) -> pd.DataFrame:
             df = synth.generate(spec, seed=scenario.seed)
         except TraceError as e:
             raise ScenarioError(f"field {_lengths_field(w, spec, e)}: {e}") from None
+        except BoundError as e:  # e.g. too many prefix hashes for the drawn prompts
+            raise ScenarioError(
+                f"field workload.synth.{e.field}: got {short(e.got)}: {e.message}"
+            ) from None
     field = "workload"
     try:
         if w.rate_scale is not None:

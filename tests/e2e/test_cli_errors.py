@@ -297,3 +297,15 @@ def test_help_on_the_package_lists_the_public_api() -> None:
         assert name in done.stdout, name
     for name in ("class RunResult", "class Scenario(", "class ScenarioError"):
         assert name in done.stdout, name
+
+
+def test_an_out_of_range_synth_number_is_one_line(tmp_path: Path) -> None:
+    fixed = {"kind": "fixed", "tokens": 10}
+    synth = {
+        "arrival": {"kind": "gamma", "rate_per_s": 1.0, "cv": 5e-324},
+        "lengths": {"kind": "pair", "prompt": fixed, "output": fixed},
+        "num_requests": 30,
+    }
+    scenario = write_scenario(tmp_path / "s.yaml", TINY | {"workload": {"synth": synth}})
+    result = invoke("run", str(scenario), "-o", str(tmp_path / "out"), "-q")
+    assert_error_lines(result, "workload.synth.arrival.cv", "0.001", lines=1)

@@ -49,7 +49,7 @@ def _refused(data: dict[str, object], field: str, words: str) -> None:
         (
             {
                 "duration_s": 1e6,
-                "arrival": {"kind": "diurnal", "rate_curve_per_s": [1.0], "period_s": 1e-6},
+                "arrival": {"kind": "diurnal", "rate_curve_per_s": [1.0] * 100, "period_s": 1.0},
             },
             "duration_s",
             "MAX_RATE_PERIODS",
@@ -60,8 +60,8 @@ def _refused(data: dict[str, object], field: str, words: str) -> None:
                 "arrival": {
                     "kind": "bursty",
                     "on_rate_per_s": 1,
-                    "mean_on_s": 1e-300,
-                    "mean_off_s": 1e-300,
+                    "mean_on_s": 1e-6,
+                    "mean_off_s": 1e-6,
                 },
             },
             "num_requests",
