@@ -1,3 +1,6 @@
-"""Routing policies (issue 11, not built yet): one module per family and one registry,
-as ``policies.allocators``. A router reads ``sim.engine.view.ReplicaView`` objects and
-returns the replica to send a request to (or a refusal); it never mutates a replica."""
+"""Routing policies for the fleet (issue 11; the fleet runner that calls them is not
+built yet): one module per family (``simple``, ``load``, ``affinity``,
+``fragmentation``), their configs (``config``) and one registry (``registry``), as
+``policies.allocators``. A router reads ``sim.engine.view.ReplicaView`` objects through
+``base.RouterView`` and returns the index of the replica to send a request to (or None
+when no replica is up); it never mutates a replica. The contract is in ``base``."""

@@ -1,0 +1,66 @@
+"""Routers that balance a load signal: least outstanding requests, join the shortest
+queue, power of two choices, least KV usage, and sequence-length-aware pools."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from policies.routing.base import Router, RouteRequest, RouterView, least, outstanding, up_indices
+
+
+class LeastOutstanding(Router):
+    """The up view with the fewest waiting plus running requests."""
+
+    def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
+        return least(views, up_indices(views), outstanding)
+
+
+class ShortestQueue(Router):
+    """Join the shortest queue: the up view with the fewest waiting (not yet admitted)
+    requests."""
+
+    def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
+        return least(views, up_indices(views), lambda v: v.waiting_requests)
+
+
+class LeastKvUsage(Router):
+    """The up view whose KV pool is least used (owned share of its capacity)."""
+
+    def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
+        return least(views, up_indices(views), lambda v: v.kv_usage)
+
+
+class PowerOfTwo(Router):
+    """Power of two choices: sample two distinct up views (the only one when one is up)
+    with the config's seeded generator; send to the one with fewer outstanding requests
+    (the lower index on ties). Reads the signal of those two only."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
+        ups = up_indices(views)
+        if len(ups) <= 1:
+            return ups[0] if ups else None
+        picks = self._rng.choice(len(ups), size=2, replace=False)
+        return least(views, sorted(ups[int(p)] for p in picks), outstanding)
+
+
+class LengthPools(Router):
+    """Sequence-length-aware pools: a request whose prompt + output tokens exceed
+    ``threshold_tokens`` goes to the long pool (``long_indices``), any other to the rest;
+    within a pool, least outstanding. When none of a pool's views is up the request
+    spills over to the other pool (a refusal is only for "no replica is up"). Indices
+    past the end of ``views`` are ignored."""
+
+    def __init__(self, threshold_tokens: int, long_indices: Sequence[int]) -> None:
+        self.threshold_tokens = threshold_tokens
+        self._long = frozenset(long_indices)
+
+    def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
+        ups = up_indices(views)
+        is_long = request.total_tokens > self.threshold_tokens
+        own = [i for i in ups if (i in self._long) == is_long]
+        return least(views, own or ups, outstanding)

@@ -1,0 +1,62 @@
+"""The one registry of routers: ``kind`` name -> config class.
+
+A fleet scenario names a router as ``{kind: least_outstanding, ...}``;
+:func:`parse_router` validates it against the class registered for that kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from policies.routing import config as cfg
+from policies.routing.config import RouterConfig
+
+
+def _kind_of(cls: type[RouterConfig]) -> str:
+    default = cls.model_fields["kind"].default
+    if not isinstance(default, str):
+        raise TypeError(f"{cls.__name__}.kind needs a Literal default naming the router")
+    return default
+
+
+def build_registry(classes: Iterable[type[RouterConfig]]) -> dict[str, type[RouterConfig]]:
+    """A registry from config classes; naming a kind twice is an error."""
+    registry: dict[str, type[RouterConfig]] = {}
+    for cls in classes:
+        kind = _kind_of(cls)
+        if kind in registry:
+            raise ValueError(
+                f"router kind {kind!r} registered twice "
+                f"({registry[kind].__name__} and {cls.__name__})"
+            )
+        registry[kind] = cls
+    return registry
+
+
+def _router_classes() -> list[type[RouterConfig]]:
+    # Keep this list explicit: one line per router.
+    return [
+        cfg.RoundRobinConfig,
+        cfg.RandomConfig,
+        cfg.LeastOutstandingConfig,
+        cfg.ShortestQueueConfig,
+        cfg.PowerOfTwoConfig,
+        cfg.LeastKvUsageConfig,
+        cfg.WeightedConfig,
+        cfg.SessionAffinityConfig,
+        cfg.LengthPoolsConfig,
+        cfg.FragmentationAwareConfig,
+    ]
+
+
+ROUTERS: dict[str, type[RouterConfig]] = build_registry(_router_classes())
+
+
+def parse_router(data: Mapping[str, Any]) -> RouterConfig:
+    """Validate a ``{kind: ..., ...}`` mapping. Raises ValueError naming the kind and the
+    allowed kinds, or pydantic's ValidationError naming the bad field."""
+    kind = data.get("kind")
+    if kind not in ROUTERS:
+        raise ValueError(f"unknown router kind {kind!r}; allowed: {', '.join(sorted(ROUTERS))}")
+    return ROUTERS[kind].model_validate(dict(data))
