@@ -157,6 +157,8 @@ class Replica:
         self._feed_next = 0
         self._feed_start_s = env.now
         self._caller_next_s = math.inf
+        self._yielded_at_s = -math.inf
+        """The instant fast mode last let other processes act first (once per instant)."""
         """The next arrival a caller announced (``submit``), for fast mode's cuts."""
         self._retries: list[tuple[float, float, int, Group]] = []
         """(due time, time the retry was set, tie-breaker, group)."""
@@ -399,9 +401,13 @@ class Replica:
                     continue
                 sched.admitting = False
             t = self._t
-            if self._horizon_s() <= t:
+            if self._horizon_s() <= t and self._yielded_at_s != t:
                 # Another process acts at this very instant: it goes first (a sample
-                # at t sees the requests arrived by t queued, not yet admitted).
+                # at t sees the requests arrived by t queued, not yet admitted). Once
+                # per instant: events queued at t after this wait (another replica
+                # waiting the same way) act after it, or two replicas would wait for
+                # each other forever.
+                self._yielded_at_s = t
                 yield env.timeout(t - env.now)
                 continue
             self._submit_due(t)

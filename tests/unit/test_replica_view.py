@@ -149,3 +149,35 @@ def test_an_announced_next_arrival_saves_wakeups() -> None:
     _, _, plain = _serve("paged", "submit", False, rows)
     _, _, hinted = _serve("paged", "hinted", False, rows)
     assert hinted < plain
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_replicas_sharing_an_environment_each_serve_as_alone(exact: bool) -> None:
+    """Two replicas on one SimPy environment (a fleet) do not wait for each other at an
+    instant, and each serves its requests exactly as it would alone."""
+    rows_a, rows_b = _rows(5, 150), _rows(6, 150)
+
+    def serve(feeds: list[list[tuple[float, int, int]]]) -> list[list[tuple[Any, ...]]]:
+        env = simpy.Environment()
+        spec = PoolSpec(capacity_tokens=6_000, max_seq_tokens=2048)
+        config = ALLOCATORS["paged"].model_validate({"kind": "paged"})
+        logs = []
+        for i, rows in enumerate(feeds):
+            log = _Log()
+            replica = Replica(
+                env,
+                i,
+                SchedulerConfig(max_num_seqs=32, max_num_batched_tokens=2048, max_seq_tokens=2048),
+                lambda: config.build(spec),
+                ConstantLatency(step_s=0.01),
+                hooks=log,
+                exact=exact,
+            )
+            replica.feed([Group(j, a, p, o) for j, (a, p, o) in enumerate(rows)])
+            logs.append(log)
+        env.run(until=200.0)
+        return [sorted((g.request_id, g.status, g.finish_s) for g in log.done) for log in logs]
+
+    together = serve([rows_a, rows_b])
+    assert together == [serve([rows_a])[0], serve([rows_b])[0]]
+    assert len(together[0]) == len(rows_a) and len(together[1]) == len(rows_b)
