@@ -10,6 +10,7 @@ the file wrote it (``-3``, not ``-3.0``) where the file is text and the cell is 
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 from typing import Final
 
@@ -23,6 +24,19 @@ class TraceWarning(UserWarning):
 def quote(value: object, limit: int = GOT_LIMIT) -> str:
     """``value`` for a message, by ``repr``: one line, at most ``limit`` characters."""
     return _bounded(repr(value), limit)
+
+
+def has_control(text: str) -> bool:
+    """Whether ``text`` holds a control or invisible format character (NUL, ESC, U+200B...)."""
+    return any(unicodedata.category(c) in ("Cc", "Cf") for c in text)
+
+
+def shown(text: str, limit: int = GOT_LIMIT) -> str:
+    """Text as the file wrote it, for a message: verbatim when it is plain, else quoted by
+    :func:`quote` so that control characters appear escaped (``'5\\x00'``), never raw."""
+    if not text:
+        return repr("")
+    return quote(text, limit) if has_control(text) else _bounded(text, limit)
 
 
 def reader_says(exc: BaseException, limit: int = 160) -> str:
@@ -89,7 +103,7 @@ class TraceError(ValueError):
         if self.expected is not None:
             text += f"; expected {self.expected}"
         if self.written is not None:
-            text += f", got {_bounded(self.written) if self.written else repr('')}"
+            text += f", got {shown(self.written)}"
         elif self.got is not None:
             text += f", got {quote(self.got)}"
         return _one_line(text)

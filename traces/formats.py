@@ -28,7 +28,7 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from traces.errors import TraceError, reader_says
+from traces.errors import TraceError, has_control, reader_says
 
 F64 = pa.float64()
 I64 = pa.int64()
@@ -203,6 +203,20 @@ def unique_pairs(items: list[tuple[str, object]]) -> dict[str, object]:
     return out
 
 
+def _control(path: Path, names: list[str], line: int | None) -> None:
+    """Refuse a column name holding a control or invisible character (NUL, ESC, U+200B):
+    it would otherwise be read as an unknown column and ignored, silently."""
+    for name in names:
+        if has_control(name):
+            raise TraceError(
+                path,
+                "column name holds a control or invisible character",
+                line=line,
+                field=name,
+                expected="column names of printable characters only",
+            )
+
+
 def read_header(path: Path) -> Header:
     """Sniff the container (by extension, then content) and read the column names.
     A UTF-8 byte-order mark at the start of the file is skipped (as pyarrow does).
@@ -226,6 +240,7 @@ def read_header(path: Path) -> Header:
                 f"({reader_says(exc)})",
                 expected="a Parquet file written whole",
             ) from None
+        _control(path, names, None)
         _duplicate(path, names, None)
         return Header("parquet", tuple(names))
     body = head[len(BOM) :] if head.startswith(BOM) else head
@@ -284,7 +299,9 @@ def read_header(path: Path) -> Header:
             raise TraceError(
                 path, "first line is not a JSON object", line=1, expected="a JSON object per line"
             )
-        return Header("jsonl", tuple(str(k) for k in obj))
+        keys = [str(k) for k in obj]
+        _control(path, keys, 1)
+        return Header("jsonl", tuple(keys))
     try:
         raw = next(csv.reader([text]), [])
     except csv.Error:
@@ -292,6 +309,7 @@ def read_header(path: Path) -> Header:
             path, "header is not a CSV line", line=1, expected="a CSV header", got=text[:80]
         ) from None
     columns = [c.strip().strip('"').strip() for c in raw]
+    _control(path, columns, 1)
     _duplicate(path, columns, 1)
     return Header("csv", tuple(columns), tuple(raw))
 
