@@ -65,8 +65,9 @@ class OneLineErrors(TyperGroup):
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except typer.TyperException as e:  # click's UsageError, BadParameter, ...
             ctx = getattr(e, "ctx", None)
-            where = f"{ctx.command_path}: " if ctx is not None else ""
-            hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            path = ctx.command_path if ctx is not None else self._command_path(args)
+            where = f"{path}: " if path else ""
+            hint = f" (see {path} --help)" if path else ""
             message = " ".join(e.format_message().split())
             _error(f"{where}{clip(message[:1].lower() + message[1:])}{hint}")
             return 2
@@ -82,6 +83,20 @@ class OneLineErrors(TyperGroup):
         if code == INTERRUPTED:  # typer turns KeyboardInterrupt into Exit(130)
             typer.echo(interrupt.message(), err=True)
         return code
+
+    def _command_path(self, args: Sequence[str] | None) -> str:
+        """``fragsim run`` for ``run x.yaml -o``: the command the words name, for an
+        error the parser raised without a context (an option missing its value)."""
+        words = list(sys.argv[1:] if args is None else args)
+        path: list[str] = [self.name or "fragsim"]
+        group: Any = self
+        for word in words:
+            sub = group.commands.get(word) if isinstance(group, TyperGroup) else None
+            if sub is None:
+                break
+            path.append(word)
+            group = sub
+        return " ".join(path)
 
 
 def _error(line: str) -> None:

@@ -25,6 +25,7 @@ OPTIONS = {
 
 
 def hardware_command(
+    ctx: typer.Context,
     model: Annotated[str | None, typer.Option(help="Model preset: show its KV budget.")] = None,
     gpu: Annotated[str, typer.Option(help="GPU preset.")] = "a100-80gb",
     tp: Annotated[int, typer.Option("--tp", min=1, help="Tensor parallelism.")] = 1,
@@ -34,6 +35,16 @@ def hardware_command(
     """List model and GPU presets, or show one replica's KV budget term by term."""
     console = Console()
     if model is None:
+        given = [
+            f"--{name.replace('_', '-')}" if name != "tp" else "--tp"
+            for name in ("gpu", "tp", "memory_utilization", "max_seq_tokens")
+            if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+        ]
+        if given:
+            raise fail(
+                f"fragsim hardware: {', '.join(given)} "
+                f"{'applies' if len(given) == 1 else 'apply'} only with --model"
+            )
         t = Table(
             "model",
             "layers",

@@ -159,11 +159,23 @@ def _read_text(path: Path) -> str:
         raise ValueError(f"{info.st_size:,} bytes; at most {MAX_CALIBRATION_BYTES:,}")
     data = path.read_bytes()
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix("\ufeff")  # a leading BOM, as traces
     except UnicodeDecodeError as e:
         raise ValueError(
             f"not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})"
         ) from None
+
+
+MAX_INT_DIGITS = 4300
+"""An integer of more digits is refused (Python's own limit on str -> int)."""
+
+
+def _int(text: str) -> int:
+    """A JSON integer; ValueError worded for the user past MAX_INT_DIGITS digits."""
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise ValueError(f"a number has too many digits ({digits:,}; at most {MAX_INT_DIGITS:,})")
+    return int(text)
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -219,7 +231,7 @@ class CalibratedLatency(LatencyModel):
         source = clip(str(path))
         try:
             text = _read_text(Path(path))
-            json.loads(text, object_pairs_hook=_unique_keys)
+            json.loads(text, object_pairs_hook=_unique_keys, parse_int=_int)
         except OSError as exc:
             raise ValueError(
                 f"{source}: cannot read latency calibration: {exc.strerror or exc}"

@@ -282,6 +282,14 @@ def load_scenario(path: str | Path) -> Scenario:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = clip(str(getattr(e, "problem", None) or e))
+        if isinstance(e, yaml.reader.ReaderError):  # a character YAML forbids (NUL, ...)
+            pos = min(max(int(e.position), 0), len(text))
+            line = text.count("\n", 0, pos) + 1
+            column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+            char = e.character
+            code = f"#x{char:04x}" if isinstance(char, int) else f"#x{ord(char):04x}"
+            problem = f"unacceptable character {code}: {e.reason}"
+            where = f" (line {line}, column {column})"
         raise ScenarioError(f"{source}: not valid YAML: {problem}{where}") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: expected a mapping of scenario fields at the top level")

@@ -309,3 +309,29 @@ def test_an_out_of_range_synth_number_is_one_line(tmp_path: Path) -> None:
     scenario = write_scenario(tmp_path / "s.yaml", TINY | {"workload": {"synth": synth}})
     result = invoke("run", str(scenario), "-o", str(tmp_path / "out"), "-q")
     assert_error_lines(result, "workload.synth.arrival.cv", "0.001", lines=1)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--memory-utilization", "1e-300"), ("--memory-utilization", "only with --model")),
+        (("--gpu", "nope", "--max-seq-tokens", "-5"), ("--gpu, --max-seq-tokens", "--model")),
+    ],
+)
+def test_hardware_options_without_a_model_are_refused(
+    args: tuple[str, ...], words: tuple[str, ...]
+) -> None:
+    result = invoke("hardware", *args)
+    assert_error_lines(result, "fragsim hardware: ", *words)
+    assert result.stdout == ""
+
+
+def test_an_option_missing_its_value_names_the_command() -> None:
+    assert_error_lines(invoke("run", "x.yaml", "-o"), "fragsim run: ", "'-o'", "argument")
+
+
+def test_a_nul_byte_in_a_scenario_is_one_line(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path / "tiny.yaml", TINY)
+    scenario.write_text(scenario.read_text() + "\0\n")
+    result = invoke("run", str(scenario), "-o", str(tmp_path / "out"))
+    assert_error_lines(result, str(scenario), "#x0000", "line ")

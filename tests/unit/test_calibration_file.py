@@ -143,3 +143,24 @@ def test_a_good_file_runs_to_positive_times_quickly(tmp_path: Path) -> None:
     assert time.perf_counter() - start < 10
     ok = result.requests[result.requests["status"] == "ok"]
     assert len(ok) > 20 and (ok["finish_s"] > ok["arrival_s"]).all()
+
+
+def test_a_leading_bom_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(document()).encode())
+    assert CalibratedLatency.from_json(path).calibration.model == "llama-2-7b"
+
+
+def test_a_number_of_too_many_digits_is_worded(tmp_path: Path) -> None:
+    path = tmp_path / "long.json"
+    path.write_text(
+        json.dumps(document()).replace('"tensor_parallel"', '"x"')[:-1]
+        + ', "tensor_parallel": '
+        + "9" * 5000
+        + "}"
+    )
+    with pytest.raises(ValueError) as info:
+        CalibratedLatency.from_json(path)
+    message = str(info.value)
+    assert str(path) in message and "too many digits (5,000" in message, message
+    assert "set_int_max_str_digits" not in message and "\n" not in message

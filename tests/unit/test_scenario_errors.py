@@ -341,3 +341,12 @@ def test_overriding_a_preset_block_with_another_kind_replaces_it(tmp_path: Path)
     same_kind = BASE | {"workload": {"preset": "chat", "synth": {"arrival": {"rate_per_s": 1.0}}}}
     spec = synth_spec(parse_scenario(same_kind).workload)
     assert spec.arrival.kind == "poisson" and spec.duration_s == 3600
+
+
+def test_a_nul_byte_is_one_line_with_line_and_column(tmp_path: Path) -> None:
+    path = write(tmp_path / "nul.yaml", "name: x\nseed: 1\n\0\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    message = str(info.value)
+    assert "\n" not in message, message
+    assert str(path) in message and "#x0000" in message and "(line 3, column 1)" in message
