@@ -6,7 +6,6 @@ line (blank lines and quoted newlines shift lines) nor its text as written (a co
 read as float64, so ``-3`` became ``-3.0``). Once a check has failed, this module reads
 the file again with Python's ``csv`` / ``json`` modules to find them:
 
-- :func:`record_at`: the line of data row ``r`` and its cells as written;
 - :func:`locate`: for an exception of pyarrow's parser, the first record, cell or byte
   it could not read, as a :class:`TraceError` naming the line, row and field: a
   field-count mismatch; a quote left open (named by the line where it opens, also when
@@ -14,8 +13,11 @@ the file again with Python's ``csv`` / ``json`` modules to find them:
   is due; a value pyarrow cannot convert (judged as pyarrow does: its null markers,
   spaces and tabs trimmed, its own casts); an integer beyond 64 bits or with too many
   digits; a JSON number beyond a double, a JSON key given twice; a byte-order mark
-  anywhere but the start of the file; bytes that are not UTF-8;
-- :func:`first_invalid_utf8`: the byte offset and line of the first non-UTF-8 byte.
+  anywhere but the start of the file; bytes that are not UTF-8.
+
+CSV is located here; JSON Lines in :mod:`traces.locate_jsonl`; reading records again
+(:func:`~traces.records.record_at`, UTF-8 and integer-text checks) in
+:mod:`traces.records`.
 
 Each streams the file once, up to the place found, in bounded memory (CSV cells are
 checked :data:`BATCH_ROWS` records at a time; one CSV field or JSON line is held whole,
@@ -25,254 +27,33 @@ up to :data:`FIELD_LIMIT` characters); :func:`locate` runs at most once per fail
 from __future__ import annotations
 
 import csv
-import json
-import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pcsv
 
 from traces.errors import TraceError, reader_says
-from traces.formats import BOM, Header, KeyTwice, unique_pairs
-
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-INT_RE = re.compile(r"\s*[+-]?[0-9]+\s*")
-DECIMAL_RE = re.compile(r"\s*[+-]?([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?\s*")
-ROW_RE = re.compile(r"Row #(\d+)", re.IGNORECASE)
-BREAK_RE = re.compile(r"\r\n|\r|\n")
-INT64_DIGITS: Final = 19
-FIELD_LIMIT: Final = 64 << 20  # characters of one CSV field / bytes of one JSON line held
-BATCH_ROWS: Final = 1 << 15
-CSV_NULLS: Final = pa.array(pcsv.ConvertOptions().null_values, pa.string())
-BOM_TEXT: Final = "\ufeff"
-_BLOCK = 1 << 20
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Record:
-    """One data row of a text file: its first line and its cells, by column name, as
-    written (CSV: the cell's text, trimmed; JSONL: the value's JSON text; None for a
-    JSON null)."""
-
-    line: int
-    cells: dict[str, str | None]
-
-
-@contextmanager
-def _long_fields() -> Iterator[None]:
-    """Let Python's csv module hold fields up to :data:`FIELD_LIMIT` characters (its
-    default, 128 Ki, is shorter than a long prefix-hash list)."""
-    old = csv.field_size_limit()
-    csv.field_size_limit(max(old, FIELD_LIMIT))
-    try:
-        yield
-    finally:
-        csv.field_size_limit(old)
-
-
-def _csv_text(path: Path) -> IO[str]:
-    return path.open(encoding="utf-8-sig", errors="replace", newline="")
-
-
-def _csv_records(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """(first line, fields) of every non-blank record after the header (the first
-    non-blank record)."""
-    with _long_fields(), _csv_text(path) as fh:
-        reader = csv.reader(fh)
-        before, header = 0, False
-        for fields in reader:
-            if fields:  # a blank line: pyarrow skips it too
-                if header:
-                    yield before + 1, fields
-                header = True
-            before = reader.line_num
-
-
-def _jsonl_records(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(line, bytes) of every non-blank line; the file's leading byte-order mark is
-    dropped, and a line longer than :data:`FIELD_LIMIT` bytes is cut there."""
-    with path.open("rb") as fh:
-        line = 0
-        while raw := fh.readline(FIELD_LIMIT):
-            line += 1
-            if line == 1 and raw.startswith(BOM):
-                raw = raw[len(BOM) :]
-            if len(raw) == FIELD_LIMIT and not raw.endswith(b"\n"):
-                while (rest := fh.readline(FIELD_LIMIT)) and not rest.endswith(b"\n"):
-                    pass
-            if raw.strip():
-                yield line, raw
-
-
-def _json_object(raw: bytes) -> object:
-    """Parse one JSONL record (UTF-8); numbers keep their text (``_Number``); a key
-    given twice raises :class:`traces.formats.KeyTwice`."""
-    return json.loads(
-        raw.decode("utf-8"),
-        object_pairs_hook=unique_pairs,
-        parse_int=_Number,
-        parse_float=_Number,
-        parse_constant=_Number,
-    )
-
-
-class _Number(str):
-    """A JSON number's literal text."""
-
-
-def json_text(value: object) -> str | None:
-    """A value parsed by :func:`_json_object` as JSON text again (numbers as written)."""
-    if value is None:
-        return None
-    if isinstance(value, _Number):
-        return str(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, list):
-        return "[" + ", ".join(json_text(v) or "null" for v in value) + "]"
-    if isinstance(value, dict):
-        inner = (f"{json.dumps(k)}: {json_text(v) or 'null'}" for k, v in value.items())
-        return "{" + ", ".join(inner) + "}"
-    return repr(value)
-
-
-def record_at(path: Path, container: str, row: int) -> Record | None:
-    """Data row ``row`` (0-based, blank lines skipped) of a CSV or JSONL file; None if
-    the file has fewer rows or cannot be read."""
-    try:
-        if container == "csv":
-            header = header_names(path)
-            for k, (line, fields) in enumerate(_csv_records(path)):
-                if k == row:
-                    return Record(
-                        line, {n: f.strip() for n, f in zip(header, fields, strict=False)}
-                    )
-        elif container == "jsonl":
-            for k, (line, raw) in enumerate(_jsonl_records(path)):
-                if k == row:
-                    return Record(line, _json_cells(raw))
-    except (OSError, csv.Error):
-        return None
-    return None
-
-
-def _json_cells(raw: bytes) -> dict[str, str | None]:
-    try:
-        obj = _json_object(raw)
-    except (ValueError, RecursionError):
-        return {}
-    if not isinstance(obj, dict):
-        return {}
-    return {k: json_text(v) for k, v in obj.items()}
-
-
-def _names(fields: list[str]) -> list[str]:
-    return [c.strip().strip('"').strip() for c in fields]
-
-
-def header_names(path: Path) -> list[str]:
-    """A CSV file's column names, trimmed (as :func:`traces.formats.read_header` gives them)."""
-    with _long_fields(), _csv_text(path) as fh:
-        first = next((r for r in csv.reader(fh) if r), [])
-    return _names(first)
-
-
-def first_invalid_utf8(path: Path) -> tuple[int, int, int] | None:
-    """(byte offset, line, byte) of the first byte that is not UTF-8 text; None if all is."""
-    offset, line, carry = 0, 1, b""
-    with path.open("rb") as fh:
-        while True:
-            chunk = fh.read(_BLOCK)
-            data = carry + chunk
-            if not data:
-                return None
-            try:
-                data.decode("utf-8")
-                good, carry = len(data), b""
-            except UnicodeDecodeError as exc:
-                if chunk and exc.end == len(data) and "end of data" in exc.reason:
-                    good, carry = exc.start, data[exc.start :]  # a character split by the block
-                else:
-                    at = exc.start
-                    return offset + at, line + data.count(b"\n", 0, at), data[at]
-            line += data.count(b"\n", 0, good)
-            offset += good
-            if not chunk:
-                return None
-
-
-def utf8_error(path: Path) -> TraceError | None:
-    """The TraceError for the first non-UTF-8 byte of ``path``, if there is one."""
-    try:
-        found = first_invalid_utf8(path)
-    except OSError:
-        return None
-    if found is None:
-        return None
-    offset, line, byte = found
-    return TraceError(
-        path,
-        f"not UTF-8 text (byte 0x{byte:02x} at byte offset {offset})",
-        line=line,
-        expected="UTF-8 text",
-    )
-
-
-# -- numbers as written ------------------------------------------------------------------
-
-
-def _significant(digits: str) -> int:
-    return len(digits.lstrip("0"))
-
-
-def int64_text_ok(text: object) -> bool:
-    """``text`` is an integer, written in decimal, that fits in 64 bits."""
-    if not isinstance(text, str) or not INT_RE.fullmatch(text):
-        return False
-    if _significant(text.strip().lstrip("+-")) > INT64_DIGITS:
-        return False  # decided without int(): Python refuses to convert 4,300+ digits
-    return INT64_MIN <= int(text) <= INT64_MAX
-
-
-def int64_problem(text: str) -> str:
-    """Why ``text``, refused by :func:`int64_text_ok`, is not a 64-bit integer."""
-    if INT_RE.fullmatch(text):
-        digits = _significant(text.strip().lstrip("+-"))
-        if digits > INT64_DIGITS:
-            return f"too many digits ({digits:,})"
-        if not INT64_MIN <= int(text) <= INT64_MAX:
-            return "integer beyond 64 bits"
-    return "cannot parse value"
-
-
-def overflow_problem(text: str | None) -> str | None:
-    """Why a number written as ``text`` was read as infinite: too many digits, or an
-    exponent beyond a double's; None if ``text`` is no decimal number (``inf``)."""
-    m = DECIMAL_RE.fullmatch(text or "")
-    if m is None or not (m.group(1) or m.group(2)):
-        return None
-    if m.group(3) is None:
-        return f"too many digits ({_significant(m.group(1)):,})"
-    return "number beyond the range of a double (about 1.8e308)"
-
-
-def expected_text(t: pa.DataType) -> str:
-    if pa.types.is_timestamp(t):
-        return "a timestamp like 2023-11-16 18:15:46.6805900"
-    if pa.types.is_integer(t):
-        return f"an integer in [{INT64_MIN}, {INT64_MAX}]"
-    if pa.types.is_list(t):
-        return "a list of integers"
-    return "a number"
-
+from traces.formats import Header
+from traces.locate_jsonl import locate_jsonl
+from traces.records import (
+    BATCH_ROWS,
+    BOM_TEXT,
+    BREAK_RE,
+    CSV_NULLS,
+    FIELD_LIMIT,
+    ROW_RE,
+    T,
+    _csv_text,
+    _long_fields,
+    _names,
+    bom_error,
+    expected_text,
+    int64_problem,
+    record_at,
+    utf8_error,
+)
 
 # -- pyarrow's parser failed: find the first thing it could not read ---------------------
 
@@ -285,9 +66,7 @@ def locate(
     parsers disagree), pyarrow's reason, bounded, at the first line of the rows it could
     not read."""
     found = _guard(
-        lambda: (
-            _locate_csv(path, types) if header.container == "csv" else _locate_jsonl(path, types)
-        )
+        lambda: _locate_csv(path, types) if header.container == "csv" else locate_jsonl(path, types)
     )
     if found is not None:
         return found
@@ -416,7 +195,7 @@ class _CsvScan:
             if bad is not None:
                 return bad
         if BOM_TEXT in text:
-            return _bom_error(self.path, row, line, name, text)
+            return bom_error(self.path, row, line, name, text)
         return TraceError(
             self.path,
             int64_problem(text) if pa.types.is_integer(t) else "cannot parse value",
@@ -520,18 +299,6 @@ class _CsvScan:
         )
 
 
-def _bom_error(path: Path, row: int | None, line: int, name: str, text: str) -> TraceError:
-    return TraceError(
-        path,
-        "byte-order mark (U+FEFF) inside the file (files joined together?)",
-        row=row,
-        line=line,
-        field=name,
-        expected="a byte-order mark only at the very start of the file",
-        got=text,
-    )
-
-
 def _locate_csv(path: Path, types: dict[str, pa.DataType]) -> TraceError | None:
     """One streamed pass with Python's csv module (so lines are exact with quoted
     newlines): the first record with the wrong field count or a quote left open, or the
@@ -590,132 +357,3 @@ def _locate_csv(path: Path, types: dict[str, pa.DataType]) -> TraceError | None:
         if at_end.message.startswith("quote not closed"):
             return at_end
     return found
-
-
-def _locate_jsonl(path: Path, types: dict[str, pa.DataType]) -> TraceError | None:
-    for row, (line, raw) in enumerate(_jsonl_records(path)):
-        if raw.lstrip(b" \t").startswith(BOM):
-            return _bom_error(path, row, line, "<record>", raw[:40].decode("utf-8", "replace"))
-        try:
-            obj = _json_object(raw)
-        except KeyTwice as exc:
-            return TraceError(
-                path,
-                "key given twice in one object",
-                row=row,
-                line=line,
-                field=exc.key,
-                expected="each key once per JSON object",
-            )
-        except UnicodeDecodeError:
-            bad = utf8_error(path)
-            if bad is not None:
-                return bad
-            return _not_json(path, row, line, raw, "not UTF-8 text")
-        except json.JSONDecodeError as exc:
-            return _not_json(
-                path, row, line, raw, f"not valid JSON: {exc.msg} at column {exc.colno}"
-            )
-        except RecursionError:
-            return _not_json(path, row, line, raw, "not valid JSON: nested too deeply")
-        if not isinstance(obj, dict):
-            return TraceError(
-                path,
-                "not a JSON object",
-                row=row,
-                line=line,
-                field="<record>",
-                expected="one JSON object per line",
-                written=json_text(obj),
-            )
-        huge = next(((k, v) for k, v in obj.items() if not _json_doubles_ok(v)), None)
-        if huge is not None:  # pyarrow's parser refuses it in any field, read or not
-            return TraceError(
-                path,
-                "number beyond the range of a double (about 1.8e308)",
-                row=row,
-                line=line,
-                field=huge[0],
-                expected="a number within a double's range",
-                written=json_text(huge[1]),
-            )
-        for name, t in types.items():
-            value = obj.get(name)
-            if not _json_ok(value, t):
-                text = json_text(value)
-                message = "cannot parse value"
-                if isinstance(value, _Number) and pa.types.is_integer(t):
-                    message = int64_problem(value)
-                elif isinstance(value, list) and pa.types.is_list(t):
-                    bad = next(v for v in value if not _json_int(v))
-                    if isinstance(bad, _Number) and int64_problem(bad) != message:
-                        message = f"list element {bad[:20]}: {int64_problem(bad)}"
-                return TraceError(
-                    path,
-                    message,
-                    row=row,
-                    line=line,
-                    field=name,
-                    expected=expected_text(t),
-                    written=text,
-                )
-    return None
-
-
-def _not_json(path: Path, row: int, line: int, raw: bytes, message: str) -> TraceError:
-    return TraceError(
-        path,
-        message,
-        row=row,
-        line=line,
-        field="<record>",
-        expected="one JSON object per line",
-        written=raw[:200].decode("utf-8", "replace").strip(),
-    )
-
-
-def _json_int(value: object) -> bool:
-    if not isinstance(value, _Number):
-        return False
-    return int64_text_ok(str(value))
-
-
-def _json_double_ok(text: str) -> bool:
-    """pyarrow's JSON parser (RapidJSON) reads ``text`` without "Number too big": a
-    positive exponent may exceed 308 only by the fraction digits it reads (at most 17
-    significant ones, leading zeros of ``0.000...`` counted). Other numbers too big for
-    a double are read as infinite (and refused later, with their row)."""
-    m = DECIMAL_RE.fullmatch(text)
-    if m is None or m.group(3) is None or m.group(3).startswith("-"):
-        return True
-    whole, frac = m.group(1), m.group(2) or ""
-    exponent = m.group(3).lstrip("+").lstrip("0") or "0"
-    if len(exponent) > 6:
-        return False
-    sig_whole = _significant(whole)
-    lead = len(frac) - len(frac.lstrip("0")) if sig_whole == 0 else 0
-    read = min(len(frac), lead + max(0, 17 - sig_whole))
-    return int(exponent) <= 308 + read
-
-
-def _json_doubles_ok(value: object) -> bool:
-    """Every number in ``value`` (nested) passes :func:`_json_double_ok`."""
-    if isinstance(value, _Number):
-        return _json_double_ok(value)
-    if isinstance(value, list):
-        return all(_json_doubles_ok(v) for v in value)
-    if isinstance(value, dict):
-        return all(_json_doubles_ok(v) for v in value.values())
-    return True
-
-
-def _json_ok(value: object, t: pa.DataType) -> bool:
-    if value is None:
-        return True  # missing values are reported by validation, with the row
-    if pa.types.is_list(t):
-        return isinstance(value, list) and all(_json_int(v) for v in value)
-    if pa.types.is_integer(t):
-        return _json_int(value)
-    if pa.types.is_floating(t):
-        return isinstance(value, _Number) and _json_double_ok(value)
-    return True

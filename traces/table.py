@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from traces.errors import TraceError
 from traces.formats import FORMATS
-from traces.locate import expected_text
+from traces.records import expected_text
 from traces.schema import ARROW_SCHEMA
 from traces.validate import ReadContext, to_canonical
 

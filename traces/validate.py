@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 from traces.bounds import MAX_ARRIVAL_S
 from traces.errors import TraceError
 from traces.formats import MOONCAKE_BLOCK_TOKENS, Format
-from traces.locate import int64_problem, int64_text_ok, overflow_problem, record_at
+from traces.records import int64_problem, int64_text_ok, overflow_problem, record_at
 from traces.schema import ARROW_SCHEMA, OPTIONAL_DEFAULTS
 from traces.timestamps import EXPECTED as TIMESTAMP_EXPECTED
 from traces.timestamps import timestamps_ns

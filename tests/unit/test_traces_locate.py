@@ -192,7 +192,7 @@ def test_too_many_digits_is_named(
 
 
 def test_int64_wording() -> None:
-    from traces.locate import int64_problem
+    from traces.records import int64_problem
 
     assert int64_problem("9223372036854775808") == "integer beyond 64 bits"
     assert int64_problem("-" + "1" * 30) == "too many digits (30)"
