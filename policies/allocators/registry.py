@@ -11,27 +11,12 @@ from typing import Any
 
 from policies.allocators import config as cfg
 from policies.allocators.config import AllocatorConfig
-
-
-def _kind_of(cls: type[AllocatorConfig]) -> str:
-    default = cls.model_fields["kind"].default
-    if not isinstance(default, str):
-        raise TypeError(f"{cls.__name__}.kind needs a Literal default naming the policy")
-    return default
+from policies.registry import build_registry as registry_of
 
 
 def build_registry(classes: Iterable[type[AllocatorConfig]]) -> dict[str, type[AllocatorConfig]]:
     """A registry from config classes; naming a kind twice is an error."""
-    registry: dict[str, type[AllocatorConfig]] = {}
-    for cls in classes:
-        kind = _kind_of(cls)
-        if kind in registry:
-            raise ValueError(
-                f"allocator kind {kind!r} registered twice "
-                f"({registry[kind].__name__} and {cls.__name__})"
-            )
-        registry[kind] = cls
-    return registry
+    return registry_of(classes, "allocator")
 
 
 def _policy_classes() -> list[type[AllocatorConfig]]:

@@ -9,29 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from policies.registry import build_registry as registry_of
 from policies.routing import config as cfg
 from policies.routing.config import RouterConfig
 
 
-def _kind_of(cls: type[RouterConfig]) -> str:
-    default = cls.model_fields["kind"].default
-    if not isinstance(default, str):
-        raise TypeError(f"{cls.__name__}.kind needs a Literal default naming the router")
-    return default
-
-
 def build_registry(classes: Iterable[type[RouterConfig]]) -> dict[str, type[RouterConfig]]:
     """A registry from config classes; naming a kind twice is an error."""
-    registry: dict[str, type[RouterConfig]] = {}
-    for cls in classes:
-        kind = _kind_of(cls)
-        if kind in registry:
-            raise ValueError(
-                f"router kind {kind!r} registered twice "
-                f"({registry[kind].__name__} and {cls.__name__})"
-            )
-        registry[kind] = cls
-    return registry
+    return registry_of(classes, "router")
 
 
 def _router_classes() -> list[type[RouterConfig]]:

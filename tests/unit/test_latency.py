@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
+from support.latency import ForeignLatency
 
 from sim.hardware import GPUS, MODELS
 from sim.latency.base import bisect_steps_within_s
@@ -115,26 +116,7 @@ def test_linear_coefficients_agree_with_step_time(decode: int, kv: int) -> None:
         assert model.step_time_s(0, decode, kv) == a + b * decode + c * kv
 
 
-class _Foreign(LatencyModel):
-    """A model that gives only the two step methods (linear when ``linear``): the base
-    class supplies its runs (summed, or the linear closed form) and their inversion."""
-
-    def __init__(self, inner: LatencyModel, linear: bool = False) -> None:
-        self.inner, self.linear = inner, linear
-
-    def step_time_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float:
-        return self.inner.step_time_s(prefill_tokens, decode_seqs, kv_tokens)
-
-    def step_times_s(
-        self,
-        prefill_tokens: npt.NDArray[Any],
-        decode_seqs: npt.NDArray[Any],
-        kv_tokens: npt.NDArray[Any],
-    ) -> npt.NDArray[np.float64]:
-        return self.inner.step_times_s(prefill_tokens, decode_seqs, kv_tokens)
-
-    def linear_decode_coefficients(self) -> tuple[float, float, float] | None:
-        return self.inner.linear_decode_coefficients() if self.linear else None
+_Foreign = ForeignLatency  # a model giving only the step methods (tests/support)
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,0 +1,33 @@
+"""Registries of policy configs (``kind`` name -> pydantic config class), shared by every
+policy family (allocators, routers; later restart and autoscaling policies)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+C = TypeVar("C", bound=BaseModel)
+
+
+def kind_of(cls: type[BaseModel], family: str) -> str:
+    """The ``kind`` a config class registers under: its ``kind`` field's default."""
+    default = cls.model_fields["kind"].default
+    if not isinstance(default, str):
+        raise TypeError(f"{cls.__name__}.kind needs a Literal default naming the {family}")
+    return default
+
+
+def build_registry(classes: Iterable[type[C]], family: str) -> dict[str, type[C]]:
+    """A registry from config classes; naming a kind twice is an error."""
+    registry: dict[str, type[C]] = {}
+    for cls in classes:
+        kind = kind_of(cls, family)
+        if kind in registry:
+            raise ValueError(
+                f"{family} kind {kind!r} registered twice "
+                f"({registry[kind].__name__} and {cls.__name__})"
+            )
+        registry[kind] = cls
+    return registry
