@@ -1,0 +1,23 @@
+"""The restart-policy contract: every ``interval_s`` of simulated time the fleet asks
+``RestartPolicy.decide(fleet)`` which nodes to restart now, and why.
+
+A policy reads ``sim.fleet.view.FleetView`` only (it never mutates it) and may keep its
+own state (when a node's ratio first fell below a threshold, the next scheduled time per
+node, an RNG seeded from its config). It returns nodes that are ``active``; the fleet
+ignores a decision for a node in any other state (already draining or down). How the
+node is drained (wait with a timeout, kill, redirect the queue) and how long it is down
+(the pool's model-load time) are the fleet's configuration, not the policy's.
+"""
+
+from __future__ import annotations
+
+from sim.fleet.view import FleetView, RestartDecision
+
+
+class RestartPolicy:
+    """Subclasses set ``interval_s`` and implement :meth:`decide`."""
+
+    interval_s: float = 30.0
+
+    def decide(self, fleet: FleetView) -> list[RestartDecision]:
+        raise NotImplementedError
