@@ -27,6 +27,7 @@ Status = Literal[
     "failed-fragmentation",
     "failed-capacity",
     "timed-out",
+    "failed-lost",
     "unfinished",
 ]
 

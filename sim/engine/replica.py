@@ -45,7 +45,11 @@ from sim.engine.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
 from sim.engine.view import ReplicaView
 from sim.latency.base import LatencyModel
 
-RestartMode = Literal["drain", "kill"]
+RestartMode = Literal["drain", "kill", "lose"]
+"""``drain``: stop admitting, go down when the batch is empty. ``kill``: go down at the
+next step boundary; the batch waits here and is recomputed after. ``lose``: the process
+dies at the next step boundary (a crash, a killed restart in a fleet): every request it
+holds is handed to ``lost_to`` (its clients see an error)."""
 
 
 @dataclass(slots=True)
@@ -121,6 +125,8 @@ class Replica:
         exact: bool = False,
         max_macro_steps: int = 4096,
         initial_uptime_s: float = 0.0,
+        retry_to: Callable[[Replica, Group, float], None] | None = None,
+        lost_to: Callable[[Replica, list[Group]], None] | None = None,
     ) -> None:
         self.env = env
         self.replica_id = replica_id
@@ -134,6 +140,12 @@ class Replica:
         """Whether to tell the model of every run simulated (a calibrated one counts its
         steps outside the validity range; for the others, a call per run saved)."""
         self.hooks: ReplicaHooks = hooks or _NoHooks()
+        self._retry_to = retry_to
+        """Who retries a refused request (a fleet: re-routed or pinned); None: the client
+        retries here."""
+        self._lost_to = lost_to
+        """Who takes the requests of a ``lose`` restart (None: they are recomputed here,
+        as ``kill``)."""
         self._make_allocator = make_allocator
         self.sched = Scheduler(
             config,
@@ -257,8 +269,19 @@ class Replica:
             self._restart = (mode, downtime_s)
             self._back_up = self.env.event()
             self._poke()
+        elif self._restart is not None and self._restart[0] == "drain" and mode != "drain":
+            # A drain that ran out of time: the rest is killed (or lost) at the next step
+            # boundary; the downtime of the first request stands.
+            self._restart = (mode, self._restart[1])
+            self._poke()
         assert self._back_up is not None
         return self._back_up
+
+    def take_waiting(self) -> list[Group]:
+        """Take this replica's waiting queue (brought up to now first): a drain that
+        redirects its queue. The caller submits them elsewhere."""
+        self.observe()
+        return self.sched.take_waiting()
 
     def observe(self) -> None:
         """Bring the scheduler's state up to now (apply decode steps completed inside a
@@ -289,6 +312,9 @@ class Replica:
 
     def _retry(self, group: Group, delay_s: float) -> None:
         """A client retries a refused request after ``delay_s``."""
+        if self._retry_to is not None:
+            self._retry_to(self, group, delay_s)
+            return
         if self.exact:
             timer = _ArrivalTimer(self.env, delay_s)
             assert timer.callbacks is not None
@@ -356,8 +382,10 @@ class Replica:
             self._t = env.now
             if self._restart is not None:
                 mode, downtime_s = self._restart
-                if mode == "kill" or not sched.running:
+                if mode != "drain" or not sched.running:
                     yield from self._go_down(mode, downtime_s)
+                    if not self.up:
+                        return  # gone for good
                     continue
                 sched.admitting = False
             step = sched.begin_step(env.now)
@@ -394,10 +422,12 @@ class Replica:
         while True:
             if self._restart is not None:
                 mode, downtime_s = self._restart
-                if mode == "kill" or not sched.running:
+                if mode != "drain" or not sched.running:
                     if self._t > env.now:
                         yield env.timeout(self._t - env.now)
                     yield from self._go_down(mode, downtime_s)
+                    if not self.up:
+                        return  # gone for good
                     continue
                 sched.admitting = False
             t = self._t
@@ -524,9 +554,19 @@ class Replica:
         self._restart = None
         self.restarts += 1
         self.hooks.on_restart(self, mode, downtime_s)
+        if mode == "lose" and self._lost_to is not None:
+            lost = self.sched.take_all()
+            if lost:
+                self._lost_to(self, lost)
+        self.up = False
+        if downtime_s == math.inf:  # gone for good (scaled down): the process ends
+            self.sched.admitting = False
+            if self._back_up is not None:
+                self._back_up.succeed()
+                self._back_up = None
+            return
         self.sched.reset_allocator(self._make_allocator())
         self.sched.admitting = False
-        self.up = False
         env = self.env
         back_s = env.now + downtime_s
         if not self.exact:  # requests keep arriving (and may be refused at once)

@@ -160,6 +160,34 @@ class Scheduler:
                 g.swapped = False
                 g.held_tokens = g.prompt_tokens + g.generated_tokens
 
+    def take_waiting(self) -> list[Group]:
+        """Take every waiting request out of the queue (a drain that redirects its queue
+        to other replicas), in queue order. A swapped-out request loses its host copy
+        (it leaves this process): it is recomputed wherever it goes next."""
+        waiting = self.batch.waiting
+        out = list(waiting)
+        waiting.clear()
+        for g in out:
+            _detach(g)
+        return out
+
+    def take_all(self) -> list[Group]:
+        """Take every request out (the running batch in admission order, then the queue):
+        the process is gone (a crash, a killed restart) and its clients see errors. The
+        allocator's state is left as it was: the caller replaces it."""
+        batch = self.batch
+        self.growth.stop_ticking()
+        out = []
+        for g in list(batch.running):
+            batch.note_reserved(g)
+            batch.leave(g)
+            out.append(g)
+        out.extend(batch.waiting)
+        batch.waiting.clear()
+        for g in out:
+            _detach(g)
+        return out
+
     # -- one step -----------------------------------------------------------------------
     def begin_step(self, now: float) -> Step | None:
         """Grow decoding groups (preempting on failure), admit, compose the step."""
@@ -287,3 +315,11 @@ class Scheduler:
             if g.in_batch:
                 growth.drop(g)
                 batch.finish(g, now, "ok")
+
+
+def _detach(g: Group) -> None:
+    """``g`` leaves this replica: nothing of it stays here (it holds no memory)."""
+    g.seq_ids = []
+    g.swapped = False
+    g.prefill_left_tokens = 0
+    g.blocked = None
