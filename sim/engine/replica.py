@@ -156,6 +156,9 @@ class Replica:
         )
         self.started_s = env.now - initial_uptime_s
         self.up = True
+        self.accepting = True
+        """Whether a router may send it requests (a fleet clears it while the replica
+        warms up or drains); the replica itself ignores it."""
         self.restarts = 0
         self.steps_total = 0
         self.wakeups_total = 0

@@ -31,8 +31,10 @@ class ReplicaView:
 
     @property
     def up(self) -> bool:
-        """Serving (False while restarting: down for the model load)."""
-        return self._replica.up
+        """Serving and accepting requests (False while restarting: down for the model
+        load; and in a fleet while warming up or draining)."""
+        r = self._replica
+        return r.up and r.accepting
 
     @property
     def uptime_s(self) -> float:
