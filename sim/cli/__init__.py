@@ -21,6 +21,7 @@ from typing import Any  # noqa: E402
 import typer  # noqa: E402
 from typer.core import TyperGroup  # noqa: E402
 
+from sim.cli.alerts import alerts_app  # noqa: E402
 from sim.cli.info import allocators_command, hardware_command  # noqa: E402
 from sim.cli.run import demo_command, run_command, scenarios_command  # noqa: E402
 from sim.cli.trace import trace_app  # noqa: E402
@@ -112,6 +113,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(trace_app, name="trace", no_args_is_help=False)
+app.add_typer(alerts_app, name="alerts", no_args_is_help=False)
 app.command("run")(run_command)
 app.command("scenarios")(scenarios_command)
 app.command("demo")(demo_command)

@@ -1,0 +1,358 @@
+"""The fleet seed's alerts evaluated over a run's output frames as Prometheus would
+evaluate them, and a diagnosis of every failed request. Pure functions of the frames
+(``timeseries``, ``events``, ``requests``): a single-replica run and a fleet run (a
+``replica`` per node) are read the same way.
+
+Scrapes. Every ``scrape_interval_s`` from the run's first sample (``t_k = t_0 + k * I``,
+up to the last sample, an instant after it is not scraped) each replica is scraped: the
+gauges it reports are those of its latest ``periodic`` sample at or before ``t_k``.
+A replica has *no data* at ``t_k`` (target down: no alert fires, firing ones resolve)
+before its first periodic sample, while that sample says the replica is down
+(``up`` false: restarting), and after its ``final`` sample. Failure-time samples are
+not scraped (a gauge is read on the scrape's clock, not at each failure).
+
+Rules (``high_free_share``, ``ratio_alert``, ``ratio_severe`` and ``uptime_rho_alert``
+from the scenario's ``metrics``: :class:`~sim.results.summary.AlertThresholds`):
+
+* ``FragmentationDrivenAllocationFailure`` (high): at least one allocation failure
+  (``admission_failure`` / ``growth_failure`` event) on the replica in the scrape window
+  ``(t_{k-1}, t_k]`` (``(-inf, t_0]`` for the first) while its free share exceeded
+  ``high_free_share`` (strictly: exactly 25 % free does not fire). Value: the number of
+  such failures in the window. Evaluated whether or not the gauges have data.
+* ``SevereFragmentation`` (high): scraped ``largest_contiguous_free_block_ratio`` <
+  ``ratio_severe``. ``HighFragmentationApproachingThreshold`` (medium): the ratio <
+  ``ratio_alert``; both fire below ``ratio_severe`` (Prometheus has no precedence: route
+  them with an inhibit rule). Value: the ratio. A NaN ratio (nothing free) never fires.
+* ``FragmentationTrendsWithUptime`` (medium): the fragmentation ``F = 1 - ratio`` rises
+  with uptime since the last restart ``U``. Over the window ``W = trend_window_s``
+  (the scrapes at ``t_k - W < t <= t_k`` that have data), Pearson's r of (U, F) >=
+  ``uptime_rho_alert``, the current F > ``1 - ratio_alert`` (past the medium alert's
+  level) and the current U >= W (no restart within the window). A NaN ratio in the
+  window, or a flat U or F, gives no r: it does not fire. Pearson's r, not the
+  summary's Spearman rho over the whole run: PromQL has no ranks, and the exported rule
+  (:mod:`sim.fleet.prometheus`) computes exactly this r. Value: r.
+
+Log. Prometheus semantics with ``for: 0s``: an alert *fires* at the first scrape its
+condition holds and is *resolved* at the first scrape it no longer does (no data
+included); one ``firing`` row per start and one ``resolved`` row per end (none for an
+alert still firing when the run ends).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from sim.results.summary import AlertThresholds
+
+FAILURE_KINDS = ("admission_failure", "growth_failure")
+"""The event kinds that are allocation failures."""
+
+Severity = Literal["high", "medium"]
+
+
+@dataclass(frozen=True, slots=True)
+class AlertSpec:
+    """One alert of the seed: its name, severity and the seed's response."""
+
+    name: str
+    severity: Severity
+    summary: str
+    response: str
+
+
+FRAGMENTATION_FAILURE = AlertSpec(
+    "FragmentationDrivenAllocationFailure",
+    "high",
+    "Allocation failure while aggregate free memory exceeds the high-free threshold",
+    "Restart the affected node; investigate whether a paged allocator migration is warranted",
+)
+SEVERE_FRAGMENTATION = AlertSpec(
+    "SevereFragmentation",
+    "high",
+    "largest_contiguous_free_block_ratio below the severe threshold",
+    "Restart the affected node before allocations fail; avoid autoscaling in response",
+)
+HIGH_FRAGMENTATION = AlertSpec(
+    "HighFragmentationApproachingThreshold",
+    "medium",
+    "largest_contiguous_free_block_ratio below the alert threshold",
+    "Schedule proactive restart before failures occur; avoid autoscaling in response",
+)
+UPTIME_TREND = AlertSpec(
+    "FragmentationTrendsWithUptime",
+    "medium",
+    "Fragmentation rises with uptime since the last restart, past the alert level",
+    "Schedule periodic restarts (rolling recycling) of long-uptime nodes before "
+    "fragmentation causes allocation failures; avoid autoscaling in response",
+)
+ALERTS: tuple[AlertSpec, ...] = (
+    FRAGMENTATION_FAILURE,
+    SEVERE_FRAGMENTATION,
+    HIGH_FRAGMENTATION,
+    UPTIME_TREND,
+)
+"""Every alert, in the order the log lists alerts that change at the same scrape."""
+
+ALERT_COLUMNS = ("time_s", "replica", "alert", "severity", "state", "value", "response")
+
+DEFAULT_SCRAPE_INTERVAL_S = 30.0
+DEFAULT_THRESHOLDS = AlertThresholds()
+"""The fleet seed's thresholds (a scenario's: ``scenario.metrics.thresholds()``)."""
+DEFAULT_TREND_WINDOW_S = 3600.0
+
+
+def scrape_times(timeseries: pd.DataFrame, scrape_interval_s: float) -> np.ndarray:
+    """The scrape instants ``t_0 + k * I`` from the first sample up to the last."""
+    if not scrape_interval_s > 0:
+        raise ValueError(f"scrape_interval_s must be > 0, got {scrape_interval_s}")
+    if timeseries.empty:
+        return np.empty(0)
+    start, end = float(timeseries["time_s"].min()), float(timeseries["time_s"].max())
+    count = math.floor((end - start) / scrape_interval_s + 1e-9) + 1
+    return start + scrape_interval_s * np.arange(count)
+
+
+def scraped(timeseries: pd.DataFrame, times: np.ndarray, replica: int) -> pd.DataFrame:
+    """What one replica reports at each scrape instant: ``ratio`` and ``uptime_s`` of
+    its latest periodic sample at or before it, ``has_data`` false where it has none
+    (see the module docstring); one row per instant."""
+    ts = timeseries[timeseries["replica"] == replica]
+    periodic = ts[ts["trigger"] == "periodic"].sort_values("time_s", kind="stable")
+    grid = pd.DataFrame({"time_s": times})
+    got = pd.merge_asof(
+        grid,
+        periodic[["time_s", "up", "uptime_s", "largest_contiguous_free_block_ratio"]].rename(
+            columns={"time_s": "sample_s"}
+        ),
+        left_on="time_s",
+        right_on="sample_s",
+        direction="backward",
+    )
+    final = ts.loc[ts["trigger"] == "final", "time_s"]
+    ended = times > float(final.min()) if len(final) else np.zeros(len(times), dtype=bool)
+    has_data = got["sample_s"].notna().to_numpy() & ~ended
+    has_data &= got["up"].fillna(False).astype(bool).to_numpy()
+    return pd.DataFrame(
+        {
+            "time_s": times,
+            "has_data": has_data,
+            "ratio": got["largest_contiguous_free_block_ratio"].to_numpy(dtype=float),
+            "uptime_s": got["uptime_s"].to_numpy(dtype=float),
+        }
+    )
+
+
+def high_free_failures(
+    events: pd.DataFrame, times: np.ndarray, replica: int, high_free_share: float
+) -> np.ndarray:
+    """The number of allocation failures on ``replica`` at free share >
+    ``high_free_share`` in each scrape window ``(t_{k-1}, t_k]``."""
+    ev = events[
+        (events["replica"] == replica)
+        & events["kind"].isin(FAILURE_KINDS)
+        & (events["free_share"] > high_free_share)
+    ]
+    window = np.searchsorted(times, ev["time_s"].to_numpy(dtype=float), side="left")
+    window = window[window < len(times)]  # after the last scrape: never scraped
+    return np.bincount(window, minlength=len(times)).astype(float)
+
+
+def uptime_correlation(scrapes: pd.DataFrame, window_scrapes: int) -> np.ndarray:
+    """Pearson's r of (uptime, 1 - ratio) over each scrape's window of the last
+    ``window_scrapes`` instants, over the ones with data; NaN where a ratio in it is
+    NaN, fewer than two have data, or either series is flat (PromQL: ``avg_over_time``
+    of a NaN is NaN, 0/0 is NaN). Population moments, centred per window; computed in
+    blocks of windows so memory stays bounded whatever the run's length."""
+    n = len(scrapes)
+    out = np.full(n, np.nan)
+    if n == 0:
+        return out
+    size = min(window_scrapes, n)
+    pad = np.zeros(size - 1)
+    has = np.concatenate([pad.astype(bool), scrapes["has_data"].to_numpy(dtype=bool)])
+    u = np.concatenate([pad, scrapes["uptime_s"].to_numpy(dtype=float)])
+    f = np.concatenate([pad, 1.0 - scrapes["ratio"].to_numpy(dtype=float)])
+    u = np.where(has, u, np.nan)
+    poison = np.concatenate([[0], np.cumsum(has & np.isnan(f))])
+    count = np.concatenate([[0], np.cumsum(has)])
+    f = np.where(has, f, np.nan)
+    ok = (count[size:] - count[:-size] >= 2) & (poison[size:] - poison[:-size] == 0)
+    view = np.lib.stride_tricks.sliding_window_view
+    u_w, f_w = view(u, size), view(f, size)
+    block = max(1, 2_000_000 // size)
+    for start in range(0, n, block):
+        rows = np.flatnonzero(ok[start : start + block]) + start
+        if not len(rows):
+            continue
+        du = u_w[rows] - np.nanmean(u_w[rows], axis=1, keepdims=True)
+        df = f_w[rows] - np.nanmean(f_w[rows], axis=1, keepdims=True)
+        cov = np.nanmean(du * df, axis=1)
+        denom = np.sqrt(np.nanmean(du * du, axis=1) * np.nanmean(df * df, axis=1))
+        # exactly flat, not "its mean's rounding error": a constant has no r
+        flat = (np.nanmax(f_w[rows], axis=1) == np.nanmin(f_w[rows], axis=1)) | (
+            np.nanmax(u_w[rows], axis=1) == np.nanmin(u_w[rows], axis=1)
+        )
+        out[rows] = np.where(flat, np.nan, cov / np.where(flat, 1.0, denom))
+    return out
+
+
+def conditions(
+    timeseries: pd.DataFrame,
+    events: pd.DataFrame,
+    replica: int,
+    times: np.ndarray,
+    thresholds: AlertThresholds,
+    trend_window_s: float,
+    scrape_interval_s: float,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per alert: (firing, value) at each scrape instant for one replica."""
+    s = scraped(timeseries, times, replica)
+    has = s["has_data"].to_numpy()
+    ratio = s["ratio"].to_numpy()
+    uptime = s["uptime_s"].to_numpy()
+    failures = high_free_failures(events, times, replica, thresholds.high_free_share)
+    window = max(1, math.floor(trend_window_s / scrape_interval_s + 1e-9))
+    r = uptime_correlation(s, window)
+    with np.errstate(invalid="ignore"):
+        trend = (
+            has
+            & (r >= thresholds.uptime_rho_alert)
+            & (1.0 - ratio > 1.0 - thresholds.ratio_alert)
+            & (uptime >= trend_window_s)
+        )
+        return {
+            FRAGMENTATION_FAILURE.name: (failures > 0, failures),
+            SEVERE_FRAGMENTATION.name: (has & (ratio < thresholds.ratio_severe), ratio),
+            HIGH_FRAGMENTATION.name: (has & (ratio < thresholds.ratio_alert), ratio),
+            UPTIME_TREND.name: (trend, r),
+        }
+
+
+def evaluate_alerts(
+    timeseries: pd.DataFrame,
+    events: pd.DataFrame,
+    *,
+    scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
+    thresholds: AlertThresholds = DEFAULT_THRESHOLDS,
+    trend_window_s: float = DEFAULT_TREND_WINDOW_S,
+) -> pd.DataFrame:
+    """The alert log of a run (columns :data:`ALERT_COLUMNS`): a ``firing`` row where an
+    alert starts on a replica, a ``resolved`` row where it ends; sorted by time,
+    replica, then the order of :data:`ALERTS`. Same frames in, same log out."""
+    times = scrape_times(timeseries, scrape_interval_s)
+    rows: list[dict[str, object]] = []
+    replicas = sorted(set(timeseries["replica"].tolist()) | set(events["replica"].tolist()))
+    specs = {spec.name: spec for spec in ALERTS}
+    for replica in replicas:
+        found = conditions(
+            timeseries,
+            events,
+            int(replica),
+            times,
+            thresholds,
+            trend_window_s,
+            scrape_interval_s,
+        )
+        for order, (name, (firing, value)) in enumerate(found.items()):
+            before = np.concatenate([[False], firing[:-1]])
+            for k in np.flatnonzero(firing != before):
+                spec = specs[name]
+                rows.append(
+                    {
+                        "time_s": float(times[k]),
+                        "replica": int(replica),
+                        "alert": name,
+                        "severity": spec.severity,
+                        "state": "firing" if firing[k] else "resolved",
+                        "value": float(value[k]),
+                        "response": spec.response,
+                        "_order": order,
+                    }
+                )
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in ALERT_COLUMNS})
+    log = pd.DataFrame(rows).sort_values(["time_s", "replica", "_order"], kind="stable")
+    return log[list(ALERT_COLUMNS)].reset_index(drop=True)
+
+
+def _dtype(column: str) -> str:
+    return {"time_s": "float64", "replica": "int64", "value": "float64"}.get(column, "object")
+
+
+FAILED_PREFIXES = ("rejected-", "failed-")
+
+DIAGNOSES = {
+    "fragmentation": "fragmentation on a capable node",
+    "capacity": "capacity shortage",
+}
+"""The allocator's cause of a failure -> its diagnosis. Fragmentation: total free >=
+the need but no usable extent is large enough (restart or defragment the node; adding
+replicas does not help); capacity: not enough free memory at all (a genuine shortage)."""
+
+DIAGNOSIS_COLUMNS = (
+    "request_id",
+    "replica",
+    "status",
+    "diagnosis",
+    "cause",
+    "failure_s",
+    "need_tokens",
+    "free_tokens",
+    "largest_free_extent_tokens",
+    "free_share",
+    "at_high_free_memory",
+)
+
+
+def diagnose_failures(
+    requests: pd.DataFrame,
+    events: pd.DataFrame,
+    thresholds: AlertThresholds = DEFAULT_THRESHOLDS,
+) -> pd.DataFrame:
+    """One row per failed request (status ``rejected-*`` / ``failed-*``), in the order of
+    ``requests``, with the columns :data:`DIAGNOSIS_COLUMNS`: the request's last
+    allocation failure (the one that ended it; a retried request may have failed on
+    several replicas) and its diagnosis (:data:`DIAGNOSES`); ``at_high_free_memory``:
+    its free share exceeded ``high_free_share``. A request refused with no allocation
+    failure (``rejected-too-long``: longer than the node's maximum sequence) is
+    ``request too long``, with missing pool columns.
+
+    To add the diagnosis to the requests table::
+
+        requests.merge(diagnose_failures(requests, events)[["request_id", "diagnosis"]],
+                       on="request_id", how="left")
+    """
+    failed = requests[requests["status"].astype(str).str.startswith(FAILED_PREFIXES)]
+    fails = events[events["kind"].isin(FAILURE_KINDS)]
+    last = fails.sort_values("time_s", kind="stable").drop_duplicates("request_id", keep="last")
+    last = last.rename(columns={"time_s": "failure_s", "replica": "failure_replica"})
+    out = failed[["request_id", "replica", "status"]].merge(
+        last[
+            [
+                "request_id",
+                "failure_replica",
+                "cause",
+                "failure_s",
+                "need_tokens",
+                "free_tokens",
+                "largest_free_extent_tokens",
+                "free_share",
+            ]
+        ],
+        on="request_id",
+        how="left",
+    )
+    out["replica"] = out["failure_replica"].fillna(out["replica"]).astype("int64")
+    cause = out["cause"].fillna("")
+    out["cause"] = cause
+    out["diagnosis"] = cause.map(DIAGNOSES).fillna("request too long")
+    out.loc[out["status"] != "rejected-too-long", "diagnosis"] = out["diagnosis"].where(
+        cause != "", "unknown (no allocation failure recorded)"
+    )
+    out["at_high_free_memory"] = out["free_share"] > thresholds.high_free_share
+    return out[list(DIAGNOSIS_COLUMNS)].reset_index(drop=True)

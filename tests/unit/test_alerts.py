@@ -1,0 +1,336 @@
+"""The seed's alerts over hand-made frames (``sim.fleet.alerts``) and the Prometheus
+rules exported for them (``sim.fleet.prometheus``): each alert fires at the scrape
+Prometheus would fire it at (not before), resolves when its condition ends, a NaN
+ratio never alerts, "exceeds 25 %" is strict, and failed requests are diagnosed by the
+allocator's cause."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS
+from sim.fleet.alerts import (
+    ALERT_COLUMNS,
+    ALERTS,
+    DIAGNOSIS_COLUMNS,
+    diagnose_failures,
+    evaluate_alerts,
+)
+from sim.fleet.prometheus import METRICS, alert_rules, expressions, rules_yaml
+from sim.results.frames import REQUEST_COLUMNS
+from sim.results.summary import AlertThresholds
+from sim.scenario.yaml_loader import load_yaml
+
+CAP = 1000
+
+
+def samples(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """A timeseries frame: each row's given columns, the rest a plausible idle pool."""
+    base: dict[str, Any] = {c: 0 for c in SAMPLE_COLUMNS}
+    base |= {
+        "replica": 0,
+        "trigger": "periodic",
+        "up": True,
+        "capacity_tokens": CAP,
+        "free_tokens": CAP,
+        "largest_contiguous_free_block_ratio": 1.0,
+    }
+    full = [base | {"uptime_s": r["time_s"]} | r for r in rows]
+    return pd.DataFrame(full, columns=list(SAMPLE_COLUMNS))
+
+
+def ratios(values: list[float], every_s: float = 30.0, **extra: Any) -> pd.DataFrame:
+    """Periodic samples at 0, every_s, ... with these ratios."""
+    return samples(
+        [
+            {"time_s": i * every_s, "largest_contiguous_free_block_ratio": v, **extra}
+            for i, v in enumerate(values)
+        ]
+    )
+
+
+def events(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    base: dict[str, Any] = {c: 0 for c in EVENT_COLUMNS}
+    base |= {"replica": 0, "kind": "admission_failure", "cause": "fragmentation", "detail": ""}
+    full = [base | {"free_tokens": round(r.get("free_share", 0) * CAP)} | r for r in rows]
+    return pd.DataFrame(full, columns=list(EVENT_COLUMNS))
+
+
+NO_EVENTS = events([])
+
+
+def log_of(ts: pd.DataFrame, ev: pd.DataFrame = NO_EVENTS, **kw: Any) -> pd.DataFrame:
+    log = evaluate_alerts(ts, ev, **kw)
+    assert tuple(log.columns) == ALERT_COLUMNS
+    return log
+
+
+def transitions(log: pd.DataFrame, alert: str) -> list[tuple[float, str]]:
+    rows = log[log["alert"] == alert]
+    return list(zip(rows["time_s"].tolist(), rows["state"].tolist(), strict=True))
+
+
+# -- ratio alerts -------------------------------------------------------------------
+
+
+def test_ratio_alerts_fire_at_the_first_scrape_below_and_resolve_above() -> None:
+    log = log_of(ratios([0.9, 0.7, 0.55, 0.45, 0.55, 0.8, 0.8]))
+    assert transitions(log, "HighFragmentationApproachingThreshold") == [
+        (60.0, "firing"),
+        (150.0, "resolved"),
+    ]
+    assert transitions(log, "SevereFragmentation") == [(90.0, "firing"), (120.0, "resolved")]
+    first = log.iloc[0]
+    assert (first["severity"], first["value"]) == ("medium", 0.55)
+    assert first["response"].startswith("Schedule proactive restart")
+    assert set(log.loc[log["alert"] == "SevereFragmentation", "severity"]) == {"high"}
+
+
+def test_threshold_is_strict_and_the_scenarios_thresholds_are_used() -> None:
+    ts = ratios([0.6, 0.5])
+    assert transitions(log_of(ts), "HighFragmentationApproachingThreshold") == [(30.0, "firing")]
+    assert transitions(log_of(ts), "SevereFragmentation") == []
+    looser = AlertThresholds(ratio_alert=0.7, ratio_severe=0.55)
+    log = log_of(ts, thresholds=looser)
+    assert transitions(log, "SevereFragmentation") == [(30.0, "firing")]
+    assert transitions(log, "HighFragmentationApproachingThreshold") == [(0.0, "firing")]
+
+
+def test_a_nan_ratio_never_alerts_and_resolves_a_firing_alert() -> None:
+    log = log_of(ratios([math.nan, math.nan, 0.3, math.nan]))
+    assert transitions(log, "SevereFragmentation") == [(60.0, "firing"), (90.0, "resolved")]
+    assert math.isnan(log.iloc[-1]["value"])
+    assert log_of(ratios([math.nan] * 5)).empty
+
+
+def test_a_scrape_reads_the_latest_periodic_sample_not_failure_samples() -> None:
+    ts = samples(
+        [
+            {"time_s": 0.0, "largest_contiguous_free_block_ratio": 0.9},
+            {"time_s": 40.0, "largest_contiguous_free_block_ratio": 0.1, "trigger": "failure"},
+            {"time_s": 61.0, "largest_contiguous_free_block_ratio": 0.4},
+            {"time_s": 100.0, "largest_contiguous_free_block_ratio": 0.4},
+        ]
+    )
+    # scrapes at 0, 30, 60, 90: the 61 s sample is first read at 90 s
+    assert transitions(log_of(ts), "SevereFragmentation") == [(90.0, "firing")]
+
+
+def test_a_down_replica_and_one_past_its_final_sample_have_no_data() -> None:
+    ts = samples(
+        [
+            {"time_s": 0.0, "largest_contiguous_free_block_ratio": 0.3},
+            {"time_s": 30.0, "largest_contiguous_free_block_ratio": 0.3, "up": False},
+            {"time_s": 60.0, "largest_contiguous_free_block_ratio": 0.3},
+            {"time_s": 60.0, "replica": 1, "largest_contiguous_free_block_ratio": 0.3},
+            {"time_s": 65.0, "replica": 1, "trigger": "final"},
+            {"time_s": 120.0, "largest_contiguous_free_block_ratio": 0.3},
+        ]
+    )
+    log = log_of(ts)
+    severe = log[log["alert"] == "SevereFragmentation"]
+    assert list(zip(severe["time_s"], severe["replica"], severe["state"], strict=True)) == [
+        (0.0, 0, "firing"),
+        (30.0, 0, "resolved"),
+        (60.0, 0, "firing"),
+        (60.0, 1, "firing"),
+        (90.0, 1, "resolved"),
+    ]
+
+
+def test_the_scrape_grid_follows_the_interval() -> None:
+    ts = ratios([0.9, 0.9, 0.3, 0.3], every_s=10.0)
+    assert transitions(log_of(ts, scrape_interval_s=7.0), "SevereFragmentation") == [
+        (21.0, "firing")
+    ]
+
+
+# -- allocation failures at high free memory ------------------------------------------
+
+
+def test_failure_at_high_free_memory_fires_at_the_scrape_that_closes_its_window() -> None:
+    ts = ratios([1.0] * 6)
+    ev = events(
+        [
+            {"time_s": 31.0, "free_share": 0.4},
+            {"time_s": 45.0, "free_share": 0.3, "kind": "growth_failure"},
+            {"time_s": 45.0, "free_share": 0.4, "kind": "preemption"},
+            {"time_s": 90.0, "free_share": 0.26},
+        ]
+    )
+    log = log_of(ts, ev)
+    # (30, 60] holds two failures, (60, 90] one (still firing), (90, 120] none
+    assert transitions(log, "FragmentationDrivenAllocationFailure") == [
+        (60.0, "firing"),
+        (120.0, "resolved"),
+    ]
+    fired = log[log["alert"] == "FragmentationDrivenAllocationFailure"].iloc[0]
+    assert (fired["severity"], fired["value"]) == ("high", 2.0)  # the preemption is no failure
+    assert fired["response"].startswith("Restart the affected node")
+
+
+def test_a_failure_exactly_at_the_high_free_share_does_not_fire() -> None:
+    ts = ratios([1.0] * 3)
+    at = events([{"time_s": 10.0, "free_share": 0.25, "cause": "capacity"}])
+    assert log_of(ts, at).empty
+    above = events([{"time_s": 10.0, "free_share": 0.2501}])
+    assert transitions(log_of(ts, above), "FragmentationDrivenAllocationFailure") == [
+        (30.0, "firing"),
+        (60.0, "resolved"),
+    ]
+
+
+def test_failures_are_per_replica_and_after_the_last_scrape_are_never_scraped() -> None:
+    ts = pd.concat([ratios([1.0] * 3), ratios([1.0] * 3, replica=1)], ignore_index=True)
+    ev = events([{"time_s": 0.0, "free_share": 0.5, "replica": 1}, {"time_s": 61.0}])
+    log = log_of(ts, ev)
+    assert log[["time_s", "replica", "state"]].values.tolist() == [
+        [0.0, 1, "firing"],
+        [30.0, 1, "resolved"],
+    ]
+
+
+# -- uptime trend ---------------------------------------------------------------------
+
+
+def test_uptime_trend_fires_once_the_window_is_full_and_past_the_level() -> None:
+    frag = np.linspace(0.0, 0.6, 13)  # ratio 1.0 -> 0.4 over 6 minutes
+    ts = ratios(list(1.0 - frag))
+    log = log_of(ts, trend_window_s=120.0)  # 4 scrapes
+    # first scrape with uptime >= 120 s, fragmentation > 0.4 (ratio < 0.6) and rising:
+    # ratio(k) = 1 - 0.05 k < 0.6 from k = 9 (270 s)
+    assert transitions(log, "FragmentationTrendsWithUptime") == [(270.0, "firing")]
+    row = log[log["alert"] == "FragmentationTrendsWithUptime"].iloc[0]
+    assert row["value"] == pytest.approx(1.0)
+
+
+def test_uptime_trend_needs_a_rise_and_no_restart_in_the_window() -> None:
+    flat = ratios([0.3] * 12)
+    assert transitions(log_of(flat, trend_window_s=120.0), "FragmentationTrendsWithUptime") == []
+    falling = ratios(list(np.linspace(0.5, 0.3, 12)[::-1]))  # fragmentation falling
+    assert transitions(log_of(falling, trend_window_s=120.0), "FragmentationTrendsWithUptime") == []
+    rows = [
+        {"time_s": 30.0 * i, "uptime_s": 30.0 * (i % 6), "largest_contiguous_free_block_ratio": r}
+        for i, r in enumerate(1.0 - np.linspace(0.3, 0.8, 12))
+    ]
+    # a restart every 6 scrapes: uptime never reaches the 200 s window
+    restarted = samples(rows)
+    assert (
+        log_of(restarted, trend_window_s=200.0)
+        .query("alert == 'FragmentationTrendsWithUptime'")
+        .empty
+    )
+
+
+def test_a_nan_ratio_in_the_trend_window_gives_no_correlation() -> None:
+    values = list(1.0 - np.linspace(0.3, 0.8, 12))
+    values[8] = math.nan
+    log = log_of(ratios(values), trend_window_s=120.0)
+    fired = transitions(log, "FragmentationTrendsWithUptime")
+    # windows holding scrape 8 (240..330 s) give no r
+    assert all(not 240.0 <= t <= 330.0 or state == "resolved" for t, state in fired)
+    assert (240.0, "resolved") in fired
+
+
+def test_same_frames_same_log_and_empty_frames_an_empty_log() -> None:
+    ts = ratios([0.9, 0.4, 0.3, 0.8])
+    pd.testing.assert_frame_equal(log_of(ts), log_of(ts))
+    empty = log_of(samples([]))
+    assert empty.empty and empty["time_s"].dtype == float
+
+
+# -- diagnosis ------------------------------------------------------------------------
+
+
+def requests(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    base: dict[str, Any] = {c: 0 for c in REQUEST_COLUMNS} | {"status": "ok"}
+    return pd.DataFrame([base | r for r in rows], columns=list(REQUEST_COLUMNS))
+
+
+def test_diagnosis_by_the_allocators_cause() -> None:
+    req = requests(
+        [
+            {"request_id": 0},
+            {"request_id": 1, "status": "rejected-fragmentation"},
+            {"request_id": 2, "status": "failed-capacity", "replica": 3},
+            {"request_id": 3, "status": "rejected-too-long"},
+            {"request_id": 4, "status": "timed-out"},
+        ]
+    )
+    ev = events(
+        [
+            {"time_s": 1.0, "request_id": 1, "free_share": 0.1, "cause": "capacity"},
+            {
+                "time_s": 2.0,
+                "request_id": 1,
+                "free_share": 0.4,
+                "need_tokens": 300,
+                "largest_free_extent_tokens": 120,
+            },
+            {"time_s": 3.0, "request_id": 1, "kind": "preemption", "cause": "capacity"},
+            {
+                "time_s": 5.0,
+                "request_id": 2,
+                "replica": 3,
+                "kind": "growth_failure",
+                "free_share": 0.02,
+                "cause": "capacity",
+            },
+        ]
+    )
+    d = diagnose_failures(req, ev)
+    assert tuple(d.columns) == DIAGNOSIS_COLUMNS
+    assert d["request_id"].tolist() == [1, 2, 3]
+    assert d["diagnosis"].tolist() == [
+        "fragmentation on a capable node",
+        "capacity shortage",
+        "request too long",
+    ]
+    assert d["at_high_free_memory"].tolist() == [True, False, False]
+    frag = d.iloc[0]
+    assert (frag["failure_s"], frag["free_tokens"], frag["need_tokens"]) == (2.0, 400, 300)
+    assert d.iloc[1]["replica"] == 3
+    strict = diagnose_failures(req, ev, AlertThresholds(high_free_share=0.4))
+    assert not strict["at_high_free_memory"].any()
+
+
+# -- Prometheus rules -------------------------------------------------------------------
+
+
+def test_rules_file_is_valid_yaml_with_one_rule_per_alert() -> None:
+    text = rules_yaml(alert_rules(AlertThresholds(), 30.0))
+    for loaded in (yaml.safe_load(text), load_yaml(text)):
+        (group,) = loaded["groups"]
+        assert (group["name"], group["interval"]) == ("fragsim", "30s")
+        assert [r["alert"] for r in group["rules"]] == [a.name for a in ALERTS]
+        for rule, spec in zip(group["rules"], ALERTS, strict=True):
+            assert set(rule) == {"alert", "expr", "for", "labels", "annotations"}
+            assert rule["labels"] == {"severity": spec.severity}
+            assert rule["annotations"]["response"] == spec.response
+            assert {"summary", "description"} <= set(rule["annotations"])
+            assert rule["for"] == "0s"
+
+
+def test_rule_expressions_use_the_metric_table_and_the_thresholds() -> None:
+    th = AlertThresholds(high_free_share=0.3, ratio_alert=0.65, ratio_severe=0.45)
+    ex = expressions(th, 15.0, 600.0)
+    names = {name for _, name, _, _ in METRICS}
+    assert ex["SevereFragmentation"] == "fragsim_largest_contiguous_free_block_ratio < 0.45"
+    assert ex["HighFragmentationApproachingThreshold"].endswith("< 0.65")
+    assert (
+        'fragsim_allocation_failure_free_share_bucket{le="0.3"}'
+        in ex["FragmentationDrivenAllocationFailure"]
+    )
+    assert "offset 15s" in ex["FragmentationDrivenAllocationFailure"]
+    assert "[600s:15s]" in ex["FragmentationTrendsWithUptime"]
+    for expr in ex.values():
+        used = set(re.findall(r"fragsim_\w+", expr))
+        assert {w.removesuffix("_count").removesuffix("_bucket") for w in used} <= names
+        assert expr.count("(") == expr.count(")")
