@@ -69,6 +69,15 @@ STATUSES: Final = {
 """Status as logged (lower case) -> normalised status."""
 EVENTS: Final = ("start", "restart", "scale_up", "scale_down", "crash")
 DEFAULT_POOL: Final = "default"
+EXPECTED: Final = {
+    "prompt_tokens": "a whole number >= 1",
+    "output_tokens": "a whole number >= 0",
+    "attempt": "a whole number >= 0",
+    "request_id": "an integer",
+    "arrival_s": "seconds from the log start, >= 0",
+    "time_s": "seconds from the log start",
+}
+"""What a number column expects, for a cell that is no number at all."""
 CHUNK_ROWS: Final = 1 << 16
 
 REQUESTS: Final = Format(
@@ -180,16 +189,20 @@ def load_postmortem_log(log_dir: str | Path) -> PostmortemLog:
     except LogError:
         raise
     except TraceError as exc:
-        raise LogError(
-            exc.path,
-            exc.message,
-            row=exc.row,
-            line=exc.line,
-            field=exc.field,
-            expected=exc.expected,
-            got=exc.got,
-            written=exc.written,
-        ) from None
+        raise _log_error(exc, exc.expected) from None
+
+
+def _log_error(exc: TraceError, expected: str | None) -> LogError:
+    return LogError(
+        exc.path,
+        exc.message,
+        row=exc.row,
+        line=exc.line,
+        field=exc.field,
+        expected=expected,
+        got=exc.got,
+        written=exc.written,
+    )
 
 
 def _read(path: Path, fmt: Format, time_col: str) -> tuple[ReadContext, pa.Table]:
@@ -207,7 +220,12 @@ def _read(path: Path, fmt: Format, time_col: str) -> tuple[ReadContext, pa.Table
             field=time_col,
             expected=f"exactly one of {time_col!r}, 'timestamp'",
         )
-    tables = list(iter_raw(path, fmt, header, CHUNK_ROWS))
+    try:
+        tables = list(iter_raw(path, fmt, header, CHUNK_ROWS))
+    except TraceError as exc:
+        if exc.field not in EXPECTED:
+            raise
+        raise _log_error(exc, EXPECTED[exc.field]) from None
     table = pa.concat_tables(tables) if tables else None
     if table is None or table.num_rows == 0:
         raise TraceError(path, "no data rows", line=line, expected="at least one row")
@@ -396,7 +414,7 @@ def _requests(
         }
     )
     if "session_id" in log.columns:
-        requests["session_id"] = pd.array(first["session_id"], dtype="Int64")
+        requests["session_id"] = first["session_id"]  # both indexed 0..n-1; Int64 kept
     tries = by_try.groupby("request_id", sort=False).size()
     requests["attempts"] = tries.loc[requests["request_id"]].to_numpy(np.int64)
     final = last.loc[requests["request_id"], "status"].to_numpy(object)
