@@ -1,3 +1,3 @@
-"""Restart policies (issue 11, not built yet): periodic decisions over read-only replica
-views (``sim.engine.view.ReplicaView``) -- which replica to restart, drained or killed,
-and why. One registry, as ``policies.allocators``."""
+"""Restart policies: periodic decisions over a read-only fleet view
+(``sim.fleet.view.FleetView``) -- which nodes to restart now, and why. One registry
+(``policies.restart.registry.RESTART_POLICIES``), parsed by ``parse_restart``."""

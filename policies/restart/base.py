@@ -11,7 +11,10 @@ node is drained (wait with a timeout, kill, redirect the queue) and how long it 
 
 from __future__ import annotations
 
-from sim.fleet.view import FleetView, RestartDecision
+from collections.abc import Callable, Sequence
+
+from policies.restart.tracking import InFlight
+from sim.fleet.view import FleetView, NodeView, RestartDecision
 
 
 class RestartPolicy:
@@ -21,3 +24,18 @@ class RestartPolicy:
 
     def decide(self, fleet: FleetView) -> list[RestartDecision]:
         raise NotImplementedError
+
+
+def restart_some(
+    fleet: FleetView,
+    ranked: Sequence[NodeView],
+    slots: int,
+    in_flight: InFlight,
+    cause: Callable[[NodeView], str],
+) -> list[RestartDecision]:
+    """Restart the first ``slots`` of ``ranked`` (best victim first), noting each in
+    ``in_flight``; ``cause(node)`` says why."""
+    decisions = [RestartDecision(n.replica_id, cause(n)) for n in ranked[: max(slots, 0)]]
+    for decision in decisions:
+        in_flight.note(decision.replica_id, fleet.now_s)
+    return decisions
