@@ -143,6 +143,7 @@ def show_command(
 
     _check_times(scrape_interval_s, trend_window_s)
     thresholds = _thresholds(scenario)
+    _check_run_dir(run_dir)
     try:
         result = read_result(run_dir)
         ts, events, requests = result.timeseries, result.events, result.requests
@@ -184,6 +185,20 @@ def show_command(
     )
     if out is not None:
         typer.echo(f"wrote {len(log):,} alert log rows to {out}")
+
+
+def _check_run_dir(run_dir: Path) -> None:
+    """Fail unless ``run_dir`` is a folder holding a run's files."""
+    from sim.results.io import FILES
+
+    try:
+        if not run_dir.is_dir():
+            raise fail(f"{clip(str(run_dir))}: no such run folder (fragsim run -o writes one)")
+        missing = [name for name in FILES if not (run_dir / name).is_file()]
+    except OSError as e:
+        raise fail(os_error_line(e)) from None
+    if missing:
+        raise fail(f"{clip(str(run_dir))}: not a fragsim run: missing {', '.join(missing)}")
 
 
 def _reason(e: BaseException) -> str:

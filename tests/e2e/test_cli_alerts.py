@@ -1,0 +1,117 @@
+"""`fragsim alerts export` / `fragsim alerts show` end to end through the real CLI, over a
+real small run: the rules file is valid YAML with the scenario's thresholds; ``show``
+lists the alert log that ``evaluate_alerts`` computes from the written frames and writes
+it as CSV; every bad input is one ``error:`` line, exit status 2 and no file written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner, Result
+
+from sim.cli import app
+from sim.fleet.alerts import ALERT_COLUMNS, diagnose_failures, evaluate_alerts
+from sim.results.io import read_result
+from sim.results.summary import AlertThresholds
+
+runner = CliRunner()
+
+# 200 chat requests on a 20,000-token pool, refused at once and failed on growth: both
+# failure causes, fragmentation alerts and failed requests within ~40 s of arrivals.
+SMALL: dict[str, Any] = {
+    "name": "small",
+    "seed": 1,
+    "workload": {"preset": "chat", "synth": {"num_requests": 200}},
+    "hardware": {"kv_capacity_tokens": 20_000},
+    "allocator": {"kind": "best_fit"},
+    "scheduler": {"on_admission_failure": "reject", "preemption": "fail"},
+    "metrics": {"sample_interval_s": 5, "ratio_alert": 0.7, "high_free_share": 0.2},
+}
+
+
+def fragsim(*args: str) -> Result:
+    return runner.invoke(app, list(args))
+
+
+def assert_one_error(result: Result, *words: str) -> None:
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    message = " ".join(result.stderr.split())
+    assert message.startswith("error: ") and len([x for x in lines if "error:" in x]) == 1
+    for word in words:
+        assert word in message
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("alerts")
+    scenario = folder / "small.yaml"
+    scenario.write_text(yaml.safe_dump(SMALL, sort_keys=False))
+    out = folder / "run"
+    result = fragsim("run", str(scenario), "-o", str(out), "-q")
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_show_lists_and_writes_the_alert_log_of_the_run(run_dir: Path, tmp_path: Path) -> None:
+    scenario = run_dir.parent / "small.yaml"
+    csv = tmp_path / "alerts.csv"
+    args = ("alerts", "show", str(run_dir), "-s", str(scenario), "--scrape-interval", "5")
+    result = fragsim(*args, "-o", str(csv))
+    assert result.exit_code == 0, result.output
+    run = read_result(run_dir)
+    thresholds = AlertThresholds(high_free_share=0.2, ratio_alert=0.7)
+    expected = evaluate_alerts(
+        run.timeseries, run.events, scrape_interval_s=5.0, thresholds=thresholds
+    )
+    assert {"FragmentationDrivenAllocationFailure", "SevereFragmentation"} <= set(expected["alert"])
+    written = pd.read_csv(csv)
+    assert tuple(written.columns) == ALERT_COLUMNS
+    pd.testing.assert_frame_equal(written, expected, check_dtype=False)
+    assert "FragmentationDrivenAllocationFailure" in result.stdout
+    assert "resolved" in result.stdout
+    diagnosis = diagnose_failures(run.requests, run.events, thresholds)
+    assert len(diagnosis) and "fragmentation on a capable node" in set(diagnosis["diagnosis"])
+    assert f"failed requests: {len(diagnosis):,}" in " ".join(result.stdout.split())
+
+
+def test_export_writes_prometheus_rules_with_the_scenarios_thresholds(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "rules.yaml"
+    result = fragsim("alerts", "export", "-o", str(out), "-s", str(run_dir.parent / "small.yaml"))
+    assert result.exit_code == 0, result.output
+    rules = yaml.safe_load(out.read_text())["groups"][0]["rules"]
+    exprs = {r["alert"]: r["expr"] for r in rules}
+    assert exprs["HighFragmentationApproachingThreshold"].endswith("< 0.7")
+    assert 'le="0.2"' in exprs["FragmentationDrivenAllocationFailure"]
+    default = tmp_path / "default.yaml"
+    assert fragsim("alerts", "export", "-o", str(default)).exit_code == 0
+    assert "< 0.6" in default.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["default.yaml", "rules.yaml"]
+
+
+def test_bad_inputs_are_one_error_line_and_write_nothing(run_dir: Path, tmp_path: Path) -> None:
+    csv = tmp_path / "alerts.csv"
+    assert_one_error(fragsim("alerts", "show", str(tmp_path / "nope"), "-o", str(csv)), "nope")
+    assert_one_error(
+        fragsim("alerts", "show", str(run_dir), "--scrape-interval", "0"), "--scrape-interval"
+    )
+    assert_one_error(
+        fragsim("alerts", "export", "-o", str(tmp_path / "r.yaml"), "--trend-window", "1"),
+        "--trend-window",
+    )
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(SMALL | {"metrics": {"ratio_alert": 2}}))
+    assert_one_error(
+        fragsim("alerts", "export", "-o", str(tmp_path / "r.yaml"), "-s", str(bad)),
+        "bad.yaml",
+        "ratio_alert",
+    )
+    missing = tmp_path / "no" / "such" / "rules.yaml"
+    assert_one_error(fragsim("alerts", "export", "-o", str(missing)), "rules.yaml")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
