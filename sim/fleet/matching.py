@@ -110,7 +110,9 @@ def match_failures(
         matched=matched,
         precision=matched / n_sim if n_sim else None,
         recall=matched / n_rec if n_rec else None,
-        table=pd.DataFrame(rows, columns=list(TABLE_COLUMNS)),
+        table=pd.DataFrame(rows, columns=list(TABLE_COLUMNS), dtype=object).astype(
+            {"matched": bool}
+        ),
     )
 
 
