@@ -1,3 +1,4 @@
-"""Autoscaling policies (issue 11, not built yet): periodic decisions over a read-only
-fleet view -- replicas to add or remove, with a cause. One registry, as
-``policies.allocators``."""
+"""Autoscaling policies: periodic decisions over a read-only fleet view
+(``sim.fleet.view.FleetView``) -- nodes to add or remove, or to restart instead, with a
+cause. One registry (``policies.autoscale.registry.AUTOSCALERS``), parsed by
+``parse_autoscaler``."""

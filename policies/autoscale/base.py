@@ -6,11 +6,17 @@ restart nodes (the runbook's answer to fragmentation), with a cause.
 An autoscaler reads ``sim.fleet.view.FleetView`` only and keeps its own state (cooldown
 timers, counters seen last time, windows of readings). It keeps within
 ``fleet.min_replicas``..``fleet.max_replicas`` itself (the fleet clamps as well).
+
+Helpers shared by the autoscalers: :class:`Cooldowns` (a scale-up waits
+``scale_up_cooldown_s`` after the previous scale-up; a scale-down waits
+``scale_down_cooldown_s`` after the previous scale event of either direction, so a
+fleet does not shrink right after growing) and :func:`clamped` (a wanted change cut to
+the fleet's bounds, counting every node not gone, provisioning included).
 """
 
 from __future__ import annotations
 
-from sim.fleet.view import FleetView, ScaleDecision
+from sim.fleet.view import FleetView, ScaleDecision, countable
 
 
 class Autoscaler:
@@ -20,3 +26,40 @@ class Autoscaler:
 
     def decide(self, fleet: FleetView) -> ScaleDecision | None:
         raise NotImplementedError
+
+
+class Cooldowns:
+    """When the last scale-up and the last scale event were, and what they allow now."""
+
+    def __init__(self, scale_up_cooldown_s: float, scale_down_cooldown_s: float) -> None:
+        self.scale_up_cooldown_s = scale_up_cooldown_s
+        self.scale_down_cooldown_s = scale_down_cooldown_s
+        self._last_up_s: float | None = None
+        self._last_scale_s: float | None = None
+
+    def can_scale_up(self, now_s: float) -> bool:
+        last = self._last_up_s
+        return last is None or now_s - last >= self.scale_up_cooldown_s
+
+    def can_scale_down(self, now_s: float) -> bool:
+        last = self._last_scale_s
+        return last is None or now_s - last >= self.scale_down_cooldown_s
+
+    def note(self, decision: ScaleDecision | None, now_s: float) -> ScaleDecision | None:
+        """Start the cooldowns a decision triggers; return it unchanged."""
+        if decision is not None and decision.delta != 0:
+            self._last_scale_s = now_s
+            if decision.delta > 0:
+                self._last_up_s = now_s
+        return decision
+
+
+def clamped(fleet: FleetView, delta: int) -> int:
+    """``delta`` cut so the fleet (nodes not gone) stays within min..max replicas; 0 when
+    the fleet is already at (or past) the bound in that direction."""
+    size = countable(fleet.nodes)
+    if delta > 0:
+        return max(0, min(delta, fleet.max_replicas - size))
+    if delta < 0:
+        return -max(0, min(-delta, size - fleet.min_replicas))
+    return 0

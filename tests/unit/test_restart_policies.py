@@ -91,7 +91,7 @@ def test_configs_refuse_bad_values(data: dict[str, Any]) -> None:
 def test_configs_are_frozen() -> None:
     config = parse_restart({"kind": "fragmentation"})
     with pytest.raises(ValidationError):
-        config.threshold = 0.2  # type: ignore[misc]
+        config.interval_s = 1.0  # type: ignore[misc]
 
 
 def test_registering_a_kind_twice_is_an_error() -> None:
@@ -195,7 +195,9 @@ def test_scheduled_ignores_nodes_down_for_other_reasons_in_its_bound() -> None:
 # --- fragmentation -----------------------------------------------------------------
 
 
-def _ratios(policy: RestartPolicy, readings: dict[float, float | None], uptime_s: float = 0.0):
+def _ratios(
+    policy: RestartPolicy, readings: dict[float, float | None], uptime_s: float = 0.0
+) -> tuple[float, str] | None:
     """Feed one node's ratio readings (time -> ratio; unlisted times repeat the last)."""
     ratio: float | None = 1.0
     for step in range(200):
@@ -221,9 +223,11 @@ def test_fragmentation_ratio_at_threshold_breaks_the_run() -> None:
 
 def test_fragmentation_none_readings_neither_start_nor_break_a_run() -> None:
     policy = build("fragmentation", threshold=0.5, for_s=600)
-    assert _ratios(policy, {0.0: 0.4, 300.0: None, 450.0: 0.45})[0] == 600.0  # type: ignore[index]
+    found = _ratios(policy, {0.0: 0.4, 300.0: None, 450.0: 0.45})
+    assert found == (600.0, "fragmentation: ratio 0.45 < 0.5 for 600 s")
     policy = build("fragmentation", threshold=0.5, for_s=600)
-    assert _ratios(policy, {0.0: None, 300.0: 0.4})[0] == 900.0  # type: ignore[index]
+    found = _ratios(policy, {0.0: None, 300.0: 0.4})
+    assert found == (900.0, "fragmentation: ratio 0.40 < 0.5 for 600 s")
 
 
 def test_fragmentation_picks_lowest_ratio_then_longest_uptime_within_bound() -> None:
