@@ -251,6 +251,12 @@ def run(
 
         requests = load_workload(scenario)
     check_run_cost(scenario, requests)
+    if scenario.fleet is not None:
+        from sim.fleet.run import run_fleet
+
+        requests, beyond = within_duration(scenario, requests)
+        with _gc_paused():
+            return run_fleet(scenario, requests, progress=progress, beyond_duration=beyond)
     parts = parts or build_parts(scenario, requests)
     requests, beyond = within_duration(scenario, requests)
     with _gc_paused():

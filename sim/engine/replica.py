@@ -199,6 +199,11 @@ class Replica:
         return ReplicaView(self)
 
     @property
+    def back_up(self) -> simpy.Event | None:
+        """The event that fires when a pending restart is over (None: none pending)."""
+        return self._back_up
+
+    @property
     def now_s(self) -> float:
         """The replica's time: ``env.now``, or later while fast mode runs ahead."""
         return max(self._t, self.env.now)

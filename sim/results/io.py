@@ -62,9 +62,27 @@ class RunResult:
     events: pd.DataFrame
     """Allocation failures, preemptions and restarts with the pool state at the time."""
     summary: dict[str, Any]
+    fleet: pd.DataFrame | None = None
+    """A fleet run's fleet table (one row per sample: replicas by state, queue, cost so
+    far); None for a single replica."""
+    alerts: pd.DataFrame | None = None
+    """A fleet run's alert log (``sim.fleet.alerts``); None for a single replica."""
+
+    def frames(self) -> list[tuple[str, pd.DataFrame]]:
+        """The tables written as ``NAME.parquet``, in order."""
+        out = [
+            ("requests", self.requests),
+            ("timeseries", self.timeseries),
+            ("events", self.events),
+        ]
+        if self.fleet is not None:
+            out.append(("fleet", self.fleet))
+        if self.alerts is not None:
+            out.append(("alerts", self.alerts))
+        return out
 
     def write(self, out_dir: str | Path, on_commit: Callable[[], None] | None = None) -> Path:
-        """Write the four files into ``out_dir``, replacing a previous run there. A
+        """Write its files (``frames()`` as Parquet, ``summary.json``) into ``out_dir``, replacing a previous run there. A
         directory holding anything else is never touched (FileExistsError). Stale
         temporaries of dead writers to the same target are removed first. ``on_commit``
         is called once the run is in place, before Ctrl-C is heard again (so a caller
@@ -75,11 +93,7 @@ class RunResult:
         clean_stale(out)
         tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(out, "tmp"), dir=out.parent))
         try:
-            for name, frame in (
-                ("requests", self.requests),
-                ("timeseries", self.timeseries),
-                ("events", self.events),
-            ):
+            for name, frame in self.frames():
                 table = pa.Table.from_pandas(frame, preserve_index=False)
                 table = table.replace_schema_metadata(None)
                 pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
@@ -243,9 +257,16 @@ def summary_json(summary: dict[str, Any]) -> str:
 
 def read_result(out_dir: str | Path) -> RunResult:
     out = Path(out_dir)
+    optional = {
+        name: pd.read_parquet(out / f"{name}.parquet")
+        if (out / f"{name}.parquet").exists()
+        else None
+        for name in ("fleet", "alerts")
+    }
     return RunResult(
         pd.read_parquet(out / "requests.parquet"),
         pd.read_parquet(out / "timeseries.parquet"),
         pd.read_parquet(out / "events.parquet"),
         json.loads((out / "summary.json").read_text()),
+        **optional,
     )

@@ -20,6 +20,7 @@ from policies.allocators.config import AllocatorConfig
 from policies.allocators.registry import ALLOCATORS, parse_allocator
 from sim.engine.scheduler import SchedulerConfig
 from sim.errors import clip, short, validation_lines
+from sim.fleet.config import FleetConfig
 from sim.hardware import HardwareConfig
 from sim.latency.config import LatencyConfig, RooflineLatencyConfig
 from sim.results.summary import AlertThresholds
@@ -215,6 +216,23 @@ class Scenario(_Strict):
     latency: LatencyConfig = RooflineLatencyConfig()
     restart: RestartOptions | None = None
     metrics: MetricsOptions = MetricsOptions()
+    fleet: FleetConfig | None = Field(
+        None, description="A fleet of replicas (sim.fleet); none: one replica."
+    )
+
+    @model_validator(mode="after")
+    def _fleet_alone(self) -> Scenario:
+        if self.fleet is not None:
+            if self.restart is not None:
+                raise ValueError(
+                    "restart is the single replica's; a fleet restarts with fleet.restart"
+                )
+            if self.initial_uptime_s:
+                raise ValueError(
+                    "initial_uptime_s is the single replica's; a fleet's pools set "
+                    "fleet.pools[i].initial_uptime_s"
+                )
+        return self
 
     @field_validator("allocator", mode="before")
     @classmethod

@@ -1,0 +1,198 @@
+"""A scenario's ``fleet:`` block: node pools, the router, client retries, the restart
+policy, the autoscaler, node lifecycle times and faults (validated at the edge, frozen
+past it). A scenario without it simulates one replica, as before.
+
+Defaults and where they come from (README "Fleet"):
+
+* Node to serving, 240 +/- 30 s: provisioning (a GPU node joining the cluster and the
+  serving pod scheduled: 180 +/- 30 s) then the model load (60 +/- 10 s for 8B-class
+  weights from local disk). Cold starts of several minutes are what Kubernetes GPU
+  autoscaling reports commonly show; set your own.
+* Warm-up, 60 s: after the load, before the readiness probe passes (CUDA graph capture,
+  compilation). The replica takes no traffic meanwhile (fragsim models warm-up as time
+  not routable, not as slower steps).
+* Router signals refreshed every 50 ms (``router_refresh_s``), as gateways scrape their
+  endpoints' metrics; 0 reads every replica fresh at every decision.
+* $/GPU-hour 2.50: a placeholder of the order of cloud on-demand A100/H100 prices; set
+  your own (``usd_per_gpu_hour`` per pool).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from sim.scenario.fields import MAX_SECONDS, Count, Flag, Number
+
+MAX_NODES = 4096
+"""Nodes in a fleet, all pools together, at any time (also the autoscaler's ceiling)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class Duration(_Strict):
+    """A random duration: normal with ``mean_s`` and ``sd_s``, truncated at 0 (seeded by
+    the scenario's seed, one stream per node)."""
+
+    mean_s: Number = Field(ge=0, le=MAX_SECONDS, description="Mean, seconds.")
+    sd_s: Number = Field(0.0, ge=0, le=MAX_SECONDS, description="Standard deviation, seconds.")
+
+
+class PoolConfig(_Strict):
+    """One node pool: ``count`` identical replicas at t = 0 (the autoscaler adds to and
+    removes from the first pool unless ``scale_pool`` names another)."""
+
+    name: str = Field("default", min_length=1, max_length=64, description="Pool label.")
+    count: Count = Field(1, ge=0, le=MAX_NODES, description="Replicas at t = 0.")
+    hardware: dict[str, Any] | None = Field(
+        None,
+        description="Overrides of the scenario's hardware block for this pool "
+        "(model, gpu, tensor_parallel, ...).",
+    )
+    allocator: dict[str, Any] | None = Field(
+        None, description="This pool's allocator ({kind: ...}); default: the scenario's."
+    )
+    usd_per_gpu_hour: Number = Field(2.5, ge=0, le=1e6, description="Price of one GPU-hour.")
+    initial_uptime_s: Number | list[Number] = Field(
+        0.0,
+        description="Uptime of each replica at t = 0: one number for all, or one per "
+        "replica (nodes restarted at different times).",
+    )
+
+    @model_validator(mode="after")
+    def _uptimes(self) -> PoolConfig:
+        u = self.initial_uptime_s
+        values = u if isinstance(u, list) else [u]
+        if isinstance(u, list) and len(u) != self.count:
+            raise ValueError(
+                f"initial_uptime_s lists {len(u)} values for {self.count} replicas (count)"
+            )
+        for v in values:
+            if not 0 <= v <= MAX_SECONDS:
+                raise ValueError(f"initial_uptime_s: got {v:g}; expected 0..{MAX_SECONDS:g} s")
+        return self
+
+    def uptime_of(self, index: int) -> float:
+        u = self.initial_uptime_s
+        return float(u[index]) if isinstance(u, list) else float(u)
+
+
+class LifecycleConfig(_Strict):
+    """How long a node takes from purchase to serving, and to come back from a restart."""
+
+    provision: Duration = Duration(mean_s=180.0, sd_s=30.0)
+    load: Duration = Duration(mean_s=60.0, sd_s=10.0)
+    warmup_s: Number = Field(60.0, ge=0, le=MAX_SECONDS, description="Loaded, not yet ready.")
+
+
+class FaultConfig(_Strict):
+    """Node crashes: exponential times between failures of a serving node (MTBF), a
+    repair time (MTTR) before the model loads again. A crash loses the node's requests:
+    their clients retry (``scheduler.retry_attempts``) or they end ``failed-lost``."""
+
+    mtbf_s: Number | None = Field(
+        None,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Mean serving time between crashes; none: no crashes.",
+    )
+    mttr: Duration = Duration(mean_s=600.0, sd_s=120.0)
+
+
+class RetryConfig(_Strict):
+    """Where a client's retry of a refused request goes (attempts and backoff are the
+    scenario's ``scheduler.retry_attempts`` / ``retry_backoff_s``)."""
+
+    reroute: Flag = Field(
+        False,
+        description="true: the router places the retry again; false: it lands on the "
+        "replica that refused it (the seed's case) while that replica serves.",
+    )
+
+
+class AlertOptions(_Strict):
+    scrape_interval_s: Number = Field(
+        30.0, gt=0, le=86400, description="Prometheus scrape interval the alerts see."
+    )
+
+
+class FleetConfig(_Strict):
+    """The fleet: pools, router, retries, restart policy, autoscaler, lifecycle, faults."""
+
+    pools: list[PoolConfig] = Field(min_length=1, max_length=64)
+    router: dict[str, Any] = Field(
+        default_factory=lambda: {"kind": "least_outstanding"},
+        description="Routing policy: {kind: ..., ...} (policies.routing).",
+    )
+    router_refresh_s: Number = Field(
+        0.05, ge=0, le=3600, description="Router signals' refresh interval; 0: fresh reads."
+    )
+    retry: RetryConfig = RetryConfig()
+    restart: dict[str, Any] = Field(
+        default_factory=lambda: {"kind": "none"},
+        description="Restart policy: {kind: ..., ...} (policies.restart).",
+    )
+    autoscaler: dict[str, Any] = Field(
+        default_factory=lambda: {"kind": "none"},
+        description="Autoscaler: {kind: ..., ...} (policies.autoscale).",
+    )
+    min_replicas: Count | None = Field(
+        None, ge=0, le=MAX_NODES, description="Autoscaler floor; default: the initial count."
+    )
+    max_replicas: Count | None = Field(
+        None, ge=1, le=MAX_NODES, description="Autoscaler ceiling; default: 4x the initial count."
+    )
+    scale_pool: str | None = Field(None, description="The pool scale-ups add to.")
+    lifecycle: LifecycleConfig = LifecycleConfig()
+    faults: FaultConfig = FaultConfig()
+    alerts: AlertOptions = AlertOptions()
+
+    @field_validator("router")
+    @classmethod
+    def _router(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from policies.routing.registry import parse_router
+
+        parse_router(value)  # ValueError / ValidationError name the problem
+        return value
+
+    @model_validator(mode="after")
+    def _sizes(self) -> FleetConfig:
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pool names must be distinct, got {names}")
+        if self.scale_pool is not None and self.scale_pool not in names:
+            raise ValueError(f"scale_pool {self.scale_pool!r} is not a pool: {names}")
+        total = self.initial_replicas
+        if total > MAX_NODES:
+            raise ValueError(f"{total} replicas in all pools; at most {MAX_NODES}")
+        if total == 0:
+            raise ValueError("the pools hold no replica at t = 0 (every count is 0)")
+        if self.max_replicas is not None and self.max_replicas < self.floor:
+            raise ValueError(f"max_replicas {self.max_replicas} is below min_replicas {self.floor}")
+        return self
+
+    @property
+    def initial_replicas(self) -> int:
+        return sum(p.count for p in self.pools)
+
+    @property
+    def floor(self) -> int:
+        return self.initial_replicas if self.min_replicas is None else self.min_replicas
+
+    @property
+    def ceiling(self) -> int:
+        if self.max_replicas is not None:
+            return self.max_replicas
+        return min(MAX_NODES, max(4 * self.initial_replicas, self.floor))
+
+    @property
+    def scale_pool_index(self) -> int:
+        if self.scale_pool is None:
+            return 0
+        return [p.name for p in self.pools].index(self.scale_pool)
+
+
+Drain = Literal["wait", "kill", "redirect"]

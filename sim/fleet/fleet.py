@@ -1,0 +1,306 @@
+"""The fleet as SimPy processes: the arrival process that routes every request at its
+arrival (``Router.choose`` over the replicas' views, then ``Replica.submit``), client
+retries (re-routed, or pinned to the replica that refused), requests a crash or a
+killed restart loses, the metric sampler, and the restart / autoscaling policy ticks.
+Node lifecycles (provisioning, loading, warming, draining, down, gone) are
+:class:`sim.fleet.lifecycle.Lifecycle`'s.
+
+Order at one instant: requests arriving then are routed first (URGENT timers, as a
+single replica queues its arrivals before anything else happens), then samples and
+policy ticks, then the replicas step. Every random draw comes from a stream seeded by
+(scenario seed, replica id, purpose), so the same scenario gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator, Sequence
+from typing import Any
+
+import numpy as np
+import simpy
+
+from policies.routing.base import Router, RouteRequest
+from sim.engine.batch import Group, SchedEvent
+from sim.engine.recorder import Recorder
+from sim.engine.replica import Replica, RestartMode, _ArrivalTimer
+from sim.fleet.config import FleetConfig
+from sim.fleet.lifecycle import Lifecycle
+from sim.fleet.node import Node
+from sim.fleet.routeviews import AbsentView, RouteViews
+from sim.scenario import bounds
+
+FAILURE_KINDS = frozenset({"admission_failure", "growth_failure"})
+
+
+class _Hooks:
+    """One replica's hooks: the recorder's, plus the node's failure counters and
+    lifecycle."""
+
+    __slots__ = ("fleet", "node")
+
+    def __init__(self, fleet: Fleet, node: Node) -> None:
+        self.fleet = fleet
+        self.node = node
+
+    def on_event(self, replica: Replica, event: SchedEvent) -> None:
+        self.fleet.recorder.on_event(replica, event)
+        if event.kind in FAILURE_KINDS:
+            node = self.node
+            node.failures_total += 1
+            if event.cause == "fragmentation":
+                node.fragmentation_failures_total += 1
+            capacity = replica.allocator.stats().capacity_tokens
+            if event.free_tokens / capacity > self.fleet.high_free_share:
+                node.high_free_failures_total += 1
+                node.last_high_free_failure_s = replica.now_s
+
+    def on_done(self, replica: Replica, group: Group) -> None:
+        self.fleet.recorder.on_done(replica, group)
+
+    def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
+        self.fleet.went_down(self.node, downtime_s)
+
+
+class Fleet(Lifecycle):
+    """Build with the initial nodes, then :meth:`start`; ``env.run`` does the rest."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        config: FleetConfig,
+        parts: Sequence[Any],
+        groups: list[Group],
+        sessions: dict[int, int] | None,
+        recorder: Recorder,
+        *,
+        seed: int,
+        exact: bool,
+        retry_attempts: int,
+        retry_backoff_s: float,
+        high_free_share: float,
+    ) -> None:
+        from policies.autoscale.registry import parse_autoscaler
+        from policies.restart.registry import parse_restart
+        from policies.routing.registry import parse_router
+
+        super().__init__(env, config, parts, seed=seed, exact=exact)
+        self.recorder = recorder
+        self.groups = groups
+        self.sessions = sessions
+        self.router: Router = parse_router(config.router).build()
+        self.restart_config = parse_restart(config.restart)
+        self.restart_policy = self.restart_config.build()
+        self.autoscaler = parse_autoscaler(config.autoscaler).build()
+        self.retry_attempts = retry_attempts
+        self.retry_backoff_s = retry_backoff_s
+        self.high_free_share = high_free_share
+        self.views = RouteViews(env, config.router_refresh_s)
+        self.first_replica = np.full(len(groups), -1, dtype=np.int32)
+        self.route_kind: dict[int, str] = {}
+        """request id -> how its last placement was made, where not ``routed``."""
+        self.route_refusals = 0
+        self.fleet_rows: dict[str, list[Any]] = {}
+        for i, pool in enumerate(config.pools):
+            for j in range(pool.count):
+                self.add_active(i, pool.uptime_of(j))
+
+    # -- replicas -------------------------------------------------------------------------
+    def make_replica(self, node: Node, initial_uptime_s: float) -> Replica:
+        part = self.parts[node.pool_index]
+        alloc, spec = part.allocator, part.spec
+        replica = Replica(
+            self.env,
+            node.replica_id,
+            part.scheduler,
+            lambda: alloc.build(spec),
+            part.latency,
+            hooks=_Hooks(self, node),
+            exact=self.exact,
+            initial_uptime_s=initial_uptime_s,
+            retry_to=self._client_retry,
+            lost_to=self._lost,
+        )
+        self.views.set(node.replica_id, replica.view)
+        return replica
+
+    def restart_drain(self) -> tuple[str, float]:
+        c = self.restart_config
+        return c.drain, c.drain_timeout_s
+
+    def node_added(self, node: Node) -> None:
+        self.views.set(node.replica_id, AbsentView(node.replica_id))
+
+    # -- arrivals and routing -------------------------------------------------------------
+    def arrivals(self) -> Generator[simpy.Event, Any, None]:
+        env, groups = self.env, self.groups
+        n = len(groups)
+        due_s = env.now
+        for i, g in enumerate(groups):
+            if g.arrival_s > due_s:
+                yield _ArrivalTimer(env, max(0.0, g.arrival_s - env.now))
+                due_s = g.arrival_s
+            next_s = groups[i + 1].arrival_s if i + 1 < n else math.inf
+            replica_id = self.route(g, next_s, "routed")
+            self.first_replica[i] = replica_id
+
+    def _request(self, g: Group) -> RouteRequest:
+        session = self.sessions.get(g.request_id) if self.sessions is not None else None
+        hashes = g.prefix_hashes
+        return RouteRequest(
+            g.request_id,
+            g.arrival_s,
+            g.prompt_tokens,
+            g.output_tokens,
+            g.num_seqs,
+            session,
+            hashes if isinstance(hashes, tuple) else tuple(hashes),
+        )
+
+    def route(self, g: Group, next_s: float, kind: str) -> int:
+        """Place ``g`` now with the router; returns the replica id, or -1 (refused: no
+        replica takes traffic; the client retries or the request ends
+        ``rejected-capacity``)."""
+        choice = self.router.choose(self._request(g), self.views.current())
+        if choice is None:
+            self.route_refusals += 1
+            self.fleet_event(
+                "route-refused", -1, "no replica takes traffic", request_id=g.request_id
+            )
+            self._client_error(g, None, "rejected-capacity")
+            return -1
+        node = self.nodes[choice]
+        assert node.replica is not None and node.routable, "router chose a replica that is not up"
+        if kind != "routed":
+            self.route_kind[g.request_id] = kind
+        node.replica.submit(g, next_s)
+        return choice
+
+    def redirect(self, groups: list[Group]) -> None:
+        """A draining replica's queue, placed again by the router (not client retries)."""
+        for g in groups:
+            self.route(g, math.inf, "redirected")
+
+    # -- clients ------------------------------------------------------------------------------
+    def _client_retry(self, replica: Replica, g: Group, delay_s: float) -> None:
+        """A replica refused ``g`` and its client retries after ``delay_s`` (attempt
+        counted by the scheduler): pinned to that replica while it takes traffic,
+        unless retries are re-routed."""
+        timer = _ArrivalTimer(self.env, delay_s)
+        assert timer.callbacks is not None
+        replica_id = replica.replica_id
+        timer.callbacks.append(lambda _: self._retry_now(g, replica_id))
+
+    def _retry_now(self, g: Group, replica_id: int) -> None:
+        node = self.nodes[replica_id]
+        if not self.config.retry.reroute and node.routable and node.replica is not None:
+            self.route_kind[g.request_id] = "pinned-retry"
+            node.replica.submit(g)
+            return
+        self.route(g, math.inf, "rerouted-retry")
+
+    def _reroute(self, g: Group) -> None:
+        self.route(g, math.inf, "rerouted-retry")
+
+    def _lost(self, replica: Replica, groups: list[Group]) -> None:
+        """The process holding ``groups`` died (a crash, a killed restart): each
+        client sees an error now."""
+        for g in groups:
+            self._client_error(g, replica, "failed-lost")
+
+    def _client_error(self, g: Group, replica: Replica | None, status: str) -> None:
+        if g.retries < self.retry_attempts:
+            g.retries += 1
+            g.held_tokens = g.generated_tokens = 0
+            g.admit_s = g.first_token_s = math.nan
+            delay_s = self.retry_backoff_s * 2 ** (g.retries - 1)
+            timer = _ArrivalTimer(self.env, delay_s)
+            assert timer.callbacks is not None
+            timer.callbacks.append(lambda _: self._reroute(g))
+            return
+        g.status = status  # type: ignore[assignment]
+        g.finish_s = self.env.now
+        if replica is None:
+            self.recorder.done.append(g)
+            self.recorder.done_replicas.append(-1)
+            self.recorder.done_count += 1
+            if self.recorder.on_count is not None:
+                self.recorder.on_count(self.recorder.done_count)
+        else:
+            self.recorder.on_done(replica, g)
+
+    # -- events ---------------------------------------------------------------------------------
+    def fleet_event(
+        self, kind: str, replica_id: int, cause: str, detail: str = "", request_id: int = -1
+    ) -> None:
+        """A fleet row in the event log (restart, crash, scale, route refusal) with the
+        replica's pool state now where it has one."""
+        e = self.recorder.events
+        replica = self.nodes[replica_id].replica if replica_id >= 0 else None
+        free = largest = 0
+        share = math.nan
+        uptime = 0.0
+        if replica is not None:
+            replica.observe()
+            free, largest = replica.allocator.free_and_largest_tokens()
+            share = free / replica.allocator.stats().capacity_tokens
+            uptime = replica.uptime_s
+        e.time_s.append(self.env.now)
+        e.replica.append(replica_id)
+        e.kind.append(kind)
+        e.request_id.append(request_id)
+        e.need_tokens.append(0)
+        e.free_tokens.append(free)
+        e.largest_free_extent_tokens.append(largest)
+        e.free_share.append(share)
+        e.cause.append(cause)
+        e.uptime_s.append(uptime)
+        e.detail.append(detail)
+
+    # -- periodic processes -----------------------------------------------------------------------
+    def sampler(self, interval_s: float) -> Generator[simpy.Event, Any, None]:
+        for _ in range(bounds.MAX_SAMPLES + 1):
+            self.sample_all("periodic")
+            yield self.env.timeout(interval_s)
+        raise bounds.samples_exceeded(interval_s, self.env.now)
+
+    def sample_all(self, trigger: str) -> None:
+        now = self.env.now
+        for node in self.nodes:
+            if node.replica is not None and node.state != "gone":
+                self.recorder.sample(node.replica, trigger=trigger)
+        rows = self.fleet_rows
+        counts = dict.fromkeys(
+            ("provisioning", "loading", "warming", "active", "draining", "down"), 0
+        )
+        waiting = running = 0
+        for node in self.nodes:
+            if node.state in counts:
+                counts[node.state] += 1
+            if node.replica is not None and node.state in ("active", "draining"):
+                waiting += len(node.replica.sched.waiting)
+                running += len(node.replica.sched.running)
+        row: dict[str, Any] = {"time_s": now, "trigger": trigger}
+        row.update(counts)
+        row["replicas"] = sum(counts.values())
+        row["waiting_requests"] = waiting
+        row["running_requests"] = running
+        row["replica_hours"] = sum(n.billed_s(now) for n in self.nodes) / 3600.0
+        row["cost_usd"] = sum(n.cost_usd(now) for n in self.nodes)
+        for key, value in row.items():
+            rows.setdefault(key, []).append(value)
+
+    def restart_ticks(self) -> Generator[simpy.Event, Any, None]:
+        policy = self.restart_policy
+        while True:
+            yield self.env.timeout(policy.interval_s)
+            for decision in policy.decide(self.reading()):
+                self.restart(decision.replica_id, decision.cause)
+
+    def autoscale_ticks(self) -> Generator[simpy.Event, Any, None]:
+        scaler = self.autoscaler
+        while True:
+            yield self.env.timeout(scaler.interval_s)
+            decision = scaler.decide(self.reading())
+            if decision is not None:
+                self.apply_scale(decision)

@@ -1,0 +1,211 @@
+"""``run_fleet(scenario, requests) -> RunResult``: a scenario with a ``fleet:`` block.
+
+Outputs, beside a single replica's: ``requests`` gains ``first_replica`` (the router's
+first placement) and ``route`` (how the replica it ended on was chosen: ``routed``,
+``pinned-retry``, ``rerouted-retry``, ``redirected``, ``refused``); ``timeseries`` has
+one row per replica per sample; ``events`` gains fleet rows (``restart``, ``crash``,
+``scale-up``, ``scale-down``, ``drain-timeout``, ``route-refused``) whose ``cause``
+says why; the ``fleet`` table has one row per sample (replicas by state, queue, bill so
+far); the summary gains a ``fleet`` section (replica-hours, cost, cost per million
+output tokens, avoidable replica-hours, restarts by cause, scale events, crashes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from policies.allocators.registry import parse_allocator
+from sim.engine.recorder import Recorder
+from sim.fleet.fleet import Fleet
+from sim.hardware import HardwareConfig
+from sim.results.io import RunResult
+from sim.results.summary import summarize
+from sim.scenario.schema import Scenario, ScenarioError
+
+
+def pool_parts(scenario: Scenario, requests: pd.DataFrame) -> list[Any]:
+    """Each pool's built parts (``sim.runner.Parts``): the scenario's hardware and
+    allocator with the pool's overrides. Errors name ``fleet.pools[i]``."""
+    from sim.runner import build_parts
+
+    fleet = scenario.fleet
+    assert fleet is not None
+    out = []
+    for i, pool in enumerate(fleet.pools):
+        update: dict[str, Any] = {}
+        where = f"fleet.pools[{i}]"
+        try:
+            if pool.hardware is not None:
+                merged = scenario.hardware.model_dump(exclude_unset=True) | pool.hardware
+                update["hardware"] = HardwareConfig.model_validate(merged)
+            if pool.allocator is not None:
+                update["allocator"] = parse_allocator(pool.allocator)
+        except ValueError as e:
+            raise ScenarioError(f"field {where}: {e}".splitlines()[0]) from None
+        variant = scenario.model_copy(update=update) if update else scenario
+        try:
+            out.append(build_parts(variant, requests))
+        except ScenarioError as e:
+            raise ScenarioError(f"{where}: {e}") from None
+    return out
+
+
+def run_fleet(
+    scenario: Scenario,
+    requests: pd.DataFrame,
+    *,
+    progress: Callable[[float, float], None] | None = None,
+    beyond_duration: int = 0,
+) -> RunResult:
+    """Simulate ``requests`` (canonical frame, sorted by arrival, within ``duration_s``)
+    on the scenario's fleet."""
+    from sim.runner import _latency_report, _progress, _succeed, make_groups
+
+    config = scenario.fleet
+    assert config is not None
+    parts = pool_parts(scenario, requests)
+    groups = make_groups(requests)
+    sessions = _sessions(requests)
+    env = simpy.Environment()
+    recorder = Recorder()
+    sched = scenario.scheduler
+    fleet = Fleet(
+        env,
+        config,
+        parts,
+        groups,
+        sessions,
+        recorder,
+        seed=scenario.seed,
+        exact=scenario.mode == "exact",
+        retry_attempts=sched.retry_attempts,
+        retry_backoff_s=sched.retry_backoff_s,
+        high_free_share=scenario.metrics.high_free_share,
+    )
+    all_done = env.event()
+    total = len(groups)
+
+    def on_count(done: int) -> None:
+        if done == total and not all_done.triggered:
+            timer = env.timeout(max(0.0, recorder.last_finish_s - env.now))
+            assert timer.callbacks is not None
+            timer.callbacks.append(lambda _: _succeed(all_done))
+
+    recorder.on_count = on_count
+    processes = [fleet.arrivals(), fleet.sampler(scenario.metrics.sample_interval_s)]
+    if config.restart.get("kind", "none") != "none":
+        processes.append(fleet.restart_ticks())
+    if config.autoscaler.get("kind", "none") != "none":
+        processes.append(fleet.autoscale_ticks())
+    last_arrival = groups[-1].arrival_s if groups else 0.0
+    if progress is not None:
+        processes.append(
+            _progress(env, progress, scenario.duration_s or max(last_arrival * 1.05, 1.0))
+        )
+    for process in processes:
+        env.process(process)
+    if total == 0:
+        all_done.succeed()
+    stop: simpy.Event = all_done
+    if scenario.duration_s is not None:
+        cut = env.timeout(scenario.duration_s)
+        stop = cut if beyond_duration else all_done | cut
+    env.run(until=stop)
+    fleet.sample_all("final")
+    recorder.finish(groups)
+    req_df, ts_df, ev_df = recorder.frames()
+    req_df = _with_routes(req_df, groups, fleet)
+    summary = summarize(
+        req_df, ts_df, ev_df, end_s=env.now, thresholds=scenario.metrics.thresholds()
+    )
+    if scenario.duration_s is not None:
+        summary["requests"]["beyond_duration"] = beyond_duration
+    summary["scenario"] = scenario.name
+    summary["seed"] = scenario.seed
+    summary["allocator"] = scenario.allocator.kind
+    summary["kv_capacity_tokens"] = parts[0].kv_capacity_tokens
+    summary["latency"] = _latency_report(scenario, parts[0].latency)
+    replicas = [n.replica for n in fleet.nodes if n.replica is not None]
+    summary["engine"] = {
+        "mode": scenario.mode,
+        "steps": sum(r.steps_total for r in replicas),
+        "wakeups": sum(r.wakeups_total for r in replicas),
+        "end_s": env.now,
+    }
+    fleet_df = pd.DataFrame(fleet.fleet_rows)
+    summary["fleet"] = fleet_summary(fleet, fleet_df, req_df, env.now)
+    for replica in replicas:
+        replica.close()
+    recorder.on_count = None
+    env._queue.clear()
+    return RunResult(req_df, ts_df, ev_df, summary, fleet=fleet_df)
+
+
+def _sessions(requests: pd.DataFrame) -> dict[int, int] | None:
+    column = requests.get("session_id")
+    if column is None:
+        return None
+    has = column.notna().to_numpy()
+    if not has.any():
+        return None
+    ids = requests["request_id"].to_numpy(dtype=np.int64)[has].tolist()
+    values = column[has].astype("int64").tolist()
+    return dict(zip(ids, values, strict=True))
+
+
+def _with_routes(req: pd.DataFrame, groups: list[Any], fleet: Fleet) -> pd.DataFrame:
+    """``first_replica`` and ``route`` columns, aligned with the frame's request-id order."""
+    ids = np.fromiter((g.request_id for g in groups), dtype=np.int64, count=len(groups))
+    order = np.argsort(ids, kind="stable")
+    first = fleet.first_replica[order]
+    kinds = fleet.route_kind
+    route = [
+        kinds.get(int(i), "routed" if f >= 0 else "refused")
+        for i, f in zip(ids[order].tolist(), first.tolist(), strict=True)
+    ]
+    req = req.copy()
+    req["first_replica"] = first
+    req["route"] = pd.Series(route, dtype=object)
+    return req
+
+
+def fleet_summary(
+    fleet: Fleet, fleet_df: pd.DataFrame, req: pd.DataFrame, end_s: float
+) -> dict[str, Any]:
+    config = fleet.config
+    nodes = fleet.nodes
+    hours = sum(n.billed_s(end_s) for n in nodes) / 3600.0
+    cost = sum(n.cost_usd(end_s) for n in nodes)
+    avoidable = [n for n in nodes if n.avoidable]
+    output_tokens = float(req["generated_tokens"].sum()) if len(req) else 0.0
+    replicas = fleet_df["replicas"] if len(fleet_df) else pd.Series([0])
+    return {
+        "pools": [{"name": p.name, "count": p.count} for p in config.pools],
+        "router": config.router["kind"],
+        "restart_policy": config.restart.get("kind", "none"),
+        "autoscaler": config.autoscaler.get("kind", "none"),
+        "replicas": {
+            "initial": config.initial_replicas,
+            "peak": int(replicas.max()),
+            "final": int(replicas.iloc[-1]),
+            "mean": float(hours * 3600.0 / end_s) if end_s > 0 else float(config.initial_replicas),
+        },
+        "replica_hours": hours,
+        "cost_usd": cost,
+        "cost_per_million_output_tokens_usd": cost / output_tokens * 1e6
+        if output_tokens
+        else math.nan,
+        "avoidable_replica_hours": sum(n.billed_s(end_s) for n in avoidable) / 3600.0,
+        "avoidable_cost_usd": sum(n.cost_usd(end_s) for n in avoidable),
+        "restarts": dict(sorted(fleet.restarts_by_cause.items())),
+        "crashes": sum(n.crashes_total for n in nodes),
+        "scale_ups": fleet.scale_ups,
+        "scale_downs": fleet.scale_downs,
+        "route_refusals": fleet.route_refusals,
+    }
