@@ -44,10 +44,12 @@ class NodeView(Protocol):
     def state_since_s(self) -> float:
         """When the node entered its current state."""
         ...
+
     @property
     def uptime_s(self) -> float:
         """Seconds since the replica's process (re)started serving; 0 unless serving."""
         ...
+
     @property
     def waiting_requests(self) -> int: ...
     @property
@@ -56,25 +58,30 @@ class NodeView(Protocol):
     def kv_usage(self) -> float:
         """Share of the KV pool held by requests, in [0, 1] (0 unless serving)."""
         ...
+
     @property
     def free_share(self) -> float:
         """Free KV / capacity, in [0, 1] (1 unless serving)."""
         ...
+
     @property
     def largest_contiguous_free_block_ratio(self) -> float | None:
         """Largest usable free extent / total free (the seed's metric); None with no free
         memory (undefined, never alerted on) or when not serving."""
         ...
+
     @property
     def failures_total(self) -> int:
         """Allocation failures (admission refusals and growth failures) so far."""
         ...
+
     @property
     def fragmentation_failures_total(self) -> int: ...
     @property
     def high_free_failures_total(self) -> int:
         """Failures while free share exceeded the high-free threshold (25 %)."""
         ...
+
     @property
     def last_high_free_failure_s(self) -> float | None: ...
 
@@ -90,10 +97,12 @@ class FleetView(Protocol):
     def waiting_requests(self) -> int:
         """Requests queued on every serving node."""
         ...
+
     @property
     def min_replicas(self) -> int:
         """Scale-downs never take the fleet below this many nodes (not gone)."""
         ...
+
     @property
     def max_replicas(self) -> int:
         """Scale-ups never take the fleet above this many nodes (not gone)."""
