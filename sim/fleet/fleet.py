@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 import simpy
@@ -31,6 +32,20 @@ from sim.fleet.routeviews import AbsentView, RouteViews
 from sim.scenario import bounds
 
 FAILURE_KINDS = frozenset({"admission_failure", "growth_failure"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAction:
+    """A node action at a given time, outside the policies (a postmortem's recorded
+    events): ``restart`` / ``crash`` / ``scale_down`` a node by replica id, or
+    ``scale_up`` (a node of ``pool_index`` serving at once: the log records when it
+    started serving, not when it was bought)."""
+
+    time_s: float
+    action: Literal["restart", "crash", "scale_up", "scale_down"]
+    replica_id: int = -1
+    pool_index: int = 0
+    cause: str = "recorded"
 
 
 class _Hooks:
@@ -289,6 +304,24 @@ class Fleet(Lifecycle):
         row["cost_usd"] = sum(n.cost_usd(now) for n in self.nodes)
         for key, value in row.items():
             rows.setdefault(key, []).append(value)
+
+    def play(self, actions: Sequence[NodeAction]) -> Generator[simpy.Event, Any, None]:
+        """Apply ``actions`` (sorted by time) at their times."""
+        env = self.env
+        for a in actions:
+            if a.time_s > env.now:
+                yield env.timeout(a.time_s - env.now)
+            if a.action == "scale_up":
+                node = self.add_active(a.pool_index, 0.0)
+                self.scale_ups += 1
+                self.fleet_event("scale-up", node.replica_id, a.cause)
+            elif a.action == "restart":
+                self.restart(a.replica_id, a.cause)
+            elif a.action == "crash":
+                self.crash(self.nodes[a.replica_id])
+            elif self.nodes[a.replica_id].state != "gone":
+                self.scale_downs += 1
+                self.retire(self.nodes[a.replica_id], a.cause)
 
     def restart_ticks(self) -> Generator[simpy.Event, Any, None]:
         policy = self.restart_policy

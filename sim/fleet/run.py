@@ -13,7 +13,7 @@ output tokens, avoidable replica-hours, restarts by cause, scale events, crashes
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,8 +21,10 @@ import pandas as pd
 import simpy
 
 from policies.allocators.registry import parse_allocator
+from policies.routing.base import Router
 from sim.engine.recorder import Recorder
-from sim.fleet.fleet import Fleet
+from sim.fleet.alerts import diagnose_failures, evaluate_alerts
+from sim.fleet.fleet import Fleet, NodeAction
 from sim.hardware import HardwareConfig
 from sim.results.io import RunResult
 from sim.results.summary import summarize
@@ -62,9 +64,15 @@ def run_fleet(
     *,
     progress: Callable[[float, float], None] | None = None,
     beyond_duration: int = 0,
+    router: Router | None = None,
+    script: Sequence[NodeAction] = (),
 ) -> RunResult:
     """Simulate ``requests`` (canonical frame, sorted by arrival, within ``duration_s``)
-    on the scenario's fleet."""
+    on the scenario's fleet.
+
+    ``router`` replaces the scenario's router (a postmortem replays recorded routes);
+    ``script`` lists node actions applied at their times besides the policies' (a
+    postmortem's recorded restarts, crashes and scale events)."""
     from sim.runner import _latency_report, _progress, _succeed, make_groups
 
     config = scenario.fleet
@@ -88,6 +96,8 @@ def run_fleet(
         retry_backoff_s=sched.retry_backoff_s,
         high_free_share=scenario.metrics.high_free_share,
     )
+    if router is not None:
+        fleet.router = router
     all_done = env.event()
     total = len(groups)
 
@@ -104,6 +114,8 @@ def run_fleet(
     if config.autoscaler.get("kind", "none") != "none":
         processes.append(fleet.autoscale_ticks())
     last_arrival = groups[-1].arrival_s if groups else 0.0
+    if script:
+        processes.append(fleet.play(sorted(script, key=lambda a: a.time_s)))
     if progress is not None:
         processes.append(
             _progress(env, progress, scenario.duration_s or max(last_arrival * 1.05, 1.0))
@@ -121,6 +133,13 @@ def run_fleet(
     recorder.finish(groups)
     req_df, ts_df, ev_df = recorder.frames()
     req_df = _with_routes(req_df, groups, fleet)
+    thresholds = scenario.metrics.thresholds()
+    alerts = evaluate_alerts(
+        ts_df, ev_df, scrape_interval_s=config.alerts.scrape_interval_s, thresholds=thresholds
+    )
+    diagnosis = diagnose_failures(req_df, ev_df, thresholds)[["request_id", "diagnosis"]]
+    req_df = req_df.merge(diagnosis, on="request_id", how="left")
+    ev_df = _with_alerts(ev_df, alerts)
     summary = summarize(
         req_df, ts_df, ev_df, end_s=env.now, thresholds=scenario.metrics.thresholds()
     )
@@ -140,11 +159,43 @@ def run_fleet(
     }
     fleet_df = pd.DataFrame(fleet.fleet_rows)
     summary["fleet"] = fleet_summary(fleet, fleet_df, req_df, env.now)
+    firing = alerts[alerts["state"] == "firing"]
+    summary["fleet"]["alerts_fired"] = {
+        str(k): int(v) for k, v in firing["alert"].value_counts().sort_index().items()
+    }
     for replica in replicas:
         replica.close()
     recorder.on_count = None
     env._queue.clear()
-    return RunResult(req_df, ts_df, ev_df, summary, fleet=fleet_df)
+    return RunResult(req_df, ts_df, ev_df, summary, fleet=fleet_df, alerts=alerts)
+
+
+def _with_alerts(events: pd.DataFrame, alerts: pd.DataFrame) -> pd.DataFrame:
+    """The event log with a row per alert that started firing (``kind`` ``alert``,
+    ``cause`` the alert, ``detail`` its severity and the seed's response), in time
+    order (stable: at one instant, the run's own events first)."""
+    firing = alerts[alerts["state"] == "firing"]
+    if not len(firing):
+        return events
+    rows = pd.DataFrame(
+        {
+            "time_s": firing["time_s"].to_numpy(dtype=float),
+            "replica": firing["replica"].to_numpy(dtype=np.int64),
+            "kind": "alert",
+            "request_id": -1,
+            "need_tokens": 0,
+            "free_tokens": 0,
+            "largest_free_extent_tokens": 0,
+            "free_share": math.nan,
+            "cause": firing["alert"].astype(str).to_numpy(),
+            "uptime_s": math.nan,
+            "detail": (
+                firing["severity"].astype(str) + ": " + firing["response"].astype(str)
+            ).to_numpy(),
+        }
+    )
+    out = pd.concat([events, rows.astype(events.dtypes.to_dict())], ignore_index=True)
+    return out.sort_values("time_s", kind="stable").reset_index(drop=True)
 
 
 def _sessions(requests: pd.DataFrame) -> dict[int, int] | None:
