@@ -163,8 +163,7 @@ class RunbookAutoscaler(NaiveAutoscaler):
             return decision
         nodes = by_id(fleet.nodes)
         on = ", ".join(
-            f"replica {r} ({deltas.per_node[r].high_free_failures} failure(s),"
-            f" {nodes[r].free_share:.0%} free)"
+            f"replica {r} ({self._diagnosis.served[r]} failure(s), {nodes[r].free_share:.0%} free)"
             for r in restarts
         )
         verdict = "restart, not scale" if decision is None else f"restart; {decision.cause}"

@@ -114,6 +114,8 @@ class AlertRestart(RestartPolicy):
         self.outstanding: frozenset[int] = frozenset()
         """After :meth:`decide`: the nodes alerted and not restarted yet, and this
         policy's restarts still in flight (including the ones just decided)."""
+        self.served: dict[int, int] = {}
+        """After :meth:`decide`: the nodes it restarts -> their high-free failures."""
 
     def _raise_alerts(self, fleet: FleetView) -> None:
         deltas = self._deltas.update(fleet.nodes).per_node
@@ -152,8 +154,11 @@ class AlertRestart(RestartPolicy):
             )
         )
 
+        served: dict[int, int] = {}
+
         def cause(n: NodeView) -> str:
             alert = self._alerts.pop(n.replica_id)
+            served[n.replica_id] = alert.failures
             return (
                 f"alert: {alert.failures} allocation failure(s) at high free memory"
                 f" (> 25 % free) since {alert.since_s:.0f} s; now {n.free_share:.0%} free"
@@ -163,4 +168,5 @@ class AlertRestart(RestartPolicy):
             fleet, alerted, self.max_concurrent - len(pending), self._in_flight, cause
         )
         self.outstanding = frozenset(self._alerts) | pending | {d.replica_id for d in decisions}
+        self.served = served
         return decisions

@@ -304,6 +304,7 @@ def test_runbook_bounds_its_restarts_and_ignores_the_queue_while_restarting() ->
     nodes = restarted(aged(nodes, 30.0), 0, 60.0)
     decision = scaler.decide(fleet_at(60.0, nodes, queued=50))
     assert decision is not None and (decision.delta, decision.restart) == (0, (1,))
+    assert "on replica 1 (1 failure(s), 50% free)" in decision.cause
     nodes = restarted(aged(nodes, 30.0), 1, 90.0)
     decision = scaler.decide(fleet_at(90.0, nodes, queued=50))
     assert decision is not None and (decision.delta, decision.restart) == (2, ())
