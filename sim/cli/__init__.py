@@ -22,6 +22,7 @@ import typer  # noqa: E402
 from typer.core import TyperGroup  # noqa: E402
 
 from sim.cli.alerts import alerts_app  # noqa: E402
+from sim.cli.compare import compare_command  # noqa: E402
 from sim.cli.info import allocators_command, hardware_command  # noqa: E402
 from sim.cli.run import demo_command, run_command, scenarios_command  # noqa: E402
 from sim.cli.trace import trace_app  # noqa: E402
@@ -117,6 +118,7 @@ app.add_typer(alerts_app, name="alerts", no_args_is_help=False)
 app.command("run")(run_command)
 app.command("scenarios")(scenarios_command)
 app.command("demo")(demo_command)
+app.command("compare")(compare_command)
 app.command("hardware")(hardware_command)
 app.command("allocators")(allocators_command)
 

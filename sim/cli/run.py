@@ -20,6 +20,7 @@ from rich.table import Table
 from sim.cli import interrupt
 from sim.cli.trace import show_trace_warnings
 from sim.errors import clip, os_error_line, short
+from sim.fleet.compare import compare_frame, comparison_table
 from sim.results.io import FILES, RunResult, check_replaceable, summary_json
 from sim.runner import Parts, build_parts, check_run_cost, run
 from sim.scenario.builtin import DEMO, builtin_names, describe_builtin, resolve_scenario
@@ -121,11 +122,36 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
             "prefix cache: prompt tokens hit",
             f"{cache['share_of_prompt_tokens']:.1%} ({cache['requests_with_hits']:,} requests)",
         )
+    fleet = summary.get("fleet")
+    if fleet is not None:
+        _fleet_rows(t, fleet)
     console.print(t)
     for a in summary["alerts"]:
         console.print(
             f"ALERT ({a['severity']}) {a['alert']}: {a['condition']}", markup=False, highlight=False
         )
+
+
+def _fleet_rows(t: Table, fleet: dict[str, Any]) -> None:
+    r = fleet["replicas"]
+    t.add_row(
+        f"fleet: replicas initial / mean / peak ({fleet['router']} routing)",
+        f"{r['initial']} / {r['mean']:.2f} / {r['peak']}",
+    )
+    t.add_row(
+        "  replica-hours / avoidable",
+        f"{fleet['replica_hours']:,.1f} / {fleet['avoidable_replica_hours']:,.1f}",
+    )
+    t.add_row(
+        "  cost $ / avoidable $",
+        f"{fleet['cost_usd']:,.2f} / {fleet['avoidable_cost_usd']:,.2f}",
+    )
+    t.add_row("  $ per 1M output tokens", f"{fleet['cost_per_million_output_tokens_usd']:.2f}")
+    t.add_row("  scale-ups / scale-downs", f"{fleet['scale_ups']:,} / {fleet['scale_downs']:,}")
+    restarts = ", ".join(f"{k} {v:,}" for k, v in fleet["restarts"].items()) or "none"
+    t.add_row("  restarts by cause / crashes", f"{restarts} / {fleet['crashes']:,}")
+    fired = ", ".join(f"{k} {v:,}" for k, v in fleet["alerts_fired"].items()) or "none"
+    t.add_row("  alerts fired (alerts.parquet)", fired)
 
 
 def _f(v: object) -> str:
@@ -267,39 +293,5 @@ def demo_command(
         write_results(result, out / name)
         print_summary(result.summary, console)
         summaries.append(result.summary)
-    console.print(compare_table(summaries))
+    console.print(comparison_table(compare_frame(summaries)))
     console.print(f"results in {out}/")
-
-
-def compare_table(summaries: list[dict[str, Any]]) -> Table:
-    """Side-by-side headline numbers of several runs."""
-    t = Table("metric", *(_label(s) for s in summaries), title="comparison")
-
-    def row(label: str, fmt: Any) -> None:
-        t.add_row(label, *(fmt(s) for s in summaries))
-
-    row("requests ok", lambda s: f"{s['requests']['by_status'].get('ok', 0):,}")
-    row(
-        "requests failed or rejected",
-        lambda s: (
-            f"{sum(v for k, v in s['requests']['by_status'].items() if k.startswith(('failed', 'rejected'))):,}"
-        ),
-    )
-    row("allocation failures", lambda s: f"{s['failures']['allocation_failures']:,}")
-    row("  fragmentation", lambda s: f"{s['failures']['by_cause'].get('fragmentation', 0):,}")
-    row("  at > 25 % free memory", lambda s: f"{s['failures']['at_high_free_memory']:,}")
-    row(
-        "min largest_contiguous_free_block_ratio",
-        lambda s: _f(s["memory"]["largest_contiguous_free_block_ratio"]["min"]),
-    )
-    row("restarts", lambda s: f"{s['failures']['restarts']:,}")
-    row("TTFT p99 (s)", lambda s: _f(s["latency_s"]["ttft"]["p99"]))
-    row("alerts", lambda s: ", ".join(a["alert"] for a in s["alerts"]) or "none")
-    return t
-
-
-def _label(summary: dict[str, Any]) -> str:
-    label = str(summary["allocator"])
-    if summary["failures"]["restarts"]:
-        label += " + restarts"
-    return label
