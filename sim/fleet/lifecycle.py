@@ -223,6 +223,10 @@ class Lifecycle:
         if downtime_s == math.inf:
             self._set(node, "gone")
             node.gone_s = self.env.now
+            if node.replica is not None:
+                # Scaled down: requests still queued there (a drain stops admitting)
+                # are placed again, or they would wait for a replica that never returns.
+                self.redirect(node.replica.take_waiting())
             return
         replica = node.replica
         assert replica is not None
