@@ -200,8 +200,9 @@ class Fleet(Lifecycle):
     def _client_retry(self, replica: Replica, g: Group, delay_s: float) -> None:
         """A replica refused ``g`` and its client retries after ``delay_s`` (attempt
         counted by the scheduler): pinned to that replica while it takes traffic,
-        unless retries are re-routed."""
-        timer = _ArrivalTimer(self.env, delay_s)
+        unless retries are re-routed. The delay counts from the refusal on the
+        replica's clock (ahead of ``env.now`` while fast mode runs ahead)."""
+        timer = _ArrivalTimer(self.env, replica.now_s - self.env.now + delay_s)
         assert timer.callbacks is not None
         replica_id = replica.replica_id
         timer.callbacks.append(lambda _: self._retry_now(g, replica_id))
