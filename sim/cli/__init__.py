@@ -24,6 +24,7 @@ from typer.core import TyperGroup  # noqa: E402
 from sim.cli.alerts import alerts_app  # noqa: E402
 from sim.cli.compare import compare_command  # noqa: E402
 from sim.cli.info import allocators_command, hardware_command  # noqa: E402
+from sim.cli.postmortem import postmortem_command  # noqa: E402
 from sim.cli.run import demo_command, run_command, scenarios_command  # noqa: E402
 from sim.cli.trace import trace_app  # noqa: E402
 from sim.errors import clip, os_error_line  # noqa: E402
@@ -119,6 +120,7 @@ app.command("run")(run_command)
 app.command("scenarios")(scenarios_command)
 app.command("demo")(demo_command)
 app.command("compare")(compare_command)
+app.command("postmortem")(postmortem_command)
 app.command("hardware")(hardware_command)
 app.command("allocators")(allocators_command)
 
