@@ -21,6 +21,8 @@ from sim.scenario.workload import load_workload
 
 GOLDEN = Path(__file__).parent / "data" / "builtin_summaries.json"
 SHORT_S = {
+    "seed-postmortem": 21_600.0,
+    "seed-postmortem-runbook": 21_600.0,
     "seed-bimodal-best-fit": 43_200.0,
     "seed-bimodal-paged": 43_200.0,
     "seed-bimodal-best-fit-daily-restart": 43_200.0,
@@ -59,7 +61,15 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
         "e2e_p99_s": summary["latency_s"]["e2e"]["p99"],
         "alerts": sorted(a["alert"] for a in summary["alerts"]),
         "end_s": summary["engine"]["end_s"],
-    }
+    } | _fleet_headline(summary)
+
+
+def _fleet_headline(summary: dict[str, Any]) -> dict[str, Any]:
+    fleet = summary.get("fleet")
+    if fleet is None:
+        return {}
+    keys = ("replicas", "replica_hours", "avoidable_replica_hours", "restarts", "scale_ups")
+    return {"fleet": {k: fleet[k] for k in keys}}
 
 
 def rounded(value: Any) -> Any:
