@@ -8,6 +8,7 @@ request has ended (ok, refused, timed out) or at ``duration_s``.
 from __future__ import annotations
 
 import gc
+import warnings
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,11 +29,15 @@ from sim.latency.models import LatencyModel
 from sim.results.io import RunResult
 from sim.results.summary import summarize
 from sim.scenario import bounds
-from sim.scenario.schema import Scenario, ScenarioError
+from sim.scenario.retention import RetentionConfig
+from sim.scenario.schema import Scenario, ScenarioError, ScenarioWarning
 
 
-def make_groups(requests: pd.DataFrame) -> list[Group]:
-    """One Group per trace row, in arrival order."""
+def make_groups(
+    requests: pd.DataFrame, retention: RetentionConfig | None = None, seed: int = 0
+) -> list[Group]:
+    """One Group per trace row, in arrival order, with its KV retention after it
+    finishes drawn from ``retention`` (default: none) with the scenario's ``seed``."""
     n = len(requests)
     col = requests.get
     # Plain ints and floats whatever the frame's dtypes (the compiled build refuses a
@@ -49,7 +54,13 @@ def make_groups(requests: pd.DataFrame) -> list[Group]:
     if beams is not None:
         width = np.maximum(width, beams.fillna(1).to_numpy(dtype=np.int64))
     widths = width.tolist()
-    return groups_from_columns(ids, arrivals, prompts, outputs, widths, _hash_tuples(requests))
+    hashes = _hash_tuples(requests)
+    if retention is None or retention.kind == "none":
+        return groups_from_columns(ids, arrivals, prompts, outputs, widths, hashes)
+    retain_s, until_s = retention.draw(requests, seed)
+    return groups_from_columns(
+        ids, arrivals, prompts, outputs, widths, hashes, retain_s.tolist(), until_s.tolist()
+    )
 
 
 def _hash_tuples(requests: pd.DataFrame) -> list[tuple[int, ...]]:
@@ -251,6 +262,9 @@ def run(
 
         requests = load_workload(scenario)
     check_run_cost(scenario, requests)
+    note = scenario.retention.warning(requests)
+    if note is not None:
+        warnings.warn(note, ScenarioWarning, stacklevel=2)
     if scenario.fleet is not None:
         from sim.fleet.run import run_fleet
 
@@ -289,7 +303,7 @@ def _simulate(
 ) -> RunResult:
     spec, sched_config, latency = parts.spec, parts.scheduler, parts.latency
     allocator = parts.allocator
-    groups = make_groups(requests)
+    groups = make_groups(requests, scenario.retention, scenario.seed)
 
     env = simpy.Environment()
     recorder = Recorder()

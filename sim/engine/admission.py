@@ -97,7 +97,7 @@ class Admission:
                 and (_prefill_work(g) > budget and budget < config.max_num_batched_tokens)
             ):
                 break
-            if g.blocked is not None and batch.running:
+            if g.blocked is not None and (batch.running or batch.next_release_s() < math.inf):
                 free, largest = batch.allocator.free_and_largest_tokens()
                 if free <= g.blocked[0] and largest <= g.blocked[1]:
                     if config.head_of_line:
@@ -111,8 +111,10 @@ class Admission:
             failure = batch.allocator.last_failure()
             assert failure is not None, "allocator refused without recording why"
             batch.report("admission_failure", g, failure, self.growth.unsynced_tokens())
-            if not batch.running:  # an empty pool cannot hold it: it never fits here
-                batch.reject(g, now, "capacity")
+            if not batch.running and batch.next_release_s() == math.inf:
+                # Nothing will be freed (an empty pool, or leaked memory only): it never
+                # fits here.
+                batch.reject(g, now, failure.cause if batch.held else "capacity")
             elif config.on_admission_failure == "reject" and math.isnan(g.admit_s):
                 # A naive server refuses new requests; one it preempted waits.
                 batch.reject(g, now, failure.cause)

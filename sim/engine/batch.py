@@ -104,6 +104,12 @@ class Group:
     """On the ticks: ``held_tokens == held_base + ticks.tick``."""
     generated_base: int = 0
     """On the ticks: ``generated_tokens == generated_base + ticks.done``."""
+    # -- retention (sim.scenario.retention) ----------------------------------------------
+    retain_s: float = 0.0
+    """Seconds its sequences stay allocated after an ``ok`` finish (0: freed then; inf:
+    until the process restarts)."""
+    retain_until_s: float = math.inf
+    """Absolute time by which retained sequences are freed at the latest."""
 
     def __init__(
         self,
@@ -146,6 +152,8 @@ class Group:
         self.pooled = False
         self.held_base = 0
         self.generated_base = 0
+        self.retain_s = 0.0
+        self.retain_until_s = math.inf
 
     @property
     def final_tokens(self) -> int:
@@ -165,12 +173,22 @@ def groups_from_columns(
     output_tokens: list[int],
     num_seqs: list[int],
     prefix_hashes: list[tuple[int, ...]],
+    retain_s: list[float] | None = None,
+    retain_until_s: list[float] | None = None,
 ) -> list[Group]:
-    """One Group per row of equal-length columns (a trace's, in arrival order)."""
-    return [
+    """One Group per row of equal-length columns (a trace's, in arrival order);
+    ``retain_s`` / ``retain_until_s``: each request's retention (default: none)."""
+    groups = [
         Group(ids[i], arrivals_s[i], prompt_tokens[i], output_tokens[i], num_seqs[i], h)
         for i, h in enumerate(prefix_hashes)
     ]
+    if retain_s is not None:
+        for g, r in zip(groups, retain_s, strict=True):
+            g.retain_s = r
+    if retain_until_s is not None:
+        for g, u in zip(groups, retain_until_s, strict=True):
+            g.retain_until_s = u
+    return groups
 
 
 @dataclass(slots=True)

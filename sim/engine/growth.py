@@ -121,6 +121,14 @@ class Growth:
             self.ticks.leave(g, leaving_batch=True)
         self.batch.release(g)
 
+    def hold(self, g: Group, due_s: float) -> None:
+        """Take ``g`` out of the batch (off the ticks first) keeping its memory until
+        ``due_s`` (retention); the allocator is told of its deferred growth first."""
+        if g.tick_id:
+            self.ticks.leave(g, leaving_batch=True)
+        sync_deferred(self.allocator, g)
+        self.batch.hold(g, due_s)
+
     def stop_ticking(self) -> None:
         """Make every group's fields explicit (the reference path takes over)."""
         if not self.ticking:

@@ -400,10 +400,16 @@ class Replica:
             if step is None:
                 if self._restart is not None:  # a drain just emptied the batch
                     continue
-                # Idle with work queued would wait forever: that is a scheduler bug.
-                assert not (sched.waiting and sched.admitting), "scheduler stalled"
+                # Idle with work queued and nothing to free waits forever: a scheduler bug.
+                release_s = sched.next_release_s()
+                assert release_s < math.inf or not (sched.waiting and sched.admitting), (
+                    "scheduler stalled"
+                )
                 self._wake = env.event()
-                yield self._wake
+                if release_s < math.inf:  # a release is a decision, as an arrival
+                    yield env.timeout(max(0.0, release_s - env.now)) | self._wake
+                else:
+                    yield self._wake
                 self._wake = None
                 self.wakeups_total += 1
                 continue
@@ -453,8 +459,11 @@ class Replica:
             if step is None:
                 if self._restart is not None:  # a drain just emptied the batch
                     continue
-                assert not (sched.waiting and sched.admitting), "scheduler stalled"
-                nxt = self._next_arrival_s()
+                release_s = sched.next_release_s()  # frees memory: a decision
+                assert release_s < math.inf or not (sched.waiting and sched.admitting), (
+                    "scheduler stalled"
+                )
+                nxt = min(self._next_arrival_s(), release_s)
                 if nxt < self._horizon_s():
                     self._t = nxt
                     continue
@@ -506,6 +515,10 @@ class Replica:
                 cut_s = min(cut_s, deadline)
             # Requests not queued yet time out too: the earliest arrives next.
             cut_s = min(cut_s, self._next_arrival_s() + timeout_s)
+        release_s = sched.next_release_s()  # frees memory: a decision
+        if release_s <= t:
+            return None
+        cut_s = min(cut_s, release_s)
         seqs, kv0 = sched.decode_load()
         kv1 = kv0 + seqs
         run_s = self._run_s

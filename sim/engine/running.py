@@ -5,11 +5,14 @@ growth owner (``sim.engine.growth``); neither keeps a copy of this state.
 
 A group in the batch is *placed*: its sequences hold allocator memory. Taking it out
 (``release``) frees that memory; a group still on the decode ticks must leave them first
-(``Growth.drop`` does both).
+(``Growth.drop`` does both). A finished group with retention (``Group.retain_s``) leaves
+without freeing (``hold``): its sequences stay allocated, owned by no request, until
+``release_due`` frees them (or a restart replaces the allocator: ``forget_held``).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Callable
@@ -56,6 +59,10 @@ class RunningBatch:
         self.on_retry = on_retry
         self.on_done = on_done
         self._next_order = 0
+        self.held: list[tuple[float, int, list[int]]] = []
+        """Retained allocations: a heap of (due time, tie-breaker, sequence ids); a due
+        time of inf is never freed (a leak)."""
+        self._held_tie = 0
 
     def drop_callbacks(self) -> None:
         """Forget the callbacks (they usually close over the owner, a reference cycle);
@@ -107,6 +114,31 @@ class RunningBatch:
         g.in_batch = False
         if g.prefill_left_tokens:
             self.prefilling.remove(g)
+
+    def hold(self, g: Group, due_s: float) -> None:
+        """Take ``g`` out of the batch keeping its memory until ``due_s`` (it must not
+        be ticking, and the allocator must know all its growth)."""
+        self.note_reserved(g)
+        heapq.heappush(self.held, (due_s, self._held_tie, g.seq_ids))
+        self._held_tie += 1
+        self.leave(g)
+
+    def next_release_s(self) -> float:
+        """When the next retained allocation is freed (inf: none will be)."""
+        held = self.held
+        return held[0][0] if held else math.inf
+
+    def release_due(self, now: float) -> None:
+        """Free the retained allocations due by ``now``, in due order."""
+        held = self.held
+        free = self.allocator.free
+        while held and held[0][0] <= now:
+            for sid in heapq.heappop(held)[2]:
+                free(sid)
+
+    def forget_held(self) -> None:
+        """The allocator is being replaced (a restart): retained memory goes with it."""
+        self.held = []
 
     def note_reserved(self, g: Group) -> None:
         ids = g.seq_ids

@@ -15,6 +15,13 @@ and, in fast mode, jumps over runs of pure-decode steps::
 (``advance(m, in_step=True)`` also begins the next step of the run, for an observer
 looking inside it; the run's last ``advance`` leaves ``in_step`` False.)
 
+Retention (``Group.retain_s``, ``Group.retain_until_s``; ``sim.scenario.retention``): a
+group that finishes ``ok`` with ``min(finish + retain_s, retain_until_s)`` after its
+finish leaves the batch without freeing; ``begin_step`` frees the retained allocations
+due by its time first, in due order. A release is a decision like an arrival: fast mode
+cuts its runs at the step boundary at or after ``next_release_s()``, and an idle replica
+wakes then. A restart (``reset_allocator``, ``take_all``) forgets them.
+
 This module composes steps; the work is split by concern:
 
 * ``sim.engine.running`` -- the waiting queue, the running batch, how requests leave;
@@ -152,6 +159,7 @@ class Scheduler:
             batch.leave(g)
             g.swapped = False
             batch.requeue(g, count=False)
+        batch.forget_held()
         batch.allocator = allocator
         self.growth.reset(allocator)
         for g in batch.waiting:
@@ -184,14 +192,18 @@ class Scheduler:
             out.append(g)
         out.extend(batch.waiting)
         batch.waiting.clear()
+        batch.forget_held()
         for g in out:
             _detach(g)
         return out
 
     # -- one step -----------------------------------------------------------------------
     def begin_step(self, now: float) -> Step | None:
-        """Grow decoding groups (preempting on failure), admit, compose the step."""
+        """Free retained allocations due by ``now``, grow decoding groups (preempting
+        on failure), admit, compose the step."""
         batch = self.batch
+        if batch.held:
+            batch.release_due(now)
         growth = self.growth
         config = self.config
         self.admission.expire(now)
@@ -302,18 +314,27 @@ class Scheduler:
         much higher than it reports. O(1) while ticking, O(batch) otherwise."""
         return self.growth.unsynced_tokens()
 
+    def next_release_s(self) -> float:
+        """When the next retained allocation is freed (inf: none will be)."""
+        return self.batch.next_release_s()
+
     def next_timeout_s(self) -> float | None:
         """The earliest time a waiting request times out, if any does."""
         return self.admission.next_timeout_s()
 
     # -- internals ------------------------------------------------------------------
     def _retire(self, groups: list[Group], now: float) -> None:
-        """Groups that emitted their last token leave the batch, ``ok``."""
+        """Groups that emitted their last token leave the batch, ``ok`` (their memory
+        freed, or kept until their retention is due)."""
         growth = self.growth
         batch = self.batch
         for g in groups:
             if g.in_batch:
-                growth.drop(g)
+                due_s = min(now + g.retain_s, g.retain_until_s)
+                if due_s > now:
+                    growth.hold(g, due_s)
+                else:
+                    growth.drop(g)
                 batch.finish(g, now, "ok")
 
 

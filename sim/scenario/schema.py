@@ -35,6 +35,7 @@ from sim.scenario.fields import (
     Number,
     strict_json,
 )
+from sim.scenario.retention import NoRetention, RetentionConfig
 from sim.scenario.yaml_loader import MAX_EXPANDED_VALUES, load_yaml
 
 MAX_RETRIES = 20
@@ -215,6 +216,9 @@ class Scenario(_Strict):
     scheduler: SchedulerOptions = SchedulerOptions()
     latency: LatencyConfig = RooflineLatencyConfig()
     restart: RestartOptions | None = None
+    retention: RetentionConfig = Field(
+        NoRetention(), description="KV kept after a request finishes: {kind: ..., ...}."
+    )
     metrics: MetricsOptions = MetricsOptions()
     fleet: FleetConfig | None = Field(
         None, description="A fleet of replicas (sim.fleet); none: one replica."

@@ -95,6 +95,7 @@ def cases(
     restart: bool | None = None,
     duration: bool | None = None,
     hashes: bool | None = None,
+    retention: bool = False,
 ) -> tuple[dict[str, Any], pd.DataFrame]:
     """A scenario mapping and its trace: discrete choices from Hypothesis, continuous
     values from a numpy Generator seeded by Hypothesis (see the module docstring)."""
@@ -152,7 +153,36 @@ def cases(
         duration = draw(st.booleans())
     if duration:
         data["duration_s"] = float(rng.uniform(0.3, 1.2) * span_s)
+    if retention:
+        data["retention"] = draw_retention(draw, rng, df)
     return data, df
+
+
+def draw_retention(draw: st.DrawFn, rng: np.random.Generator, df: pd.DataFrame) -> dict[str, Any]:
+    """A retention block (``sim.scenario.retention``); for ``session_ttl`` the trace gets
+    a ``session_id`` column (some requests without one)."""
+    kind = draw(st.sampled_from(["session_ttl", "heavy_tail", "leak"]))
+    if kind == "session_ttl":
+        n = len(df)
+        ids = rng.integers(0, max(1, n // 3), n)
+        missing = rng.random(n) < 0.2
+        missing[0] = False  # at least one request has a session
+        df["session_id"] = pd.array(
+            [None if m else int(i) for i, m in zip(ids, missing, strict=True)],
+            dtype="Int64",
+        )
+        return {"kind": kind, "ttl_s": float(rng.uniform(0.2, 20.0))}
+    seed = draw(st.integers(0, 3))
+    fraction = draw(st.sampled_from([0.1, 0.5, 1.0]))
+    if kind == "leak":
+        return {"kind": kind, "fraction": fraction * 0.3, "seed": seed}
+    return {
+        "kind": kind,
+        "fraction": fraction,
+        "alpha": float(rng.uniform(0.8, 3.0)),
+        "scale_s": float(rng.uniform(0.1, 5.0)),
+        "seed": seed,
+    }
 
 
 def test_every_registered_policy_is_covered() -> None:
@@ -171,6 +201,24 @@ def test_full_outputs_match(allocator: dict[str, Any], data: st.DataObject) -> N
 @SETTINGS
 def test_full_outputs_match_with_restarts(case: tuple[dict[str, Any], pd.DataFrame]) -> None:
     """A drain or kill restart every few seconds, with its downtime."""
+    assert_modes_agree(*case)
+
+
+@pytest.mark.parametrize("allocator", ALLOCATORS, ids=config_id)
+@given(data=st.data())
+@settings(SETTINGS, max_examples=10)
+def test_full_outputs_match_with_retention(allocator: dict[str, Any], data: st.DataObject) -> None:
+    """KV kept after requests finish (session TTL, heavy-tailed, leaked): releases are
+    decisions, in both modes at the same step boundaries; idle replicas wake for them."""
+    assert_modes_agree(*data.draw(cases(allocator=allocator, retention=True)))
+
+
+@given(case=cases(retention=True, restart=True))
+@SETTINGS
+def test_full_outputs_match_with_retention_and_restarts(
+    case: tuple[dict[str, Any], pd.DataFrame],
+) -> None:
+    """A restart forgets retained allocations with the allocator."""
     assert_modes_agree(*case)
 
 
