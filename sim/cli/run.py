@@ -21,7 +21,7 @@ from sim.cli import interrupt
 from sim.cli.trace import show_trace_warnings
 from sim.errors import clip, os_error_line, short
 from sim.fleet.compare import compare_frame, comparison_table
-from sim.results.io import FILES, RunResult, check_replaceable, summary_json
+from sim.results.io import RunResult, check_replaceable, summary_json
 from sim.runner import Parts, build_parts, check_run_cost, run
 from sim.scenario.builtin import DEMO, builtin_names, describe_builtin, resolve_scenario
 from sim.scenario.fields import MAX_SEED
@@ -135,7 +135,7 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
 def _fleet_rows(t: Table, fleet: dict[str, Any]) -> None:
     r = fleet["replicas"]
     t.add_row(
-        f"fleet: replicas initial / mean / peak ({fleet['router']} routing)",
+        "fleet: replicas initial / mean / peak",
         f"{r['initial']} / {r['mean']:.2f} / {r['peak']}",
     )
     t.add_row(
@@ -188,7 +188,7 @@ def run_command(
         typer.echo(summary_json(result.summary), nl=False)
     elif not quiet:
         print_summary(result.summary, Console())
-        typer.echo(f"wrote {out}/ ({', '.join(FILES)})")
+        typer.echo(f"wrote {out}/ ({', '.join(result.files)})")
 
 
 def warn_out_of_range(scenario: Scenario, result: RunResult, source: Path) -> None:

@@ -158,6 +158,22 @@ class FleetConfig(_Strict):
         parse_router(value)  # ValueError / ValidationError name the problem
         return value
 
+    @field_validator("restart")
+    @classmethod
+    def _restart(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from policies.restart.registry import parse_restart
+
+        parse_restart(value)
+        return value
+
+    @field_validator("autoscaler")
+    @classmethod
+    def _autoscaler(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from policies.autoscale.registry import parse_autoscaler
+
+        parse_autoscaler(value)
+        return value
+
     @model_validator(mode="after")
     def _sizes(self) -> FleetConfig:
         names = [p.name for p in self.pools]
@@ -170,6 +186,14 @@ class FleetConfig(_Strict):
             raise ValueError(f"{total} replicas in all pools; at most {MAX_NODES}")
         if total == 0:
             raise ValueError("the pools hold no replica at t = 0 (every count is 0)")
+        long = self.router.get("long_replicas")
+        if self.router.get("kind") == "length_pools" and long is not None:
+            beyond = [i for i in long if i >= total]
+            if beyond:
+                raise ValueError(
+                    f"router.long_replicas {beyond}: the fleet starts with {total} replicas "
+                    f"(ids 0..{total - 1})"
+                )
         if self.max_replicas is not None and self.max_replicas < self.floor:
             raise ValueError(f"max_replicas {self.max_replicas} is below min_replicas {self.floor}")
         return self

@@ -81,6 +81,11 @@ class RunResult:
             out.append(("alerts", self.alerts))
         return out
 
+    @property
+    def files(self) -> list[str]:
+        """The file names :meth:`write` writes."""
+        return [f"{name}.parquet" for name, _ in self.frames()] + ["summary.json"]
+
     def write(self, out_dir: str | Path, on_commit: Callable[[], None] | None = None) -> Path:
         """Write its files (``frames()`` as Parquet, ``summary.json``) into ``out_dir``, replacing a previous run there. A
         directory holding anything else is never touched (FileExistsError). Stale
