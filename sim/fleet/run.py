@@ -78,7 +78,7 @@ def run_fleet(
     config = scenario.fleet
     assert config is not None
     parts = pool_parts(scenario, requests)
-    groups = make_groups(requests)
+    groups = make_groups(requests, scenario.retention, scenario.seed)
     sessions = _sessions(requests)
     env = simpy.Environment()
     recorder = Recorder()
