@@ -37,6 +37,7 @@ for growth that needs none.
 from __future__ import annotations
 
 import heapq
+import itertools
 from typing import TYPE_CHECKING, Literal
 
 from policies.allocators.pooled import PooledAllocator, as_pooled
@@ -46,6 +47,12 @@ from sim.latency.search import last_true
 if TYPE_CHECKING:
     from policies.allocators.base import Allocator
     from sim.engine.batch import Group
+
+_REGISTRATIONS = itertools.count(1)
+"""Registration numbers (``Group.tick_id``), unique across every ``DecodeTicks`` of the
+process: a heap entry left behind by a group that moved to another replica of a fleet
+must not match the group's registration there (heap entries are dropped lazily, by
+this number)."""
 
 TickGrowth = Literal["grown", "short"]
 """What ``DecodeTicks.try_grow`` found: the members grew (their pooled blocks drawn), or
@@ -96,7 +103,6 @@ class DecodeTicks:
         self._r_hist = [0] * (block_tokens or 1)
         self.reserved_blocks = 0
         """``H`` up to which blocks have been drawn (members' own blocks + the reservoir)."""
-        self._next_tick_id = 1
 
     # -- membership -------------------------------------------------------------------
     def join(self, g: Group) -> None:
@@ -154,8 +160,7 @@ class DecodeTicks:
         group must be synced (the allocator knows its held tokens)."""
         g.held_base = g.held_tokens - self.tick
         g.generated_base = g.generated_tokens - self.done
-        g.tick_id = tick_id = self._next_tick_id
-        self._next_tick_id += 1
+        g.tick_id = tick_id = next(_REGISTRATIONS)
         g.pooled = pooled
         n = g.num_seqs
         self.members += 1
