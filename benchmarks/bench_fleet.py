@@ -1,0 +1,220 @@
+"""Simulated requests per wall-second and peak memory of the fleet simulator (the fleet
+issue's benchmark), through the public path ``parse_scenario`` -> ``load_workload`` ->
+``run`` (a scenario with a ``fleet:`` block goes to ``sim.fleet.run.run_fleet``).
+
+- ``fleet.azure_day_x16``: the Azure 2023 conversation trace rate-scaled x16 and tiled
+  to one day (``workload: {rate_scale: 16, tile_to_s: 86400}``, about 7.6 M requests)
+  on a fleet of 16 paged replicas (Llama-2-7B on A100-80GB, fast mode: each replica
+  sees the load of ``engine.azure_conv_1d``'s single replica, so the two rates compare),
+  router signals refreshed every 50 ms. One line per router:
+  ``least_outstanding`` (target >= 100,000 simulated requests per wall-second) and
+  ``least_kv_usage`` (target >= 50,000); peak memory <= 4 GiB for both. Skipped (one
+  JSON line says why) when the trace folder is absent.
+- ``fleet.seed_postmortem``: the built-in ``seed-postmortem`` scenario, load and run;
+  target under 3 minutes of wall time. Skipped, saying so, while that scenario is not
+  part of the build measured.
+
+Each case runs in its own child process, so ``peak_rss_mib`` (the child's
+``ru_maxrss``: interpreter, imports, the request table and the run together) is that
+case's alone; ``load_peak_rss_mib`` is the same reading taken after loading the
+workload, before simulating. ``requests_per_wall_s`` is requests / simulation wall
+seconds (loading apart), from the median of ``repeats`` runs; a run longer than 60 s
+is not repeated. SimPy events per request are counted as ``bench_engine`` counts them.
+
+``--quick``: the first 200,000 requests of the x16 trace tiled to one hour, and the
+first tenth of the post-mortem's requests (so ``make bench BENCH_ARGS=--quick`` stays
+short; the targets are checked on the full cases only).
+
+Run: ``python -m benchmarks bench_fleet [--quick] [--repeats N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from benchmarks.bench_engine import (
+    AZURE_CONV,
+    DAY_S,
+    NO_REPEAT_AFTER_S,
+    _capture_environments,
+    events_processed,
+)
+
+ROUTER_TARGETS = {"least_outstanding": 100_000, "least_kv_usage": 50_000}
+"""Simulated requests per wall-second the full ``fleet.azure_day_x16`` must reach."""
+PEAK_RSS_TARGET_MIB = 4096
+POSTMORTEM = "seed-postmortem"
+POSTMORTEM_TARGET_WALL_S = 180.0
+QUICK_REQUESTS = 200_000
+QUICK_POSTMORTEM_SHARE = 0.1
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def azure_fleet_scenario(router: str, quick: bool) -> Any:
+    from sim.scenario.schema import parse_scenario
+
+    workload: dict[str, Any] = {"trace": str(AZURE_CONV), "rate_scale": 16}
+    if quick:
+        workload |= {"tile_to_s": 3600.0, "max_requests": QUICK_REQUESTS}
+    else:
+        workload["tile_to_s"] = DAY_S
+    return parse_scenario(
+        {
+            "name": f"azure-conv-x16-fleet-{router}",
+            "workload": workload,
+            "hardware": {"model": "llama-2-7b", "gpu": "a100-80gb"},
+            "allocator": {"kind": "paged"},
+            "mode": "fast",
+            "fleet": {
+                "pools": [{"name": "a100", "count": 16}],
+                "router": {"kind": router},
+                "router_refresh_s": 0.05,
+            },
+        }
+    )
+
+
+def _measure(scenario: Any, repeats: int, share: float = 1.0) -> dict[str, Any]:
+    """Load ``scenario``'s workload once (its first ``share`` of requests), then run it
+    up to ``repeats`` times; medians and the last run's counts."""
+    from sim.runner import run
+    from sim.scenario.workload import load_workload
+
+    t0 = time.perf_counter()
+    requests = load_workload(scenario)
+    if share < 1.0:
+        requests = requests.iloc[: max(1, int(len(requests) * share))].reset_index(drop=True)
+    load_s = time.perf_counter() - t0
+    load_peak_mib = _peak_rss_mib()
+    sim_s: list[float] = []
+    cpu_s: list[float] = []
+    summary: dict[str, Any] = {}
+    events = 0
+    for _ in range(repeats):
+        t1, c1 = time.perf_counter(), time.process_time()
+        with _capture_environments() as envs:
+            result = run(scenario, requests)
+        sim_s.append(time.perf_counter() - t1)
+        cpu_s.append(time.process_time() - c1)
+        events = events_processed(envs[-1])
+        summary = result.summary
+        del result
+        if sim_s[-1] > NO_REPEAT_AFTER_S:
+            break
+    n = len(requests)
+    sim_med = statistics.median(sim_s)
+    engine = summary.get("engine", {})
+    line: dict[str, Any] = {
+        "requests": n,
+        "simulated_s": engine.get("end_s"),
+        "repeats": len(sim_s),
+        "load_s": load_s,
+        "sim_wall_s": sim_med,
+        "sim_wall_s_all": sim_s,
+        "requests_per_wall_s": n / sim_med,
+        "requests_per_wall_s_best": n / min(sim_s),
+        "sim_cpu_s": statistics.median(cpu_s),
+        "requests_per_cpu_s": n / statistics.median(cpu_s),
+        "steps_per_request": engine.get("steps", 0) / max(n, 1),
+        "wakeups_per_request": engine.get("wakeups", 0) / max(n, 1),
+        "simpy_events_per_request": events / max(n, 1),
+        "load_peak_rss_mib": load_peak_mib,
+        "peak_rss_mib": _peak_rss_mib(),
+        "by_status": summary.get("requests", {}).get("by_status"),
+    }
+    if len(sim_s) < repeats:
+        line["note"] = (
+            f"one run took > {NO_REPEAT_AFTER_S:.0f} s: {len(sim_s)} of {repeats} repeats taken"
+        )
+    return line
+
+
+def case_azure(router: str, quick: bool, repeats: int) -> dict[str, Any]:
+    name = "fleet.azure_day_x16"
+    out: dict[str, Any] = {"bench": name, "router": router, "replicas": 16}
+    if not AZURE_CONV.is_file():
+        return {**out, "skipped": f"trace not found: {AZURE_CONV}"}
+    line = _measure(azure_fleet_scenario(router, quick), repeats)
+    out |= {"allocator": "paged", "mode": "fast", "router_refresh_s": 0.05, **line}
+    if not quick:
+        target = ROUTER_TARGETS[router]
+        out["target_requests_per_wall_s"] = target
+        out["target_peak_rss_mib"] = PEAK_RSS_TARGET_MIB
+        out["target_met"] = (
+            line["requests_per_wall_s"] >= target and line["peak_rss_mib"] <= PEAK_RSS_TARGET_MIB
+        )
+    return out
+
+
+def case_postmortem(quick: bool, repeats: int) -> dict[str, Any]:
+    from sim.scenario.builtin import builtin_names
+    from sim.scenario.schema import load_scenario
+
+    name = "fleet.seed_postmortem"
+    if POSTMORTEM not in builtin_names():
+        return {
+            "bench": name,
+            "skipped": f"built-in scenario {POSTMORTEM!r} not in this build "
+            f"(sim/scenario/data/{POSTMORTEM}.yaml; rebuild after it lands)",
+        }
+    scenario = load_scenario(POSTMORTEM)
+    share = QUICK_POSTMORTEM_SHARE if quick else 1.0
+    t0 = time.perf_counter()
+    line = _measure(scenario, 1 if not quick else repeats, share)
+    total_s = time.perf_counter() - t0
+    out: dict[str, Any] = {"bench": name, "share_of_requests": share, **line}
+    out["total_wall_s"] = total_s
+    if not quick:
+        out["target_wall_s"] = POSTMORTEM_TARGET_WALL_S
+        out["target_met"] = total_s < POSTMORTEM_TARGET_WALL_S
+    return out
+
+
+CASES = [("azure", r) for r in ROUTER_TARGETS] + [("postmortem", "")]
+
+
+def _child(case: str, router: str, quick: bool, repeats: int) -> None:
+    """One case in this (fresh) process: print its JSON line."""
+    from sim.build import engine_build
+
+    line = (
+        case_azure(router, quick, repeats) if case == "azure" else case_postmortem(quick, repeats)
+    )
+    print(json.dumps({**line, "quick": quick, "engine_build": engine_build()}), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--quick", action="store_true", help="Short slices of each case.")
+    parser.add_argument("--repeats", type=int, default=3, help="Runs per case (median).")
+    parser.add_argument("--case", choices=["azure", "postmortem"], help=argparse.SUPPRESS)
+    parser.add_argument("--router", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.case is not None:
+        _child(args.case, args.router, args.quick, args.repeats)
+        return 0
+    failed = 0
+    for case, router in CASES:
+        cmd = [sys.executable, "-m", "benchmarks.bench_fleet", "--case", case]
+        cmd += ["--router", router, "--repeats", str(args.repeats)]
+        cmd += ["--quick"] if args.quick else []
+        proc = subprocess.run(cmd, check=False)
+        if proc.returncode != 0:
+            error = {"bench": f"fleet.{case}", "router": router, "error": f"exit {proc.returncode}"}
+            print(json.dumps(error), flush=True)
+            failed += 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
