@@ -1,7 +1,7 @@
 """Every request of a fleet run ends in exactly one terminal status, whatever happens to
 it on the way: client retries (pinned or re-routed), redirected queues, restarts of
 every drain mode, crashes, scale-ups and scale-downs, in both modes. ``unfinished``
-only where ``duration_s`` cut the run."""
+only where ``duration_s`` cut the run. Fast mode equals exact mode on the same fleets."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
-from support.fleet import STATUSES, synthetic_fleet_data
+from support.fast_exact import assert_frames_match, run_mode
+from support.fleet import STATUSES, comparable, synthetic_fleet_data
 
 from policies.routing.registry import ROUTERS
 from sim.runner import run
@@ -72,7 +73,7 @@ def fleets(draw: st.DrawFn) -> dict[str, Any]:
     return data
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets())
 def test_every_request_ends_once_in_one_terminal_status(data: dict[str, Any]) -> None:
     note(f"scenario: {data!r}")
@@ -99,6 +100,17 @@ def test_every_request_ends_once_in_one_terminal_status(data: dict[str, Any]) ->
     assert (ok["generated_tokens"] == ok["output_tokens"]).all()
     assert (ok["replica"] >= 0).all()
     assert r.fleet["replicas"].max() <= 5
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets())
+def test_fast_mode_equals_exact_mode_on_drawn_fleets(data: dict[str, Any]) -> None:
+    note(f"scenario: {data!r}")
+    workload = load_workload(parse_scenario(data))
+    fast = comparable(run_mode(data, workload, "fast"))
+    exact = comparable(run_mode(data, workload, "exact"))
+    for name, frame in fast.items():
+        assert_frames_match(name, frame, exact[name])
 
 
 def test_a_request_that_moves_between_replicas_is_not_finished_by_the_one_it_left() -> None:

@@ -272,6 +272,21 @@ def test_a_scaled_down_node_drains_then_is_gone_and_stops_billing() -> None:
     assert row["replica_hours"] == pytest.approx((395.0 + t_down - 10.0) / 3600.0, rel=1e-12)
 
 
+def test_a_busy_node_scaled_down_finishes_its_batch_then_is_gone_and_billed_until_then() -> None:
+    df = request_frame([0.0, 0.5, 1.0, 30.0], [2000, 100, 2000, 100], [1000, 10, 10, 10])
+    r = _scripted([NodeAction(2.0, "scale_down", 0)], df=df)
+    req = _by_id(r)
+    assert (req["status"] == "ok").all()
+    assert req.loc[0, "replica"] == 0 and req.loc[0, "finish_s"] == pytest.approx(10.0)
+    # Its queue is placed again when it goes (it would never come back for it).
+    assert req.loc[2, "route"] == "redirected" and req.loc[2, "replica"] == 1
+    assert _state_at(r, 9.0, "draining") == 1 and _state_at(r, 9.0, "replicas") == 2
+    assert _state_at(r, 11.0, "replicas") == 1
+    end_s = float(r.fleet["time_s"].iloc[-1])
+    assert end_s == pytest.approx(30.1)
+    assert r.summary["fleet"]["replica_hours"] * 3600.0 == pytest.approx(end_s + 10.0)
+
+
 def test_the_bill_is_hours_times_gpus_times_price() -> None:
     # Two nodes of two GPUs at $3/GPU-hour for exactly one hour: 2 replica-hours, $12.
     data = fleet_data(

@@ -4,6 +4,7 @@ client retries go back to the refusing replica (pinned) or through the router.""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 from support.fleet import evenly, fleet_data, run_fleet_data
 from support.scenarios import request_frame
@@ -49,6 +50,16 @@ def test_fragmentation_aware_picks_the_best_fitting_largest_extent() -> None:
     assert aware.requests["replica"].tolist() == [0, 0, 1]
     least = run_fleet_data(fleet_data(count=2, router="least_outstanding"), df)
     assert least.requests["replica"].tolist() == [0, 1, 0]
+
+
+def test_session_affinity_keeps_a_session_on_one_replica() -> None:
+    n = 24
+    df = evenly(n, 0.5)
+    df["session_id"] = pd.array([i % 4 for i in range(n)], dtype="Int64")
+    r = run_fleet_data(fleet_data(count=3, router="session_affinity"), df)
+    req = r.requests.merge(df[["request_id", "session_id"]], on="request_id")
+    assert (req.groupby("session_id")["replica"].nunique() == 1).all()
+    assert req["replica"].nunique() > 1
 
 
 def test_stale_views_send_a_burst_to_the_replica_that_looked_idle() -> None:
