@@ -278,9 +278,9 @@ class Replica:
             self._back_up = self.env.event()
             self._poke()
         elif self._restart is not None and self._restart[0] == "drain" and mode != "drain":
-            # A drain that ran out of time: the rest is killed (or lost) at the next step
-            # boundary; the downtime of the first request stands.
-            self._restart = (mode, self._restart[1])
+            # A drain cut short (its timeout, a crash): the rest is killed (or lost) at
+            # the next step boundary, and the process is down for this ``downtime_s``.
+            self._restart = (mode, downtime_s)
             self._poke()
         assert self._back_up is not None
         return self._back_up

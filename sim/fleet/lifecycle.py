@@ -184,21 +184,21 @@ class Lifecycle:
         if drain == "redirect":
             self.redirect(replica.take_waiting())
         replica.request_restart("drain", downtime_s)
-        self._drain_deadline(node, timeout_s)
+        self._drain_deadline(node, timeout_s, downtime_s)
         return True
 
     def restart_drain(self) -> tuple[str, float]:
         """(drain mode, drain timeout) of the restart policy."""
         raise NotImplementedError
 
-    def _drain_deadline(self, node: Node, timeout_s: float) -> None:
+    def _drain_deadline(self, node: Node, timeout_s: float, downtime_s: float) -> None:
         replica = node.replica
         assert replica is not None
 
         def expire() -> None:
             if node.state == "draining":
                 self.fleet_event("drain-timeout", node.replica_id, node.pending)
-                replica.request_restart("lose", 0.0)  # downtime of the first request stands
+                replica.request_restart("lose", downtime_s)
 
         self._after(timeout_s, node, expire)
 
@@ -210,11 +210,14 @@ class Lifecycle:
         repair_s = self._draw(self.config.faults.mttr, node.replica_id, "mttr")
         load_s = self._draw(lc.load, node.replica_id, "load")
         node.crashes_total += 1
+        replica.accepting = False
+        self.fleet_event("crash", node.replica_id, "node fault", f"repair_s={repair_s:.1f}")
+        if node.pending == "scale-down":
+            replica.request_restart("lose", math.inf)
+            return
         node.pending = "crash"
         node.down_load_s = load_s
         node.repair_s = repair_s
-        replica.accepting = False
-        self.fleet_event("crash", node.replica_id, "node fault", f"repair_s={repair_s:.1f}")
         replica.request_restart("lose", repair_s + load_s + lc.warmup_s)
 
     def went_down(self, node: Node, downtime_s: float) -> None:
@@ -301,7 +304,7 @@ class Lifecycle:
         self.fleet_event("scale-down", node.replica_id, cause)
         node.pending = "scale-down"
         replica = node.replica
-        if node.state in ("provisioning", "loading") or replica is None:
+        if node.state in ("provisioning", "loading") or replica is None or not replica.up:
             node.epoch += 1
             self._set(node, "gone")
             node.gone_s = self.env.now
@@ -317,4 +320,4 @@ class Lifecycle:
             self.redirect(replica.take_waiting())
         replica.request_restart("lose" if drain == "kill" else "drain", math.inf)
         if drain != "kill":
-            self._drain_deadline(node, timeout_s)
+            self._drain_deadline(node, timeout_s, math.inf)

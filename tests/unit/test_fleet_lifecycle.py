@@ -354,3 +354,64 @@ def test_random_crashes_end_every_lost_request_retried_or_failed_lost() -> None:
     assert (req["status"] == "failed-lost").any() or (req["retries"] > 0).any()
     assert (req.loc[req["status"] == "failed-lost", "retries"] == 1).all()
     assert r.summary["fleet"]["crashes"] == len(crashes)
+
+
+# -- actions that meet a node mid-lifecycle ---------------------------------------------------
+
+MIDWAY = request_frame(
+    [0.0, 0.5, 1.0, 60.0, 61.0], [2000, 100, 2000, 100, 100], [1000, 10, 10, 10, 10]
+)
+
+
+@pytest.mark.parametrize(
+    ("actions", "gone_s"),
+    [
+        ([NodeAction(2.0, "crash", 0), NodeAction(4.0, "scale_down", 0)], 4.0),  # down
+        ([NodeAction(2.0, "restart", 0), NodeAction(12.0, "scale_down", 0)], 12.0),  # loading
+        ([NodeAction(2.0, "restart", 0), NodeAction(17.0, "scale_down", 0)], 17.0),  # warming
+    ],
+    ids=["down", "loading", "warming"],
+)
+def test_a_node_scaled_down_while_its_process_is_down_is_gone_at_once(
+    actions: list[NodeAction], gone_s: float
+) -> None:
+    r = _scripted(actions, df=MIDWAY, faults={"mttr": {"mean_s": 7.0}})
+    assert _state_at(r, gone_s + 1.0, "replicas") == 1
+    assert (r.fleet.loc[r.fleet["time_s"] > gone_s, "replicas"] == 1).all()
+    req = _by_id(r)
+    assert req.loc[[3, 4], "replica"].tolist() == [1, 1]
+    end_s = float(r.fleet["time_s"].iloc[-1])
+    assert r.summary["fleet"]["replica_hours"] * 3600.0 == pytest.approx(end_s + gone_s)
+
+
+def test_a_crash_during_a_restarts_drain_takes_the_crashs_repair_load_and_warmup() -> None:
+    r = _scripted(
+        [NodeAction(2.0, "restart", 0), NodeAction(4.0, "crash", 0)],
+        df=MIDWAY,
+        faults={"mttr": {"mean_s": 7.0}},
+    )
+    req = _by_id(r)
+    assert req.loc[[0, 2], "status"].eq("failed-lost").all()
+    lost_s = float(req.loc[0, "finish_s"])  # the step boundary after the crash
+    assert lost_s == pytest.approx(4.0, abs=0.011)
+    # Down 7 s (repair), loading 5 s, warming 5 s: active again 17 s after the loss.
+    assert _state_at(r, 10.0, "down") == 1
+    assert _state_at(r, 13.0, "loading") == 1
+    assert _state_at(r, 20.0, "warming") == 1 and _state_at(r, 20.0, "active") == 1
+    assert _state_at(r, 22.0, "active") == 2
+    assert req.loc[4, "replica"] == 0  # round robin: it serves again
+
+
+def test_a_crash_during_a_scale_down_drain_loses_the_batch_and_the_node_is_gone() -> None:
+    r = _scripted(
+        [NodeAction(2.0, "scale_down", 0), NodeAction(4.0, "crash", 0)],
+        df=MIDWAY,
+        faults={"mttr": {"mean_s": 7.0}},
+    )
+    req = _by_id(r)
+    assert req.loc[0, "status"] == "failed-lost"
+    assert req.loc[2, "route"] == "redirected" and req.loc[2, "status"] == "ok"
+    assert (r.fleet.loc[r.fleet["time_s"] >= 5.0, "replicas"] == 1).all()
+    end_s = float(r.fleet["time_s"].iloc[-1])
+    lost_s = float(req.loc[0, "finish_s"])
+    assert r.summary["fleet"]["replica_hours"] * 3600.0 == pytest.approx(end_s + lost_s)
