@@ -74,7 +74,7 @@ class _Hooks:
         self.fleet.recorder.on_done(replica, group)
 
     def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
-        self.fleet.went_down(self.node, downtime_s)
+        self.fleet.went_down(self.node, mode, downtime_s)
 
 
 class Fleet(Lifecycle):

@@ -220,13 +220,16 @@ class Lifecycle:
         node.repair_s = repair_s
         replica.request_restart("lose", repair_s + load_s + lc.warmup_s)
 
-    def went_down(self, node: Node, downtime_s: float) -> None:
-        """The replica's process went down (a restart, a crash or a scale-down)."""
+    def went_down(self, node: Node, mode: str, downtime_s: float) -> None:
+        """The replica's process went down (a restart, a crash or a scale-down). A
+        process that stops (``drain``) hands its queue back to the router; one that
+        dies (``lose``) loses it with its batch (``Replica`` hands both to the fleet's
+        clients)."""
         node.epoch += 1  # a pending drain deadline is void
         if downtime_s == math.inf:
             self._set(node, "gone")
             node.gone_s = self.env.now
-            if node.replica is not None:
+            if node.replica is not None and mode != "lose":
                 # Scaled down: requests still queued there (a drain stops admitting)
                 # are placed again, or they would wait for a replica that never returns.
                 self.redirect(node.replica.take_waiting())
@@ -241,6 +244,11 @@ class Lifecycle:
         else:
             self._set(node, "loading")
             warm_at_s = node.down_load_s
+            # A restart's queue goes back to the router as the process stops (the
+            # gateway retries requests not yet started) rather than waiting out the
+            # model load.
+            if mode != "lose":
+                self.redirect(replica.take_waiting())
         self._after(warm_at_s, node, lambda: self._set(node, "warming"))
         epoch = node.epoch
         back = replica.back_up
