@@ -82,7 +82,7 @@ def least(
     None when ``indices`` is empty."""
     if not indices:
         return None
-    return min(indices, key=lambda i: (signal(views[i]), i))
+    return min([(signal(views[i]), i) for i in indices])[1]
 
 
 def outstanding(view: RouterView) -> int:

@@ -14,7 +14,8 @@ class LeastOutstanding(Router):
     """The up view with the fewest waiting plus running requests."""
 
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
-        return least(views, up_indices(views), outstanding)
+        loads = [(v.outstanding_requests, i) for i, v in enumerate(views) if v.up]
+        return min(loads)[1] if loads else None
 
 
 class ShortestQueue(Router):
@@ -22,14 +23,16 @@ class ShortestQueue(Router):
     requests."""
 
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
-        return least(views, up_indices(views), lambda v: v.waiting_requests)
+        queues = [(v.waiting_requests, i) for i, v in enumerate(views) if v.up]
+        return min(queues)[1] if queues else None
 
 
 class LeastKvUsage(Router):
     """The up view whose KV pool is least used (owned share of its capacity)."""
 
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
-        return least(views, up_indices(views), lambda v: v.kv_usage)
+        usages = [(v.kv_usage, i) for i, v in enumerate(views) if v.up]
+        return min(usages)[1] if usages else None
 
 
 class PowerOfTwo(Router):

@@ -146,6 +146,9 @@ class Fleet(Lifecycle):
     def node_added(self, node: Node) -> None:
         self.views.set(node.replica_id, AbsentView(node.replica_id))
 
+    def routability_changed(self) -> None:
+        self.views.invalidate()
+
     # -- arrivals and routing -------------------------------------------------------------
     def arrivals(self) -> Generator[simpy.Event, Any, None]:
         env, groups = self.env, self.groups

@@ -63,6 +63,11 @@ class Lifecycle:
     def node_added(self, node: Node) -> None:
         raise NotImplementedError
 
+    def routability_changed(self) -> None:
+        """A node's state or its replica's ``accepting`` changed: whether a router may
+        choose it may have (called after every such change)."""
+        raise NotImplementedError
+
     def fleet_event(
         self, kind: str, replica_id: int, cause: str, detail: str = "", request_id: int = -1
     ) -> None:
@@ -113,6 +118,7 @@ class Lifecycle:
     def _set(self, node: Node, state: NodeState) -> None:
         node.state = state
         node.state_since_s = self.env.now
+        self.routability_changed()
 
     def _after(self, delay_s: float, node: Node, action: Any) -> None:
         """``action()`` after ``delay_s`` unless the node's epoch changes meanwhile."""
@@ -150,12 +156,14 @@ class Lifecycle:
         self._set(node, "warming")
         replica = node.replica = self.make_replica(node, 0.0)
         replica.accepting = False
+        self.routability_changed()
         self._after(self.config.lifecycle.warmup_s, node, lambda: self._ready(node))
 
     def _ready(self, node: Node) -> None:
         self._set(node, "active")
         assert node.replica is not None
         node.replica.accepting = True
+        self.routability_changed()
         if node.crashes_total == 0 and node.restarts_total == 0:
             self._start_faults(node)
 
@@ -169,6 +177,7 @@ class Lifecycle:
         drain, timeout_s = config
         replica = node.replica
         replica.accepting = False
+        self.routability_changed()
         self._set(node, "draining")
         node.pending = "restart"
         node.restarts_total += 1
@@ -211,6 +220,7 @@ class Lifecycle:
         load_s = self._draw(lc.load, node.replica_id, "load")
         node.crashes_total += 1
         replica.accepting = False
+        self.routability_changed()
         self.fleet_event("crash", node.replica_id, "node fault", f"repair_s={repair_s:.1f}")
         if node.pending == "scale-down":
             replica.request_restart("lose", math.inf)
@@ -258,6 +268,7 @@ class Lifecycle:
             if node.epoch == epoch:
                 self._set(node, "active")
                 replica.accepting = True
+                self.routability_changed()
                 node.pending = ""
 
         assert back.callbacks is not None
@@ -318,6 +329,7 @@ class Lifecycle:
             node.gone_s = self.env.now
             return
         replica.accepting = False
+        self.routability_changed()
         if node.state == "warming":
             node.epoch += 1
             replica.request_restart("kill", math.inf)

@@ -6,7 +6,16 @@ signals lag.
 
 A stale snapshot is taken lazily: at the first routing decision at or after each
 refresh time, each field read at most once per refresh, and only the fields the
-router reads (a router that reads the queue never materialises KV usage)."""
+router reads (a router that reads the queue never materialises KV usage).
+
+Cost. A router reads ``up`` and a signal of every view for every request, so a
+snapshot's fields are plain attributes: a load signal is filled in by ``__getattr__``
+at its first read after a refresh (later reads never reach it), and ``up`` is copied at
+the refresh. ``up`` changes only when the fleet makes a node routable or not (a
+lifecycle state change, ``Replica.accepting``; ``Replica.up`` changes only while
+``accepting`` is already False): the fleet calls :meth:`RouteViews.invalidate` there,
+and the next decision copies ``up`` again, keeping the load signals it has.
+"""
 
 from __future__ import annotations
 
@@ -16,13 +25,16 @@ import simpy
 
 from sim.engine.view import ReplicaView
 
-_FIELDS = (
-    "restarts",
-    "waiting_requests",
-    "outstanding_requests",
-    "largest_free_extent_tokens",
-    "kv_usage",
+_FIELDS = frozenset(
+    {
+        "restarts",
+        "waiting_requests",
+        "outstanding_requests",
+        "largest_free_extent_tokens",
+        "kv_usage",
+    }
 )
+"""The load signals a snapshot lends lazily (``RouterView``'s, less ``up``)."""
 
 
 class AbsentView:
@@ -45,47 +57,31 @@ class AbsentView:
 
 
 class StaleView:
-    """A replica's load signals as of the refresh that made it (read lazily)."""
-
-    __slots__ = ("_cache", "_live")
+    """A replica's load signals as of the last refresh, ``up`` as of the last routability
+    change (see the module docstring). No ``__slots__``: a signal read once is stored
+    in the instance, so every later read is a plain attribute load."""
 
     def __init__(self, live: Any) -> None:
         self._live = live
-        self._cache: dict[str, Any] = {}
+        self.replica_id: int = live.replica_id
+        self.up: bool = live.up
 
-    @property
-    def replica_id(self) -> int:
-        return self._live.replica_id
+    def __getattr__(self, name: str) -> Any:
+        """Only called for a field not read since the last refresh: read it now."""
+        if name not in _FIELDS:
+            raise AttributeError(name)
+        value = getattr(self._live, name)
+        self.__dict__[name] = value
+        return value
 
-    @property
-    def up(self) -> bool:
-        return self._live.up
-
-    def _read(self, name: str) -> Any:
-        cache = self._cache
-        if name not in cache:
-            cache[name] = getattr(self._live, name)
-        return cache[name]
-
-    @property
-    def restarts(self) -> int:
-        return self._read("restarts")
-
-    @property
-    def waiting_requests(self) -> int:
-        return self._read("waiting_requests")
-
-    @property
-    def outstanding_requests(self) -> int:
-        return self._read("outstanding_requests")
-
-    @property
-    def largest_free_extent_tokens(self) -> int:
-        return self._read("largest_free_extent_tokens")
-
-    @property
-    def kv_usage(self) -> float:
-        return self._read("kv_usage")
+    def refresh(self) -> None:
+        """Forget the load signals read (a new refresh) and copy ``up`` again."""
+        d = self.__dict__
+        live = d["_live"]
+        d.clear()
+        d["_live"] = live
+        d["replica_id"] = live.replica_id
+        d["up"] = live.up
 
 
 class RouteViews:
@@ -96,7 +92,10 @@ class RouteViews:
         self.refresh_s = refresh_s
         self.live: list[Any] = []
         self._stale: list[Any] = []
+        self._snapshots: list[StaleView] = []
+        """The ``StaleView`` entries of ``_stale`` (reused from refresh to refresh)."""
         self._next_refresh_s = -1.0
+        self._up_stale = False
 
     def set(self, replica_id: int, view: ReplicaView | AbsentView) -> None:
         if replica_id == len(self.live):
@@ -105,12 +104,27 @@ class RouteViews:
             self.live[replica_id] = view
         self._next_refresh_s = -1.0  # membership changed: snapshot again
 
+    def invalidate(self) -> None:
+        """A node's routability may have changed: the next decision reads ``up`` again
+        (its load signals stay as of the last refresh)."""
+        self._up_stale = True
+
     def current(self) -> list[Any]:
         if self.refresh_s <= 0:
             return self.live
         now = self.env.now
         if now >= self._next_refresh_s:
-            self._stale = [v if isinstance(v, AbsentView) else StaleView(v) for v in self.live]
+            if self._next_refresh_s < 0:  # membership changed: new snapshot objects
+                self._stale = [v if isinstance(v, AbsentView) else StaleView(v) for v in self.live]
+                self._snapshots = [v for v in self._stale if isinstance(v, StaleView)]
+            else:
+                for snap in self._snapshots:
+                    snap.refresh()
+            self._up_stale = False
             # The refresh grid: every refresh_s from t = 0.
             self._next_refresh_s = (now // self.refresh_s + 1) * self.refresh_s
+        elif self._up_stale:
+            for snap in self._snapshots:
+                snap.__dict__["up"] = snap._live.up
+            self._up_stale = False
         return self._stale
