@@ -1,0 +1,232 @@
+"""Capacity planning: per policy variant, the fewest replicas that meet every SLO.
+
+The replica count is ``fleet.pools.0.count``. With ``autoscale=False`` (the default)
+``fleet.min_replicas`` and ``fleet.max_replicas`` are both set to it, so an autoscaler
+in the scenario cannot move the fleet away from the count under test; with
+``autoscale=True`` the count is the autoscaler's floor (``min_replicas``) and its ceiling
+is raised to the count where it was below. A single-replica scenario becomes a one-pool
+fleet (``fleet: {pools: [{count: N}]}``: the fleet's default router, the scenario's
+``initial_uptime_s`` as the pool's); one with a single-replica ``restart`` is refused
+(a fleet restarts with ``fleet.restart``).
+
+Search (per variant, assuming more replicas never breaks an SLO that fewer met):
+gallop from ``lo`` (``lo``, ``2 lo``, ``4 lo``... capped at ``hi``) to the first count
+that meets every SLO, then bisect between it and the last that did not. It evaluates
+at most ``2 ceil(log2 n*) + 2`` counts, the cheap small fleets first; every evaluated
+count is cached (in memory, and on disk as run folders: a rerun of the same plan runs
+nothing again). The variants' searches advance together, one round of runs at a time,
+so the executor's workers run every variant's replications at once.
+
+A point meets the SLOs when every replication does (:mod:`sim.sweep.slo`). The cost of
+a variant is the mean over replications at its ``n*``; ``cost_vs_cheapest`` is its cost
+over the cheapest variant's minus one (0.15: 15 % more fleet cost for the same SLOs).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from sim.scenario.schema import ScenarioError
+from sim.sweep.execute import Executor, Outcome, Progress
+from sim.sweep.slo import Slo
+from sim.sweep.spec import Task, point_tasks
+from sim.sweep.summary import ci95, param_value, runs_frame
+
+COUNT = "fleet.pools.0.count"
+Search = Generator[int, bool, "int | None"]
+
+
+def replica_search(lo: int, hi: int) -> Search:
+    """Yields the counts to evaluate; is sent whether each met the SLOs; returns the
+    fewest that did (None when ``hi`` did not). Gallop, then bisect (module docstring)."""
+    bad, probe = lo - 1, lo
+    while not (yield probe):
+        bad = probe
+        if probe >= hi:
+            return None
+        probe = min(hi, probe * 2)
+    good = probe
+    while good - bad > 1:
+        mid = (bad + good) // 2
+        if (yield mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def as_fleet(base: dict[str, Any], source: str) -> dict[str, Any]:
+    """``base`` as a fleet scenario (a single replica becomes a one-pool fleet)."""
+    if base.get("fleet") is not None:
+        return base
+    if base.get("restart") is not None:
+        raise ScenarioError(
+            f"{source}: field restart: a single-replica restart; plan runs fleets, which "
+            f"restart with fleet.restart (give the scenario a fleet block)"
+        )
+    data = {k: v for k, v in base.items() if k != "initial_uptime_s"}
+    pool: dict[str, Any] = {"count": 1}
+    if base.get("initial_uptime_s"):
+        pool["initial_uptime_s"] = base["initial_uptime_s"]
+    data["fleet"] = {"pools": [pool]}
+    return data
+
+
+def count_overrides(base: dict[str, Any], n: int, autoscale: bool) -> dict[str, Any]:
+    """The overrides that give the fleet ``n`` replicas in pool 0."""
+    if not autoscale:
+        return {COUNT: n, "fleet.min_replicas": n, "fleet.max_replicas": n}
+    out: dict[str, Any] = {COUNT: n, "fleet.min_replicas": n}
+    ceiling = base["fleet"].get("max_replicas")
+    if ceiling is not None and ceiling < n:
+        out["fleet.max_replicas"] = n
+    return out
+
+
+def variants(vary: Sequence[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
+    """The cartesian product of the ``--vary`` options (one empty variant without)."""
+    paths = [p for p, _ in vary]
+    return [dict(zip(paths, c, strict=True)) for c in itertools.product(*(v for _, v in vary))]
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    plan: pd.DataFrame
+    """One row per variant: its parameters, ``replicas`` (n*; missing when even ``hi``
+    did not meet the SLOs), ``evaluated``, cost and replica-hours means, each SLO
+    metric's mean at n*, ``cost_vs_cheapest``, ``replica_hours_vs_least``."""
+    points: pd.DataFrame
+    """One row per evaluated (variant, count): ``met`` and each SLO metric's worst
+    replication."""
+    runs: pd.DataFrame
+    outcomes: list[Outcome]
+
+
+def plan(
+    base: dict[str, Any],
+    slos: Sequence[Slo],
+    vary: Sequence[tuple[str, list[Any]]],
+    executor: Executor,
+    *,
+    lo: int = 1,
+    hi: int = 64,
+    replications: int = 1,
+    autoscale: bool = False,
+    source: str = "<scenario>",
+    progress: Progress | None = None,
+) -> PlanResult:
+    """Search each variant's fewest replicas in ``lo..hi`` meeting every SLO. Every
+    variant's extreme counts are validated before anything runs."""
+    base = as_fleet(base, source)
+    points = variants(vary)
+    params = [p for p, _ in vary]
+    for variant in points:  # validate before running anything
+        for n in {lo, hi}:
+            point_tasks(base, {**variant, **count_overrides(base, n, autoscale)}, 0, 1, source)
+    searches = {i: replica_search(lo, hi) for i in range(len(points))}
+    asked = {i: next(s) for i, s in searches.items()}
+    cache: dict[tuple[int, int], tuple[bool, list[Outcome]]] = {}
+    answers: dict[int, int | None] = {}
+    order: list[tuple[int, int]] = []
+    while asked:
+        batch: dict[tuple[int, int], list[Task]] = {}
+        for i, n in asked.items():
+            if (i, n) not in cache:
+                point = {**points[i], **count_overrides(base, n, autoscale)}
+                index = len(order) + len(batch)
+                batch[(i, n)] = point_tasks(base, point, index, replications, source)
+        outcomes = executor.run([t for ts in batch.values() for t in ts], progress)
+        by_id = {o.task.id: o for o in outcomes}
+        for (i, n), tasks in batch.items():
+            got = [by_id[t.id] for t in tasks]
+            cache[(i, n)] = (_meets(got, slos), got)
+            order.append((i, n))
+        for i, n in list(asked.items()):
+            try:
+                asked[i] = searches[i].send(cache[(i, n)][0])
+            except StopIteration as stop:
+                answers[i] = stop.value
+                del asked[i]
+    all_outcomes = [o for key in order for o in cache[key][1]]
+    runs = runs_frame(all_outcomes, [*params, COUNT])
+    runs = runs.rename(columns={COUNT: "replicas"})
+    evaluated = {i: sum(1 for j, _ in order if j == i) for i in range(len(points))}
+    table = _plan_frame(points, params, answers, evaluated, cache, slos)
+    return PlanResult(table, _points_frame(points, params, order, cache, slos), runs, all_outcomes)
+
+
+def _meets(outcomes: list[Outcome], slos: Sequence[Slo]) -> bool:
+    from sim.sweep.summary import metrics
+
+    if any(o.summary is None for o in outcomes):
+        return False  # a run that failed meets nothing
+    values = [metrics(o.summary) for o in outcomes if o.summary is not None]
+    return all(slo.met_by(v[slo.metric]) for slo in slos for v in values)
+
+
+def _metric(outcomes: list[Outcome], column: str) -> list[float]:
+    from sim.sweep.summary import metrics
+
+    return [metrics(o.summary)[column] for o in outcomes if o.summary is not None]
+
+
+def _plan_frame(
+    points: list[dict[str, Any]],
+    params: list[str],
+    answers: dict[int, int | None],
+    evaluated: dict[int, int],
+    cache: dict[tuple[int, int], tuple[bool, list[Outcome]]],
+    slos: Sequence[Slo],
+) -> pd.DataFrame:
+    rows = []
+    for i, variant in enumerate(points):
+        n = answers[i]
+        row: dict[str, Any] = {p: param_value(variant[p]) for p in params}
+        row["replicas"] = n
+        row["evaluated"] = evaluated[i]
+        got = cache[(i, n)][1] if n is not None else []
+        for column in ("replica_hours", "cost_usd"):
+            mean, low, high = ci95(pd.Series(_metric(got, column), dtype=float).to_numpy())
+            row[f"{column}_mean"] = mean
+            row[f"{column}_ci95_low"] = low
+            row[f"{column}_ci95_high"] = high
+        for slo in slos:
+            values = _metric(got, slo.metric)
+            row[f"{slo.metric}_mean"] = sum(values) / len(values) if values else math.nan
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    frame["replicas"] = frame["replicas"].astype("Int64")
+    for column, name in (
+        ("cost_usd_mean", "cost_vs_cheapest"),
+        ("replica_hours_mean", "replica_hours_vs_least"),
+    ):
+        least = frame[column].min()
+        frame[name] = frame[column] / least - 1 if least and least > 0 else math.nan
+    return frame
+
+
+def _points_frame(
+    points: list[dict[str, Any]],
+    params: list[str],
+    order: list[tuple[int, int]],
+    cache: dict[tuple[int, int], tuple[bool, list[Outcome]]],
+    slos: Sequence[Slo],
+) -> pd.DataFrame:
+    rows = []
+    for i, n in order:
+        met, got = cache[(i, n)]
+        row: dict[str, Any] = {p: param_value(points[i][p]) for p in params}
+        row.update({"replicas": n, "met": met, "runs": len(got)})
+        row["failed_runs"] = sum(o.summary is None for o in got)
+        for slo in slos:
+            values = _metric(got, slo.metric)
+            worst = max if slo.op in ("<=", "<") else min
+            row[f"{slo.metric}_worst"] = worst(values) if values else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
