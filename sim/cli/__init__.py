@@ -26,6 +26,7 @@ from sim.cli.compare import compare_command  # noqa: E402
 from sim.cli.info import allocators_command, hardware_command  # noqa: E402
 from sim.cli.plan import plan_command  # noqa: E402
 from sim.cli.postmortem import postmortem_command  # noqa: E402
+from sim.cli.report import report_command  # noqa: E402
 from sim.cli.run import demo_command, run_command, scenarios_command  # noqa: E402
 from sim.cli.sweep import sweep_command  # noqa: E402
 from sim.cli.trace import trace_app  # noqa: E402
@@ -123,6 +124,7 @@ app.command("scenarios")(scenarios_command)
 app.command("demo")(demo_command)
 app.command("compare")(compare_command)
 app.command("postmortem")(postmortem_command)
+app.command("report")(report_command)
 app.command("hardware")(hardware_command)
 app.command("allocators")(allocators_command)
 app.command("sweep")(sweep_command)

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from sim.cli.report import write_report_of
 from sim.cli.run import check_output_dir, fail, prepare, simulate, write_results
 from sim.fleet.compare import compare_frame, comparison_table
 from sim.scenario.schema import Scenario, ScenarioError
@@ -38,6 +39,7 @@ def compare_command(
     seed: Annotated[int | None, typer.Option(min=0, help="Override every scenario's seed.")] = None,
     jobs: Annotated[int, typer.Option(min=1, max=256, help="Runs at once (processes).")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or table.")] = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help="No OUT/report.html.")] = False,
 ) -> None:
     """Run SCENARIO... and compare them in one table (each run written to OUT/NAME/)."""
     prepared = [prepare(path, seed=seed) for path in scenarios]
@@ -68,9 +70,12 @@ def compare_command(
                 write(tmp, index=False)
         except TraceError as e:
             raise fail(str(e)) from None
+    report = None if no_report else write_report_of([out / n for n in names], out / "report.html")
     if not quiet:
         Console().print(comparison_table(frame))
         typer.echo(f"wrote {out}/ ({', '.join(names)}, compare.csv, compare.parquet)")
+        if report is not None:
+            typer.echo(f"report: {report}")
 
 
 def _names(names: list[str]) -> list[str]:

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sim.cli import interrupt
+from sim.cli.report import write_report_of
 from sim.cli.trace import show_trace_warnings
 from sim.errors import clip, os_error_line, short
 from sim.fleet.compare import compare_frame, comparison_table
@@ -172,8 +173,12 @@ def run_command(
     mode: Annotated[str | None, typer.Option(help="Override the mode: fast or exact.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or table.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary JSON.")] = False,
+    report: Annotated[
+        bool, typer.Option("--report/--no-report", help="Also write OUT/report.html.")
+    ] = False,
 ) -> None:
-    """Simulate SCENARIO and write requests/timeseries/events Parquet + summary.json."""
+    """Simulate SCENARIO and write requests/timeseries/events Parquet + summary.json
+    (and OUT/report.html with --report)."""
     if mode is not None and mode not in ("fast", "exact"):
         raise typer.BadParameter(f"got {short(mode)}, expected fast or exact", param_hint="--mode")
     scenario, requests, parts, source = prepare(scenario_path, seed=seed, mode=mode)
@@ -184,11 +189,14 @@ def run_command(
         raise fail(str(e), source) from None
     warn_out_of_range(scenario, result, source)
     write_results(result, out)
+    html = write_report_of([out], out / "report.html") if report else None
     if json_out:
         typer.echo(summary_json(result.summary), nl=False)
     elif not quiet:
         print_summary(result.summary, Console())
         typer.echo(f"wrote {out}/ ({', '.join(result.files)})")
+        if html is not None:
+            typer.echo(f"report: {html}")
 
 
 def warn_out_of_range(scenario: Scenario, result: RunResult, source: Path) -> None:
@@ -279,6 +287,7 @@ def scenarios_command() -> None:
 
 def demo_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")] = Path("out/demo"),
+    no_report: Annotated[bool, typer.Option("--no-report", help="No OUT/report.html.")] = False,
 ) -> None:
     """The main job on built-in defaults: the fleet seed's worked example (six days of
     bimodal traffic on a contiguous best-fit replica), its paged counterfactual and a
@@ -295,3 +304,5 @@ def demo_command(
         summaries.append(result.summary)
     console.print(comparison_table(compare_frame(summaries)))
     console.print(f"results in {out}/")
+    if not no_report:
+        typer.echo(f"report: {write_report_of([out / n for n in DEMO], out / 'report.html')}")

@@ -1,0 +1,230 @@
+"""One self-contained HTML report over one or more runs (``fragsim report``).
+
+Layout: for several runs the comparison table and its bar charts first; then, per run,
+its summary table, its alerts and its figures. plotly.js is embedded once, in the head
+(``plotly.offline.get_plotlyjs()``), and every figure is a ``<div>`` with its own
+``Plotly.newPlot`` call, so the file opens offline. Every string that came from a trace
+or a scenario is escaped (``html.escape``); div ids are numbered, so the same runs give
+the same bytes. Large runs are downsampled as :mod:`reports.downsample` says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from reports.common import esc
+from reports.fleet import (
+    alert_timeline,
+    comparison_bars,
+    cost_over_time,
+    replicas_over_time,
+)
+from reports.memory import latency_cdfs, replica_memory, uptime_scatter, waste_breakdown
+from sim.fleet.compare import COLUMNS, compare_frame, formatted
+from sim.results.io import FILES, RunResult, read_result
+from traces.writers import atomic_path
+
+FIGURES: tuple[Callable[[RunResult], go.Figure | None], ...] = (
+    alert_timeline,
+    replica_memory,
+    waste_breakdown,
+    uptime_scatter,
+    latency_cdfs,
+    replicas_over_time,
+    cost_over_time,
+)
+"""A run's figures, in report order; one returning None (a fleet figure of a single
+replica) is skipped."""
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.25em; margin-top: 2em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+.alerts li.high { color: #b00; } .alerts li.medium { color: #a60; }
+.figure { margin: 1em 0; }
+td.sub { padding-left: 1.8em; color: #555; }
+"""
+
+
+def run_figures(result: RunResult) -> list[go.Figure]:
+    """The figures of one run (:data:`FIGURES`, skipping those it has no data for)."""
+    return [fig for make in FIGURES if (fig := make(result)) is not None]
+
+
+def build_report(runs: Sequence[tuple[str, RunResult]], title: str | None = None) -> str:
+    """The HTML of a report over ``runs`` (name, result), in the order given."""
+    if not runs:
+        raise ValueError("a report needs at least one run")
+    counter = iter(range(1_000_000))
+    parts: list[str] = []
+    names = [name for name, _ in runs]
+    summaries = [r.summary for _, r in runs]
+    if len(runs) > 1:
+        parts.append("<h2>comparison</h2>")
+        parts.append(_comparison_table(summaries, names))
+        parts.append(_figure_html(comparison_bars(summaries, names), next(counter)))
+        for name, result in runs:
+            parts.append(f"<h3>{esc(name)}: alerts</h3>{_alerts_html(result.summary)}")
+    for name, result in runs:
+        parts.append(f"<h2>{esc(name)}</h2>")
+        parts.append(_summary_table(result.summary))
+        parts.append(_alerts_html(result.summary))
+        parts.extend(_figure_html(fig, next(counter)) for fig in run_figures(result))
+    heading = title or ("fragsim report: " + ", ".join(names))
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{esc(heading)}</title><style>{STYLE}</style>"
+        f'<script type="text/javascript">{get_plotlyjs()}</script></head>\n<body>'
+        f"<h1>{esc(heading)}</h1>\n" + "\n".join(parts) + "\n</body></html>\n"
+    )
+
+
+def _figure_html(fig: go.Figure, number: int) -> str:
+    height = fig.layout.height or 450
+    div = pio.to_html(
+        fig,
+        full_html=False,
+        include_plotlyjs=False,
+        div_id=f"figure-{number}",
+        default_height=f"{height}px",
+        config={"displaylogo": False, "responsive": True},
+    )
+    return f'<div class="figure">{div}</div>'
+
+
+def _comparison_table(summaries: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
+    frame = compare_frame(summaries)
+    head = "".join(f"<th>{esc(n)}</th>" for n in names)
+    rows = [f"<tr><th>metric</th>{head}</tr>"]
+    for column, label in COLUMNS[1:]:
+        cells = "".join(f"<td>{esc(formatted(column, v))}</td>" for v in frame[column].tolist())
+        rows.append(f"<tr><td>{esc(label.strip())}</td>{cells}</tr>")
+    return f'<table class="comparison">{"".join(rows)}</table>'
+
+
+def _f(value: Any, spec: str = ".3f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The headline numbers of a run, (label, value) as ``fragsim run`` prints them."""
+    req, fails, mem = summary["requests"], summary["failures"], summary["memory"]
+    rows = [
+        ("scenario", str(summary.get("scenario", ""))),
+        ("allocator", str(summary.get("allocator", ""))),
+    ]
+    rows.append(("requests", f"{req['total']:,}"))
+    rows += [(f"  {status}", f"{n:,}") for status, n in req["by_status"].items()]
+    rows.append(("allocation failures", f"{fails['allocation_failures']:,}"))
+    rows += [(f"  {cause}", f"{n:,}") for cause, n in fails["by_cause"].items()]
+    rows.append(("  at > 25 % free memory", f"{fails['at_high_free_memory']:,}"))
+    rows.append(("preemptions / restarts", f"{fails['preemptions']:,} / {fails['restarts']:,}"))
+    ratio = mem["largest_contiguous_free_block_ratio"]
+    rows.append(("largest / free ratio min / mean", f"{_f(ratio['min'])} / {_f(ratio['mean'])}"))
+    for name, share in mem["waste_breakdown"].items():
+        rows.append((f"waste: {name.replace('_', ' ')}", _f(share, ".1%")))
+    for name in ("ttft", "tpot", "e2e"):
+        p = summary["latency_s"][name]
+        rows.append((f"{name} p50 / p99 (s)", f"{_f(p['p50'])} / {_f(p['p99'])}"))
+    rows.append(("output tokens/s", f"{summary['throughput']['output_tokens_per_s']:.1f}"))
+    fleet = summary.get("fleet")
+    if fleet is not None:
+        r = fleet["replicas"]
+        rows.append(
+            ("replicas initial / mean / peak", f"{r['initial']} / {r['mean']:.2f} / {r['peak']}")
+        )
+        rows.append(
+            (
+                "replica-hours / avoidable",
+                f"{fleet['replica_hours']:,.1f} / {fleet['avoidable_replica_hours']:,.1f}",
+            )
+        )
+        rows.append(
+            (
+                "cost $ / avoidable $",
+                f"{fleet['cost_usd']:,.2f} / {fleet['avoidable_cost_usd']:,.2f}",
+            )
+        )
+        rows.append(
+            ("$ per 1M output tokens", _f(fleet.get("cost_per_million_output_tokens_usd"), ".2f"))
+        )
+        rows.append(
+            ("scale-ups / scale-downs", f"{fleet['scale_ups']:,} / {fleet['scale_downs']:,}")
+        )
+        restarts = ", ".join(f"{k} {v:,}" for k, v in fleet["restarts"].items()) or "none"
+        rows.append(("restarts by cause / crashes", f"{restarts} / {fleet['crashes']:,}"))
+    return rows
+
+
+def _summary_table(summary: dict[str, Any]) -> str:
+    rows = []
+    for label, value in summary_rows(summary):
+        cls = ' class="sub"' if label.startswith(" ") else ""
+        rows.append(f"<tr><td{cls}>{esc(label.strip())}</td><td>{esc(value)}</td></tr>")
+    body = "".join(rows)
+    return f'<table class="summary">{body}</table>'
+
+
+def _alerts_html(summary: dict[str, Any]) -> str:
+    items = []
+    for a in summary.get("alerts", []):
+        count = f", {a['count']:,} times" if "count" in a else ""
+        first = f", first at {a['first_time_s']:,.0f} s" if "first_time_s" in a else ""
+        items.append(
+            f'<li class="{esc(a.get("severity", ""))}">ALERT ({esc(a.get("severity", ""))}) '
+            f"<b>{esc(a.get('alert', ''))}</b>: {esc(a.get('condition', ''))}{esc(count + first)}</li>"
+        )
+    fired = (summary.get("fleet") or {}).get("alerts_fired") or {}
+    if fired:
+        listed = ", ".join(f"{k} {v:,}" for k, v in fired.items())
+        items.append(f"<li>fleet alerts fired (alerts.parquet): {esc(listed)}</li>")
+    if not items:
+        return '<p class="alerts">no alerts</p>'
+    return f'<ul class="alerts">{"".join(items)}</ul>'
+
+
+def read_runs(run_dirs: Sequence[str | Path]) -> list[tuple[str, RunResult]]:
+    """Each run directory read (``read_result``), named by its folder."""
+    return [(Path(d).resolve().name or str(d), read_result(d)) for d in run_dirs]
+
+
+class ReportError(Exception):
+    """A run directory that cannot be reported on (missing, or not a run)."""
+
+
+def check_run_dir(run_dir: str | Path) -> Path:
+    """``run_dir`` as a Path when it holds a run (``sim.results.io.FILES``); else
+    :class:`ReportError` naming it and what is wrong."""
+    path = Path(run_dir)
+    if not path.exists():
+        raise ReportError(f"{path}: no such run directory")
+    if not path.is_dir():
+        raise ReportError(f"{path}: not a run directory (a file)")
+    missing = [name for name in FILES if not (path / name).is_file()]
+    if missing:
+        raise ReportError(f"{path}: not a run directory (no {', '.join(missing)})")
+    return path
+
+
+def write_report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
+    """Read the runs in ``run_dirs`` and write their report to ``out`` atomically (a
+    temporary beside it, moved into place when complete). Raises :class:`ReportError`
+    for a directory that is not a run, ``traces.TraceError`` when ``out`` cannot be
+    written."""
+    runs = read_runs([check_run_dir(d) for d in run_dirs])
+    return write_html(build_report(runs), out)
+
+
+def write_html(text: str, out: str | Path) -> Path:
+    """Write ``text`` to ``out`` atomically (``traces.writers.atomic_path``)."""
+    with atomic_path(out) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(out)
