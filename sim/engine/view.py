@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from policies.allocators.base import Allocator
     from sim.engine.replica import Replica
 
 
@@ -23,6 +24,9 @@ class ReplicaView:
 
     def __init__(self, replica: Replica) -> None:
         self._replica = replica
+        self._capacity_of: Allocator | None = None
+        """The allocator ``_capacity_tokens`` was read from (a restart replaces it)."""
+        self._capacity_tokens = 0
 
     # -- no scheduler state -------------------------------------------------------------
     @property
@@ -76,8 +80,13 @@ class ReplicaView:
 
     @property
     def capacity_tokens(self) -> int:
-        """KV slots in the replica's pool (whole blocks or pages)."""
-        return self._replica.allocator.stats().capacity_tokens
+        """KV slots in the replica's pool (whole blocks or pages): fixed for an
+        allocator's life, so read once per allocator."""
+        alloc = self._replica.allocator
+        if alloc is not self._capacity_of:
+            self._capacity_of = alloc
+            self._capacity_tokens = alloc.stats().capacity_tokens
+        return self._capacity_tokens
 
     @property
     def free_tokens(self) -> int:
@@ -97,5 +106,4 @@ class ReplicaView:
         """Share of the KV pool owned by requests (1 - free / capacity), in [0, 1]."""
         r = self._replica
         r.observe()
-        alloc = r.allocator
-        return 1.0 - alloc.free_and_largest_tokens()[0] / alloc.stats().capacity_tokens
+        return 1.0 - r.allocator.free_and_largest_tokens()[0] / self.capacity_tokens
