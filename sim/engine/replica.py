@@ -89,6 +89,45 @@ class _ArrivalTimer(simpy.Event):
         env.schedule(self, URGENT, delay)
 
 
+class _Alarm(simpy.Event):
+    """What an idle or sleeping replica yields: ``env.timeout(delay_s) | wake`` (or
+    ``wake`` alone when ``delay_s`` is None) without SimPy's Condition object, fired by
+    the timer or by :meth:`poke`, whichever comes first.
+
+    It is processed exactly where the Condition was, so events at one instant keep
+    their order: the Condition was scheduled when the timer, or the ``wake`` event the
+    poke scheduled, was processed; here the timer's callback, or that of the ``nudge``
+    the poke schedules, succeeds this event at that same point. Without a timer the
+    poke succeeds it at once, as it did ``wake``. A timer or nudge that comes second
+    (the alarm already fired) does nothing, as the Condition's check did."""
+
+    def __init__(self, env: simpy.Environment, delay_s: float | None) -> None:
+        super().__init__(env)
+        self.poked = False
+        """Poked before the sleeper resumed (what ``wake.triggered`` said)."""
+        self._timed = delay_s is not None
+        if delay_s is not None:
+            timer = env.timeout(delay_s)
+            assert timer.callbacks is not None
+            timer.callbacks.append(self._ring)
+
+    def poke(self) -> None:
+        if self.poked:
+            return
+        self.poked = True
+        if self._timed:
+            nudge = simpy.Event(self.env)
+            assert nudge.callbacks is not None
+            nudge.callbacks.append(self._ring)
+            nudge.succeed()
+        elif not self.triggered:
+            self.succeed()
+
+    def _ring(self, _event: simpy.Event) -> None:
+        if not self.triggered:
+            self.succeed()
+
+
 class ReplicaHooks(Protocol):
     """What a replica reports to (the metrics recorder, later the fleet)."""
 
@@ -179,7 +218,7 @@ class Replica:
         """(due time, time the retry was set, tie-breaker, group)."""
         self._retry_tie = 0
         self._plan: _Plan | None = None
-        self._wake: simpy.Event | None = None
+        self._wake: _Alarm | None = None
         self._restart: tuple[RestartMode, float] | None = None
         self._back_up: simpy.Event | None = None
         self._generators: list[Generator[simpy.Event, Any, None]] = [
@@ -315,8 +354,8 @@ class Replica:
     # -- arrivals ---------------------------------------------------------------------
     def _poke(self) -> None:
         wake = self._wake
-        if wake is not None and not wake.triggered:
-            wake.succeed()
+        if wake is not None:
+            wake.poke()
 
     def _retry(self, group: Group, delay_s: float) -> None:
         """A client retries a refused request after ``delay_s``."""
@@ -405,11 +444,10 @@ class Replica:
                 assert release_s < math.inf or not (sched.waiting and sched.admitting), (
                     "scheduler stalled"
                 )
-                self._wake = env.event()
-                if release_s < math.inf:  # a release is a decision, as an arrival
-                    yield env.timeout(max(0.0, release_s - env.now)) | self._wake
-                else:
-                    yield self._wake
+                # A release is a decision, as an arrival.
+                delay_s = max(0.0, release_s - env.now) if release_s < math.inf else None
+                self._wake = _Alarm(env, delay_s)
+                yield self._wake
                 self._wake = None
                 self.wakeups_total += 1
                 continue
@@ -467,11 +505,8 @@ class Replica:
                 if nxt < self._horizon_s():
                     self._t = nxt
                     continue
-                wake = self._wake = env.event()
-                if nxt == math.inf:
-                    yield wake
-                else:
-                    yield env.timeout(nxt - env.now) | wake
+                wake = self._wake = _Alarm(env, None if nxt == math.inf else nxt - env.now)
+                yield wake
                 self._wake = None
                 self._t = env.now
                 self.wakeups_total += 1
@@ -545,13 +580,13 @@ class Replica:
         the replica: the step in progress completes, then it decides)."""
         env, sched = self.env, self.sched
         self._plan = plan
-        wake = self._wake = env.event()
-        yield env.timeout(plan.end_s(plan.steps) - env.now) | wake
+        wake = self._wake = _Alarm(env, plan.end_s(plan.steps) - env.now)
+        yield wake
         self._wake = None
         self.wakeups_total += 1
         self.observe()
         target = plan.steps
-        if wake.triggered and plan.applied < target:
+        if wake.poked and plan.applied < target:
             last_end_s = plan.end_s(plan.applied)
             if env.now > last_end_s:
                 # Woken inside a step: it still completes, then we decide.
