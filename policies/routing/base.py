@@ -44,6 +44,10 @@ class RouteRequest:
         return self.total_tokens * self.num_seqs
 
 
+NO_REQUEST = RouteRequest(-1, 0.0, 0, 0)
+"""What a router with ``reads_request = False`` is passed (it never reads it)."""
+
+
 class RouterView(Protocol):
     """The replica fields routers read (read-only)."""
 
@@ -65,6 +69,10 @@ class RouterView(Protocol):
 
 class Router:
     """A routing policy. Subclasses implement :meth:`choose` (see the module docstring)."""
+
+    reads_request = True
+    """Whether :meth:`choose` reads its ``request`` at all. A router that does not sets
+    it False, and the fleet then passes :data:`NO_REQUEST` instead of building one."""
 
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
         raise NotImplementedError

@@ -13,6 +13,8 @@ from policies.routing.base import Router, RouteRequest, RouterView, least, outst
 class LeastOutstanding(Router):
     """The up view with the fewest waiting plus running requests."""
 
+    reads_request = False
+
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
         loads = [(v.outstanding_requests, i) for i, v in enumerate(views) if v.up]
         return min(loads)[1] if loads else None
@@ -22,6 +24,8 @@ class ShortestQueue(Router):
     """Join the shortest queue: the up view with the fewest waiting (not yet admitted)
     requests."""
 
+    reads_request = False
+
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
         queues = [(v.waiting_requests, i) for i, v in enumerate(views) if v.up]
         return min(queues)[1] if queues else None
@@ -29,6 +33,8 @@ class ShortestQueue(Router):
 
 class LeastKvUsage(Router):
     """The up view whose KV pool is least used (owned share of its capacity)."""
+
+    reads_request = False
 
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
         usages = [(v.kv_usage, i) for i, v in enumerate(views) if v.up]
@@ -39,6 +45,8 @@ class PowerOfTwo(Router):
     """Power of two choices: sample two distinct up views (the only one when one is up)
     with the config's seeded generator; send to the one with fewer outstanding requests
     (the lower index on ties). Reads the signal of those two only."""
+
+    reads_request = False
 
     def __init__(self, seed: int) -> None:
         self._rng = np.random.default_rng(seed)

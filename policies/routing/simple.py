@@ -13,6 +13,8 @@ class RoundRobin(Router):
     """Cycle through the views by index, skipping those that are down: the next up view
     at or after the cursor, wrapping; the cursor then moves past the choice."""
 
+    reads_request = False
+
     def __init__(self) -> None:
         self._cursor = 0
 
@@ -28,6 +30,8 @@ class RoundRobin(Router):
 
 class RandomRouter(Router):
     """A uniformly random up view, from its own generator seeded by the config."""
+
+    reads_request = False
 
     def __init__(self, seed: int) -> None:
         self._rng = np.random.default_rng(seed)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 import simpy
 
-from policies.routing.base import Router, RouteRequest
+from policies.routing.base import NO_REQUEST, Router, RouteRequest
 from sim.engine.batch import Group, SchedEvent
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica, RestartMode, _ArrivalTimer
@@ -179,7 +179,9 @@ class Fleet(Lifecycle):
         """Place ``g`` now with the router; returns the replica id, or -1 (refused: no
         replica takes traffic; the client retries or the request ends
         ``rejected-capacity``)."""
-        choice = self.router.choose(self._request(g), self.views.current())
+        router = self.router
+        request = self._request(g) if router.reads_request else NO_REQUEST
+        choice = router.choose(request, self.views.current())
         if choice is None:
             self.route_refusals += 1
             self.fleet_event(
