@@ -211,7 +211,8 @@ def _sessions(requests: pd.DataFrame) -> dict[int, int] | None:
 
 
 def _with_routes(req: pd.DataFrame, groups: list[Any], fleet: Fleet) -> pd.DataFrame:
-    """``first_replica`` and ``route`` columns, aligned with the frame's request-id order."""
+    """``first_replica`` and ``route`` columns, aligned with the frame's request-id order,
+    added to ``req`` itself (returned)."""
     ids = np.fromiter((g.request_id for g in groups), dtype=np.int64, count=len(groups))
     order = np.argsort(ids, kind="stable")
     first = fleet.first_replica[order]
@@ -220,7 +221,8 @@ def _with_routes(req: pd.DataFrame, groups: list[Any], fleet: Fleet) -> pd.DataF
         kinds.get(int(i), "routed" if f >= 0 else "refused")
         for i, f in zip(ids[order].tolist(), first.tolist(), strict=True)
     ]
-    req = req.copy()
+    # ``req`` is the recorder's fresh frame, owned here: the columns go in place (a
+    # copy would hold a second requests table at the run's memory peak).
     req["first_replica"] = first
     req["route"] = pd.Series(route, dtype=object)
     return req
