@@ -11,7 +11,12 @@ NDEPS := $(NATIVE)/.deps
 # Everything the package installs (copies, not links): any change rebuilds it.
 SOURCES := setup.py pyproject.toml $(shell find sim policies traces reports gpu_backend -type f -not -path '*/__pycache__/*' -not -name '*.pyc')
 
-.PHONY: demo test test-pure bench native lint clean
+.PHONY: demo test test-pure bench native lint clean chromium
+
+# Headless Chromium for the report's browser test (tests/e2e/test_report_browser.py):
+# installed from the distribution's packages when missing; the test skips, saying why,
+# where it cannot be installed.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -43,8 +48,13 @@ demo: $(STAMP)
 test: test-pure $(NSTAMP)
 	FRAGSIM_EXPECT_BUILD=compiled $(NBIN)/pytest -q
 
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends chromium) \
+	  >/dev/null 2>&1 || echo "chromium not installed: the report's browser test will skip"
+
 # Where no C compiler is at hand: lint and the suite on the pure build only.
-test-pure: $(STAMP)
+test-pure: $(STAMP) chromium
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	FRAGSIM_EXPECT_BUILD=pure $(BIN)/pytest -q

@@ -175,10 +175,10 @@ def run_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary JSON.")] = False,
     report: Annotated[
         bool, typer.Option("--report/--no-report", help="Also write OUT/report.html.")
-    ] = False,
+    ] = True,
 ) -> None:
     """Simulate SCENARIO and write requests/timeseries/events Parquet + summary.json
-    (and OUT/report.html with --report)."""
+    (a fleet's fleet/alerts Parquet too) and OUT/report.html (unless --no-report)."""
     if mode is not None and mode not in ("fast", "exact"):
         raise typer.BadParameter(f"got {short(mode)}, expected fast or exact", param_hint="--mode")
     scenario, requests, parts, source = prepare(scenario_path, seed=seed, mode=mode)

@@ -45,6 +45,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 FILES = ("requests.parquet", "timeseries.parquet", "events.parquet", "summary.json")
+REPLACEABLE = (*FILES, "fleet.parquet", "alerts.parquet", "report.html")
+"""What a run directory may hold (a fleet run's tables, the run's HTML report): a
+directory holding only these is an earlier run, replaced whole by the next write."""
 
 FAULT_POINTS = ("partial", "written", "swapped", "aside", "replaced", "done")
 """Where ``FRAGSIM_FAULT_AT`` can strike: after the first file of the temporary folder;
@@ -247,7 +250,7 @@ def check_replaceable(out: Path) -> None:
         return
     if not out.is_dir() or out.is_symlink():
         raise FileExistsError(f"{out} exists and is not a directory")
-    extra = sorted(p.name for p in out.iterdir() if p.name not in FILES)
+    extra = sorted(p.name for p in out.iterdir() if p.name not in REPLACEABLE)
     if extra or out.resolve() == Path.cwd().resolve():
         shown = ", ".join(extra[:3]) or "the working directory"
         raise FileExistsError(

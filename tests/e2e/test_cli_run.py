@@ -74,7 +74,7 @@ def tiny_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_writes_four_files_with_documented_columns(tiny_runs: dict[str, Path]) -> None:
     out = tiny_runs["first"]
-    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    assert sorted(p.name for p in out.iterdir()) == sorted((*FILES, "report.html"))
     requests = requests_of(out)
     assert tuple(requests.columns) == REQUEST_COLUMNS
     assert len(requests) == 200 and requests["request_id"].is_monotonic_increasing

@@ -55,7 +55,7 @@ def stopped_run(
     if not swap:
         code += "io._exchange = lambda a, b: False\n"
     code += "from sim.cli import main\nsys.argv = ['fragsim', *sys.argv[1:]]\nmain()\n"
-    args = ["run", str(scenario), "-o", str(out), "-q", "--seed", "2"]
+    args = ["run", str(scenario), "-o", str(out), "-q", "--no-report", "--seed", "2"]
     return subprocess.run(
         [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=120
     )
@@ -63,12 +63,13 @@ def stopped_run(
 
 def next_run(scenario: Path, out: Path) -> None:
     """The next ``fragsim run --seed 3`` to the same target, in-process."""
-    result = CliRunner().invoke(app, ["run", str(scenario), "-o", str(out), "-q", "--seed", "3"])
+    result = CliRunner().invoke(app, ["run", str(scenario), "-o", str(out), "-q", "--no-report", "--seed", "3"])
     assert result.exit_code == 0, result.output
 
 
 def run_seed(out: Path) -> int:
-    """The seed of the complete run at ``out`` (every file present and readable)."""
+    """The seed of the complete run at ``out`` (every file present and readable; these
+    runs write no report: the run folder's own write is under test)."""
     assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
     read_result(out)
     seed = json.loads((out / "summary.json").read_text())["seed"]
@@ -91,7 +92,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def first_run(tmp_path_factory: pytest.TempPathFactory, scenario: Path) -> Path:
     """A complete earlier run (seed 1), copied to each test's target."""
     out = tmp_path_factory.mktemp("first") / "out"
-    result = CliRunner().invoke(app, ["run", str(scenario), "-o", str(out), "-q", "--seed", "1"])
+    result = CliRunner().invoke(app, ["run", str(scenario), "-o", str(out), "-q", "--no-report", "--seed", "1"])
     assert result.exit_code == 0, result.output
     return out
 
