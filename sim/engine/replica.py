@@ -99,7 +99,12 @@ class _Alarm(simpy.Event):
     poke scheduled, was processed; here the timer's callback, or that of the ``nudge``
     the poke schedules, succeeds this event at that same point. Without a timer the
     poke succeeds it at once, as it did ``wake``. A timer or nudge that comes second
-    (the alarm already fired) does nothing, as the Condition's check did."""
+    (the alarm already fired) does nothing, as the Condition's check did.
+
+    When nothing else is queued at this instant, the event scheduled there would be
+    the very next one processed: the alarm is then processed in place (its callbacks,
+    the sleeper's resumption, run now, as ``Environment.step`` would run them), which
+    saves an event per wake-up and changes no order."""
 
     def __init__(self, env: simpy.Environment, delay_s: float | None) -> None:
         super().__init__(env)
@@ -124,8 +129,20 @@ class _Alarm(simpy.Event):
             self.succeed()
 
     def _ring(self, _event: simpy.Event) -> None:
-        if not self.triggered:
-            self.succeed()
+        if self.triggered:
+            return
+        env = self.env
+        queue = env._queue  # SimPy 4's heap, as Replica._horizon_s reads it
+        if queue and queue[0][0] <= env.now:
+            self.succeed()  # others act at this instant first
+            return
+        self._ok = True
+        self._value = None
+        callbacks = self.callbacks
+        self.callbacks = None  # type: ignore[assignment]
+        assert callbacks is not None
+        for callback in callbacks:
+            callback(self)
 
 
 class ReplicaHooks(Protocol):
