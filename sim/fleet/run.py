@@ -138,7 +138,7 @@ def run_fleet(
         ts_df, ev_df, scrape_interval_s=config.alerts.scrape_interval_s, thresholds=thresholds
     )
     diagnosis = diagnose_failures(req_df, ev_df, thresholds)[["request_id", "diagnosis"]]
-    req_df = req_df.merge(diagnosis, on="request_id", how="left")
+    req_df = _with_diagnosis(req_df, diagnosis)
     ev_df = _with_alerts(ev_df, alerts)
     summary = summarize(
         req_df, ts_df, ev_df, end_s=env.now, thresholds=scenario.metrics.thresholds()
@@ -225,6 +225,15 @@ def _with_routes(req: pd.DataFrame, groups: list[Any], fleet: Fleet) -> pd.DataF
     # copy would hold a second requests table at the run's memory peak).
     req["first_replica"] = first
     req["route"] = pd.Series(route, dtype=object)
+    return req
+
+
+def _with_diagnosis(req: pd.DataFrame, diagnosis: pd.DataFrame) -> pd.DataFrame:
+    """``req`` with the ``diagnosis`` of each failed request (missing for the others),
+    added in place: ``req.merge(diagnosis, on="request_id", how="left")`` without a
+    second copy of the requests table. ``diagnosis``'s request ids are unique."""
+    by_id = pd.Series(diagnosis["diagnosis"].to_numpy(), index=diagnosis["request_id"].to_numpy())
+    req["diagnosis"] = req["request_id"].map(by_id).astype(diagnosis["diagnosis"].dtype)
     return req
 
 
