@@ -22,8 +22,13 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# torch's CPU build, pinned, before the gpu extra: an unpinned torch would pull a CUDA
+# build of several GB. The GPU backend's tests run on this (pure) build, on CPU.
+TORCH_CPU := torch==2.13.0
+
 $(STAMP): pyproject.toml setup.py | $(BIN)/python
-	FRAGSIM_COMPILE=0 $(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q '$(TORCH_CPU)'
+	FRAGSIM_COMPILE=0 $(BIN)/pip install -q -e '.[dev,gpu]'
 	touch $(STAMP)
 
 $(NBIN)/python:
