@@ -65,12 +65,21 @@ def bench_decode(
 
     device = torch.device(device)
     problem = make_paged_problem(
-        [context] * batch, block_size, kv_heads, head_dim, dtype, device, spare_blocks=0, poison=False
+        [context] * batch,
+        block_size,
+        kv_heads,
+        head_dim,
+        dtype,
+        device,
+        spare_blocks=0,
+        poison=False,
     )
     q = torch.randn((batch, heads, head_dim), device=device).to(dtype)
     scale = head_dim**-0.5
     args = (q, problem.k_cache, problem.v_cache, problem.block_tables, problem.context_lens, scale)
-    kv_bytes = 2 * batch * context * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+    kv_bytes = (
+        2 * batch * context * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+    )
     kernel_s = time_s(lambda: paged_decode(*args, num_splits=num_splits), device, iters, warmup)
     result: dict[str, Any] = {
         "batch": batch,
@@ -87,7 +96,9 @@ def bench_decode(
         "kernel_bytes_per_s": kv_bytes / kernel_s,
     }
     if with_reference:
-        result["reference_s"] = time_s(lambda: ref_paged_decode(*args), device, max(1, iters // 4), 1)
+        result["reference_s"] = time_s(
+            lambda: ref_paged_decode(*args), device, max(1, iters // 4), 1
+        )
     # dense [batch, heads, context, head_dim], gathered once outside the timing
     group = heads // kv_heads
     k = torch.stack(problem.k_dense).transpose(1, 2).repeat_interleave(group, dim=1).contiguous()

@@ -78,13 +78,18 @@ def check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[int, int,
         if cache.dtype not in KV_DTYPES:
             raise _fail(name, f"expected dtype float16, bfloat16 or float32, got {cache.dtype}")
         if cache.stride(-1) != 1:
-            raise _fail(name, f"expected head_dim contiguous (stride 1), got strides {cache.stride()}")
+            raise _fail(
+                name, f"expected head_dim contiguous (stride 1), got strides {cache.stride()}"
+            )
     if v_cache.shape != k_cache.shape:
         raise _fail(
-            "v_cache", f"expected the shape of k_cache {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}"
+            "v_cache",
+            f"expected the shape of k_cache {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}",
         )
     if v_cache.dtype != k_cache.dtype:
-        raise _fail("v_cache", f"expected the dtype of k_cache {k_cache.dtype}, got {v_cache.dtype}")
+        raise _fail(
+            "v_cache", f"expected the dtype of k_cache {k_cache.dtype}, got {v_cache.dtype}"
+        )
     num_blocks, block_size, kv_heads, head_dim = k_cache.shape
     if not is_pow2_at_least_16(block_size):
         raise _fail(
@@ -97,7 +102,9 @@ def check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[int, int,
             f"head_dim (dim 3) must be a power of two >= 16 (tl.dot on the GPU), got {head_dim}",
         )
     if num_blocks < 1 or kv_heads < 1:
-        raise _fail("k_cache", f"expected num_blocks >= 1 and kv_heads >= 1, got {tuple(k_cache.shape)}")
+        raise _fail(
+            "k_cache", f"expected num_blocks >= 1 and kv_heads >= 1, got {tuple(k_cache.shape)}"
+        )
     return num_blocks, block_size, kv_heads, head_dim
 
 
@@ -120,7 +127,9 @@ def check_query(q: torch.Tensor, k_cache: torch.Tensor, interpreted: bool) -> in
     if q.stride(-1) != 1:
         raise _fail("q", f"expected head_dim contiguous (stride 1), got strides {q.stride()}")
     if q.shape[1] < 1 or q.shape[1] % kv_heads != 0:
-        raise _fail("q", f"q_heads must be a positive multiple of kv_heads {kv_heads}, got {q.shape[1]}")
+        raise _fail(
+            "q", f"q_heads must be a positive multiple of kv_heads {kv_heads}, got {q.shape[1]}"
+        )
     return q.shape[1] // kv_heads
 
 
@@ -145,9 +154,13 @@ def check_block_tables(
     check_index("block_tables", block_tables, 2, INDEX_DTYPES)
     check_index("context_lens", context_lens, 1, INDEX_DTYPES)
     if block_tables.shape[0] != batch:
-        raise _fail("block_tables", f"expected {batch} rows (the batch), got {block_tables.shape[0]}")
+        raise _fail(
+            "block_tables", f"expected {batch} rows (the batch), got {block_tables.shape[0]}"
+        )
     if context_lens.shape[0] != batch:
-        raise _fail("context_lens", f"expected {batch} entries (the batch), got {context_lens.shape[0]}")
+        raise _fail(
+            "context_lens", f"expected {batch} entries (the batch), got {context_lens.shape[0]}"
+        )
     max_blocks = block_tables.shape[1]
     lens = context_lens.to(torch.int64)
     if batch == 0:

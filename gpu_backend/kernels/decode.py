@@ -83,8 +83,12 @@ def _decode_split_kernel(
     for j in range(first, last):
         block_id = tl.load(block_tables_ptr + seq * stride_btb + j * stride_btj).to(tl.int64)
         token_ok = j * BLOCK_SIZE + tokens < length
-        k_off = block_id * stride_cb + tokens[:, None] * stride_cs + kv_head * stride_ch + dims[None, :]
-        v_off = block_id * stride_vb + tokens[:, None] * stride_vs + kv_head * stride_vh + dims[None, :]
+        k_off = (
+            block_id * stride_cb + tokens[:, None] * stride_cs + kv_head * stride_ch + dims[None, :]
+        )
+        v_off = (
+            block_id * stride_vb + tokens[:, None] * stride_vs + kv_head * stride_vh + dims[None, :]
+        )
         k = tl.load(k_cache_ptr + k_off, mask=token_ok[:, None], other=0.0)
         v = tl.load(v_cache_ptr + v_off, mask=token_ok[:, None], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
@@ -129,10 +133,14 @@ def _decode_merge_kernel(
     split_ok = splits < num_splits
     base = (seq * q_heads + head) * num_splits + splits
     lse = tl.load(part_lse_ptr + base, mask=split_ok, other=float("-inf"))
-    o = tl.load(part_o_ptr + base[:, None] * HEAD_DIM + dims[None, :], mask=split_ok[:, None], other=0.0)
+    o = tl.load(
+        part_o_ptr + base[:, None] * HEAD_DIM + dims[None, :], mask=split_ok[:, None], other=0.0
+    )
     weight = tl.exp(lse - tl.max(lse, axis=0))
     merged = tl.sum(weight[:, None] * o, axis=0) / tl.sum(weight, axis=0)
-    tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims, merged.to(out_ptr.dtype.element_ty))
+    tl.store(
+        out_ptr + seq * stride_ob + head * stride_oh + dims, merged.to(out_ptr.dtype.element_ty)
+    )
 
 
 def check_decode_inputs(

@@ -73,7 +73,9 @@ def write_kv(
         if t.dtype != k_cache.dtype:
             raise ValueError(f"{name}: expected the cache's dtype {k_cache.dtype}, got {t.dtype}")
         if t.stride(-1) != 1:
-            raise ValueError(f"{name}: expected head_dim contiguous (stride 1), got strides {t.stride()}")
+            raise ValueError(
+                f"{name}: expected head_dim contiguous (stride 1), got strides {t.stride()}"
+            )
     if v.shape != k.shape:
         raise ValueError(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
     checks.check_index("slot_mapping", slot_mapping, 1, (torch.int64,))
@@ -96,7 +98,9 @@ def write_kv(
             f"got min {low}, max {high}"
         )
     if int(slot_mapping.unique().numel()) != num_tokens:
-        raise ValueError("slot_mapping: expected distinct slots (two tokens to one slot would race)")
+        raise ValueError(
+            "slot_mapping: expected distinct slots (two tokens to one slot would race)"
+        )
     _write_kv_kernel[(num_tokens,)](
         k,
         v,

@@ -86,8 +86,12 @@ def _prefill_kernel(
         block_id = tl.load(block_tables_ptr + seq * stride_btb + j * stride_btj).to(tl.int64)
         k_pos = j * BLOCK_SIZE + keys
         key_ok = k_pos < length
-        k_off = block_id * stride_cb + keys[:, None] * stride_cs + kv_head * stride_ch + dims[None, :]
-        v_off = block_id * stride_vb + keys[:, None] * stride_vs + kv_head * stride_vh + dims[None, :]
+        k_off = (
+            block_id * stride_cb + keys[:, None] * stride_cs + kv_head * stride_ch + dims[None, :]
+        )
+        v_off = (
+            block_id * stride_vb + keys[:, None] * stride_vs + kv_head * stride_vh + dims[None, :]
+        )
         k = tl.load(k_cache_ptr + k_off, mask=key_ok[:, None], other=0.0)
         v = tl.load(v_cache_ptr + v_off, mask=key_ok[:, None], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale

@@ -69,7 +69,9 @@ def make_paged_problem(
         block_tables[s, blocks:] = junk.repeat(tail)[:tail]
         for dense, cache in ((k_dense, k_cache), (v_dense, v_cache)):
             x = torch.randn((n, kv_heads, head_dim), generator=gen, device=device).to(dtype)
-            padded = torch.full((blocks * block_size, kv_heads, head_dim), fill, dtype=dtype, device=device)
+            padded = torch.full(
+                (blocks * block_size, kv_heads, head_dim), fill, dtype=dtype, device=device
+            )
             padded[:n] = x
             cache[ids] = padded.view(blocks, block_size, kv_heads, head_dim)
             dense.append(x)

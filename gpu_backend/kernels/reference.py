@@ -14,9 +14,7 @@ from __future__ import annotations
 import torch
 
 
-def gather_kv(
-    cache: torch.Tensor, block_table: torch.Tensor, context_len: int
-) -> torch.Tensor:
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, context_len: int) -> torch.Tensor:
     """The first ``context_len`` tokens of one sequence, ``[context_len, kv_heads,
     head_dim]``, read through its block-table row."""
     block_size = cache.shape[1]

@@ -43,7 +43,14 @@ def _covering_cases() -> list[tuple[int, int, int, torch.dtype, tuple[int, ...],
         lengths = tuple(LENGTHS[(i + k) % len(LENGTHS)] for k in range(4))
         head_dim = 64 if i % 2 else 32
         cases.append(
-            (groups[a], splits[b], block_sizes[(a + b) % 3], dtypes[(a + 2 * b) % 3], lengths, head_dim)
+            (
+                groups[a],
+                splits[b],
+                block_sizes[(a + b) % 3],
+                dtypes[(a + 2 * b) % 3],
+                lengths,
+                head_dim,
+            )
         )
     return cases
 
@@ -62,7 +69,9 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
     torch.testing.assert_close(actual, expected, atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize(("group", "num_splits", "block_size", "dtype", "lengths", "head_dim"), CASES, ids=IDS)
+@pytest.mark.parametrize(
+    ("group", "num_splits", "block_size", "dtype", "lengths", "head_dim"), CASES, ids=IDS
+)
 def test_decode_equals_reference(
     device: str,
     group: int,
@@ -72,7 +81,9 @@ def test_decode_equals_reference(
     lengths: tuple[int, ...],
     head_dim: int,
 ) -> None:
-    p = make_paged_problem(list(lengths), block_size, KV_HEADS, head_dim, dtype, device, seed=len(IDS))
+    p = make_paged_problem(
+        list(lengths), block_size, KV_HEADS, head_dim, dtype, device, seed=len(IDS)
+    )
     q = torch.randn((len(lengths), KV_HEADS * group, head_dim), device=device).to(dtype)
     args = (q, p.k_cache, p.v_cache, p.block_tables, p.context_lens, head_dim**-0.5)
     assert_close(paged_decode(*args, num_splits=num_splits), ref_paged_decode(*args))
@@ -85,7 +96,9 @@ def new_tokens(lengths: tuple[int, ...]) -> list[int]:
     return [shares[s % 3](n) for s, n in enumerate(lengths)]
 
 
-@pytest.mark.parametrize(("group", "num_splits", "block_size", "dtype", "lengths", "head_dim"), CASES, ids=IDS)
+@pytest.mark.parametrize(
+    ("group", "num_splits", "block_size", "dtype", "lengths", "head_dim"), CASES, ids=IDS
+)
 def test_prefill_equals_reference(
     device: str,
     group: int,
@@ -100,7 +113,15 @@ def test_prefill_equals_reference(
     counts = torch.tensor([0, *new_tokens(lengths)], device=device)
     query_start_loc = counts.cumsum(0).to(torch.int32)
     q = torch.randn((int(counts.sum()), KV_HEADS * group, head_dim), device=device).to(dtype)
-    args = (q, p.k_cache, p.v_cache, p.block_tables, p.context_lens, query_start_loc, head_dim**-0.5)
+    args = (
+        q,
+        p.k_cache,
+        p.v_cache,
+        p.block_tables,
+        p.context_lens,
+        query_start_loc,
+        head_dim**-0.5,
+    )
     assert_close(paged_prefill(*args), ref_paged_prefill(*args))
 
 
@@ -121,7 +142,12 @@ def test_write_kv_equals_reference(device: str, block_size: int, dtype: torch.dt
     slots = torch.randperm(num_blocks * block_size, generator=gen)[:tokens].to(device)
     k = torch.randn((tokens, kv_heads, head_dim), generator=gen).to(dtype).to(device)
     v = torch.randn((tokens, kv_heads, head_dim), generator=gen).to(dtype).to(device)
-    caches = [torch.full((num_blocks, block_size, kv_heads, head_dim), float("nan"), dtype=dtype, device=device) for _ in range(4)]
+    caches = [
+        torch.full(
+            (num_blocks, block_size, kv_heads, head_dim), float("nan"), dtype=dtype, device=device
+        )
+        for _ in range(4)
+    ]
     write_kv(k, v, caches[0], caches[1], slots)
     ref_write_kv(k, v, caches[2], caches[3], slots)
     assert torch.equal(caches[0].float().nan_to_num(7.0), caches[2].float().nan_to_num(7.0))
@@ -147,7 +173,9 @@ def test_write_then_prefill_then_decode(device: str) -> None:
     ref_write_kv(k_new, v_new, k_ref, v_ref, slots)
     q = torch.randn((len(positions), kv_heads * group, head_dim), device=device)
     query_start_loc = torch.tensor([0, 6, 7], device=device)
-    out = paged_prefill(q, p.k_cache, p.v_cache, p.block_tables, p.context_lens, query_start_loc, 0.3)
+    out = paged_prefill(
+        q, p.k_cache, p.v_cache, p.block_tables, p.context_lens, query_start_loc, 0.3
+    )
     ref = ref_paged_prefill(q, k_ref, v_ref, p.block_tables, p.context_lens, query_start_loc, 0.3)
     assert_close(out, ref)
     q1 = torch.randn((2, kv_heads * group, head_dim), device=device)
