@@ -3,8 +3,8 @@ policy family (allocators, routers; later restart and autoscaling policies)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -31,3 +31,13 @@ def build_registry(classes: Iterable[type[C]], family: str) -> dict[str, type[C]
             )
         registry[kind] = cls
     return registry
+
+
+def parse_kind(registry: Mapping[str, type[C]], data: Mapping[str, Any], family: str) -> C:
+    """Validate a ``{kind: ..., ...}`` mapping against the class ``registry`` holds for
+    its kind. Raises ValueError naming the kind and the allowed kinds, or pydantic's
+    ValidationError naming the bad field."""
+    kind = data.get("kind")
+    if not isinstance(kind, str) or kind not in registry:
+        raise ValueError(f"unknown {family} kind {kind!r}; allowed: {', '.join(sorted(registry))}")
+    return registry[kind].model_validate(dict(data))

@@ -59,7 +59,8 @@ def make_paged_problem(
     order = torch.randperm(num_blocks, generator=gen, device=device)
     junk = torch.tensor(JUNK_IDS if poison else (0,), dtype=torch.int64, device=device)
     block_tables = torch.zeros((len(lengths), max_blocks), dtype=torch.int64, device=device)
-    k_dense, v_dense = [], []
+    k_dense: list[torch.Tensor] = []
+    v_dense: list[torch.Tensor] = []
     used = 0
     for s, (n, blocks) in enumerate(zip(lengths, live, strict=True)):
         ids = order[used : used + blocks]

@@ -12,6 +12,7 @@ from typing import Any
 from policies.allocators import config as cfg
 from policies.allocators.config import AllocatorConfig
 from policies.registry import build_registry as registry_of
+from policies.registry import parse_kind
 
 
 def build_registry(classes: Iterable[type[AllocatorConfig]]) -> dict[str, type[AllocatorConfig]]:
@@ -41,11 +42,5 @@ ALLOCATORS: dict[str, type[AllocatorConfig]] = build_registry(_policy_classes())
 
 
 def parse_allocator(data: Mapping[str, Any]) -> AllocatorConfig:
-    """Validate a ``{kind: ..., ...}`` mapping. Raises ValueError naming the kind and the
-    allowed kinds, or pydantic's ValidationError naming the bad field."""
-    kind = data.get("kind")
-    if kind not in ALLOCATORS:
-        raise ValueError(
-            f"unknown allocator kind {kind!r}; allowed: {', '.join(sorted(ALLOCATORS))}"
-        )
-    return ALLOCATORS[kind].model_validate(dict(data))
+    """Validate a ``{kind: ..., ...}`` mapping (``policies.registry.parse_kind``)."""
+    return parse_kind(ALLOCATORS, data, "allocator")

@@ -12,6 +12,7 @@ from typing import Any
 from policies.autoscale import config as cfg
 from policies.autoscale.config import AutoscalerConfig
 from policies.registry import build_registry as registry_of
+from policies.registry import parse_kind
 
 
 def build_registry(
@@ -36,11 +37,5 @@ AUTOSCALERS: dict[str, type[AutoscalerConfig]] = build_registry(_autoscaler_clas
 
 
 def parse_autoscaler(data: Mapping[str, Any]) -> AutoscalerConfig:
-    """Validate a ``{kind: ..., ...}`` mapping. Raises ValueError naming the kind and the
-    allowed kinds, or pydantic's ValidationError naming the bad field."""
-    kind = data.get("kind")
-    if kind not in AUTOSCALERS:
-        raise ValueError(
-            f"unknown autoscaler kind {kind!r}; allowed: {', '.join(sorted(AUTOSCALERS))}"
-        )
-    return AUTOSCALERS[kind].model_validate(dict(data))
+    """Validate a ``{kind: ..., ...}`` mapping (``policies.registry.parse_kind``)."""
+    return parse_kind(AUTOSCALERS, data, "autoscaler")

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from policies.registry import build_registry as registry_of
+from policies.registry import parse_kind
 from policies.restart import config as cfg
 from policies.restart.config import RestartConfig
 
@@ -34,11 +35,5 @@ RESTART_POLICIES: dict[str, type[RestartConfig]] = build_registry(_restart_class
 
 
 def parse_restart(data: Mapping[str, Any]) -> RestartConfig:
-    """Validate a ``{kind: ..., ...}`` mapping. Raises ValueError naming the kind and the
-    allowed kinds, or pydantic's ValidationError naming the bad field."""
-    kind = data.get("kind")
-    if kind not in RESTART_POLICIES:
-        raise ValueError(
-            f"unknown restart policy kind {kind!r}; allowed: {', '.join(sorted(RESTART_POLICIES))}"
-        )
-    return RESTART_POLICIES[kind].model_validate(dict(data))
+    """Validate a ``{kind: ..., ...}`` mapping (``policies.registry.parse_kind``)."""
+    return parse_kind(RESTART_POLICIES, data, "restart policy")

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from policies.registry import build_registry as registry_of
+from policies.registry import parse_kind
 from policies.routing import config as cfg
 from policies.routing.config import RouterConfig
 
@@ -39,9 +40,5 @@ ROUTERS: dict[str, type[RouterConfig]] = build_registry(_router_classes())
 
 
 def parse_router(data: Mapping[str, Any]) -> RouterConfig:
-    """Validate a ``{kind: ..., ...}`` mapping. Raises ValueError naming the kind and the
-    allowed kinds, or pydantic's ValidationError naming the bad field."""
-    kind = data.get("kind")
-    if kind not in ROUTERS:
-        raise ValueError(f"unknown router kind {kind!r}; allowed: {', '.join(sorted(ROUTERS))}")
-    return ROUTERS[kind].model_validate(dict(data))
+    """Validate a ``{kind: ..., ...}`` mapping (``policies.registry.parse_kind``)."""
+    return parse_kind(ROUTERS, data, "router")
