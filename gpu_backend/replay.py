@@ -241,11 +241,8 @@ def replay(
     kv_of: list[int] = []
 
     def execute(step: Step, decoding: list[Group], index: int) -> tuple[float, int]:
-        pool.sync(
-            allocator,
-            [s for g, _ in step.prefill_chunks for s in g.seq_ids]  # type: ignore[arg-type]
-            + [s for g in decoding for s in g.seq_ids],
-        )
+        seqs = [s for g, _ in step.prefill_chunks for s in g.seq_ids]
+        pool.sync(allocator, seqs + [s for g in decoding for s in g.seq_ids])  # type: ignore[arg-type]
         blocks = pool.mirror.blocks_in_use
         expected = allocator_blocks_in_use(allocator, block_size)
         assert blocks == expected, f"step {index}: pool holds {blocks} blocks, allocator {expected}"

@@ -149,7 +149,7 @@ def validate(
         timed["kv_tokens"].to_numpy(),
     )
     sim_t, rep_t = request_times(simulated), request_times(result.requests)
-    both = sim_t.join(rep_t, lsuffix="_sim", rsuffix="_replay", how="inner")
+    both = sim_t.merge(rep_t, left_index=True, right_index=True, suffixes=("_sim", "_replay"))
     report: dict[str, Any] = {
         "requests": len(requests),
         "ok": {
@@ -218,7 +218,10 @@ def contiguous_baseline(
         total = torch.cuda.get_device_properties(device).total_memory
         cap = spec.capacity_tokens * kv.bytes_per_token() + torch.cuda.memory_allocated(device)
         torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), device)
-    peaks = {"model_free_bytes_min": None, "model_largest_free_bytes_at_min": None}
+    peaks: dict[str, int | None] = {
+        "model_free_bytes_min": None,
+        "model_largest_free_bytes_at_min": None,
+    }
     bpt = kv.bytes_per_token()
 
     def execute(step: Any, decoding: list[Any], index: int) -> tuple[float, int]:

@@ -23,6 +23,7 @@ from typer.core import TyperGroup  # noqa: E402
 
 from sim.cli.alerts import alerts_app  # noqa: E402
 from sim.cli.compare import compare_command  # noqa: E402
+from sim.cli.gpu import calibrate_command, gpu_bench_command, validate_command  # noqa: E402
 from sim.cli.info import allocators_command, hardware_command  # noqa: E402
 from sim.cli.plan import plan_command  # noqa: E402
 from sim.cli.postmortem import postmortem_command  # noqa: E402
@@ -129,6 +130,9 @@ app.command("hardware")(hardware_command)
 app.command("allocators")(allocators_command)
 app.command("sweep")(sweep_command)
 app.command("plan")(plan_command)
+app.command("calibrate")(calibrate_command)
+app.command("validate")(validate_command)
+app.command("gpu-bench")(gpu_bench_command)
 
 
 @app.command("version")
