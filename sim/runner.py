@@ -317,17 +317,6 @@ def _simulate(
         exact=scenario.mode == "exact",
         initial_uptime_s=scenario.initial_uptime_s,
     )
-    all_done = env.event()
-    total = len(groups)
-
-    def on_count(done: int) -> None:
-        # The replica's clock may run ahead of env.now: the run ends at its time.
-        if done == total and not all_done.triggered:
-            timer = env.timeout(max(0.0, recorder.last_finish_s - env.now))
-            assert timer.callbacks is not None
-            timer.callbacks.append(lambda _: _succeed(all_done))
-
-    recorder.on_count = on_count
     replica.feed(groups)
     processes = [_sampler(env, replica, recorder, scenario.metrics.sample_interval_s)]
     if scenario.restart is not None:
@@ -340,9 +329,49 @@ def _simulate(
                 scenario.restart.downtime_s,
             )
         )
+    simulate_until_done(env, scenario, recorder, groups, processes, progress, beyond_duration)
+    recorder.sample(replica, trigger="final")
+    recorder.finish(groups)
+    req_df, ts_df, ev_df = recorder.frames()
+    summary = run_summary(
+        scenario,
+        (req_df, ts_df, ev_df),
+        env.now,
+        beyond_duration,
+        (allocator.kind, parts.kv_capacity_tokens, latency),
+        (replica.steps_total, replica.wakeups_total),
+    )
+    _release(env, replica, recorder, processes)
+    return RunResult(req_df, ts_df, ev_df, summary)
+
+
+def simulate_until_done(
+    env: simpy.Environment,
+    scenario: Scenario,
+    recorder: Recorder,
+    groups: list[Group],
+    processes: list[Generator[simpy.Event, Any, None]],
+    progress: Callable[[float, float], None] | None,
+    beyond_duration: int,
+) -> None:
+    """Start ``processes`` (and a progress reporter) and run until every request of
+    ``groups`` has ended (the recorder counts them; a replica's clock may run ahead of
+    ``env.now``: the run ends at the last finish) or ``duration_s``. Requests left out
+    (arriving after ``duration_s``) could not have ended by then: with any, the run
+    stops at ``duration_s``, as it would with them."""
+    all_done = env.event()
+    total = len(groups)
+
+    def on_count(done: int) -> None:
+        if done == total and not all_done.triggered:
+            timer = env.timeout(max(0.0, recorder.last_finish_s - env.now))
+            assert timer.callbacks is not None
+            timer.callbacks.append(lambda _: _succeed(all_done))
+
+    recorder.on_count = on_count
     last_arrival = groups[-1].arrival_s if groups else 0.0
-    end_hint = scenario.duration_s or max(last_arrival * 1.05, 1.0)
     if progress is not None:
+        end_hint = scenario.duration_s or max(last_arrival * 1.05, 1.0)
         processes.append(_progress(env, progress, end_hint))
     for process in processes:
         env.process(process)
@@ -351,31 +380,36 @@ def _simulate(
     stop: simpy.Event = all_done
     if scenario.duration_s is not None:
         cut = env.timeout(scenario.duration_s)
-        # Requests left out (arriving after duration_s) could not have ended by then:
-        # the run stops at duration_s, as it would with them.
         stop = cut if beyond_duration else all_done | cut
     env.run(until=stop)
-    recorder.sample(replica, trigger="final")
-    recorder.finish(groups)
-    req_df, ts_df, ev_df = recorder.frames()
-    summary = summarize(
-        req_df, ts_df, ev_df, end_s=env.now, thresholds=scenario.metrics.thresholds()
-    )
+
+
+def run_summary(
+    scenario: Scenario,
+    frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
+    end_s: float,
+    beyond_duration: int,
+    pool: tuple[str, int, LatencyModel],
+    engine: tuple[int, int],
+) -> dict[str, Any]:
+    """The summary of a run's (requests, timeseries, events) ending at ``end_s``, with
+    the scenario's identity, ``pool`` = (allocator kind, KV capacity, latency model) and
+    ``engine`` = (steps, wake-ups) counters."""
+    req_df, ts_df, ev_df = frames
+    summary = summarize(req_df, ts_df, ev_df, end_s=end_s, thresholds=scenario.metrics.thresholds())
     if scenario.duration_s is not None:
         summary["requests"]["beyond_duration"] = beyond_duration
     summary["scenario"] = scenario.name
     summary["seed"] = scenario.seed
-    summary["allocator"] = allocator.kind
-    summary["kv_capacity_tokens"] = parts.kv_capacity_tokens
-    summary["latency"] = _latency_report(scenario, latency)
+    summary["allocator"], summary["kv_capacity_tokens"] = pool[0], pool[1]
+    summary["latency"] = _latency_report(scenario, pool[2])
     summary["engine"] = {
         "mode": scenario.mode,
-        "steps": replica.steps_total,
-        "wakeups": replica.wakeups_total,
-        "end_s": env.now,
+        "steps": engine[0],
+        "wakeups": engine[1],
+        "end_s": end_s,
     }
-    _release(env, replica, recorder, processes)
-    return RunResult(req_df, ts_df, ev_df, summary)
+    return summary
 
 
 def _release(

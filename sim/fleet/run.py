@@ -27,7 +27,6 @@ from sim.fleet.alerts import diagnose_failures, evaluate_alerts
 from sim.fleet.fleet import Fleet, NodeAction
 from sim.hardware import HardwareConfig
 from sim.results.io import RunResult
-from sim.results.summary import summarize
 from sim.scenario.schema import Scenario, ScenarioError
 
 
@@ -73,7 +72,7 @@ def run_fleet(
     ``router`` replaces the scenario's router (a postmortem replays recorded routes);
     ``script`` lists node actions applied at their times besides the policies' (a
     postmortem's recorded restarts, crashes and scale events)."""
-    from sim.runner import _latency_report, _progress, _succeed, make_groups
+    from sim.runner import make_groups, run_summary, simulate_until_done
 
     config = scenario.fleet
     assert config is not None
@@ -98,37 +97,14 @@ def run_fleet(
     )
     if router is not None:
         fleet.router = router
-    all_done = env.event()
-    total = len(groups)
-
-    def on_count(done: int) -> None:
-        if done == total and not all_done.triggered:
-            timer = env.timeout(max(0.0, recorder.last_finish_s - env.now))
-            assert timer.callbacks is not None
-            timer.callbacks.append(lambda _: _succeed(all_done))
-
-    recorder.on_count = on_count
     processes = [fleet.arrivals(), fleet.sampler(scenario.metrics.sample_interval_s)]
     if config.restart.get("kind", "none") != "none":
         processes.append(fleet.restart_ticks())
     if config.autoscaler.get("kind", "none") != "none":
         processes.append(fleet.autoscale_ticks())
-    last_arrival = groups[-1].arrival_s if groups else 0.0
     if script:
         processes.append(fleet.play(sorted(script, key=lambda a: a.time_s)))
-    if progress is not None:
-        processes.append(
-            _progress(env, progress, scenario.duration_s or max(last_arrival * 1.05, 1.0))
-        )
-    for process in processes:
-        env.process(process)
-    if total == 0:
-        all_done.succeed()
-    stop: simpy.Event = all_done
-    if scenario.duration_s is not None:
-        cut = env.timeout(scenario.duration_s)
-        stop = cut if beyond_duration else all_done | cut
-    env.run(until=stop)
+    simulate_until_done(env, scenario, recorder, groups, processes, progress, beyond_duration)
     fleet.sample_all("final")
     recorder.finish(groups)
     req_df, ts_df, ev_df = recorder.frames()
@@ -140,23 +116,15 @@ def run_fleet(
     diagnosis = diagnose_failures(req_df, ev_df, thresholds)[["request_id", "diagnosis"]]
     req_df = _with_diagnosis(req_df, diagnosis)
     ev_df = _with_alerts(ev_df, alerts)
-    summary = summarize(
-        req_df, ts_df, ev_df, end_s=env.now, thresholds=scenario.metrics.thresholds()
-    )
-    if scenario.duration_s is not None:
-        summary["requests"]["beyond_duration"] = beyond_duration
-    summary["scenario"] = scenario.name
-    summary["seed"] = scenario.seed
-    summary["allocator"] = scenario.allocator.kind
-    summary["kv_capacity_tokens"] = parts[0].kv_capacity_tokens
-    summary["latency"] = _latency_report(scenario, parts[0].latency)
     replicas = [n.replica for n in fleet.nodes if n.replica is not None]
-    summary["engine"] = {
-        "mode": scenario.mode,
-        "steps": sum(r.steps_total for r in replicas),
-        "wakeups": sum(r.wakeups_total for r in replicas),
-        "end_s": env.now,
-    }
+    summary = run_summary(
+        scenario,
+        (req_df, ts_df, ev_df),
+        env.now,
+        beyond_duration,
+        (scenario.allocator.kind, parts[0].kv_capacity_tokens, parts[0].latency),
+        (sum(r.steps_total for r in replicas), sum(r.wakeups_total for r in replicas)),
+    )
     fleet_df = pd.DataFrame(fleet.fleet_rows)
     summary["fleet"] = fleet_summary(fleet, fleet_df, req_df, env.now)
     firing = alerts[alerts["state"] == "firing"]
