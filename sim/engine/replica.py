@@ -16,7 +16,7 @@ requests arrive as SimPy events (``feed`` starts an arrival process). In *fast* 
   takes fed requests from its list at their arrival times. Nobody can observe the
   replica between its state changes, so this is the same history with far fewer SimPy
   events (a few per simulated hour instead of several per request).
-* A run that crosses another process's event is planned (``_Plan``) and slept through.
+* A run that crosses another process's event is planned (``RunPlan``) and slept through.
   An observer (``observe``) sees the steps completed by then and, strictly inside a step,
   that step begun (its growth applied), exactly as in exact mode; a restart request
   wakes the replica, the step in progress completes, then it decides.
@@ -34,13 +34,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import simpy
-from simpy.events import URGENT
 
 from policies.allocators.base import Allocator
+from sim.engine.events import Alarm, ArrivalTimer, RunPlan
 from sim.engine.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
 from sim.engine.view import ReplicaView
 from sim.latency.base import LatencyModel
@@ -50,99 +49,6 @@ RestartMode = Literal["drain", "kill", "lose"]
 next step boundary; the batch waits here and is recomputed after. ``lose``: the process
 dies at the next step boundary (a crash, a killed restart in a fleet): every request it
 holds is handed to ``lost_to`` (its clients see an error)."""
-
-
-@dataclass(slots=True)
-class _Plan:
-    """A run of ``steps`` pure-decode steps from ``start_s`` that another process may
-    observe (it crosses the next outside event); ``end_s(j)`` is when step ``j`` ends."""
-
-    start_s: float
-    decode_seqs: int
-    kv_first_tokens: int
-    """KV tokens the run's first step reads (every later step reads ``decode_seqs`` more)."""
-    steps: int
-    run_s: Callable[[int, int, int], float]
-    within: Callable[[int, int, float, int], int]
-    applied: int = 0
-    in_step: bool = False
-    """The step after the ``applied`` ones has begun (an observer looked inside it)."""
-
-    def end_s(self, steps: int) -> float:
-        return self.start_s + self.run_s(self.decode_seqs, self.kv_first_tokens, steps)
-
-    def completed_by(self, now: float) -> int:
-        return self.within(self.decode_seqs, self.kv_first_tokens, now - self.start_s, self.steps)
-
-
-class _ArrivalTimer(simpy.Event):
-    """A timeout processed before every ordinary event at its time (SimPy's URGENT
-    priority, which process starts use): requests arriving at an instant (first
-    arrivals, client retries) are queued before anything else happens then, so a sample
-    taken at that instant counts them and the replica reacts after it — the order fast
-    mode reproduces without events. Triggered at creation, as ``simpy.Timeout`` is."""
-
-    def __init__(self, env: simpy.Environment, delay: float) -> None:
-        super().__init__(env)
-        self._ok = True  # what Timeout.__init__ sets, scheduled URGENT instead of NORMAL
-        self._value = None
-        env.schedule(self, URGENT, delay)
-
-
-class _Alarm(simpy.Event):
-    """What an idle or sleeping replica yields: ``env.timeout(delay_s) | wake`` (or
-    ``wake`` alone when ``delay_s`` is None) without SimPy's Condition object, fired by
-    the timer or by :meth:`poke`, whichever comes first.
-
-    It is processed exactly where the Condition was, so events at one instant keep
-    their order: the Condition was scheduled when the timer, or the ``wake`` event the
-    poke scheduled, was processed; here the timer's callback, or that of the ``nudge``
-    the poke schedules, succeeds this event at that same point. Without a timer the
-    poke succeeds it at once, as it did ``wake``. A timer or nudge that comes second
-    (the alarm already fired) does nothing, as the Condition's check did.
-
-    When nothing else is queued at this instant, the event scheduled there would be
-    the very next one processed: the alarm is then processed in place (its callbacks,
-    the sleeper's resumption, run now, as ``Environment.step`` would run them), which
-    saves an event per wake-up and changes no order."""
-
-    def __init__(self, env: simpy.Environment, delay_s: float | None) -> None:
-        super().__init__(env)
-        self.poked = False
-        """Poked before the sleeper resumed (what ``wake.triggered`` said)."""
-        self._timed = delay_s is not None
-        if delay_s is not None:
-            timer = env.timeout(delay_s)
-            assert timer.callbacks is not None
-            timer.callbacks.append(self._ring)
-
-    def poke(self) -> None:
-        if self.poked:
-            return
-        self.poked = True
-        if self._timed:
-            nudge = simpy.Event(self.env)
-            assert nudge.callbacks is not None
-            nudge.callbacks.append(self._ring)
-            nudge.succeed()
-        elif not self.triggered:
-            self.succeed()
-
-    def _ring(self, _event: simpy.Event) -> None:
-        if self.triggered:
-            return
-        env = self.env
-        queue = env._queue  # SimPy 4's heap, as Replica._horizon_s reads it
-        if queue and queue[0][0] <= env.now:
-            self.succeed()  # others act at this instant first
-            return
-        self._ok = True
-        self._value = None
-        callbacks = self.callbacks
-        self.callbacks = None  # type: ignore[assignment]
-        assert callbacks is not None
-        for callback in callbacks:
-            callback(self)
 
 
 class ReplicaHooks(Protocol):
@@ -234,8 +140,8 @@ class Replica:
         self._retries: list[tuple[float, float, int, Group]] = []
         """(due time, time the retry was set, tie-breaker, group)."""
         self._retry_tie = 0
-        self._plan: _Plan | None = None
-        self._wake: _Alarm | None = None
+        self._plan: RunPlan | None = None
+        self._wake: Alarm | None = None
         self._restart: tuple[RestartMode, float] | None = None
         self._back_up: simpy.Event | None = None
         self._generators: list[Generator[simpy.Event, Any, None]] = [
@@ -380,7 +286,7 @@ class Replica:
             self._retry_to(self, group, delay_s)
             return
         if self.exact:
-            timer = _ArrivalTimer(self.env, delay_s)
+            timer = ArrivalTimer(self.env, delay_s)
             assert timer.callbacks is not None
             timer.callbacks.append(lambda _: self.submit(group))
             return
@@ -392,7 +298,7 @@ class Replica:
         due_s = env.now  # the arrival time waited for (env.now may differ by a rounding)
         for g in groups:
             if g.arrival_s > due_s:
-                yield _ArrivalTimer(env, max(0.0, g.arrival_s - env.now))
+                yield ArrivalTimer(env, max(0.0, g.arrival_s - env.now))
                 due_s = g.arrival_s
             self.submit(g)
 
@@ -463,7 +369,7 @@ class Replica:
                 )
                 # A release is a decision, as an arrival.
                 delay_s = max(0.0, release_s - env.now) if release_s < math.inf else None
-                self._wake = _Alarm(env, delay_s)
+                self._wake = Alarm(env, delay_s)
                 yield self._wake
                 self._wake = None
                 self.wakeups_total += 1
@@ -522,7 +428,7 @@ class Replica:
                 if nxt < self._horizon_s():
                     self._t = nxt
                     continue
-                wake = self._wake = _Alarm(env, None if nxt == math.inf else nxt - env.now)
+                wake = self._wake = Alarm(env, None if nxt == math.inf else nxt - env.now)
                 yield wake
                 self._wake = None
                 self._t = env.now
@@ -540,7 +446,7 @@ class Replica:
                 if plan is not None:
                     yield from self._sleep_through(plan)
 
-    def _macro(self) -> _Plan | None:
+    def _macro(self) -> RunPlan | None:
         """A run of pure-decode steps up to the next decision: a finish, a growth
         decision, the step boundary at or after the next arrival or queue timeout.
         Applied at once when it ends before any other process's next event; otherwise
@@ -590,14 +496,14 @@ class Replica:
             self.steps_total += steps
             sched.finish_ready(end_s)
             return None
-        return _Plan(t, seqs, kv1, steps, run_s, self._within)
+        return RunPlan(t, seqs, kv1, steps, run_s, self._within)
 
-    def _sleep_through(self, plan: _Plan) -> Generator[simpy.Event, Any, None]:
+    def _sleep_through(self, plan: RunPlan) -> Generator[simpy.Event, Any, None]:
         """Sleep until a run another process may observe ends (or a restart request wakes
         the replica: the step in progress completes, then it decides)."""
         env, sched = self.env, self.sched
         self._plan = plan
-        wake = self._wake = _Alarm(env, plan.end_s(plan.steps) - env.now)
+        wake = self._wake = Alarm(env, plan.end_s(plan.steps) - env.now)
         yield wake
         self._wake = None
         self.wakeups_total += 1

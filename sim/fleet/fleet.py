@@ -23,8 +23,9 @@ import simpy
 
 from policies.routing.base import NO_REQUEST, Router, RouteRequest
 from sim.engine.batch import Group, SchedEvent
+from sim.engine.events import ArrivalTimer
 from sim.engine.recorder import Recorder
-from sim.engine.replica import Replica, RestartMode, _ArrivalTimer
+from sim.engine.replica import Replica, RestartMode
 from sim.fleet.config import FleetConfig
 from sim.fleet.lifecycle import Lifecycle
 from sim.fleet.node import Node
@@ -156,7 +157,7 @@ class Fleet(Lifecycle):
         due_s = env.now
         for i, g in enumerate(groups):
             if g.arrival_s > due_s:
-                yield _ArrivalTimer(env, max(0.0, g.arrival_s - env.now))
+                yield ArrivalTimer(env, max(0.0, g.arrival_s - env.now))
                 due_s = g.arrival_s
             next_s = groups[i + 1].arrival_s if i + 1 < n else math.inf
             replica_id = self.route(g, next_s, "routed")
@@ -207,7 +208,7 @@ class Fleet(Lifecycle):
         counted by the scheduler): pinned to that replica while it takes traffic,
         unless retries are re-routed. The delay counts from the refusal on the
         replica's clock (ahead of ``env.now`` while fast mode runs ahead)."""
-        timer = _ArrivalTimer(self.env, replica.now_s - self.env.now + delay_s)
+        timer = ArrivalTimer(self.env, replica.now_s - self.env.now + delay_s)
         assert timer.callbacks is not None
         replica_id = replica.replica_id
         timer.callbacks.append(lambda _: self._retry_now(g, replica_id))
@@ -235,7 +236,7 @@ class Fleet(Lifecycle):
             g.held_tokens = g.generated_tokens = 0
             g.admit_s = g.first_token_s = math.nan
             delay_s = self.retry_backoff_s * 2 ** (g.retries - 1)
-            timer = _ArrivalTimer(self.env, delay_s)
+            timer = ArrivalTimer(self.env, delay_s)
             assert timer.callbacks is not None
             timer.callbacks.append(lambda _: self._reroute(g))
             return
