@@ -33,33 +33,87 @@ from sim.scenario.retention import RetentionConfig
 from sim.scenario.schema import Scenario, ScenarioError, ScenarioWarning
 
 
+@dataclass(frozen=True)
+class GroupColumns:
+    """A trace's requests as columns (numpy arrays, in arrival order) from which each
+    request's ``Group`` is made when it is needed (:meth:`group`): a fleet makes them at
+    arrival, so only requests in flight are objects."""
+
+    ids: np.ndarray
+    arrivals_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    num_seqs: np.ndarray
+    prefix_hashes: list[tuple[int, ...]]
+    retain_s: np.ndarray | None
+    retain_until_s: np.ndarray | None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def group(self, i: int) -> Group:
+        """Row ``i``'s Group (plain ints and floats: the compiled build refuses numpy
+        scalars where an int or a float is declared)."""
+        g = Group(
+            int(self.ids[i]),
+            float(self.arrivals_s[i]),
+            int(self.prompt_tokens[i]),
+            int(self.output_tokens[i]),
+            int(self.num_seqs[i]),
+            self.prefix_hashes[i],
+        )
+        if self.retain_s is not None and self.retain_until_s is not None:
+            g.retain_s = float(self.retain_s[i])
+            g.retain_until_s = float(self.retain_until_s[i])
+        return g
+
+
+def group_columns(
+    requests: pd.DataFrame, retention: RetentionConfig | None = None, seed: int = 0
+) -> GroupColumns:
+    """The requests' columns, with each request's KV retention after it finishes drawn
+    from ``retention`` (default: none) with the scenario's ``seed``."""
+    n = len(requests)
+    col = requests.get
+    width = np.ones(n, dtype=np.int64)
+    samples = col("num_samples")
+    beams = col("beam_width")
+    if samples is not None:
+        width = np.maximum(width, samples.fillna(1).to_numpy(dtype=np.int64))
+    if beams is not None:
+        width = np.maximum(width, beams.fillna(1).to_numpy(dtype=np.int64))
+    retain_s = until_s = None
+    if retention is not None and retention.kind != "none":
+        retain_s, until_s = retention.draw(requests, seed)
+    return GroupColumns(
+        requests["request_id"].to_numpy(dtype=np.int64),
+        requests["arrival_s"].to_numpy(dtype=np.float64),
+        requests["prompt_tokens"].to_numpy(dtype=np.int64),
+        requests["output_tokens"].to_numpy(dtype=np.int64),
+        width,
+        _hash_tuples(requests),
+        retain_s,
+        until_s,
+    )
+
+
 def make_groups(
     requests: pd.DataFrame, retention: RetentionConfig | None = None, seed: int = 0
 ) -> list[Group]:
     """One Group per trace row, in arrival order, with its KV retention after it
     finishes drawn from ``retention`` (default: none) with the scenario's ``seed``."""
-    n = len(requests)
-    col = requests.get
-    # Plain ints and floats whatever the frame's dtypes (the compiled build refuses a
-    # float or numpy scalar where an int is declared).
-    ids = requests["request_id"].to_numpy(dtype=np.int64).tolist()
-    arrivals = requests["arrival_s"].to_numpy(dtype=np.float64).tolist()
-    prompts = requests["prompt_tokens"].to_numpy(dtype=np.int64).tolist()
-    outputs = requests["output_tokens"].to_numpy(dtype=np.int64).tolist()
-    samples = col("num_samples")
-    beams = col("beam_width")
-    width = np.ones(n, dtype=np.int64)
-    if samples is not None:
-        width = np.maximum(width, samples.fillna(1).to_numpy(dtype=np.int64))
-    if beams is not None:
-        width = np.maximum(width, beams.fillna(1).to_numpy(dtype=np.int64))
-    widths = width.tolist()
-    hashes = _hash_tuples(requests)
-    if retention is None or retention.kind == "none":
-        return groups_from_columns(ids, arrivals, prompts, outputs, widths, hashes)
-    retain_s, until_s = retention.draw(requests, seed)
+    c = group_columns(requests, retention, seed)
+    retain = c.retain_s.tolist() if c.retain_s is not None else None
+    until = c.retain_until_s.tolist() if c.retain_until_s is not None else None
     return groups_from_columns(
-        ids, arrivals, prompts, outputs, widths, hashes, retain_s.tolist(), until_s.tolist()
+        c.ids.tolist(),
+        c.arrivals_s.tolist(),
+        c.prompt_tokens.tolist(),
+        c.output_tokens.tolist(),
+        c.num_seqs.tolist(),
+        c.prefix_hashes,
+        retain,
+        until,
     )
 
 
@@ -329,7 +383,10 @@ def _simulate(
                 scenario.restart.downtime_s,
             )
         )
-    simulate_until_done(env, scenario, recorder, groups, processes, progress, beyond_duration)
+    last_arrival_s = groups[-1].arrival_s if groups else 0.0
+    simulate_until_done(
+        env, scenario, recorder, (len(groups), last_arrival_s), processes, progress, beyond_duration
+    )
     recorder.sample(replica, trigger="final")
     recorder.finish(groups)
     req_df, ts_df, ev_df = recorder.frames()
@@ -349,18 +406,18 @@ def simulate_until_done(
     env: simpy.Environment,
     scenario: Scenario,
     recorder: Recorder,
-    groups: list[Group],
+    requests: tuple[int, float],
     processes: list[Generator[simpy.Event, Any, None]],
     progress: Callable[[float, float], None] | None,
     beyond_duration: int,
 ) -> None:
-    """Start ``processes`` (and a progress reporter) and run until every request of
-    ``groups`` has ended (the recorder counts them; a replica's clock may run ahead of
+    """Start ``processes`` (and a progress reporter) and run until every request --
+    ``requests`` = (how many, the last arrival time) -- has ended (the recorder counts them; a replica's clock may run ahead of
     ``env.now``: the run ends at the last finish) or ``duration_s``. Requests left out
     (arriving after ``duration_s``) could not have ended by then: with any, the run
     stops at ``duration_s``, as it would with them."""
     all_done = env.event()
-    total = len(groups)
+    total, last_arrival = requests
 
     def on_count(done: int) -> None:
         if done == total and not all_done.triggered:
@@ -369,7 +426,6 @@ def simulate_until_done(
             timer.callbacks.append(lambda _: _succeed(all_done))
 
     recorder.on_count = on_count
-    last_arrival = groups[-1].arrival_s if groups else 0.0
     if progress is not None:
         end_hint = scenario.duration_s or max(last_arrival * 1.05, 1.0)
         processes.append(_progress(env, progress, end_hint))

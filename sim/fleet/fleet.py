@@ -29,7 +29,9 @@ from sim.engine.replica import Replica, RestartMode
 from sim.fleet.config import FleetConfig
 from sim.fleet.lifecycle import Lifecycle
 from sim.fleet.node import Node
+from sim.fleet.records import Records
 from sim.fleet.routeviews import AbsentView, RouteViews
+from sim.runner import GroupColumns
 from sim.scenario import bounds
 
 FAILURE_KINDS = frozenset({"admission_failure", "growth_failure"})
@@ -72,7 +74,7 @@ class _Hooks:
                 node.last_high_free_failure_s = replica.now_s
 
     def on_done(self, replica: Replica, group: Group) -> None:
-        self.fleet.recorder.on_done(replica, group)
+        self.fleet.records.end(group, replica.replica_id)
 
     def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
         self.fleet.went_down(self.node, mode, downtime_s)
@@ -86,7 +88,7 @@ class Fleet(Lifecycle):
         env: simpy.Environment,
         config: FleetConfig,
         parts: Sequence[Any],
-        groups: list[Group],
+        columns: GroupColumns,
         sessions: dict[int, int] | None,
         recorder: Recorder,
         *,
@@ -102,7 +104,8 @@ class Fleet(Lifecycle):
 
         super().__init__(env, config, parts, seed=seed, exact=exact)
         self.recorder = recorder
-        self.groups = groups
+        self.columns = columns
+        self.records = Records(len(columns), recorder)
         self.sessions = sessions
         self.router: Router = parse_router(config.router).build()
         self.restart_config = parse_restart(config.restart)
@@ -112,7 +115,7 @@ class Fleet(Lifecycle):
         self.retry_backoff_s = retry_backoff_s
         self.high_free_share = high_free_share
         self.views = RouteViews(env, config.router_refresh_s)
-        self.first_replica = np.full(len(groups), -1, dtype=np.int32)
+        self.first_replica = np.full(len(columns), -1, dtype=np.int32)
         self.route_kind: dict[int, str] = {}
         """request id -> how its last placement was made, where not ``routed``."""
         self.route_refusals = 0
@@ -152,14 +155,17 @@ class Fleet(Lifecycle):
 
     # -- arrivals and routing -------------------------------------------------------------
     def arrivals(self) -> Generator[simpy.Event, Any, None]:
-        env, groups = self.env, self.groups
-        n = len(groups)
+        env, columns, records = self.env, self.columns, self.records
+        arrivals = columns.arrivals_s
+        n = len(columns)
         due_s = env.now
-        for i, g in enumerate(groups):
+        for i in range(n):
+            g = columns.group(i)  # made at its arrival: only requests in flight are objects
+            records.start(g)
             if g.arrival_s > due_s:
                 yield ArrivalTimer(env, max(0.0, g.arrival_s - env.now))
                 due_s = g.arrival_s
-            next_s = groups[i + 1].arrival_s if i + 1 < n else math.inf
+            next_s = float(arrivals[i + 1]) if i + 1 < n else math.inf
             replica_id = self.route(g, next_s, "routed")
             self.first_replica[i] = replica_id
 
@@ -242,14 +248,7 @@ class Fleet(Lifecycle):
             return
         g.status = status  # type: ignore[assignment]
         g.finish_s = self.env.now
-        if replica is None:
-            self.recorder.done.append(g)
-            self.recorder.done_replicas.append(-1)
-            self.recorder.done_count += 1
-            if self.recorder.on_count is not None:
-                self.recorder.on_count(self.recorder.done_count)
-        else:
-            self.recorder.on_done(replica, g)
+        self.records.end(g, -1 if replica is None else replica.replica_id)
 
     # -- events ---------------------------------------------------------------------------------
     def fleet_event(

@@ -72,12 +72,12 @@ def run_fleet(
     ``router`` replaces the scenario's router (a postmortem replays recorded routes);
     ``script`` lists node actions applied at their times besides the policies' (a
     postmortem's recorded restarts, crashes and scale events)."""
-    from sim.runner import make_groups, run_summary, simulate_until_done
+    from sim.runner import group_columns, run_summary, simulate_until_done
 
     config = scenario.fleet
     assert config is not None
     parts = pool_parts(scenario, requests)
-    groups = make_groups(requests, scenario.retention, scenario.seed)
+    columns = group_columns(requests, scenario.retention, scenario.seed)
     sessions = _sessions(requests)
     env = simpy.Environment()
     recorder = Recorder()
@@ -86,7 +86,7 @@ def run_fleet(
         env,
         config,
         parts,
-        groups,
+        columns,
         sessions,
         recorder,
         seed=scenario.seed,
@@ -104,11 +104,21 @@ def run_fleet(
         processes.append(fleet.autoscale_ticks())
     if script:
         processes.append(fleet.play(sorted(script, key=lambda a: a.time_s)))
-    simulate_until_done(env, scenario, recorder, groups, processes, progress, beyond_duration)
+    last_arrival_s = float(columns.arrivals_s[-1]) if len(columns) else 0.0
+    simulate_until_done(
+        env,
+        scenario,
+        recorder,
+        (len(columns), last_arrival_s),
+        processes,
+        progress,
+        beyond_duration,
+    )
     fleet.sample_all("final")
-    recorder.finish(groups)
-    req_df, ts_df, ev_df = recorder.frames()
-    req_df = _with_routes(req_df, groups, fleet)
+    fleet.records.close()
+    _, ts_df, ev_df = recorder.frames()
+    req_df = fleet.records.frame()
+    req_df = _with_routes(req_df, columns.ids, fleet)
     thresholds = scenario.metrics.thresholds()
     alerts = evaluate_alerts(
         ts_df, ev_df, scrape_interval_s=config.alerts.scrape_interval_s, thresholds=thresholds
@@ -182,10 +192,9 @@ def _sessions(requests: pd.DataFrame) -> dict[int, int] | None:
     return dict(zip(ids, values, strict=True))
 
 
-def _with_routes(req: pd.DataFrame, groups: list[Any], fleet: Fleet) -> pd.DataFrame:
+def _with_routes(req: pd.DataFrame, ids: np.ndarray, fleet: Fleet) -> pd.DataFrame:
     """``first_replica`` and ``route`` columns, aligned with the frame's request-id order,
     added to ``req`` itself (returned)."""
-    ids = np.fromiter((g.request_id for g in groups), dtype=np.int64, count=len(groups))
     order = np.argsort(ids, kind="stable")
     first = fleet.first_replica[order]
     kinds = fleet.route_kind

@@ -92,6 +92,18 @@ def _numeric(values: list[object]) -> Any:
     return array if array.ndim == 1 and array.dtype.kind in "bif" else None
 
 
+RECORD_FIELDS: tuple[tuple[str, str], ...] = tuple(
+    (name, dtype) for name, dtype in REQUEST_FIELDS if name != "replica"
+)
+"""The request record's fields (every column but ``replica``), in order."""
+REQUEST_RECORD = np.dtype(
+    [(name, object if dtype == "str" else dtype) for name, dtype in RECORD_FIELDS]
+)
+"""A numpy record of one request (``str`` fields as objects)."""
+record_of = attrgetter(*(name for name, _ in RECORD_FIELDS))
+"""A group's record fields as a tuple (a row of :data:`REQUEST_RECORD`)."""
+
+
 def request_frame(groups: list[Group], replicas: list[int]) -> pd.DataFrame:
     """The requests table, one row per group sorted by request id (stable), with the
     columns of :data:`REQUEST_FIELDS`: the frame ``from_records`` would make of the
@@ -103,14 +115,19 @@ def request_frame(groups: list[Group], replicas: list[int]) -> pd.DataFrame:
     then a stable argsort on the ids."""
     if not groups:
         return _empty(REQUEST_COLUMNS)
-    fields = [(name, dtype) for name, dtype in REQUEST_FIELDS if name != "replica"]
-    record = np.dtype([(name, object if dtype == "str" else dtype) for name, dtype in fields])
-    get = attrgetter(*(name for name, _ in fields))
-    records = np.fromiter(map(get, groups), dtype=record, count=len(groups))
+    records = np.fromiter(map(record_of, groups), dtype=REQUEST_RECORD, count=len(groups))
+    return records_frame(records, np.array(replicas, dtype=np.int64))
+
+
+def records_frame(records: Any, replicas: Any) -> pd.DataFrame:
+    """The requests table from :data:`REQUEST_RECORD` rows and each row's replica (a
+    numpy array each, one entry per request), sorted by request id (stable)."""
+    if not len(records):
+        return _empty(REQUEST_COLUMNS)
     order = np.argsort(records["request_id"], kind="stable")
     data: dict[str, Any] = {}
     for name, dtype in REQUEST_FIELDS:
-        column: Any = np.array(replicas, dtype=dtype) if name == "replica" else records[name]
+        column: Any = replicas if name == "replica" else records[name]
         column = column[order]
         if dtype == "str":
             # The dtype pandas infers for these strings, read off the distinct ones.
