@@ -51,21 +51,23 @@ class GroupColumns:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def group(self, i: int) -> Group:
-        """Row ``i``'s Group (plain ints and floats: the compiled build refuses numpy
-        scalars where an int or a float is declared)."""
-        g = Group(
-            int(self.ids[i]),
-            float(self.arrivals_s[i]),
-            int(self.prompt_tokens[i]),
-            int(self.output_tokens[i]),
-            int(self.num_seqs[i]),
-            self.prefix_hashes[i],
-        )
+    def groups(self, start: int, stop: int) -> list[Group]:
+        """The Groups of rows ``start`` to ``stop`` (one compiled pass over plain lists;
+        a fleet makes them a chunk at a time as their arrivals come)."""
+        retain = until = None
         if self.retain_s is not None and self.retain_until_s is not None:
-            g.retain_s = float(self.retain_s[i])
-            g.retain_until_s = float(self.retain_until_s[i])
-        return g
+            retain = self.retain_s[start:stop].tolist()
+            until = self.retain_until_s[start:stop].tolist()
+        return groups_from_columns(
+            self.ids[start:stop].tolist(),
+            self.arrivals_s[start:stop].tolist(),
+            self.prompt_tokens[start:stop].tolist(),
+            self.output_tokens[start:stop].tolist(),
+            self.num_seqs[start:stop].tolist(),
+            self.prefix_hashes[start:stop],
+            retain,
+            until,
+        )
 
 
 def group_columns(
@@ -103,18 +105,7 @@ def make_groups(
     """One Group per trace row, in arrival order, with its KV retention after it
     finishes drawn from ``retention`` (default: none) with the scenario's ``seed``."""
     c = group_columns(requests, retention, seed)
-    retain = c.retain_s.tolist() if c.retain_s is not None else None
-    until = c.retain_until_s.tolist() if c.retain_until_s is not None else None
-    return groups_from_columns(
-        c.ids.tolist(),
-        c.arrivals_s.tolist(),
-        c.prompt_tokens.tolist(),
-        c.output_tokens.tolist(),
-        c.num_seqs.tolist(),
-        c.prefix_hashes,
-        retain,
-        until,
-    )
+    return c.groups(0, len(c))
 
 
 def _hash_tuples(requests: pd.DataFrame) -> list[tuple[int, ...]]:

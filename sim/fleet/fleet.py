@@ -35,6 +35,8 @@ from sim.runner import GroupColumns
 from sim.scenario import bounds
 
 FAILURE_KINDS = frozenset({"admission_failure", "growth_failure"})
+ARRIVAL_CHUNK = 65_536
+"""Requests made into Groups at a time by the arrival process."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,18 +158,23 @@ class Fleet(Lifecycle):
     # -- arrivals and routing -------------------------------------------------------------
     def arrivals(self) -> Generator[simpy.Event, Any, None]:
         env, columns, records = self.env, self.columns, self.records
-        arrivals = columns.arrivals_s
         n = len(columns)
         due_s = env.now
-        for i in range(n):
-            g = columns.group(i)  # made at its arrival: only requests in flight are objects
-            records.start(g)
-            if g.arrival_s > due_s:
-                yield ArrivalTimer(env, max(0.0, g.arrival_s - env.now))
-                due_s = g.arrival_s
-            next_s = float(arrivals[i + 1]) if i + 1 < n else math.inf
-            replica_id = self.route(g, next_s, "routed")
-            self.first_replica[i] = replica_id
+        for start in range(0, n, ARRIVAL_CHUNK):
+            # Made a chunk at a time as arrivals come: only requests in flight (and
+            # the chunk's not yet arrived) are objects.
+            chunk = columns.groups(start, min(n, start + ARRIVAL_CHUNK))
+            last = len(chunk) - 1
+            after_s = (
+                float(columns.arrivals_s[start + last + 1]) if start + last + 1 < n else math.inf
+            )
+            for j, g in enumerate(chunk):
+                records.start(g)
+                if g.arrival_s > due_s:
+                    yield ArrivalTimer(env, max(0.0, g.arrival_s - env.now))
+                    due_s = g.arrival_s
+                next_s = chunk[j + 1].arrival_s if j < last else after_s
+                self.first_replica[start + j] = self.route(g, next_s, "routed")
 
     def _request(self, g: Group) -> RouteRequest:
         session = self.sessions.get(g.request_id) if self.sessions is not None else None
