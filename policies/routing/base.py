@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,10 @@ class RouterView(Protocol):
 
 class Router:
     """A routing policy. Subclasses implement :meth:`choose` (see the module docstring)."""
+
+    name: ClassVar[str] = "custom"
+    """What a run's summary calls this router when it replaces the scenario's (a router
+    built from a scenario's config is named by its ``kind``)."""
 
     reads_request = True
     """Whether :meth:`choose` reads its ``request`` at all. A router that does not sets

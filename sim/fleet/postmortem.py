@@ -48,7 +48,7 @@ import bisect
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -172,6 +172,7 @@ class RecordedRouter(Router):
     fleet id) when that view is up; otherwise, and for every later placement, to the
     least outstanding up view. Counts what it did."""
 
+    name: ClassVar[str] = "recorded"
     routes: Mapping[int, int]
     recorded: int = 0
     fallbacks: int = 0

@@ -138,9 +138,7 @@ def run_fleet(
     fleet_df = pd.DataFrame(fleet.fleet_rows)
     summary["fleet"] = fleet_summary(fleet, fleet_df, req_df, env.now)
     if router is not None:  # a replacement (a postmortem's recorded routes)
-        summary["fleet"]["router"] = (
-            "recorded" if type(router).__name__ == "RecordedRouter" else type(router).__name__
-        )
+        summary["fleet"]["router"] = router.name
     firing = alerts[alerts["state"] == "firing"]
     summary["fleet"]["alerts_fired"] = {
         str(k): int(v) for k, v in firing["alert"].value_counts().sort_index().items()
