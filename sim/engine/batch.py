@@ -155,6 +155,16 @@ class Group:
         self.retain_s = 0.0
         self.retain_until_s = math.inf
 
+    def new_attempt(self) -> None:
+        """The client tries again (a retry): counted, and nothing of the failed attempt
+        is kept (no memory, no tokens, no admission)."""
+        self.retries += 1
+        self.seq_ids = []
+        self.held_tokens = 0
+        self.generated_tokens = 0
+        self.prefill_left_tokens = 0
+        self.admit_s = self.first_token_s = math.nan
+
     @property
     def final_tokens(self) -> int:
         """Slots each sequence holds when it finishes."""

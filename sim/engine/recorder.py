@@ -136,18 +136,19 @@ class Recorder:
 
     # -- replica hooks --------------------------------------------------------------
     def on_event(self, replica: Replica, event: SchedEvent) -> None:
-        e = self.events
-        e.time_s.append(replica.now_s)
-        e.replica.append(replica.replica_id)
-        e.kind.append(event.kind)
-        e.request_id.append(event.request_id)
-        e.need_tokens.append(event.need_tokens)
-        e.free_tokens.append(event.free_tokens)
-        e.largest_free_extent_tokens.append(event.largest_free_extent_tokens)
-        e.free_share.append(event.free_tokens / replica.allocator.stats().capacity_tokens)
-        e.cause.append(event.cause)
-        e.uptime_s.append(replica.uptime_s)
-        e.detail.append(event.detail)
+        self.add_event(
+            replica.now_s,
+            replica.replica_id,
+            event.kind,
+            event.request_id,
+            event.need_tokens,
+            event.free_tokens,
+            event.largest_free_extent_tokens,
+            event.free_tokens / replica.allocator.stats().capacity_tokens,
+            event.cause,
+            replica.uptime_s,
+            event.detail,
+        )
         if event.kind != "preemption":
             self.sample(replica, trigger="failure", pending_tokens=event.pending_tokens)
 
@@ -162,18 +163,47 @@ class Recorder:
 
     def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
         s = replica.allocator.stats()
+        self.add_event(
+            replica.now_s,
+            replica.replica_id,
+            "restart",
+            -1,
+            0,
+            s.free_tokens,
+            s.largest_free_extent_tokens,
+            s.free_tokens / s.capacity_tokens,
+            "",
+            replica.uptime_s,
+            f"{mode} downtime_s={downtime_s:g}",
+        )
+
+    def add_event(
+        self,
+        time_s: float,
+        replica_id: int,
+        kind: str,
+        request_id: int,
+        need_tokens: int,
+        free_tokens: int,
+        largest_free_extent_tokens: int,
+        free_share: float,
+        cause: str,
+        uptime_s: float,
+        detail: str,
+    ) -> None:
+        """One row of the event log (the columns of :class:`EventTable`, in order)."""
         e = self.events
-        e.time_s.append(replica.now_s)
-        e.replica.append(replica.replica_id)
-        e.kind.append("restart")
-        e.request_id.append(-1)
-        e.need_tokens.append(0)
-        e.free_tokens.append(s.free_tokens)
-        e.largest_free_extent_tokens.append(s.largest_free_extent_tokens)
-        e.free_share.append(s.free_tokens / s.capacity_tokens)
-        e.cause.append("")
-        e.uptime_s.append(replica.uptime_s)
-        e.detail.append(f"{mode} downtime_s={downtime_s:g}")
+        e.time_s.append(time_s)
+        e.replica.append(replica_id)
+        e.kind.append(kind)
+        e.request_id.append(request_id)
+        e.need_tokens.append(need_tokens)
+        e.free_tokens.append(free_tokens)
+        e.largest_free_extent_tokens.append(largest_free_extent_tokens)
+        e.free_share.append(free_share)
+        e.cause.append(cause)
+        e.uptime_s.append(uptime_s)
+        e.detail.append(detail)
 
     # -- sampling ---------------------------------------------------------------------
     def sample(self, replica: Replica, trigger: str = "periodic", pending_tokens: int = 0) -> None:

@@ -170,12 +170,7 @@ class RunningBatch:
 
     def _retry_or_finish(self, g: Group, now: float, status: Status) -> None:
         if g.retries < self.config.retry_attempts:
-            g.retries += 1
-            g.seq_ids = []
-            g.held_tokens = 0
-            g.generated_tokens = 0
-            g.prefill_left_tokens = 0
-            g.admit_s = g.first_token_s = math.nan
+            g.new_attempt()
             self.on_retry(g, self.config.retry_backoff_s * 2 ** (g.retries - 1))
             return
         self.finish(g, now, status)

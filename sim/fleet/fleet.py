@@ -245,9 +245,7 @@ class Fleet(Lifecycle):
 
     def _client_error(self, g: Group, replica: Replica | None, status: str) -> None:
         if g.retries < self.retry_attempts:
-            g.retries += 1
-            g.held_tokens = g.generated_tokens = 0
-            g.admit_s = g.first_token_s = math.nan
+            g.new_attempt()
             delay_s = self.retry_backoff_s * 2 ** (g.retries - 1)
             timer = ArrivalTimer(self.env, delay_s)
             assert timer.callbacks is not None
@@ -263,7 +261,6 @@ class Fleet(Lifecycle):
     ) -> None:
         """A fleet row in the event log (restart, crash, scale, route refusal) with the
         replica's pool state now where it has one."""
-        e = self.recorder.events
         replica = self.nodes[replica_id].replica if replica_id >= 0 else None
         free = largest = 0
         share = math.nan
@@ -273,17 +270,19 @@ class Fleet(Lifecycle):
             free, largest = replica.allocator.free_and_largest_tokens()
             share = free / replica.allocator.stats().capacity_tokens
             uptime = replica.uptime_s
-        e.time_s.append(self.env.now)
-        e.replica.append(replica_id)
-        e.kind.append(kind)
-        e.request_id.append(request_id)
-        e.need_tokens.append(0)
-        e.free_tokens.append(free)
-        e.largest_free_extent_tokens.append(largest)
-        e.free_share.append(share)
-        e.cause.append(cause)
-        e.uptime_s.append(uptime)
-        e.detail.append(detail)
+        self.recorder.add_event(
+            self.env.now,
+            replica_id,
+            kind,
+            request_id,
+            0,
+            free,
+            largest,
+            share,
+            cause,
+            uptime,
+            detail,
+        )
 
     # -- periodic processes -----------------------------------------------------------------------
     def sampler(self, interval_s: float) -> Generator[simpy.Event, Any, None]:
