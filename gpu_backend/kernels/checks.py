@@ -187,3 +187,29 @@ def check_block_tables(
 def check_scale(scale: float) -> None:
     if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale):
         raise _fail("scale", f"expected a finite float, got {scale!r}")
+
+
+def attention_strides(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    out: torch.Tensor,
+) -> tuple[int, ...]:
+    """The strides the attention kernels take, in their order: ``q`` (token, head),
+    ``k_cache`` and ``v_cache`` (block, row, head), ``block_tables`` (sequence, slot),
+    ``out`` (token, head); the last dimension of each is contiguous (checked)."""
+    return (
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        block_tables.stride(0),
+        block_tables.stride(1),
+        out.stride(0),
+        out.stride(1),
+    )
