@@ -19,14 +19,9 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from reports.common import esc
-from reports.fleet import (
-    alert_timeline,
-    comparison_bars,
-    cost_over_time,
-    replicas_over_time,
-)
+from reports.comparison import comparison_bars, comparison_table
+from reports.fleet import alert_timeline, cost_over_time, replicas_over_time
 from reports.memory import latency_cdfs, replica_memory, uptime_scatter, waste_breakdown
-from sim.fleet.compare import COLUMNS, compare_frame, formatted
 from sim.results.io import FILES, RunResult, read_result
 from traces.writers import atomic_path
 
@@ -69,7 +64,7 @@ def build_report(runs: Sequence[tuple[str, RunResult]], title: str | None = None
     summaries = [r.summary for _, r in runs]
     if len(runs) > 1:
         parts.append("<h2>comparison</h2>")
-        parts.append(_comparison_table(summaries, names))
+        parts.append(comparison_table(summaries, names))
         parts.append(_figure_html(comparison_bars(summaries, names), next(counter)))
         for name, result in runs:
             parts.append(f"<h3>{esc(name)}: alerts</h3>{_alerts_html(result.summary)}")
@@ -98,16 +93,6 @@ def _figure_html(fig: go.Figure, number: int) -> str:
         config={"displaylogo": False, "responsive": True},
     )
     return f'<div class="figure">{div}</div>'
-
-
-def _comparison_table(summaries: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
-    frame = compare_frame(summaries)
-    head = "".join(f"<th>{esc(n)}</th>" for n in names)
-    rows = [f"<tr><th>metric</th>{head}</tr>"]
-    for column, label in COLUMNS[1:]:
-        cells = "".join(f"<td>{esc(formatted(column, v))}</td>" for v in frame[column].tolist())
-        rows.append(f"<tr><td>{esc(label.strip())}</td>{cells}</tr>")
-    return f'<table class="comparison">{"".join(rows)}</table>'
 
 
 def _f(value: Any, spec: str = ".3f") -> str:

@@ -123,14 +123,14 @@ HEATMAP_METRICS = ("ttft_p99_s_mean", "failure_rate_mean", "cost_usd_mean", "rep
 
 
 def write_report(summary: pd.DataFrame, params: list[str], out: Path) -> bool:
-    """OUT/report.html: heatmaps of a few metrics (``reports.fleet.sweep_heatmap``) when
+    """OUT/report.html: heatmaps of a few metrics (``reports.comparison.sweep_heatmap``) when
     the sweep varies exactly two parameters; False otherwise, or while the ``reports``
     package (plotly) is not installed."""
     varied = [p for p in params if summary[p].nunique(dropna=False) > 1]
     if len(varied) != 2:
         return False
     try:
-        from reports.fleet import sweep_heatmap
+        from reports.comparison import sweep_heatmap
     except ImportError:
         return False
     x, y = varied
