@@ -3,7 +3,7 @@
 provisions new ones with the pool's provisioning delay and drains removed ones), and/or
 restart nodes (the runbook's answer to fragmentation), with a cause.
 
-An autoscaler reads ``sim.fleet.view.FleetView`` only and keeps its own state (cooldown
+An autoscaler reads ``policies.fleet_view.FleetView`` only and keeps its own state (cooldown
 timers, counters seen last time, windows of readings). It keeps within
 ``fleet.min_replicas``..``fleet.max_replicas`` itself (the fleet clamps as well).
 
@@ -16,7 +16,25 @@ the fleet's bounds, counting every node not gone, provisioning included).
 
 from __future__ import annotations
 
-from sim.fleet.view import FleetView, ScaleDecision, countable
+from dataclasses import dataclass
+
+from policies.fleet_view import FleetView, countable
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleDecision:
+    """Add (``delta > 0``) or remove (``delta < 0``) nodes, and/or restart nodes."""
+
+    delta: int
+    cause: str
+    restart: tuple[int, ...] = ()
+    """Replica ids to restart instead of (or as well as) scaling (the runbook policy)."""
+    fragmentation_failures: int = 0
+    """Failures in the window that triggered this decision that were fragmentation
+    failures (the fleet counts the replica-hours a scale-up buys as *avoidable* when
+    its trigger failures were all fragmentation failures)."""
+    capacity_failures: int = 0
+    """Failures in that window that were genuine capacity shortages."""
 
 
 class Autoscaler:

@@ -22,10 +22,10 @@ queue is the restart's, not a capacity signal). Scale-down is as ``naive``'s.
 
 from __future__ import annotations
 
-from policies.autoscale.base import Autoscaler, Cooldowns, clamped
+from policies.autoscale.base import Autoscaler, Cooldowns, ScaleDecision, clamped
+from policies.fleet_view import FleetView, countable
 from policies.restart.signals import AlertRestart
 from policies.restart.tracking import CounterDeltas, FleetDeltas, by_id
-from sim.fleet.view import FleetView, ScaleDecision, countable
 
 
 class NaiveAutoscaler(Autoscaler):

@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from policies.autoscale.base import Autoscaler, Cooldowns, clamped
+from policies.autoscale.base import Autoscaler, Cooldowns, ScaleDecision, clamped
+from policies.fleet_view import FleetView, countable, serving
 from policies.restart.tracking import EPS_S
-from sim.fleet.view import FleetView, ScaleDecision, countable, serving
 
 
 class NoAutoscaler(Autoscaler):

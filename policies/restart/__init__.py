@@ -1,3 +1,3 @@
 """Restart policies: periodic decisions over a read-only fleet view
-(``sim.fleet.view.FleetView``) -- which nodes to restart now, and why. One registry
+(``policies.fleet_view.FleetView``) -- which nodes to restart now, and why. One registry
 (``policies.restart.registry.RESTART_POLICIES``), parsed by ``parse_restart``."""

@@ -1,7 +1,7 @@
 """The restart-policy contract: every ``interval_s`` of simulated time the fleet asks
 ``RestartPolicy.decide(fleet)`` which nodes to restart now, and why.
 
-A policy reads ``sim.fleet.view.FleetView`` only (it never mutates it) and may keep its
+A policy reads ``policies.fleet_view.FleetView`` only (it never mutates it) and may keep its
 own state (when a node's ratio first fell below a threshold, the next scheduled time per
 node, an RNG seeded from its config). It returns nodes that are ``active``; the fleet
 ignores a decision for a node in any other state (already draining or down). How the
@@ -12,9 +12,20 @@ node is drained (wait with a timeout, kill, redirect the queue) and how long it 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from policies.fleet_view import FleetView, NodeView
 from policies.restart.tracking import InFlight
-from sim.fleet.view import FleetView, NodeView, RestartDecision
+
+
+@dataclass(frozen=True, slots=True)
+class RestartDecision:
+    """Restart one node (drain mode and downtime are the fleet's configuration)."""
+
+    replica_id: int
+    cause: str
+    """Why, for the event log: e.g. ``scheduled``, ``fragmentation ratio 0.41 < 0.5 for
+    600 s``, ``alert: failure at 38 % free``."""
 
 
 class RestartPolicy:

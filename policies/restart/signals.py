@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.restart.base import RestartPolicy, restart_some
+from policies.fleet_view import SERVING, FleetView, NodeView
+from policies.restart.base import RestartDecision, RestartPolicy, restart_some
 from policies.restart.tracking import EPS_S, CounterDeltas, InFlight, by_id, start_s
-from sim.fleet.view import SERVING, FleetView, NodeView, RestartDecision
 
 
 @dataclass(slots=True)

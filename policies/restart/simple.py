@@ -19,9 +19,9 @@ from typing import Literal
 
 import numpy as np
 
-from policies.restart.base import RestartPolicy, restart_some
+from policies.fleet_view import FleetView, NodeView
+from policies.restart.base import RestartDecision, RestartPolicy, restart_some
 from policies.restart.tracking import EPS_S, RESTARTING, InFlight, start_s
-from sim.fleet.view import FleetView, NodeView, RestartDecision
 
 
 class NoRestart(RestartPolicy):

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sim.fleet.view import FleetView, NodeView
+from policies.fleet_view import FleetView, NodeView
 
 RESTARTING: frozenset[str] = frozenset({"draining", "down", "loading", "warming"})
 """States of a node that is not active because it is being restarted (or drained)."""

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
+from policies.autoscale.base import ScaleDecision
+from policies.fleet_view import NodeState
 from sim.fleet.config import Duration, FleetConfig
 from sim.fleet.node import FleetReading, Node, NodeReading
-from sim.fleet.view import NodeState, ScaleDecision
 
 if TYPE_CHECKING:
     from sim.engine.batch import Group

@@ -1,6 +1,6 @@
 """A node of the fleet: one replica on one node of a pool, its lifecycle state, its
 bill and its failure counters; and the read-only views policies get of it
-(``sim.fleet.view``).
+(``policies.fleet_view``).
 
 A node's ``replica`` exists from the end of its first model load; a restart keeps the
 same ``Replica`` (it goes down and comes back with a fresh allocator). ``epoch`` counts
@@ -12,8 +12,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from policies.fleet_view import SERVING, NodeState
 from sim.engine.replica import Replica
-from sim.fleet.view import SERVING, NodeState
 
 
 @dataclass(eq=False)
@@ -59,7 +59,7 @@ class Node:
 
 
 class NodeReading:
-    """:class:`sim.fleet.view.NodeView` over a live node (reads are brought up to now
+    """:class:`policies.fleet_view.NodeView` over a live node (reads are brought up to now
     through the replica's own view)."""
 
     __slots__ = ("_node",)
@@ -143,7 +143,7 @@ class NodeReading:
 
 @dataclass
 class FleetReading:
-    """:class:`sim.fleet.view.FleetView` at one instant."""
+    """:class:`policies.fleet_view.FleetView` at one instant."""
 
     now_s: float
     nodes: Sequence[NodeReading]

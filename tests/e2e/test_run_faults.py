@@ -63,7 +63,9 @@ def stopped_run(
 
 def next_run(scenario: Path, out: Path) -> None:
     """The next ``fragsim run --seed 3`` to the same target, in-process."""
-    result = CliRunner().invoke(app, ["run", str(scenario), "-o", str(out), "-q", "--no-report", "--seed", "3"])
+    result = CliRunner().invoke(
+        app, ["run", str(scenario), "-o", str(out), "-q", "--no-report", "--seed", "3"]
+    )
     assert result.exit_code == 0, result.output
 
 
@@ -92,7 +94,9 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def first_run(tmp_path_factory: pytest.TempPathFactory, scenario: Path) -> Path:
     """A complete earlier run (seed 1), copied to each test's target."""
     out = tmp_path_factory.mktemp("first") / "out"
-    result = CliRunner().invoke(app, ["run", str(scenario), "-o", str(out), "-q", "--no-report", "--seed", "1"])
+    result = CliRunner().invoke(
+        app, ["run", str(scenario), "-o", str(out), "-q", "--no-report", "--seed", "1"]
+    )
     assert result.exit_code == 0, result.output
     return out
 

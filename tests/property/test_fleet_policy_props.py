@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from support.fleet_views import fleet_at, node
 
 from policies.autoscale.registry import AUTOSCALERS, parse_autoscaler
+from policies.fleet_view import SERVING, countable
 from policies.restart.registry import RESTART_POLICIES, parse_restart
-from sim.fleet.view import SERVING, countable
 
 DT_S = 30.0
 DOWN_CHECKS = 3

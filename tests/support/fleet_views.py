@@ -1,5 +1,5 @@
 """Hand-made fleet views for policy tests: plain dataclasses that satisfy
-``sim.fleet.view.NodeView`` and ``FleetView``, and a builder that ages a fleet between
+``policies.fleet_view.NodeView`` and ``FleetView``, and a builder that ages a fleet between
 checks the way the real one would (uptime grows with the clock while active).
 
 A story reads: build nodes with :func:`node`, wrap them with :func:`fleet_at`, call the
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from sim.fleet.view import SERVING, FleetView, NodeState, NodeView
+from policies.fleet_view import SERVING, FleetView, NodeState, NodeView
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ import pytest
 from pydantic import ValidationError
 from support.fleet_views import FakeNode, aged, fleet_at, node, restarted, with_state
 
-from policies.autoscale.base import Autoscaler
+from policies.autoscale.base import Autoscaler, ScaleDecision
 from policies.autoscale.registry import AUTOSCALERS, build_registry, parse_autoscaler
-from sim.fleet.view import ScaleDecision, countable
+from policies.fleet_view import countable
 
 
 def build(kind: str, **fields: Any) -> Autoscaler:

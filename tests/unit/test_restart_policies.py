@@ -10,10 +10,9 @@ import pytest
 from pydantic import ValidationError
 from support.fleet_views import FakeNode, aged, fleet_at, node, restarted, with_state
 
-from policies.restart.base import RestartPolicy
+from policies.restart.base import RestartDecision, RestartPolicy
 from policies.restart.config import RestartConfig
 from policies.restart.registry import RESTART_POLICIES, build_registry, parse_restart
-from sim.fleet.view import RestartDecision
 
 
 def build(kind: str, **fields: Any) -> RestartPolicy:

@@ -1,6 +1,9 @@
-"""What restart policies and autoscalers read of the fleet (read-only), and the decisions
-they return. The fleet builds a :class:`FleetView` at each policy tick; policies keep
-their own state (counters seen last time, cooldown timers) and never mutate a view.
+"""What restart policies and autoscalers read of the fleet (read-only): the contract the
+fleet (``sim.fleet``) implements for them, kept here beside the policies, as the routing
+contract is (``policies.routing.base``). The decisions they return are
+``policies.restart.base.RestartDecision`` and ``policies.autoscale.base.ScaleDecision``.
+The fleet builds a :class:`FleetView` at each policy tick; policies keep their own state
+(counters seen last time, cooldown timers) and never mutate a view.
 
 Lifecycle of a node (one replica on one node of a pool)::
 
@@ -23,7 +26,6 @@ usable extent did; *high free* is the seed's alert condition (free share > 25 %)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal, Protocol
 
 NodeState = Literal["provisioning", "loading", "warming", "active", "draining", "down", "gone"]
@@ -107,32 +109,6 @@ class FleetView(Protocol):
     def max_replicas(self) -> int:
         """Scale-ups never take the fleet above this many nodes (not gone)."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class RestartDecision:
-    """Restart one node (drain mode and downtime are the fleet's configuration)."""
-
-    replica_id: int
-    cause: str
-    """Why, for the event log: e.g. ``scheduled``, ``fragmentation ratio 0.41 < 0.5 for
-    600 s``, ``alert: failure at 38 % free``."""
-
-
-@dataclass(frozen=True, slots=True)
-class ScaleDecision:
-    """Add (``delta > 0``) or remove (``delta < 0``) nodes, and/or restart nodes."""
-
-    delta: int
-    cause: str
-    restart: tuple[int, ...] = ()
-    """Replica ids to restart instead of (or as well as) scaling (the runbook policy)."""
-    fragmentation_failures: int = 0
-    """Failures in the window that triggered this decision that were fragmentation
-    failures (the fleet counts the replica-hours a scale-up buys as *avoidable* when
-    its trigger failures were all fragmentation failures)."""
-    capacity_failures: int = 0
-    """Failures in that window that were genuine capacity shortages."""
 
 
 def serving(nodes: Sequence[NodeView]) -> list[NodeView]:
