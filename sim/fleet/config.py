@@ -21,12 +21,34 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    field_validator,
+    model_validator,
+)
 
+from policies.allocators.config import AllocatorConfig
+from policies.allocators.registry import parse_allocator
+from policies.autoscale.config import AutoscalerConfig, NoAutoscalerConfig
+from policies.autoscale.registry import parse_autoscaler
+from policies.restart.config import NoRestartConfig, RestartConfig
+from policies.restart.registry import parse_restart
+from policies.routing.config import LeastOutstandingConfig, LengthPoolsConfig, RouterConfig
+from policies.routing.registry import parse_router
 from sim.scenario.fields import MAX_SECONDS, Count, Flag, Number
 
 MAX_NODES = 4096
 """Nodes in a fleet, all pools together, at any time (also the autoscaler's ceiling)."""
+
+
+def _mapping(value: Any) -> Any:
+    """A policy block must be a ``{kind: ...}`` mapping."""
+    if not isinstance(value, dict):
+        raise ValueError("expected a mapping with a 'kind'")
+    return value
 
 
 class _Strict(BaseModel):
@@ -52,7 +74,7 @@ class PoolConfig(_Strict):
         description="Overrides of the scenario's hardware block for this pool "
         "(model, gpu, tensor_parallel, ...).",
     )
-    allocator: dict[str, Any] | None = Field(
+    allocator: SerializeAsAny[AllocatorConfig] | None = Field(
         None, description="This pool's allocator ({kind: ...}); default: the scenario's."
     )
     usd_per_gpu_hour: Number = Field(2.5, ge=0, le=1e6, description="Price of one GPU-hour.")
@@ -61,6 +83,13 @@ class PoolConfig(_Strict):
         description="Uptime of each replica at t = 0: one number for all, or one per "
         "replica (nodes restarted at different times).",
     )
+
+    @field_validator("allocator", mode="before")
+    @classmethod
+    def _allocator(cls, value: Any) -> AllocatorConfig | None:
+        if value is None or isinstance(value, AllocatorConfig):
+            return value
+        return parse_allocator(_mapping(value))
 
     @model_validator(mode="after")
     def _uptimes(self) -> PoolConfig:
@@ -123,20 +152,20 @@ class FleetConfig(_Strict):
     """The fleet: pools, router, retries, restart policy, autoscaler, lifecycle, faults."""
 
     pools: list[PoolConfig] = Field(min_length=1, max_length=64)
-    router: dict[str, Any] = Field(
-        default_factory=lambda: {"kind": "least_outstanding"},
+    router: SerializeAsAny[RouterConfig] = Field(
+        default_factory=LeastOutstandingConfig,
         description="Routing policy: {kind: ..., ...} (policies.routing).",
     )
     router_refresh_s: Number = Field(
         0.05, ge=0, le=3600, description="Router signals' refresh interval; 0: fresh reads."
     )
     retry: RetryConfig = RetryConfig()
-    restart: dict[str, Any] = Field(
-        default_factory=lambda: {"kind": "none"},
+    restart: SerializeAsAny[RestartConfig] = Field(
+        default_factory=NoRestartConfig,
         description="Restart policy: {kind: ..., ...} (policies.restart).",
     )
-    autoscaler: dict[str, Any] = Field(
-        default_factory=lambda: {"kind": "none"},
+    autoscaler: SerializeAsAny[AutoscalerConfig] = Field(
+        default_factory=NoAutoscalerConfig,
         description="Autoscaler: {kind: ..., ...} (policies.autoscale).",
     )
     min_replicas: Count | None = Field(
@@ -150,29 +179,24 @@ class FleetConfig(_Strict):
     faults: FaultConfig = FaultConfig()
     alerts: AlertOptions = AlertOptions()
 
-    @field_validator("router")
+    # Each policy block is parsed here, once, into its registered config class (kept:
+    # the fleet builds its policies from it); errors name the kind and the field.
+    @field_validator("router", mode="before")
     @classmethod
-    def _router(cls, value: dict[str, Any]) -> dict[str, Any]:
-        from policies.routing.registry import parse_router
+    def _router(cls, value: Any) -> RouterConfig:
+        return value if isinstance(value, RouterConfig) else parse_router(_mapping(value))
 
-        parse_router(value)  # ValueError / ValidationError name the problem
-        return value
-
-    @field_validator("restart")
+    @field_validator("restart", mode="before")
     @classmethod
-    def _restart(cls, value: dict[str, Any]) -> dict[str, Any]:
-        from policies.restart.registry import parse_restart
+    def _restart(cls, value: Any) -> RestartConfig:
+        return value if isinstance(value, RestartConfig) else parse_restart(_mapping(value))
 
-        parse_restart(value)
-        return value
-
-    @field_validator("autoscaler")
+    @field_validator("autoscaler", mode="before")
     @classmethod
-    def _autoscaler(cls, value: dict[str, Any]) -> dict[str, Any]:
-        from policies.autoscale.registry import parse_autoscaler
-
-        parse_autoscaler(value)
-        return value
+    def _autoscaler(cls, value: Any) -> AutoscalerConfig:
+        if isinstance(value, AutoscalerConfig):
+            return value
+        return parse_autoscaler(_mapping(value))
 
     @model_validator(mode="after")
     def _sizes(self) -> FleetConfig:
@@ -186,9 +210,9 @@ class FleetConfig(_Strict):
             raise ValueError(f"{total} replicas in all pools; at most {MAX_NODES}")
         if total == 0:
             raise ValueError("the pools hold no replica at t = 0 (every count is 0)")
-        long = self.router.get("long_replicas")
-        if self.router.get("kind") == "length_pools" and long is not None:
-            beyond = [i for i in long if i >= total]
+        router = self.router
+        if isinstance(router, LengthPoolsConfig):
+            beyond = [i for i in router.long_replicas if i >= total]
             if beyond:
                 raise ValueError(
                     f"router.long_replicas {beyond}: the fleet starts with {total} replicas "

@@ -100,19 +100,14 @@ class Fleet(Lifecycle):
         retry_backoff_s: float,
         high_free_share: float,
     ) -> None:
-        from policies.autoscale.registry import parse_autoscaler
-        from policies.restart.registry import parse_restart
-        from policies.routing.registry import parse_router
-
         super().__init__(env, config, parts, seed=seed, exact=exact)
         self.recorder = recorder
         self.columns = columns
         self.records = Records(len(columns), recorder)
         self.sessions = sessions
-        self.router: Router = parse_router(config.router).build()
-        self.restart_config = parse_restart(config.restart)
-        self.restart_policy = self.restart_config.build()
-        self.autoscaler = parse_autoscaler(config.autoscaler).build()
+        self.router: Router = config.router.build()
+        self.restart_policy = config.restart.build()
+        self.autoscaler = config.autoscaler.build()
         self.retry_attempts = retry_attempts
         self.retry_backoff_s = retry_backoff_s
         self.high_free_share = high_free_share
@@ -146,7 +141,7 @@ class Fleet(Lifecycle):
         return replica
 
     def restart_drain(self) -> tuple[str, float]:
-        c = self.restart_config
+        c = self.config.restart
         return c.drain, c.drain_timeout_s
 
     def node_added(self, node: Node) -> None:

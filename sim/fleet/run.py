@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from policies.allocators.registry import parse_allocator
 from policies.routing.base import Router
 from sim.engine.recorder import Recorder
 from sim.fleet.alerts import diagnose_failures, evaluate_alerts
@@ -46,7 +45,7 @@ def pool_parts(scenario: Scenario, requests: pd.DataFrame) -> list[Any]:
                 merged = scenario.hardware.model_dump(exclude_unset=True) | pool.hardware
                 update["hardware"] = HardwareConfig.model_validate(merged)
             if pool.allocator is not None:
-                update["allocator"] = parse_allocator(pool.allocator)
+                update["allocator"] = pool.allocator
         except ValueError as e:
             raise ScenarioError(f"field {where}: {e}".splitlines()[0]) from None
         variant = scenario.model_copy(update=update) if update else scenario
@@ -98,9 +97,9 @@ def run_fleet(
     if router is not None:
         fleet.router = router
     processes = [fleet.arrivals(), fleet.sampler(scenario.metrics.sample_interval_s)]
-    if config.restart.get("kind", "none") != "none":
+    if config.restart.kind != "none":
         processes.append(fleet.restart_ticks())
-    if config.autoscaler.get("kind", "none") != "none":
+    if config.autoscaler.kind != "none":
         processes.append(fleet.autoscale_ticks())
     if script:
         processes.append(fleet.play(sorted(script, key=lambda a: a.time_s)))
@@ -228,9 +227,9 @@ def fleet_summary(
     replicas = fleet_df["replicas"] if len(fleet_df) else pd.Series([0])
     return {
         "pools": [{"name": p.name, "count": p.count} for p in config.pools],
-        "router": config.router["kind"],
-        "restart_policy": config.restart.get("kind", "none"),
-        "autoscaler": config.autoscaler.get("kind", "none"),
+        "router": config.router.kind,
+        "restart_policy": config.restart.kind,
+        "autoscaler": config.autoscaler.kind,
         "replicas": {
             "initial": config.initial_replicas,
             "peak": int(replicas.max()),

@@ -10,6 +10,7 @@ import pytest
 
 import sim
 from policies.routing.base import RouteRequest
+from policies.routing.config import LengthPoolsConfig
 from sim.fleet.fleet import NodeAction
 from sim.fleet.postmortem import (
     RecordedRouter,
@@ -105,7 +106,7 @@ def test_the_replay_fleet_is_the_logs_with_no_policies(small_log: PostmortemLog)
         ("long", 1, [3600.0]),
         ("short", 2, [0.0, 60.0]),
     ]
-    assert fleet.restart["kind"] == "none" and fleet.autoscaler["kind"] == "none"
+    assert fleet.restart.kind == "none" and fleet.autoscaler.kind == "none"
     assert (fleet.floor, fleet.ceiling) == (3, 5)
     assert fleet.faults.mtbf_s is None and fleet.faults.mttr.mean_s == 0.0  # 10 s < load
     assert base.fleet is not None and fleet.router == base.fleet.router
@@ -117,11 +118,12 @@ def test_a_counterfactual_keeps_its_policies_and_clamps_long_replicas(
 ) -> None:
     cf = sim.load_scenario("seed-postmortem-length-routing")
     assert cf.fleet is not None
-    router = {"kind": "length_pools", "threshold_tokens": 8192, "long_replicas": [1, 7]}
+    router = LengthPoolsConfig(threshold_tokens=8192, long_replicas=[1, 7])
     cf = cf.model_copy(update={"fleet": cf.fleet.model_copy(update={"router": router})})
     scenario = counterfactual_scenario(cf, small_log, build_replica_map(small_log))
     assert scenario.fleet is not None
-    assert scenario.fleet.router["long_replicas"] == [1]
+    assert isinstance(scenario.fleet.router, LengthPoolsConfig)
+    assert scenario.fleet.router.long_replicas == [1]
     assert scenario.fleet.autoscaler == cf.fleet.autoscaler
     assert (scenario.fleet.floor, scenario.fleet.ceiling) == (3, 3 + 8)  # 12 - 4 headroom
 
