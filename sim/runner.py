@@ -258,14 +258,15 @@ def check_run_cost(scenario: Scenario, requests: pd.DataFrame) -> None:
             )
     field = "metrics.sample_interval_s"
     sched = scenario.scheduler
-    if sched.retry_attempts > 0 and sched.retry_backoff_s > 0:
+    retry = sched.client_retry()
+    if retry.attempts > 0 and retry.backoff_s > 0:
         # A request refused at the last arrival retries after 1, 2, 4, ... backoffs.
-        retry_s = sched.retry_backoff_s * (2**sched.retry_attempts - 1)
+        retry_s = retry.span_s()
         if last_s + retry_s > span_s:
             span_s = last_s + retry_s
             how += (
-                f", then {sched.retry_attempts} client retries of a refused request over "
-                f"{bounds.quantity(retry_s)} s (retry_backoff_s {sched.retry_backoff_s:g}, "
+                f", then {retry.attempts} client retries of a refused request over "
+                f"{bounds.quantity(retry_s)} s (retry_backoff_s {retry.backoff_s:g}, "
                 "doubling)"
             )
             field = "scheduler.retry_attempts/retry_backoff_s"

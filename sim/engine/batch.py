@@ -33,6 +33,35 @@ Status = Literal[
 
 
 @dataclass(frozen=True, slots=True)
+class ClientRetry:
+    """How a client retries a request that was refused or lost: up to ``attempts`` more
+    tries, try ``n`` (1, 2, ...) sent ``backoff_s * 2**(n - 1)`` seconds after the failure
+    it answers (exponential backoff, doubling). The one definition the engine (a single
+    replica's clients), the fleet (its clients) and the run-cost check use."""
+
+    attempts: int = 0
+    backoff_s: float = 1.0
+
+    def delay_s(self, attempt: int) -> float:
+        """Seconds between a failure and try ``attempt`` (1-based) that answers it."""
+        return self.backoff_s * 2 ** (attempt - 1)
+
+    def span_s(self) -> float:
+        """Seconds from a first failure to the last try, if every try fails at once:
+        ``backoff_s * (2**attempts - 1)``."""
+        return self.backoff_s * (2**self.attempts - 1)
+
+    def next_try(self, g: Group) -> float | None:
+        """``g`` failed: if its client tries again, the attempt is counted
+        (:meth:`Group.new_attempt`) and the delay before it returned; None when no try
+        is left (the request ends with the failure's status)."""
+        if g.retries >= self.attempts:
+            return None
+        g.new_attempt()
+        return self.delay_s(g.retries)
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """Past-the-edge scheduler settings (validated in ``sim.scenario``)."""
 
@@ -42,8 +71,8 @@ class SchedulerConfig:
     preemption: Preemption = "recompute"
     on_admission_failure: OnAdmissionFailure = "queue"
     head_of_line: bool = True
-    retry_attempts: int = 0
-    retry_backoff_s: float = 1.0
+    retry: ClientRetry = ClientRetry()
+    """Client retries of a refused request (a fleet's clients use the same)."""
     queue_timeout_s: float | None = None
     max_seq_tokens: int = 4096
     swap_s_per_token: float = 0.0
@@ -154,6 +183,11 @@ class Group:
         self.generated_base = 0
         self.retain_s = 0.0
         self.retain_until_s = math.inf
+
+    def end(self, status: Status, now_s: float) -> None:
+        """The request ends for good at ``now_s`` with ``status`` (its record is final)."""
+        self.status = status
+        self.finish_s = now_s
 
     def new_attempt(self) -> None:
         """The client tries again (a retry): counted, and nothing of the failed attempt

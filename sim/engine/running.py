@@ -169,13 +169,12 @@ class RunningBatch:
         self._retry_or_finish(g, now, "failed-" + cause)  # type: ignore[arg-type]
 
     def _retry_or_finish(self, g: Group, now: float, status: Status) -> None:
-        if g.retries < self.config.retry_attempts:
-            g.new_attempt()
-            self.on_retry(g, self.config.retry_backoff_s * 2 ** (g.retries - 1))
+        delay_s = self.config.retry.next_try(g)
+        if delay_s is not None:
+            self.on_retry(g, delay_s)
             return
         self.finish(g, now, status)
 
     def finish(self, g: Group, now: float, status: Status) -> None:
-        g.status = status
-        g.finish_s = now
+        g.end(status, now)
         self.on_done(g)

@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 
 from policies.routing.base import NO_REQUEST, Router, RouteRequest
-from sim.engine.batch import Group, SchedEvent
+from sim.engine.batch import ClientRetry, Group, SchedEvent, Status
 from sim.engine.events import ArrivalTimer
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica, RestartMode
@@ -96,8 +96,7 @@ class Fleet(Lifecycle):
         *,
         seed: int,
         exact: bool,
-        retry_attempts: int,
-        retry_backoff_s: float,
+        retry: ClientRetry,
         high_free_share: float,
     ) -> None:
         super().__init__(env, config, parts, seed=seed, exact=exact)
@@ -108,8 +107,7 @@ class Fleet(Lifecycle):
         self.router: Router = config.router.build()
         self.restart_policy = config.restart.build()
         self.autoscaler = config.autoscaler.build()
-        self.retry_attempts = retry_attempts
-        self.retry_backoff_s = retry_backoff_s
+        self.retry = retry
         self.high_free_share = high_free_share
         self.views = RouteViews(env, config.router_refresh_s)
         self.first_replica = np.full(len(columns), -1, dtype=np.int32)
@@ -238,16 +236,14 @@ class Fleet(Lifecycle):
         for g in groups:
             self._client_error(g, replica, "failed-lost")
 
-    def _client_error(self, g: Group, replica: Replica | None, status: str) -> None:
-        if g.retries < self.retry_attempts:
-            g.new_attempt()
-            delay_s = self.retry_backoff_s * 2 ** (g.retries - 1)
+    def _client_error(self, g: Group, replica: Replica | None, status: Status) -> None:
+        delay_s = self.retry.next_try(g)
+        if delay_s is not None:
             timer = ArrivalTimer(self.env, delay_s)
             assert timer.callbacks is not None
             timer.callbacks.append(lambda _: self._reroute(g))
             return
-        g.status = status  # type: ignore[assignment]
-        g.finish_s = self.env.now
+        g.end(status, self.env.now)
         self.records.end(g, -1 if replica is None else replica.replica_id)
 
     # -- events ---------------------------------------------------------------------------------

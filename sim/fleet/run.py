@@ -90,8 +90,7 @@ def run_fleet(
         recorder,
         seed=scenario.seed,
         exact=scenario.mode == "exact",
-        retry_attempts=sched.retry_attempts,
-        retry_backoff_s=sched.retry_backoff_s,
+        retry=sched.client_retry(),
         high_free_share=scenario.metrics.high_free_share,
     )
     if router is not None:

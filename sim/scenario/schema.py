@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from policies.allocators.config import AllocatorConfig
 from policies.allocators.registry import ALLOCATORS, parse_allocator
+from sim.engine.batch import ClientRetry
 from sim.engine.scheduler import SchedulerConfig
 from sim.errors import clip, short, validation_lines
 from sim.fleet.config import FleetConfig
@@ -131,6 +132,10 @@ class SchedulerOptions(_Strict):
         25e9, ge=1e6, le=MAX_BYTES_PER_S, description="Host link for swap (PCIe)."
     )
 
+    def client_retry(self) -> ClientRetry:
+        """The clients' retries (``retry_attempts``, ``retry_backoff_s``)."""
+        return ClientRetry(self.retry_attempts, self.retry_backoff_s)
+
     def build(
         self, max_seq_tokens: int, kv_bytes_per_token: int, hbm_bytes_per_s: float
     ) -> SchedulerConfig:
@@ -151,8 +156,7 @@ class SchedulerOptions(_Strict):
             preemption=self.preemption,
             on_admission_failure=self.on_admission_failure,
             head_of_line=self.head_of_line,
-            retry_attempts=self.retry_attempts,
-            retry_backoff_s=self.retry_backoff_s,
+            retry=self.client_retry(),
             queue_timeout_s=self.queue_timeout_s,
             max_seq_tokens=max_seq_tokens,
             swap_s_per_token=kv_bytes_per_token / self.swap_bytes_per_s,

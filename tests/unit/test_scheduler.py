@@ -15,7 +15,7 @@ from support.allocators import build_allocator
 from support.scheduler import STEP_S, SchedulerDriver
 
 from policies.allocators.base import Allocator
-from sim.engine.batch import Group, SchedulerConfig
+from sim.engine.batch import ClientRetry, Group, SchedulerConfig
 
 
 def paged(capacity_tokens: int, **kw: Any) -> Allocator:
@@ -159,9 +159,7 @@ def test_swapping_a_half_prefilled_request_keeps_its_remaining_prefill() -> None
 
 def test_reject_with_retries_backs_off_exponentially_then_gives_up() -> None:
     # Request 0 holds 7 to 19 blocks of 20 for 2 s; request 1 needs 16: refused each time.
-    d = SchedulerDriver(
-        cfg(on_admission_failure="reject", retry_attempts=2, retry_backoff_s=0.5), paged(320)
-    )
+    d = SchedulerDriver(cfg(on_admission_failure="reject", retry=ClientRetry(2, 0.5)), paged(320))
     d.add(Group(0, 0.0, 100, 200), Group(1, 0.005, 250, 5)).run()
     r = d.by_id()
     assert [k for k in d.kinds()] == [("admission_failure", 1)] * 3
@@ -174,10 +172,23 @@ def test_reject_with_retries_backs_off_exponentially_then_gives_up() -> None:
     assert r[0].status == "ok"
 
 
+@pytest.mark.parametrize("attempts", [0, 1, 3, 6])
+def test_client_retry_doubles_counts_each_try_and_spans_the_sum_of_its_delays(
+    attempts: int,
+) -> None:
+    retry = ClientRetry(attempts, 0.25)
+    g = Group(0, 0.0, 10, 1)
+    delays = []
+    while (delay_s := retry.next_try(g)) is not None:
+        delays.append(delay_s)
+        assert g.retries == len(delays)
+    assert delays == [0.25 * 2**n for n in range(attempts)]
+    assert delays == [retry.delay_s(n) for n in range(1, attempts + 1)]
+    assert retry.span_s() == sum(delays)  # what the run-cost check bounds
+
+
 def test_a_retry_that_finds_memory_is_served() -> None:
-    d = SchedulerDriver(
-        cfg(on_admission_failure="reject", retry_attempts=3, retry_backoff_s=0.5), paged(320)
-    )
+    d = SchedulerDriver(cfg(on_admission_failure="reject", retry=ClientRetry(3, 0.5)), paged(320))
     d.add(Group(0, 0.0, 100, 30), Group(1, 0.005, 250, 5)).run()
     g = d.by_id()[1]
     assert g.status == "ok" and g.retries == 1  # request 0 is gone after 0.30 s
