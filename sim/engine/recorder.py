@@ -110,6 +110,36 @@ class EventTable:
     def __init__(self) -> None:
         start_columns(self)
 
+    def add(
+        self,
+        *,
+        time_s: float,
+        replica: int,
+        kind: str,
+        request_id: int = -1,
+        need_tokens: int = 0,
+        free_tokens: int = 0,
+        largest_free_extent_tokens: int = 0,
+        free_share: float = math.nan,
+        cause: str = "",
+        uptime_s: float = math.nan,
+        detail: str = "",
+    ) -> None:
+        """Append one row, every column by name (the keywords are the columns, in
+        order: a test holds them to the fields). The defaults are those of a row about
+        no request and no pool (a fleet's ``route-refused``, an alert)."""
+        self.time_s.append(time_s)
+        self.replica.append(replica)
+        self.kind.append(kind)
+        self.request_id.append(request_id)
+        self.need_tokens.append(need_tokens)
+        self.free_tokens.append(free_tokens)
+        self.largest_free_extent_tokens.append(largest_free_extent_tokens)
+        self.free_share.append(free_share)
+        self.cause.append(cause)
+        self.uptime_s.append(uptime_s)
+        self.detail.append(detail)
+
 
 SAMPLE_COLUMNS: tuple[str, ...] = columns_of(SampleTable)
 EVENT_COLUMNS: tuple[str, ...] = columns_of(EventTable)
@@ -136,18 +166,18 @@ class Recorder:
 
     # -- replica hooks --------------------------------------------------------------
     def on_event(self, replica: Replica, event: SchedEvent) -> None:
-        self.add_event(
-            replica.now_s,
-            replica.replica_id,
-            event.kind,
-            event.request_id,
-            event.need_tokens,
-            event.free_tokens,
-            event.largest_free_extent_tokens,
-            event.free_tokens / replica.allocator.stats().capacity_tokens,
-            event.cause,
-            replica.uptime_s,
-            event.detail,
+        self.events.add(
+            time_s=replica.now_s,
+            replica=replica.replica_id,
+            kind=event.kind,
+            request_id=event.request_id,
+            need_tokens=event.need_tokens,
+            free_tokens=event.free_tokens,
+            largest_free_extent_tokens=event.largest_free_extent_tokens,
+            free_share=event.free_tokens / replica.allocator.stats().capacity_tokens,
+            cause=event.cause,
+            uptime_s=replica.uptime_s,
+            detail=event.detail,
         )
         if event.kind != "preemption":
             self.sample(replica, trigger="failure", pending_tokens=event.pending_tokens)
@@ -163,47 +193,16 @@ class Recorder:
 
     def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
         s = replica.allocator.stats()
-        self.add_event(
-            replica.now_s,
-            replica.replica_id,
-            "restart",
-            -1,
-            0,
-            s.free_tokens,
-            s.largest_free_extent_tokens,
-            s.free_tokens / s.capacity_tokens,
-            "",
-            replica.uptime_s,
-            f"{mode} downtime_s={downtime_s:g}",
+        self.events.add(
+            time_s=replica.now_s,
+            replica=replica.replica_id,
+            kind="restart",
+            free_tokens=s.free_tokens,
+            largest_free_extent_tokens=s.largest_free_extent_tokens,
+            free_share=s.free_tokens / s.capacity_tokens,
+            uptime_s=replica.uptime_s,
+            detail=f"{mode} downtime_s={downtime_s:g}",
         )
-
-    def add_event(
-        self,
-        time_s: float,
-        replica_id: int,
-        kind: str,
-        request_id: int,
-        need_tokens: int,
-        free_tokens: int,
-        largest_free_extent_tokens: int,
-        free_share: float,
-        cause: str,
-        uptime_s: float,
-        detail: str,
-    ) -> None:
-        """One row of the event log (the columns of :class:`EventTable`, in order)."""
-        e = self.events
-        e.time_s.append(time_s)
-        e.replica.append(replica_id)
-        e.kind.append(kind)
-        e.request_id.append(request_id)
-        e.need_tokens.append(need_tokens)
-        e.free_tokens.append(free_tokens)
-        e.largest_free_extent_tokens.append(largest_free_extent_tokens)
-        e.free_share.append(free_share)
-        e.cause.append(cause)
-        e.uptime_s.append(uptime_s)
-        e.detail.append(detail)
 
     # -- sampling ---------------------------------------------------------------------
     def sample(self, replica: Replica, trigger: str = "periodic", pending_tokens: int = 0) -> None:

@@ -261,18 +261,17 @@ class Fleet(Lifecycle):
             free, largest = replica.allocator.free_and_largest_tokens()
             share = free / replica.allocator.stats().capacity_tokens
             uptime = replica.uptime_s
-        self.recorder.add_event(
-            self.env.now,
-            replica_id,
-            kind,
-            request_id,
-            0,
-            free,
-            largest,
-            share,
-            cause,
-            uptime,
-            detail,
+        self.recorder.events.add(
+            time_s=self.env.now,
+            replica=replica_id,
+            kind=kind,
+            request_id=request_id,
+            free_tokens=free,
+            largest_free_extent_tokens=largest,
+            free_share=share,
+            cause=cause,
+            uptime_s=uptime,
+            detail=detail,
         )
 
     # -- periodic processes -----------------------------------------------------------------------

@@ -21,10 +21,11 @@ import pandas as pd
 import simpy
 
 from policies.routing.base import Router
-from sim.engine.recorder import Recorder
+from sim.engine.recorder import EventTable, Recorder
 from sim.fleet.alerts import diagnose_failures, evaluate_alerts
 from sim.fleet.fleet import Fleet, NodeAction
 from sim.hardware import HardwareConfig
+from sim.results.frames import frame
 from sim.results.io import RunResult
 from sim.scenario.schema import Scenario, ScenarioError
 
@@ -155,23 +156,23 @@ def _with_alerts(events: pd.DataFrame, alerts: pd.DataFrame) -> pd.DataFrame:
     firing = alerts[alerts["state"] == "firing"]
     if not len(firing):
         return events
-    rows = pd.DataFrame(
-        {
-            "time_s": firing["time_s"].to_numpy(dtype=float),
-            "replica": firing["replica"].to_numpy(dtype=np.int64),
-            "kind": "alert",
-            "request_id": -1,
-            "need_tokens": 0,
-            "free_tokens": 0,
-            "largest_free_extent_tokens": 0,
-            "free_share": math.nan,
-            "cause": firing["alert"].astype(str).to_numpy(),
-            "uptime_s": math.nan,
-            "detail": (
-                firing["severity"].astype(str) + ": " + firing["response"].astype(str)
-            ).to_numpy(),
-        }
-    )
+    table = EventTable()
+    for time_s, replica, alert, severity, response in zip(
+        firing["time_s"].to_numpy(dtype=float).tolist(),
+        firing["replica"].to_numpy(dtype=np.int64).tolist(),
+        firing["alert"].astype(str).tolist(),
+        firing["severity"].astype(str).tolist(),
+        firing["response"].astype(str).tolist(),
+        strict=True,
+    ):
+        table.add(
+            time_s=time_s,
+            replica=replica,
+            kind="alert",
+            cause=alert,
+            detail=f"{severity}: {response}",
+        )
+    rows = frame(table)
     out = pd.concat([events, rows.astype(events.dtypes.to_dict())], ignore_index=True)
     return out.sort_values("time_s", kind="stable").reset_index(drop=True)
 

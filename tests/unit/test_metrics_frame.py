@@ -7,6 +7,7 @@ columns."""
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ import pandas as pd
 import pytest
 
 import sim.runner
-from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS, Recorder
+from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS, EventTable, Recorder
 from sim.results.frames import REQUEST_COLUMNS, columns_of, frame, request_frame
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
@@ -90,6 +91,15 @@ def documented_columns() -> dict[str, tuple[str, ...]]:
     section = section[: section.index("\n### ", 1)]
     rows = re.findall(r"^\| `(\w+)\.parquet` \|[^|]*\| `([^`]*)`[^|]*\|", section, re.MULTILINE)
     return {name: tuple(c.strip() for c in columns.split(",")) for name, columns in rows}
+
+
+def test_an_event_row_is_written_by_name_with_every_column() -> None:
+    params = inspect.signature(EventTable.add).parameters
+    assert tuple(name for name in params if name != "self") == EVENT_COLUMNS
+    table = EventTable()
+    table.add(time_s=1.5, replica=2, kind="alert", cause="x")
+    row = frame(table).iloc[0].to_dict()
+    assert row["request_id"] == -1 and row["detail"] == "" and math.isnan(row["free_share"])
 
 
 def test_the_readme_documents_every_column() -> None:
