@@ -24,6 +24,7 @@ from sim.engine.batch import groups_from_columns
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica
 from sim.engine.scheduler import Group, SchedulerConfig
+from sim.latency.base import OutOfRange
 from sim.latency.calibrated import MAX_STEP_S
 from sim.latency.models import LatencyModel
 from sim.results.io import RunResult
@@ -181,23 +182,18 @@ def check_step_times(
     ``max_seq_tokens`` each, both reading as much KV as the pool can hold -- are not
     finite or take more than ``MAX_STEP_S`` (a GPU step takes milliseconds: a minute
     means a setting is off by orders of magnitude, and the run's clock would run far
-    past its bounds). The model's out-of-range counters are left as they were."""
+    past its bounds). A probe, not a run: nothing is counted."""
     kv = min(capacity_tokens, config.max_num_seqs * config.max_seq_tokens)
-    saved = (latency.out_of_range_calls, latency.first_out_of_range)
-    try:
-        steps = (
-            (
-                f"{config.max_num_batched_tokens:,} prefill tokens "
-                "(scheduler.max_num_batched_tokens)",
-                latency.step_time_s(config.max_num_batched_tokens, 0, kv),
-            ),
-            (
-                f"{config.max_num_seqs:,} sequences decoding (scheduler.max_num_seqs)",
-                latency.step_time_s(0, config.max_num_seqs, kv),
-            ),
-        )
-    finally:
-        latency.out_of_range_calls, latency.first_out_of_range = saved
+    steps = (
+        (
+            f"{config.max_num_batched_tokens:,} prefill tokens (scheduler.max_num_batched_tokens)",
+            latency.step_time_s(config.max_num_batched_tokens, 0, kv),
+        ),
+        (
+            f"{config.max_num_seqs:,} sequences decoding (scheduler.max_num_seqs)",
+            latency.step_time_s(0, config.max_num_seqs, kv),
+        ),
+    )
     for what, step_s in steps:
         if not step_s <= MAX_STEP_S:  # also inf and NaN
             raise ScenarioError(
@@ -353,6 +349,7 @@ def _simulate(
 
     env = simpy.Environment()
     recorder = Recorder()
+    out_of_range = OutOfRange.for_model(latency)
     replica = Replica(
         env,
         0,
@@ -362,6 +359,7 @@ def _simulate(
         hooks=recorder,
         exact=scenario.mode == "exact",
         initial_uptime_s=scenario.initial_uptime_s,
+        out_of_range=out_of_range,
     )
     replica.feed(groups)
     processes = [_sampler(env, replica, recorder, scenario.metrics.sample_interval_s)]
@@ -387,7 +385,7 @@ def _simulate(
         (req_df, ts_df, ev_df),
         env.now,
         beyond_duration,
-        (allocator.kind, parts.kv_capacity_tokens, latency),
+        [pool_report(scenario, allocator.kind, parts.kv_capacity_tokens, out_of_range)],
         (replica.steps_total, replica.wakeups_total),
     )
     _release(env, replica, recorder, processes)
@@ -437,20 +435,28 @@ def run_summary(
     frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
     end_s: float,
     beyond_duration: int,
-    pool: tuple[str, int, LatencyModel],
+    pools: list[dict[str, Any]],
     engine: tuple[int, int],
 ) -> dict[str, Any]:
     """The summary of a run's (requests, timeseries, events) ending at ``end_s``, with
-    the scenario's identity, ``pool`` = (allocator kind, KV capacity, latency model) and
-    ``engine`` = (steps, wake-ups) counters."""
+    the scenario's identity, its pools (:func:`pool_report`, one per pool: one for a
+    single replica) and ``engine`` = (steps, wake-ups) counters.
+
+    ``allocator``, ``kv_capacity_tokens`` and ``latency`` describe the replicas: the
+    pool's values when every pool has the same; otherwise the allocator kinds joined by
+    `` + `` in pool order, a null capacity, and the latency model's kind with the
+    out-of-range steps of every pool (each pool's own are in ``fleet.pools``)."""
     req_df, ts_df, ev_df = frames
     summary = summarize(req_df, ts_df, ev_df, end_s=end_s, thresholds=scenario.metrics.thresholds())
     if scenario.duration_s is not None:
         summary["requests"]["beyond_duration"] = beyond_duration
     summary["scenario"] = scenario.name
     summary["seed"] = scenario.seed
-    summary["allocator"], summary["kv_capacity_tokens"] = pool[0], pool[1]
-    summary["latency"] = _latency_report(scenario, pool[2])
+    kinds = list(dict.fromkeys(p["allocator"] for p in pools))
+    capacities = {p["kv_capacity_tokens"] for p in pools}
+    summary["allocator"] = " + ".join(kinds)
+    summary["kv_capacity_tokens"] = capacities.pop() if len(capacities) == 1 else None
+    summary["latency"] = _combined_latency([p["latency"] for p in pools])
     summary["engine"] = {
         "mode": scenario.mode,
         "steps": engine[0],
@@ -458,6 +464,35 @@ def run_summary(
         "end_s": end_s,
     }
     return summary
+
+
+def pool_report(
+    scenario: Scenario, allocator: str, capacity_tokens: int, out_of_range: OutOfRange | None
+) -> dict[str, Any]:
+    """One pool's replicas as the summary describes them: allocator kind, KV capacity
+    per replica, the latency model used, and for a model with a validity range the
+    steps the run simulated outside it (``out_of_range_calls``: steps, not calls) and
+    the first such ``(prefill_tokens, decode_seqs, kv_tokens)``."""
+    latency: dict[str, Any] = {"kind": scenario.latency.kind}
+    if out_of_range is not None:
+        first = out_of_range.first
+        latency["out_of_range_calls"] = int(out_of_range.steps)
+        latency["first_out_of_range"] = None if first is None else [int(v) for v in first]
+    return {"allocator": allocator, "kv_capacity_tokens": capacity_tokens, "latency": latency}
+
+
+def _combined_latency(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pools' latency reports as one: the same when there is one pool; else the
+    kind, the out-of-range steps summed and the first pool's first (in pool order)."""
+    if len(reports) == 1:
+        return reports[0]
+    out = dict(reports[0])
+    counted = [r for r in reports if "out_of_range_calls" in r]
+    if counted:
+        out["out_of_range_calls"] = sum(r["out_of_range_calls"] for r in counted)
+        firsts = [r["first_out_of_range"] for r in counted if r["first_out_of_range"]]
+        out["first_out_of_range"] = firsts[0] if firsts else None
+    return out
 
 
 def _release(
@@ -508,15 +543,3 @@ def _progress(
     while True:
         report(env.now, end_s)
         yield env.timeout(end_s / 100)
-
-
-def _latency_report(scenario: Scenario, latency: LatencyModel) -> dict[str, Any]:
-    """The latency model used, and for a calibrated one how often the run evaluated it
-    outside its validity range (vectorised fast-mode planning counts the steps it
-    evaluated, a few of which an early wake-up may not run)."""
-    report: dict[str, Any] = {"kind": scenario.latency.kind}
-    if latency.counts_out_of_range:
-        first = latency.first_out_of_range
-        report["out_of_range_calls"] = int(latency.out_of_range_calls)
-        report["first_out_of_range"] = None if first is None else [int(v) for v in first]
-    return report

@@ -42,7 +42,7 @@ from policies.allocators.base import Allocator
 from sim.engine.events import Alarm, ArrivalTimer, RunPlan
 from sim.engine.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
 from sim.engine.view import ReplicaView
-from sim.latency.base import LatencyModel
+from sim.latency.base import LatencyModel, OutOfRange
 
 RestartMode = Literal["drain", "kill", "lose"]
 """``drain``: stop admitting, go down when the batch is empty. ``kill``: go down at the
@@ -89,6 +89,7 @@ class Replica:
         initial_uptime_s: float = 0.0,
         retry_to: Callable[[Replica, Group, float], None] | None = None,
         lost_to: Callable[[Replica, list[Group]], None] | None = None,
+        out_of_range: OutOfRange | None = None,
     ) -> None:
         self.env = env
         self.replica_id = replica_id
@@ -97,10 +98,9 @@ class Replica:
         self.max_macro_steps = max_macro_steps
         self._run_s = latency.decode_run_s
         self._within = latency.steps_within_s
-        self._note_run = latency.note_run
-        self._counts_range = latency.counts_out_of_range
-        """Whether to tell the model of every run simulated (a calibrated one counts its
-        steps outside the validity range; for the others, a call per run saved)."""
+        self._out_of_range = out_of_range
+        """Where the steps simulated outside the latency model's validity range are
+        counted (the run's, shared by a pool's replicas; None: not counted)."""
         self.hooks: ReplicaHooks = hooks or _NoHooks()
         self._retry_to = retry_to
         """Who retries a refused request (a fleet: re-routed or pinned); None: the client
@@ -375,6 +375,8 @@ class Replica:
                 self.wakeups_total += 1
                 continue
             dt = self.latency.step_time_s(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
+            if self._out_of_range is not None:
+                self._out_of_range.note_step(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
             yield env.timeout(dt + step.stall_s)
             sched.end_step(step, env.now)
             self.steps_total += 1
@@ -435,6 +437,8 @@ class Replica:
                 self.wakeups_total += 1
                 continue
             dt = latency.step_time_s(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
+            if self._out_of_range is not None:
+                self._out_of_range.note_step(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
             end_s = t + dt + step.stall_s
             if end_s >= self._horizon_s():
                 yield env.timeout(end_s - env.now)
@@ -489,8 +493,8 @@ class Replica:
                 steps = m if run_s(seqs, kv1, m) >= budget_s else m + 1
         end_s = t + run_s(seqs, kv1, steps)
         if end_s < self._horizon_s():
-            if self._counts_range:
-                self._note_run(seqs, kv1, steps)
+            if self._out_of_range is not None:
+                self._out_of_range.note_run(seqs, kv1, steps)
             sched.advance(steps)
             self._t = end_s
             self.steps_total += steps
@@ -521,8 +525,8 @@ class Replica:
             sched.advance(target - plan.applied)
             plan.applied = target
         self._plan = None
-        if self._counts_range:
-            self._note_run(plan.decode_seqs, plan.kv_first_tokens, plan.applied)
+        if self._out_of_range is not None:
+            self._out_of_range.note_run(plan.decode_seqs, plan.kv_first_tokens, plan.applied)
         self.steps_total += plan.applied
         self._t = env.now
         sched.finish_ready(env.now)

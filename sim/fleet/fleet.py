@@ -31,6 +31,7 @@ from sim.fleet.lifecycle import Lifecycle
 from sim.fleet.node import Node
 from sim.fleet.records import Records
 from sim.fleet.routeviews import AbsentView, RouteViews
+from sim.latency.base import OutOfRange
 from sim.runner import GroupColumns
 from sim.scenario import bounds
 
@@ -109,6 +110,9 @@ class Fleet(Lifecycle):
         self.autoscaler = config.autoscaler.build()
         self.retry = retry
         self.high_free_share = high_free_share
+        self.out_of_range = [OutOfRange.for_model(part.latency) for part in parts]
+        """Per pool, the steps its replicas simulated outside its latency model's
+        validity range (None: a model valid everywhere): the run's count."""
         self.views = RouteViews(env, config.router_refresh_s)
         self.first_replica = np.full(len(columns), -1, dtype=np.int32)
         self.route_kind: dict[int, str] = {}
@@ -134,6 +138,7 @@ class Fleet(Lifecycle):
             initial_uptime_s=initial_uptime_s,
             retry_to=self._client_retry,
             lost_to=self._lost,
+            out_of_range=self.out_of_range[node.pool_index],
         )
         self.views.set(node.replica_id, replica.view)
         return replica

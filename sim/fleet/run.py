@@ -72,7 +72,7 @@ def run_fleet(
     ``router`` replaces the scenario's router (a postmortem replays recorded routes);
     ``script`` lists node actions applied at their times besides the policies' (a
     postmortem's recorded restarts, crashes and scale events)."""
-    from sim.runner import group_columns, run_summary, simulate_until_done
+    from sim.runner import group_columns, pool_report, run_summary, simulate_until_done
 
     config = scenario.fleet
     assert config is not None
@@ -126,16 +126,20 @@ def run_fleet(
     req_df = _with_diagnosis(req_df, diagnosis)
     ev_df = _with_alerts(ev_df, alerts)
     replicas = [n.replica for n in fleet.nodes if n.replica is not None]
+    pools = [
+        pool_report(scenario, part.allocator.kind, part.kv_capacity_tokens, counted)
+        for part, counted in zip(parts, fleet.out_of_range, strict=True)
+    ]
     summary = run_summary(
         scenario,
         (req_df, ts_df, ev_df),
         env.now,
         beyond_duration,
-        (scenario.allocator.kind, parts[0].kv_capacity_tokens, parts[0].latency),
+        pools,
         (sum(r.steps_total for r in replicas), sum(r.wakeups_total for r in replicas)),
     )
     fleet_df = pd.DataFrame(fleet.fleet_rows)
-    summary["fleet"] = fleet_summary(fleet, fleet_df, req_df, env.now)
+    summary["fleet"] = fleet_summary(fleet, fleet_df, req_df, env.now, pools)
     if router is not None:  # a replacement (a postmortem's recorded routes)
         summary["fleet"]["router"] = router.name
     firing = alerts[alerts["state"] == "firing"]
@@ -216,8 +220,14 @@ def _with_diagnosis(req: pd.DataFrame, diagnosis: pd.DataFrame) -> pd.DataFrame:
 
 
 def fleet_summary(
-    fleet: Fleet, fleet_df: pd.DataFrame, req: pd.DataFrame, end_s: float
+    fleet: Fleet,
+    fleet_df: pd.DataFrame,
+    req: pd.DataFrame,
+    end_s: float,
+    pools: list[dict[str, Any]],
 ) -> dict[str, Any]:
+    """The summary's ``fleet`` section; ``pools`` are the pools' reports
+    (``sim.runner.pool_report``: allocator, KV capacity, latency model), in pool order."""
     config = fleet.config
     nodes = fleet.nodes
     hours = sum(n.billed_s(end_s) for n in nodes) / 3600.0
@@ -226,7 +236,10 @@ def fleet_summary(
     output_tokens = float(req["generated_tokens"].sum()) if len(req) else 0.0
     replicas = fleet_df["replicas"] if len(fleet_df) else pd.Series([0])
     return {
-        "pools": [{"name": p.name, "count": p.count} for p in config.pools],
+        "pools": [
+            {"name": p.name, "count": p.count} | report
+            for p, report in zip(config.pools, pools, strict=True)
+        ],
         "router": config.router.kind,
         "restart_policy": config.restart.kind,
         "autoscaler": config.autoscaler.kind,

@@ -19,12 +19,11 @@ Contracts every model keeps:
   budget_s``: how many whole steps of a run have finished ``budget_s`` after it began
   (0 for a negative or NaN budget), exactly the integer :func:`bisect_steps_within_s`
   finds. O(1) where the run has a closed-form inverse.
-* Both run methods are what-if evaluations and record nothing. ``note_run`` tells the
-  model the engine simulated a run: a model with a validity range
-  (``counts_out_of_range``) counts the run's steps outside it in
-  ``out_of_range_calls`` and keeps the first such ``(prefill_tokens, decode_seqs,
-  kv_tokens)`` in ``first_out_of_range``, as ``step_time_s`` and ``step_times_s`` do
-  for the steps they evaluate; any other model leaves them at 0 and None.
+* Every method is a pure evaluation: a model holds no run-time state, so one model may
+  serve every replica of a pool and every run that shares the built parts. A model
+  measured over a range (``valid_range``) says so; what a run evaluated outside it is
+  counted by the run (:class:`OutOfRange`, one per run and pool) and returned with the
+  run's summary.
 
 A subclass gives ``step_time_s`` and ``step_times_s``. The defaults here give the rest
 from ``linear_decode_coefficients`` (a closed form and its O(1) inverse) or, for a model
@@ -45,19 +44,14 @@ from sim.latency.decode_runs import _linear_run_s, _linear_steps_within_s
 from sim.latency.search import last_true
 
 FloatArray = npt.NDArray[np.float64]
+InputBounds = tuple[int, int, int, int, int, int]
+"""(prefill lo, prefill hi, decode_seqs lo, decode_seqs hi, kv lo, kv hi), inclusive."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class LatencyModel:
     """The time of one iteration of continuous batching, and of runs of decode steps.
     See the module docstring for the contracts."""
-
-    counts_out_of_range: bool = False
-    """True for a model with a validity range that counts steps outside it."""
-    out_of_range_calls: int = 0
-    """Steps evaluated (or noted) outside the validity range, not calls."""
-    first_out_of_range: tuple[int, int, int] | None = None
-    """The first such ``(prefill_tokens, decode_seqs, kv_tokens)``."""
 
     def step_time_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float:
         """Seconds one step takes."""
@@ -101,9 +95,68 @@ class LatencyModel:
                 return steps
         return bisect_steps_within_s(self, decode_seqs, kv_first_tokens, budget_s, max_steps)
 
+    def valid_range(self) -> InputBounds | None:
+        """The inputs the model was measured over, inclusive: ``(prefill lo, prefill
+        hi, decode_seqs lo, decode_seqs hi, kv lo, kv hi)``; None: valid everywhere
+        (a model from first principles)."""
+        return None
+
+
+class OutOfRange:
+    """What one run counted of the steps it simulated outside a model's validity range
+    (:meth:`LatencyModel.valid_range`): ``steps`` (steps, not calls: a decode run counts
+    each of its steps outside) and ``first``, the first such ``(prefill_tokens,
+    decode_seqs, kv_tokens)`` in the order the run noted them. The engine notes every
+    real step (:meth:`note_step`) and every decode run it applies (:meth:`note_run`);
+    the two count the same steps the same way. Made per run (and per pool in a fleet,
+    shared by the pool's replicas): the model itself stays pure."""
+
+    def __init__(self, bounds: InputBounds) -> None:
+        self.bounds = bounds
+        self.steps = 0
+        self.first: tuple[int, int, int] | None = None
+
+    @staticmethod
+    def for_model(model: LatencyModel) -> OutOfRange | None:
+        """A fresh counter for ``model``; None when the model is valid everywhere."""
+        bounds = model.valid_range()
+        return None if bounds is None else OutOfRange(bounds)
+
+    def _note(self, point: tuple[int, int, int], steps: int) -> None:
+        self.steps += steps
+        if self.first is None:
+            self.first = point
+
+    def note_step(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> None:
+        """One step the run simulated."""
+        p_lo, p_hi, d_lo, d_hi, k_lo, k_hi = self.bounds
+        if not (
+            p_lo <= prefill_tokens <= p_hi
+            and d_lo <= decode_seqs <= d_hi
+            and k_lo <= kv_tokens <= k_hi
+        ):
+            self._note((int(prefill_tokens), int(decode_seqs), int(kv_tokens)), 1)
+
     def note_run(self, decode_seqs: int, kv_first_tokens: int, steps: int) -> None:
-        """The engine simulated this run: count its steps outside the validity range
-        (nothing to count here)."""
+        """A decode run the run applied: its steps counted as :meth:`note_step` would
+        count them one by one (step ``i`` reads ``kv_first_tokens + i * decode_seqs``)."""
+        if steps <= 0:
+            return
+        p_lo, p_hi, d_lo, d_hi, k_lo, k_hi = self.bounds
+        if not (p_lo <= 0 <= p_hi and d_lo <= decode_seqs <= d_hi):
+            self._note((0, int(decode_seqs), int(kv_first_tokens)), steps)
+            return
+        # kv of step i is kv_first_tokens + i*decode_seqs: in range for i in [first, last]
+        n = max(decode_seqs, 0)
+        if n == 0:
+            first, last = (0, steps - 1) if k_lo <= kv_first_tokens <= k_hi else (0, -1)
+        else:
+            first = max(0, -(-(k_lo - kv_first_tokens) // n))
+            last = min(steps - 1, (k_hi - kv_first_tokens) // n)
+        inside = max(0, last - first + 1)
+        if inside < steps:
+            bad = 0 if first > 0 or inside == 0 else last + 1
+            self._note((0, int(decode_seqs), int(kv_first_tokens + bad * n)), steps - inside)
 
 
 def bisect_steps_within_s(

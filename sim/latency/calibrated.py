@@ -17,9 +17,9 @@ Contracts of :class:`CalibratedLatency` (a :class:`sim.latency.base.LatencyModel
   ``(intercept_s, per_decode_seq_s, per_kv_token_s)``, so the base's ``decode_run_s``
   is the closed form of :mod:`sim.latency.decode_runs` and its ``steps_within_s`` the
   exact O(1) inversion.
-* Evaluating outside the validity range still answers but is counted (steps, not
-  calls) by ``step_time_s``, ``step_times_s`` and ``note_run``; the what-if run
-  evaluations (``decode_run_s``, ``steps_within_s``) count nothing.
+* Evaluating outside the validity range still answers (extrapolated); ``valid_range``
+  gives the range, and a run counts the steps it simulated outside it
+  (:class:`sim.latency.base.OutOfRange`). Every method is pure.
 * Loading never accepts a malformed file: ValueError naming the file and the field.
 """
 
@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from scipy.optimize import nnls
 
 from sim.errors import clip, short
-from sim.latency.base import FloatArray, LatencyModel
+from sim.latency.base import FloatArray, InputBounds, LatencyModel
 
 LATENCY_FORMAT = "fragsim-latency/1"
 """The ``format`` tag of calibration files this version reads and writes."""
@@ -199,20 +199,18 @@ def _problems(exc: ValidationError) -> str:
 
 
 class CalibratedLatency(LatencyModel):
-    """A model fitted on a GPU. Evaluating outside the validity range still answers but
-    is counted: ``out_of_range_calls`` (steps, not calls, for the vectorised forms and
-    runs) and ``first_out_of_range`` (the first offending ``(prefill_tokens,
-    decode_seqs, kv_tokens)``), so the run can report it. Linear for
+    """A model fitted on a GPU. Evaluating outside the validity range still answers
+    (extrapolated); a run counts those steps against :meth:`valid_range`
+    (:class:`sim.latency.base.OutOfRange`) and reports them. Linear for
     ``prefill_tokens == 0``: the base class's closed-form decode runs apply."""
 
     def __init__(self, calibration: CalibrationFile) -> None:
-        self.counts_out_of_range = True
         self.calibration = calibration
         c = calibration.coefficients
         self._a, self._p, self._d = c.intercept_s, c.per_prefill_token_s, c.per_decode_seq_s
         self._k, self._pp = c.per_kv_token_s, c.per_prefill_token_sq_s
         v = calibration.valid
-        self._bounds = (*v.prefill_tokens, *v.decode_seqs, *v.kv_tokens)
+        self._bounds: InputBounds = (*v.prefill_tokens, *v.decode_seqs, *v.kv_tokens)
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>") -> CalibratedLatency:
@@ -261,19 +259,7 @@ class CalibratedLatency(LatencyModel):
                 "(set check_hardware: false to use it anyway)"
             )
 
-    def _note(self, point: tuple[int, int, int], steps: int) -> None:
-        self.out_of_range_calls += steps
-        if self.first_out_of_range is None:
-            self.first_out_of_range = point
-
     def step_time_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float:
-        p_lo, p_hi, d_lo, d_hi, k_lo, k_hi = self._bounds
-        if not (
-            p_lo <= prefill_tokens <= p_hi
-            and d_lo <= decode_seqs <= d_hi
-            and k_lo <= kv_tokens <= k_hi
-        ):
-            self._note((int(prefill_tokens), int(decode_seqs), int(kv_tokens)), 1)
         return float(
             self._a
             + self._p * prefill_tokens
@@ -291,36 +277,14 @@ class CalibratedLatency(LatencyModel):
         p, d, k = np.broadcast_arrays(
             np.asarray(prefill_tokens), np.asarray(decode_seqs), np.asarray(kv_tokens)
         )
-        p_lo, p_hi, d_lo, d_hi, k_lo, k_hi = self._bounds
-        outside = (p < p_lo) | (p > p_hi) | (d < d_lo) | (d > d_hi) | (k < k_lo) | (k > k_hi)
-        count = int(np.count_nonzero(outside))
-        if count:
-            i = np.unravel_index(int(np.argmax(outside)), outside.shape)
-            self._note((int(p[i]), int(d[i]), int(k[i])), count)
         out = self._a + self._p * p + self._d * d + self._k * k + self._pp * p * p
         return np.asarray(out, dtype=np.float64)
 
     def linear_decode_coefficients(self) -> tuple[float, float, float]:
         return (self._a, self._d, self._k)
 
-    def note_run(self, decode_seqs: int, kv_first_tokens: int, steps: int) -> None:
-        """Count the run's out-of-range steps as stepping through it would."""
-        if steps <= 0:
-            return
-        p_lo, p_hi, d_lo, d_hi, k_lo, k_hi = self._bounds
-        if not (p_lo <= 0 <= p_hi and d_lo <= decode_seqs <= d_hi):
-            self._note((0, int(decode_seqs), int(kv_first_tokens)), steps)
-        else:  # kv of step i is kv_first_tokens + i*decode_seqs: in range for i in [first, last]
-            n = max(decode_seqs, 0)
-            if n == 0:
-                first, last = (0, steps - 1) if k_lo <= kv_first_tokens <= k_hi else (0, -1)
-            else:
-                first = max(0, -(-(k_lo - kv_first_tokens) // n))
-                last = min(steps - 1, (k_hi - kv_first_tokens) // n)
-            inside = max(0, last - first + 1)
-            if inside < steps:
-                bad = 0 if first > 0 or inside == 0 else last + 1
-                self._note((0, int(decode_seqs), int(kv_first_tokens + bad * n)), steps - inside)
+    def valid_range(self) -> InputBounds:
+        return self._bounds
 
 
 def fit_calibrated_latency(

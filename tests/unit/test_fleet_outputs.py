@@ -3,12 +3,14 @@ step times), and the same scenario and seed write the same bytes."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.fast_exact import assert_frames_match, assert_same_values, run_mode
-from support.fleet import comparable, synthetic_fleet_data
+from support.fleet import comparable, evenly, fleet_data, run_fleet_data, synthetic_fleet_data
+from support.latency import calibration_document
 
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
@@ -76,3 +78,49 @@ def test_another_seed_writes_other_bytes(tmp_path: Path) -> None:
     assert (tmp_path / "1" / "requests.parquet").read_bytes() != (
         tmp_path / "2" / "requests.parquet"
     ).read_bytes()
+
+
+def test_each_pool_is_named_with_its_own_allocator_capacity_and_latency_model(
+    tmp_path: Path,
+) -> None:
+    """Two pools of different allocators and KV pools: the summary names each pool's
+    (the bug: only pool 0's), and each pool's out-of-range latency steps are its own
+    replicas' (the run counts them; the shared model keeps no counter)."""
+    calibration = tmp_path / "latency.json"
+    calibration.write_text(json.dumps(calibration_document(valid_kv_tokens=(0, 600))))
+    pools = [
+        {"name": "small", "count": 1},
+        {
+            "name": "big",
+            "count": 2,
+            "allocator": {"kind": "paged"},
+            "hardware": {"kv_capacity_tokens": 8192},
+        },
+    ]
+    data = fleet_data(pools=pools, router="round_robin")
+    data["latency"] = {"kind": "calibrated", "path": str(calibration)}
+    result = run_fleet_data(data, evenly(30, 0.05, prompt=200, output=40))
+    summary = result.summary
+    small, big = summary["fleet"]["pools"]
+    assert (small["name"], small["allocator"], small["kv_capacity_tokens"]) == (
+        "small",
+        "static",
+        4096,
+    )
+    assert (big["name"], big["allocator"], big["kv_capacity_tokens"]) == ("big", "paged", 8192)
+    assert summary["allocator"] == "static + paged"
+    assert summary["kv_capacity_tokens"] is None
+    assert small["latency"]["kind"] == big["latency"]["kind"] == "calibrated"
+    counts = [p["latency"]["out_of_range_calls"] for p in (small, big)]
+    assert min(counts) > 0
+    assert summary["latency"]["out_of_range_calls"] == sum(counts)
+    assert summary["latency"]["first_out_of_range"] == small["latency"]["first_out_of_range"]
+
+
+def test_a_fleet_of_one_pool_names_it_at_the_top_as_a_single_replica_does() -> None:
+    result = run_fleet_data(fleet_data(count=2), evenly(10, 0.1))
+    summary = result.summary
+    (pool,) = summary["fleet"]["pools"]
+    assert summary["allocator"] == pool["allocator"] == "static"
+    assert summary["kv_capacity_tokens"] == pool["kv_capacity_tokens"] == 4096
+    assert summary["latency"] == pool["latency"] == {"kind": "constant"}

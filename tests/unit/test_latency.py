@@ -16,7 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 from support.latency import ForeignLatency
 
 from sim.hardware import GPUS, MODELS
-from sim.latency.base import bisect_steps_within_s
+from sim.latency.base import OutOfRange, bisect_steps_within_s
 from sim.latency.config import (
     CalibratedLatencyConfig,
     ConstantLatencyConfig,
@@ -173,49 +173,53 @@ def test_calibrated_json_round_trip(tmp_path: Path) -> None:
     assert again.step_time_s(512, 8, 4000) == model.step_time_s(512, 8, 4000)
 
 
-def test_calibrated_out_of_range_is_counted_not_refused() -> None:
+def _counter(model: CalibratedLatency) -> OutOfRange:
+    counter = OutOfRange.for_model(model)
+    assert counter is not None
+    return counter
+
+
+def test_calibrated_out_of_range_is_answered_and_counted_by_the_run() -> None:
     model = CalibratedLatency.from_dict(_document())
-    model.step_time_s(100, 10, 1000)
-    assert model.out_of_range_calls == 0 and model.first_out_of_range is None
-    assert model.step_time_s(100, 300, 1000) > 0  # decode_seqs above 256
-    assert model.out_of_range_calls == 1
-    assert model.first_out_of_range == (100, 300, 1000)
-    model.step_times_s(np.array([0, 9000, 0]), np.array([1, 1, 1]), np.array([5, 5, 300_000]))
-    assert model.out_of_range_calls == 3
-    assert model.first_out_of_range == (100, 300, 1000)  # the first one stays
+    counted = _counter(model)
+    counted.note_step(100, 10, 1000)
+    assert counted.steps == 0 and counted.first is None
+    assert model.step_time_s(100, 300, 1000) > 0  # decode_seqs above 256: extrapolated
+    counted.note_step(100, 300, 1000)
+    assert counted.steps == 1 and counted.first == (100, 300, 1000)
+    counted.note_step(9000, 1, 5)
+    assert counted.steps == 2 and counted.first == (100, 300, 1000)  # the first one stays
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 300), st.integers(0, 250_000), st.integers(0, 400))
-def test_decode_run_counts_out_of_range_like_stepping(decode: int, kv: int, n: int) -> None:
-    stepped, run = (CalibratedLatency.from_dict(_document()) for _ in range(2))
+def test_a_decode_run_counts_out_of_range_like_stepping(decode: int, kv: int, n: int) -> None:
+    model = CalibratedLatency.from_dict(_document())
+    stepped, run = _counter(model), _counter(model)
     for i in range(n):
-        stepped.step_time_s(0, decode, kv + i * decode)
-    run.decode_run_s(decode, kv, n)  # a what-if evaluation: counts nothing
-    run.steps_within_s(decode, kv, 1.0, n)
-    assert run.out_of_range_calls == 0 and run.first_out_of_range is None
+        stepped.note_step(0, decode, kv + i * decode)
     run.note_run(decode, kv, n)
-    assert run.out_of_range_calls == stepped.out_of_range_calls
-    assert run.first_out_of_range == stepped.first_out_of_range
+    assert (run.steps, run.first) == (stepped.steps, stepped.first)
 
 
-def test_every_model_takes_the_bookkeeping_only_a_calibrated_one_counts() -> None:
-    """The engine notes every run it simulates on any model; a model valid everywhere
-    keeps its counters at 0 and None."""
+def test_only_a_model_with_a_validity_range_is_counted_and_no_model_keeps_state() -> None:
+    """A model is pure: evaluating it changes nothing on it (one model serves every
+    replica of a pool and every run); only a calibrated one has a range to count."""
     for model in [*_models(), _Foreign(RooflineLatency(LLAMA7, A100))]:
-        model.note_run(10_000, 10**9, 50)  # outside the calibrated range on every input
+        before = dict(vars(model))
         model.step_time_s(9000, 300, 10**9)
+        model.decode_run_s(300, 10**9, 50)
+        model.steps_within_s(300, 10**9, 1.0, 50)
+        assert vars(model) == before
         counts = isinstance(model, CalibratedLatency)
-        assert model.counts_out_of_range is counts
-        assert model.out_of_range_calls == (51 if counts else 0)
-        assert model.first_out_of_range == ((0, 10_000, 10**9) if counts else None)
+        assert (OutOfRange.for_model(model) is not None) is counts
 
 
 def test_a_run_of_no_steps_notes_nothing() -> None:
-    model = CalibratedLatency.from_dict(_document())
+    counted = _counter(CalibratedLatency.from_dict(_document()))
     for steps in (0, -2):
-        model.note_run(10_000, 10**9, steps)  # out of range, but no step ran
-    assert model.out_of_range_calls == 0 and model.first_out_of_range is None
+        counted.note_run(10_000, 10**9, steps)  # out of range, but no step ran
+    assert counted.steps == 0 and counted.first is None
 
 
 def test_bad_calibration_files_name_file_and_field(tmp_path: Path) -> None:
