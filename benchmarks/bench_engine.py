@@ -59,6 +59,7 @@ from policies.allocators.paged import PagedAllocator
 from sim.build import engine_build
 from sim.engine.replica import Replica
 from sim.engine.scheduler import Group
+from sim.engine.simpy_adapter import events_processed
 from sim.hardware import GPUS, MODELS
 from sim.latency.models import RooflineLatency
 from sim.results.io import RunResult
@@ -77,13 +78,6 @@ TARGET_REQ_PER_S = 100_000
 TARGET_BIMODAL_WALL_S = 20.0
 NO_REPEAT_AFTER_S = 60.0
 DAY_S = 86_400.0
-
-
-def events_processed(env: simpy.Environment) -> int:
-    """Events the environment processed: scheduled (its event-id counter) minus those
-    still queued at the end. Reads SimPy internals (4.x) after the run."""
-    scheduled: int = next(env._eid)
-    return scheduled - len(env._queue)
 
 
 @contextmanager

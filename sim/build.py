@@ -22,6 +22,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "sim.latency.decode_runs",
     "sim.latency.base",
     "sim.latency.models",
+    "sim.engine.simpy_adapter",
     "sim.engine.events",
     "sim.engine.replica",
     "sim.engine.view",

@@ -24,6 +24,7 @@ from sim.engine.batch import groups_from_columns
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica
 from sim.engine.scheduler import Group, SchedulerConfig
+from sim.engine.simpy_adapter import drop_pending
 from sim.latency.base import OutOfRange
 from sim.latency.calibrated import MAX_STEP_S
 from sim.latency.models import LatencyModel
@@ -511,7 +512,7 @@ def _release(
     for process in processes:
         process.close()
     recorder.on_count = None
-    env._queue.clear()
+    drop_pending(env)
 
 
 def _succeed(event: simpy.Event) -> None:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import simpy
 from simpy.events import URGENT
 
+from sim.engine.simpy_adapter import due_now, process_in_place, schedule_succeeded
+
 
 @dataclass(slots=True)
 class RunPlan:
@@ -44,9 +46,7 @@ class ArrivalTimer(simpy.Event):
 
     def __init__(self, env: simpy.Environment, delay: float) -> None:
         super().__init__(env)
-        self._ok = True  # what Timeout.__init__ sets, scheduled URGENT instead of NORMAL
-        self._value = None
-        env.schedule(self, URGENT, delay)
+        schedule_succeeded(env, self, URGENT, delay)  # Timeout's, at URGENT priority
 
 
 class Alarm(simpy.Event):
@@ -91,15 +91,7 @@ class Alarm(simpy.Event):
     def _ring(self, _event: simpy.Event) -> None:
         if self.triggered:
             return
-        env = self.env
-        queue = env._queue  # SimPy 4's heap, as Replica._horizon_s reads it
-        if queue and queue[0][0] <= env.now:
+        if due_now(self.env):
             self.succeed()  # others act at this instant first
             return
-        self._ok = True
-        self._value = None
-        callbacks = self.callbacks
-        self.callbacks = None  # type: ignore[assignment]
-        assert callbacks is not None
-        for callback in callbacks:
-            callback(self)
+        process_in_place(self)

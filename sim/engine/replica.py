@@ -41,6 +41,7 @@ import simpy
 from policies.allocators.base import Allocator
 from sim.engine.events import Alarm, ArrivalTimer, RunPlan
 from sim.engine.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
+from sim.engine.simpy_adapter import horizon_s, queue_of
 from sim.engine.view import ReplicaView
 from sim.latency.base import LatencyModel, OutOfRange
 
@@ -127,9 +128,8 @@ class Replica:
         self._t = env.now
         """The replica's own clock: at or ahead of ``env.now`` (fast mode runs ahead up
         to the next event of any other process)."""
-        self._events = env._queue
-        """SimPy's event queue (a heap; SimPy 4 keeps this one list), read by
-        :meth:`_horizon_s`."""
+        self._events = queue_of(env)
+        """SimPy's event heap, read by :meth:`_horizon_s` (``sim.engine.simpy_adapter``)."""
         self._feed: list[Group] = []
         self._feed_next = 0
         self._feed_start_s = env.now
@@ -384,8 +384,7 @@ class Replica:
     def _horizon_s(self) -> float:
         """``env.peek()``, the time of the next event of any process, without a Python
         call (fast mode asks a few times per request)."""
-        events = self._events
-        return events[0][0] if events else math.inf
+        return horizon_s(self._events)
 
     def _run_fast(self) -> Generator[simpy.Event, Any, None]:
         """Real steps where a decision is due, closed-form runs of pure-decode steps in

@@ -22,6 +22,7 @@ import simpy
 
 from policies.routing.base import Router
 from sim.engine.recorder import EventTable, Recorder
+from sim.engine.simpy_adapter import drop_pending
 from sim.fleet.alerts import diagnose_failures, evaluate_alerts
 from sim.fleet.fleet import Fleet, NodeAction
 from sim.hardware import HardwareConfig
@@ -149,7 +150,7 @@ def run_fleet(
     for replica in replicas:
         replica.close()
     recorder.on_count = None
-    env._queue.clear()
+    drop_pending(env)
     return RunResult(req_df, ts_df, ev_df, summary, fleet=fleet_df, alerts=alerts)
 
 
