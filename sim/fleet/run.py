@@ -27,6 +27,7 @@ from sim.fleet.alerts import diagnose_failures, evaluate_alerts
 from sim.fleet.fleet import Fleet, NodeAction
 from sim.hardware import HardwareConfig
 from sim.results.io import RunResult
+from sim.results.summary import with_firings
 from sim.scenario.schema import Scenario, ScenarioError
 
 
@@ -139,10 +140,9 @@ def run_fleet(
     summary["fleet"] = fleet_summary(fleet, fleet_df, req_df, env.now)
     if router is not None:  # a replacement (a postmortem's recorded routes)
         summary["fleet"]["router"] = router.name
-    firing = alerts[alerts["state"] == "firing"]
-    summary["fleet"]["alerts_fired"] = {
-        str(k): int(v) for k, v in firing["alert"].value_counts().sort_index().items()
-    }
+    firing = alerts.loc[alerts["state"] == "firing", "alert"].value_counts()
+    counts = {str(k): int(v) for k, v in firing.items()}
+    summary["alerts"] = with_firings(summary["alerts"], counts, thresholds)
     for replica in replicas:
         replica.close()
     recorder.on_count = None
@@ -227,7 +227,14 @@ def fleet_summary(
     output_tokens = float(req["generated_tokens"].sum()) if len(req) else 0.0
     replicas = fleet_df["replicas"] if len(fleet_df) else pd.Series([0])
     return {
-        "pools": [{"name": p.name, "count": p.count} for p in config.pools],
+        "pools": [
+            {
+                "name": p.name,
+                "count": p.count,
+                "replicas": [n.replica_id for n in nodes if n.pool_index == i],
+            }
+            for i, p in enumerate(config.pools)
+        ],
         "router": config.router["kind"],
         "restart_policy": config.restart.get("kind", "none"),
         "autoscaler": config.autoscaler.get("kind", "none"),
