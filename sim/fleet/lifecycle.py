@@ -25,7 +25,6 @@ import simpy
 from sim.fleet.config import Duration, FleetConfig
 from sim.fleet.node import FleetReading, Node, NodeReading
 from sim.fleet.view import NodeState, ScaleDecision
-from sim.scenario import bounds
 
 if TYPE_CHECKING:
     from sim.engine.batch import Group
@@ -56,8 +55,6 @@ class Lifecycle:
         self.scale_ups = 0
         self.scale_downs = 0
         self.restarts_by_cause: dict[str, int] = {}
-        self.fault_draws = 0
-        """Crash-clock timers fired, all nodes (bounded: ``bounds.MAX_FAULT_DRAWS``)."""
 
     # -- hooks the fleet implements -------------------------------------------------------
     def make_replica(self, node: Node, initial_uptime_s: float) -> Replica:
@@ -102,7 +99,7 @@ class Lifecycle:
             pool=pool.name,
             pool_index=pool_index,
             gpus=part.spec.tensor_parallel,
-            usd_per_gpu_hour=pool.price_usd_per_gpu_hour(part.gpu_usd_per_hour),
+            usd_per_gpu_hour=pool.usd_per_gpu_hour,
             state=state,
             state_since_s=now,
             billed_from_s=now,
@@ -288,12 +285,6 @@ class Lifecycle:
         rng = self._rng(node.replica_id, "mtbf")
         while node.state != "gone":
             yield self.env.timeout(float(rng.exponential(mtbf_s)))
-            self.fault_draws += 1
-            if self.fault_draws > bounds.MAX_FAULT_DRAWS:
-                what = "crash-clock draws"
-                raise bounds.count_exceeded(
-                    "fleet.faults.mtbf_s", bounds.MAX_FAULT_DRAWS, what, self.env.now
-                )
             self.crash(node)
 
     # -- scaling --------------------------------------------------------------------------------
