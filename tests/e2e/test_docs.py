@@ -2,7 +2,7 @@
 (every link and anchor resolves), the README stays a front door (at most 400 lines)
 whose links reach existing pages and headings, and the template the README's first
 recipe copies (examples/my-fleet.yaml) runs as shipped, here cut to a quarter of an
-hour of its trace."""
+hour of its trace, and writes the fleet tables docs/fleet.md lists."""
 
 from __future__ import annotations
 
@@ -87,4 +87,14 @@ def test_the_fleet_template_runs_as_shipped(tmp_path: Path) -> None:
     assert len(requests) > 300 and requests["arrival_s"].max() <= 900.0
     fleet = pd.read_parquet(out / "fleet.parquet")
     assert fleet["replicas"].iloc[0] == data["fleet"]["pools"][0]["count"]
-    assert (out / "alerts.parquet").is_file()
+    documented = _fleet_output_columns()
+    assert tuple(fleet.columns) == documented["fleet"]
+    assert tuple(pd.read_parquet(out / "alerts.parquet").columns) == documented["alerts"]
+
+
+def _fleet_output_columns() -> dict[str, tuple[str, ...]]:
+    """docs/fleet.md's Fleet outputs table: the files it gives a column list of."""
+    text = (ROOT / "docs" / "fleet.md").read_text(encoding="utf-8")
+    section = text[text.index("\n## Fleet outputs") :]
+    rows = re.findall(r"^\| `(\w+)\.parquet` \|[^|]*\| `([^`]*)`[^|]*\|", section, re.MULTILINE)
+    return {name: tuple(c.strip() for c in cols.split(",")) for name, cols in rows if "," in cols}
