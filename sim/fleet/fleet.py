@@ -340,15 +340,21 @@ class Fleet(Lifecycle):
 
     def restart_ticks(self) -> Generator[simpy.Event, Any, None]:
         policy = self.restart_policy
-        while True:
+        for _ in range(bounds.MAX_POLICY_CHECKS):
             yield self.env.timeout(policy.interval_s)
             for decision in policy.decide(self.reading()):
                 self.restart(decision.replica_id, decision.cause)
+        yield self.env.timeout(policy.interval_s)
+        field, what = "fleet.restart.interval_s", "restart-policy calls"
+        raise bounds.count_exceeded(field, bounds.MAX_POLICY_CHECKS, what, self.env.now)
 
     def autoscale_ticks(self) -> Generator[simpy.Event, Any, None]:
         scaler = self.autoscaler
-        while True:
+        for _ in range(bounds.MAX_POLICY_CHECKS):
             yield self.env.timeout(scaler.interval_s)
             decision = scaler.decide(self.reading())
             if decision is not None:
                 self.apply_scale(decision)
+        yield self.env.timeout(scaler.interval_s)
+        field, what = "fleet.autoscaler.interval_s", "autoscaler calls"
+        raise bounds.count_exceeded(field, bounds.MAX_POLICY_CHECKS, what, self.env.now)

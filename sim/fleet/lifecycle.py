@@ -25,6 +25,7 @@ import simpy
 from sim.fleet.config import Duration, FleetConfig
 from sim.fleet.node import FleetReading, Node, NodeReading
 from sim.fleet.view import NodeState, ScaleDecision
+from sim.scenario import bounds
 
 if TYPE_CHECKING:
     from sim.engine.batch import Group
@@ -55,6 +56,8 @@ class Lifecycle:
         self.scale_ups = 0
         self.scale_downs = 0
         self.restarts_by_cause: dict[str, int] = {}
+        self.fault_draws = 0
+        """Crash-clock timers fired, all nodes (bounded: ``bounds.MAX_FAULT_DRAWS``)."""
 
     # -- hooks the fleet implements -------------------------------------------------------
     def make_replica(self, node: Node, initial_uptime_s: float) -> Replica:
@@ -285,6 +288,12 @@ class Lifecycle:
         rng = self._rng(node.replica_id, "mtbf")
         while node.state != "gone":
             yield self.env.timeout(float(rng.exponential(mtbf_s)))
+            self.fault_draws += 1
+            if self.fault_draws > bounds.MAX_FAULT_DRAWS:
+                what = "crash-clock draws"
+                raise bounds.count_exceeded(
+                    "fleet.faults.mtbf_s", bounds.MAX_FAULT_DRAWS, what, self.env.now
+                )
             self.crash(node)
 
     # -- scaling --------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from sim.fleet.alerts import diagnose_failures, evaluate_alerts
 from sim.fleet.fleet import Fleet, NodeAction
 from sim.hardware import HardwareConfig
 from sim.results.io import RunResult
+from sim.scenario import bounds
 from sim.scenario.schema import Scenario, ScenarioError
 
 
@@ -120,6 +121,9 @@ def run_fleet(
     req_df = fleet.records.frame()
     req_df = _with_routes(req_df, columns.ids, fleet)
     thresholds = scenario.metrics.thresholds()
+    if env.now / config.alerts.scrape_interval_s > bounds.MAX_SCRAPES:  # a long backlog
+        what = "fleet.alerts.scrape_interval_s", bounds.MAX_SCRAPES, "scrapes"
+        raise bounds.count_exceeded(*what, env.now)
     alerts = evaluate_alerts(
         ts_df, ev_df, scrape_interval_s=config.alerts.scrape_interval_s, thresholds=thresholds
     )
