@@ -11,7 +11,7 @@ NDEPS := $(NATIVE)/.deps
 # Everything the package installs (copies, not links): any change rebuilds it.
 SOURCES := setup.py pyproject.toml $(shell find sim policies traces reports gpu_backend -type f -not -path '*/__pycache__/*' -not -name '*.pyc')
 
-.PHONY: demo test test-pure bench native lint clean chromium
+.PHONY: demo test test-pure bench native lint clean chromium docs
 
 # Headless Chromium for the report's browser test (tests/e2e/test_report_browser.py):
 # installed from the distribution's packages when missing; the test skips, saying why,
@@ -70,10 +70,15 @@ native: $(NSTAMP)
 bench: $(NSTAMP)
 	FRAGSIM_BENCH_INSTALLED=1 $(NBIN)/python -m benchmarks $(BENCH_ARGS)
 
+# The reference site (docs/, mkdocs.yml) into site/: strict, so a broken link or anchor
+# fails the build. MkDocs and its theme come with the dev extra.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) $(NATIVE) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(NATIVE) build site *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

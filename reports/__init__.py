@@ -9,10 +9,11 @@ replica): :func:`replica_memory`, :func:`waste_breakdown`, :func:`uptime_scatter
 :mod:`reports.downsample`. ``sim`` never imports this package (plotly is the CLI's).
 """
 
-from reports.comparison import comparison_bars, sweep_heatmap
+from reports.comparison import comparison_bars
 from reports.fleet import alert_timeline, cost_over_time, replicas_over_time
 from reports.html import ReportError, build_report, run_figures, write_html, write_report
 from reports.memory import latency_cdfs, replica_memory, uptime_scatter, waste_breakdown
+from reports.sweep import sweep_heatmap
 
 __all__ = [
     "ReportError",

@@ -1,13 +1,20 @@
-"""Figures and tables over several runs or a sweep: pure functions.
+"""The comparison over several runs, against a baseline: pure functions.
 
-* :func:`comparison_bars` -- one bar chart per column of
-  :func:`sim.fleet.compare.compare_frame`;
-* :func:`comparison_table` -- the same numbers as an HTML table;
-* :func:`sweep_heatmap` -- a metric over two swept parameters.
+* :func:`comparison_table` -- the answer first: each run's one-line verdict in rank
+  order, then a table with a row per metric, the baseline's value and, per other run,
+  its value and its difference (and percent) from the baseline's, coloured better or
+  worse (every compared metric is lower-is-better);
+* :func:`comparison_bars` -- a horizontal bar per run for each compared metric, the
+  baseline's bar grey and its value a dashed line across each panel.
+
+The baseline is the run at position ``baseline`` (the first by default, as ``fragsim
+report`` and ``fragsim compare`` order them); ranks and verdicts are
+:func:`sim.fleet.compare.with_deltas`'s.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,81 +22,130 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from reports.common import base_layout, colour, esc
-from sim.fleet.compare import COLUMNS, compare_frame, formatted
+from reports.common import base_layout, esc
+from sim.fleet.compare import (
+    COLUMNS,
+    DELTA_METRICS,
+    compare_frame,
+    delta_text,
+    formatted,
+    with_deltas,
+)
+from sim.sweep.labels import metric_label
+
+BETTER, WORSE, BASELINE = "#2ca02c", "#d62728", "#7f7f7f"
+"""Bar and cell colours: lower than the baseline, higher, the baseline itself."""
 
 
-def comparison_bars(summaries: Sequence[dict[str, Any]], names: Sequence[str]) -> go.Figure:
-    """One bar chart per numeric column of :func:`~sim.fleet.compare.compare_frame`
-    (columns missing for every run are left out), a bar per run named by ``names``."""
-    frame = compare_frame(summaries)
-    labels = dict(COLUMNS)
-    columns = [c for c, _ in COLUMNS[1:] if pd.to_numeric(frame[c], errors="coerce").notna().any()]
-    cols = 3
-    n_rows = max(1, -(-len(columns) // cols))
+def comparison_frame(
+    summaries: Sequence[dict[str, Any]], names: Sequence[str], baseline: int = 0
+) -> pd.DataFrame:
+    """:func:`~sim.fleet.compare.with_deltas` over the runs' summaries (display order:
+    the baseline first, then by rank)."""
+    return with_deltas(compare_frame(summaries), list(names), baseline)
+
+
+def comparison_table(
+    summaries: Sequence[dict[str, Any]], names: Sequence[str], baseline: int = 0
+) -> str:
+    """The verdicts (ranked) and the delta table, as HTML (module docstring). Metrics
+    outside :data:`~sim.fleet.compare.DELTA_METRICS` follow, values only."""
+    frame = comparison_frame(summaries, names, baseline)
+    base, others = frame.iloc[0], frame.iloc[1:]
+    verdicts = "".join(
+        f"<li>rank {int(r['rank'])}: {esc(r['verdict'])}</li>" for _, r in others.iterrows()
+    )
+    head = f"<th>metric</th><th>{esc(base['run'])}<br>(baseline, rank {int(base['rank'])})</th>"
+    head += "".join(
+        f'<th colspan="2">{esc(r["run"])} (rank {int(r["rank"])})</th>'
+        for _, r in others.iterrows()
+    )
+    sub = "<th></th><th>value</th>" + "<th>value</th><th>Δ vs baseline</th>" * len(others)
+    rows = [f"<tr>{head}</tr>", f"<tr>{sub}</tr>"]
+    for metric in DELTA_METRICS:
+        cells = [f"<td><b>{esc(metric_label(metric))}</b></td>", _value(metric, base[metric])]
+        for _, r in others.iterrows():
+            delta = float(r[f"{metric}_delta"])
+            text = delta_text(metric, delta, float(r[f"{metric}_delta_pct"]))
+            style = "" if math.isnan(delta) or delta == 0 else _colour_style(delta < 0)
+            cells += [_value(metric, r[metric]), f"<td{style}>{esc(text)}</td>"]
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    for metric, label in COLUMNS[1:]:
+        if metric in DELTA_METRICS:
+            continue
+        cells = [f'<td class="sub">{esc(label.strip())}</td>', _value(metric, base[metric])]
+        cells += [_value(metric, r[metric]) + "<td></td>" for _, r in others.iterrows()]
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    table = f'<table class="comparison">{"".join(rows)}</table>'
+    return (
+        f"<p>baseline: <b>{esc(base['run'])}</b>; ranked by dollars saved against it, "
+        "ties by fewer allocation failures.</p>"
+        f'<ol class="verdicts">{verdicts}</ol>'
+        f'<div style="overflow-x:auto">{table}</div>'
+    )
+
+
+def _value(metric: str, value: Any) -> str:
+    return f"<td>{esc(formatted(metric, value))}</td>"
+
+
+def _colour_style(better: bool) -> str:
+    return f' style="color:{BETTER if better else WORSE}"'
+
+
+def comparison_bars(
+    summaries: Sequence[dict[str, Any]], names: Sequence[str], baseline: int = 0
+) -> go.Figure:
+    """A panel per metric of :data:`~sim.fleet.compare.DELTA_METRICS` (those missing for
+    every run left out), a horizontal bar per run in display order (the baseline on
+    top, grey, its value a dashed line), each bar labelled with its value and its
+    difference from the baseline in percent."""
+    frame = comparison_frame(summaries, names, baseline)
+    metrics = [m for m in DELTA_METRICS if pd.to_numeric(frame[m], errors="coerce").notna().any()]
+    cols = 2
+    n_rows = max(1, -(-len(metrics) // cols))
+    panel_px = max(140, 26 * len(frame) + 50)
     fig = make_subplots(
         rows=n_rows,
         cols=cols,
-        subplot_titles=[esc(labels[c].strip()) for c in columns],
-        vertical_spacing=min(0.5 / n_rows, 0.12),
-        horizontal_spacing=0.08,
+        shared_yaxes=True,
+        subplot_titles=[esc(metric_label(m)) for m in metrics],
+        vertical_spacing=min(0.35 / n_rows, 0.08),
+        horizontal_spacing=0.06,
     )
-    x = [esc(n) for n in names]
-    for i, column in enumerate(columns):
-        values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+    y = [esc(n) for n in frame["run"]]
+    for i, metric in enumerate(metrics):
+        values = pd.to_numeric(frame[metric], errors="coerce").to_numpy(dtype=float)
+        deltas = frame[f"{metric}_delta"].to_numpy(dtype=float)
+        pcts = frame[f"{metric}_delta_pct"].to_numpy(dtype=float)
+        colours = [BASELINE] + [
+            BASELINE if math.isnan(d) or d == 0 else BETTER if d < 0 else WORSE for d in deltas[1:]
+        ]
+        text = [formatted(metric, values[0]) + " (baseline)"] + [
+            formatted(metric, v) + ("" if math.isnan(p) else f" ({p:+.1f} %)")
+            for v, p in zip(values[1:], pcts[1:], strict=True)
+        ]
+        row, col = i // cols + 1, i % cols + 1
         fig.add_trace(
             go.Bar(
-                x=x,
-                y=values,
-                marker={"color": [colour(k) for k in range(len(x))]},
+                x=values,
+                y=y,
+                orientation="h",
+                marker={"color": colours},
+                text=[esc(t) for t in text],
+                textposition="auto",
                 showlegend=False,
-                name=esc(labels[column].strip()),
-                hovertemplate="%{x}: %{y:,.4g}<extra></extra>",
+                name=esc(metric_label(metric)),
+                hovertemplate="%{y}: %{x:,.4g}<extra></extra>",
             ),
-            row=i // cols + 1,
-            col=i % cols + 1,
+            row=row,
+            col=col,
         )
-    fig.update_layout(**base_layout("comparison", 200 + 230 * n_rows))
-    fig.update_xaxes(showticklabels=len(x) <= 6, automargin=True)
-    fig.update_yaxes(rangemode="tozero")
-    return fig
-
-
-def sweep_heatmap(
-    frame: pd.DataFrame, x: str, y: str, metric: str, *, title: str | None = None
-) -> go.Figure:
-    """``metric`` over a two-parameter sweep: one cell per (``x``, ``y``) value pair (the
-    mean where replications repeat a pair), the value written in each cell. Parameter
-    values are shown as text (escaped), in sorted order."""
-    for column in (x, y, metric):
-        if column not in frame:
-            raise KeyError(f"sweep frame has no column {column!r}")
-    grid = frame.pivot_table(index=y, columns=x, values=metric, aggfunc="mean", sort=True)
-    z = grid.to_numpy(dtype=float)
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=[esc(v) for v in grid.columns.tolist()],
-            y=[esc(v) for v in grid.index.tolist()],
-            colorscale="Viridis",
-            colorbar={"title": {"text": esc(metric)}},
-            texttemplate="%{z:.3g}",
-            hovertemplate=f"{esc(x)} %{{x}}, {esc(y)} %{{y}}: %{{z:.4g}}<extra></extra>",
-        )
+        if not math.isnan(values[0]):
+            fig.add_vline(x=values[0], line={"dash": "dash", "color": BASELINE}, row=row, col=col)
+    fig.update_layout(
+        **base_layout("against the baseline: " + str(frame["run"].iloc[0]), 80 + panel_px * n_rows)
     )
-    fig.update_layout(**base_layout(title or f"{metric} by {x} and {y}", 420))
-    fig.update_xaxes(title_text=esc(x), type="category")
-    fig.update_yaxes(title_text=esc(y), type="category")
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    fig.update_xaxes(rangemode="tozero")
     return fig
-
-
-def comparison_table(summaries: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
-    """The comparison table (HTML): a row per metric of :data:`~sim.fleet.compare.COLUMNS`,
-    a column per run."""
-    frame = compare_frame(summaries)
-    head = "".join(f"<th>{esc(n)}</th>" for n in names)
-    rows = [f"<tr><th>metric</th>{head}</tr>"]
-    for column, label in COLUMNS[1:]:
-        cells = "".join(f"<td>{esc(formatted(column, v))}</td>" for v in frame[column].tolist())
-        rows.append(f"<tr><td>{esc(label.strip())}</td>{cells}</tr>")
-    return f'<table class="comparison">{"".join(rows)}</table>'

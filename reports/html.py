@@ -65,14 +65,14 @@ def build_report(runs: Sequence[tuple[str, RunResult]], title: str | None = None
     if len(runs) > 1:
         parts.append("<h2>comparison</h2>")
         parts.append(comparison_table(summaries, names))
-        parts.append(_figure_html(comparison_bars(summaries, names), next(counter)))
+        parts.append(figure_html(comparison_bars(summaries, names), next(counter)))
         for name, result in runs:
             parts.append(f"<h3>{esc(name)}: alerts</h3>{_alerts_html(result.summary)}")
     for name, result in runs:
         parts.append(f"<h2>{esc(name)}</h2>")
         parts.append(_summary_table(result.summary))
         parts.append(_alerts_html(result.summary))
-        parts.extend(_figure_html(fig, next(counter)) for fig in run_figures(result))
+        parts.extend(figure_html(fig, next(counter)) for fig in run_figures(result))
     heading = title or ("fragsim report: " + ", ".join(names))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -82,7 +82,9 @@ def build_report(runs: Sequence[tuple[str, RunResult]], title: str | None = None
     )
 
 
-def _figure_html(fig: go.Figure, number: int) -> str:
+def figure_html(fig: go.Figure, number: int) -> str:
+    """``fig`` as a ``<div>`` with its own ``Plotly.newPlot`` call (plotly.js not
+    included: the page's head holds it once), its id ``figure-NUMBER``."""
     height = fig.layout.height or 450
     div = pio.to_html(
         fig,

@@ -273,6 +273,8 @@ def check_run_cost(scenario: Scenario, requests: pd.DataFrame) -> None:
     bounds.check_span(span_s, how, scenario.metrics.sample_interval_s, field)
     if restart is not None:
         bounds.check_restarts(span_s, how, restart.every_s, restart.downtime_s)
+    if scenario.fleet is not None:
+        bounds.check_fleet(scenario.fleet, span_s, how)
 
 
 def within_duration(scenario: Scenario, requests: pd.DataFrame) -> tuple[pd.DataFrame, int]:

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 _CFG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-# Ranges every number of an arrival spec must lie in (finite; README "Synthetic workloads").
+# Ranges every number of an arrival spec must lie in (finite; docs/errors-and-bounds.md).
 MAX_RATE_PER_S = 1e6
 MIN_PERIOD_S, MAX_PERIOD_S = 1e-6, 1e9  # bursty mean on/off period lengths
 MIN_DIURNAL_PERIOD_S = 1.0  # a diurnal cycle: [1, 1e9] s

@@ -33,7 +33,9 @@ class AutoscalerConfig(BaseModel):
 
     kind: str
     interval_s: float = Field(15.0, gt=0.0, le=3_600.0)
-    """Seconds of simulated time between the fleet's calls to ``decide``."""
+    """Seconds of simulated time between the fleet's calls to ``decide``; a run makes at
+    most 1,000,000 calls (``sim.scenario.bounds.MAX_POLICY_CHECKS``: span / interval_s,
+    checked before the run), so no lower bound is needed here."""
     step: int = Field(1, ge=1, le=MAX_NODES)
     """At most this many nodes added (or removed) by one decision."""
     scale_up_cooldown_s: float = Field(0.0, ge=0.0, le=MAX_TIME_S)

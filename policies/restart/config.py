@@ -40,7 +40,9 @@ class RestartConfig(BaseModel):
     drain_timeout_s: float = Field(300.0, ge=0.0, le=MAX_TIME_S)
     """Seconds a drain waits for the batch; what is still running then is killed."""
     interval_s: float = Field(30.0, gt=0.0, le=86_400.0)
-    """Seconds of simulated time between the fleet's calls to ``decide``."""
+    """Seconds of simulated time between the fleet's calls to ``decide``; a run makes at
+    most 1,000,000 calls (``sim.scenario.bounds.MAX_POLICY_CHECKS``: span / interval_s,
+    checked before the run), so no lower bound is needed here."""
 
     def build(self) -> RestartPolicy:
         raise NotImplementedError

@@ -22,7 +22,6 @@ from sim.errors import clip
 from sim.scenario.schema import ScenarioError
 from sim.sweep.execute import Progress as ProgressFn
 from traces.errors import TraceError
-from traces.writers import atomic_path
 
 SWEEP_ENTRIES = {"runs", "failed", "runs.parquet", "summary.parquet", "summary.csv"}
 PLAN_ENTRIES = {"plan.parquet", "plan.csv", "plan_points.parquet"}
@@ -106,7 +105,7 @@ def sweep_command(
     except (TraceError, OSError) as e:
         raise fail(f"{clip(str(out))}: cannot write results: {e}") from None
     interrupt.note_written(clip(str(out)))
-    report = write_report(result.summary, sweep.params, out)
+    report = write_report(result.summary, sweep.params, out, sweep.tasks[0].scenario.name)
     if not quiet:
         skipped = sum(o.skipped for o in result.outcomes)
         typer.echo(
@@ -119,30 +118,12 @@ def sweep_command(
         typer.echo(f"warning: run {o.task.id} failed: {clip(last[0])}", err=True)
 
 
-HEATMAP_METRICS = ("ttft_p99_s_mean", "failure_rate_mean", "cost_usd_mean", "replica_hours_mean")
-
-
-def write_report(summary: pd.DataFrame, params: list[str], out: Path) -> bool:
-    """OUT/report.html: heatmaps of a few metrics (``reports.comparison.sweep_heatmap``) when
-    the sweep varies exactly two parameters; False otherwise, or while the ``reports``
-    package (plotly) is not installed."""
-    varied = [p for p in params if summary[p].nunique(dropna=False) > 1]
-    if len(varied) != 2:
-        return False
+def write_report(summary: pd.DataFrame, params: list[str], out: Path, title: str) -> bool:
+    """OUT/report.html (``reports.sweep``: results table, heatmaps or bars with their
+    intervals); False while the ``reports`` package (plotly) is not installed."""
     try:
-        from reports.comparison import sweep_heatmap
+        from reports.sweep import write_sweep_report
     except ImportError:
         return False
-    x, y = varied
-    parts: list[str] = []
-    for metric in HEATMAP_METRICS:
-        if summary[metric].notna().any():
-            fig = sweep_heatmap(summary, x, y, metric)
-            parts.append(fig.to_html(full_html=False, include_plotlyjs=not parts))
-    page = (
-        '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>sweep</title></head>'
-        f"<body>{''.join(parts)}</body></html>\n"
-    )
-    with atomic_path(out / "report.html") as tmp:
-        tmp.write_text(page, encoding="utf-8")
+    write_sweep_report(summary, params, out / "report.html", title)
     return True

@@ -26,8 +26,9 @@ import math
 from typing import Any
 
 import simpy
+from simpy.events import EventPriority
 
-Queue = list[tuple[float, int, int, simpy.Event]]
+Queue = list[tuple[float, EventPriority, int, simpy.Event]]
 """SimPy 4's event heap: ``(time, priority, event id, event)`` entries."""
 
 
@@ -56,7 +57,7 @@ def mark_succeeded(event: simpy.Event, value: Any = None) -> None:
 
 
 def schedule_succeeded(
-    env: simpy.Environment, event: simpy.Event, priority: int, delay_s: float
+    env: simpy.Environment, event: simpy.Event, priority: EventPriority, delay_s: float
 ) -> None:
     """``event`` triggered now and processed ``delay_s`` from now at ``priority``
     (``simpy.events.URGENT`` or ``NORMAL``): a timeout of another priority."""

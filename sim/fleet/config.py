@@ -126,7 +126,8 @@ class FaultConfig(_Strict):
         None,
         gt=0,
         le=MAX_SECONDS,
-        description="Mean serving time between crashes; none: no crashes.",
+        description="Mean serving time between crashes; none: no crashes (at most "
+        "1,000,000 crash-clock draws per run, all nodes: nodes x span / mtbf_s).",
     )
     mttr: Duration = Duration(mean_s=600.0, sd_s=120.0)
 
@@ -142,9 +143,19 @@ class RetryConfig(_Strict):
     )
 
 
+MIN_SCRAPE_INTERVAL_S = 1.0
+"""The shortest alert scrape interval: Prometheus scrapes every 15-60 s, rarely below 1 s;
+below it the alert evaluation's trend window (an hour of scrapes, per replica) would cost
+more than the run (``sim.scenario.bounds.MAX_SCRAPES`` bounds the scrapes of a run)."""
+
+
 class AlertOptions(_Strict):
     scrape_interval_s: Number = Field(
-        30.0, gt=0, le=86400, description="Prometheus scrape interval the alerts see."
+        30.0,
+        ge=MIN_SCRAPE_INTERVAL_S,
+        le=86400,
+        description="Prometheus scrape interval the alerts see (at least 1 s; at most "
+        "1,000,000 scrapes per run).",
     )
 
 
@@ -157,7 +168,11 @@ class FleetConfig(_Strict):
         description="Routing policy: {kind: ..., ...} (policies.routing).",
     )
     router_refresh_s: Number = Field(
-        0.05, ge=0, le=3600, description="Router signals' refresh interval; 0: fresh reads."
+        0.05,
+        ge=0,
+        le=3600,
+        description="Router signals' refresh interval; 0: fresh reads (taken lazily at "
+        "routing decisions: its cost does not depend on the interval).",
     )
     retry: RetryConfig = RetryConfig()
     restart: SerializeAsAny[RestartConfig] = Field(

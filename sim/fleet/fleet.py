@@ -309,6 +309,9 @@ class Fleet(Lifecycle):
         row["running_requests"] = running
         row["replica_hours"] = sum(n.billed_s(now) for n in self.nodes) / 3600.0
         row["cost_usd"] = sum(n.cost_usd(now) for n in self.nodes)
+        avoidable = [n for n in self.nodes if n.avoidable]
+        row["avoidable_replica_hours"] = sum(n.billed_s(now) for n in avoidable) / 3600.0
+        row["avoidable_cost_usd"] = sum(n.cost_usd(now) for n in avoidable)
         for key, value in row.items():
             rows.setdefault(key, []).append(value)
 
@@ -332,15 +335,21 @@ class Fleet(Lifecycle):
 
     def restart_ticks(self) -> Generator[simpy.Event, Any, None]:
         policy = self.restart_policy
-        while True:
+        for _ in range(bounds.MAX_POLICY_CHECKS):
             yield self.env.timeout(policy.interval_s)
             for decision in policy.decide(self.reading()):
                 self.restart(decision.replica_id, decision.cause)
+        yield self.env.timeout(policy.interval_s)
+        field, what = "fleet.restart.interval_s", "restart-policy calls"
+        raise bounds.count_exceeded(field, bounds.MAX_POLICY_CHECKS, what, self.env.now)
 
     def autoscale_ticks(self) -> Generator[simpy.Event, Any, None]:
         scaler = self.autoscaler
-        while True:
+        for _ in range(bounds.MAX_POLICY_CHECKS):
             yield self.env.timeout(scaler.interval_s)
             decision = scaler.decide(self.reading())
             if decision is not None:
                 self.apply_scale(decision)
+        yield self.env.timeout(scaler.interval_s)
+        field, what = "fleet.autoscaler.interval_s", "autoscaler calls"
+        raise bounds.count_exceeded(field, bounds.MAX_POLICY_CHECKS, what, self.env.now)

@@ -26,6 +26,7 @@ from policies.autoscale.base import ScaleDecision
 from policies.fleet_view import NodeState
 from sim.fleet.config import Duration, FleetConfig
 from sim.fleet.node import FleetReading, Node, NodeReading
+from sim.scenario import bounds
 
 if TYPE_CHECKING:
     from sim.engine.batch import Group
@@ -56,6 +57,8 @@ class Lifecycle:
         self.scale_ups = 0
         self.scale_downs = 0
         self.restarts_by_cause: dict[str, int] = {}
+        self.fault_draws = 0
+        """Crash-clock timers fired, all nodes (bounded: ``bounds.MAX_FAULT_DRAWS``)."""
 
     # -- hooks the fleet implements -------------------------------------------------------
     def make_replica(self, node: Node, initial_uptime_s: float) -> Replica:
@@ -145,7 +148,8 @@ class Lifecycle:
         lc = self.config.lifecycle
         provision_s = self._draw(lc.provision, node.replica_id, "provision")
         self._after(provision_s, node, lambda: self._loading(node))
-        self.fleet_event("scale-up", node.replica_id, cause, f"provision_s={provision_s:.1f}")
+        detail = f"provision_s={provision_s:.1f}" + ("; avoidable" if avoidable else "")
+        self.fleet_event("scale-up", node.replica_id, cause, detail)
         return node
 
     def _loading(self, node: Node) -> None:
@@ -285,6 +289,12 @@ class Lifecycle:
         rng = self._rng(node.replica_id, "mtbf")
         while node.state != "gone":
             yield self.env.timeout(float(rng.exponential(mtbf_s)))
+            self.fault_draws += 1
+            if self.fault_draws > bounds.MAX_FAULT_DRAWS:
+                what = "crash-clock draws"
+                raise bounds.count_exceeded(
+                    "fleet.faults.mtbf_s", bounds.MAX_FAULT_DRAWS, what, self.env.now
+                )
             self.crash(node)
 
     # -- scaling --------------------------------------------------------------------------------

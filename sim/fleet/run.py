@@ -28,6 +28,7 @@ from sim.fleet.fleet import Fleet, NodeAction
 from sim.hardware import HardwareConfig
 from sim.results.frames import frame
 from sim.results.io import RunResult
+from sim.scenario import bounds
 from sim.scenario.schema import Scenario, ScenarioError
 
 
@@ -120,6 +121,9 @@ def run_fleet(
     req_df = fleet.records.frame()
     req_df = _with_routes(req_df, columns.ids, fleet)
     thresholds = scenario.metrics.thresholds()
+    if env.now / config.alerts.scrape_interval_s > bounds.MAX_SCRAPES:  # a long backlog
+        what = "fleet.alerts.scrape_interval_s", bounds.MAX_SCRAPES, "scrapes"
+        raise bounds.count_exceeded(*what, env.now)
     alerts = evaluate_alerts(
         ts_df, ev_df, scrape_interval_s=config.alerts.scrape_interval_s, thresholds=thresholds
     )
@@ -238,8 +242,13 @@ def fleet_summary(
     replicas = fleet_df["replicas"] if len(fleet_df) else pd.Series([0])
     return {
         "pools": [
-            {"name": p.name, "count": p.count} | report
-            for p, report in zip(config.pools, pools, strict=True)
+            {
+                "name": p.name,
+                "count": p.count,
+                "replicas": [n.replica_id for n in nodes if n.pool_index == i],
+            }
+            | report
+            for i, (p, report) in enumerate(zip(config.pools, pools, strict=True))
         ],
         "router": config.router.kind,
         "restart_policy": config.restart.kind,

@@ -1,6 +1,6 @@
 """The calibrated latency model: step times fitted on a GPU, and their JSON file.
 
-A ``fragsim-latency/1`` file (:class:`CalibrationFile`; format in the README) holds
+A ``fragsim-latency/1`` file (:class:`CalibrationFile`; format in docs/hardware-latency.md) holds
 the coefficients of::
 
     step_s = intercept_s + per_prefill_token_s*p + per_decode_seq_s*d
@@ -86,7 +86,7 @@ class FitQuality(BaseModel):
 
 
 class CalibrationFile(BaseModel):
-    """The ``fragsim-latency/1`` JSON document (see the README)."""
+    """The ``fragsim-latency/1`` JSON document (see docs/hardware-latency.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

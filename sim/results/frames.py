@@ -5,7 +5,7 @@ records). Compiled with the engine (``sim/build.py``).
 Every table's columns are defined once: the timeseries and the event log are dataclasses
 with a list per column in ``sim.engine.recorder`` (:func:`columns_of` reads their fields,
 in order), and the requests table is :data:`REQUEST_FIELDS`. The frame builders, the
-README's column lists (checked by a test) and the tests read those definitions."""
+column lists of docs/scenarios.md (checked by a test) and the tests read those definitions."""
 
 from __future__ import annotations
 

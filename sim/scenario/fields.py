@@ -15,7 +15,7 @@ it once more on the scenario's own fields, with a message that says what was wro
 Bounds (``ge``, ``le``, ...) go on the field as usual: ``seed: Count = Field(0, ge=0)``.
 Every number field has an upper bound, so an absurd value (``99999999999999999999``, past
 64 bits) is refused at the field, with its value and the limit, before anything is
-built; the common limits are named below (the README's bounds table lists them).
+built; the common limits are named below (docs/errors-and-bounds.md lists them).
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def evenly(n: int, every_s: float, prompt: int = 100, output: int = 10) -> pd.Da
 
 
 def synthetic_fleet_data(seed: int = 1, duration_s: float = 1200.0, **fleet: Any) -> dict[str, Any]:
-    """The README's fleet example, shortened: a bimodal Poisson workload (0.3 requests/s)
+    """The fleet example of docs/fleet.md, shortened: a bimodal Poisson workload (0.3 requests/s)
     on three A100s of 40,000 KV slots restarted at different times, failing requests
     with one client retry; ``fleet``: the rest of the ``fleet:`` block."""
     return {

@@ -341,12 +341,10 @@ def test_latency_config_dispatches_on_kind(tmp_path: Path) -> None:
     assert isinstance(lenient.build(MODELS["mistral-7b"], A100, 1), CalibratedLatency)
 
 
-def test_readme_calibration_example_is_valid() -> None:
-    readme = Path(__file__).resolve().parents[2] / "README.md"
-    if not readme.is_file():
-        pytest.skip("README.md not found")
-    text = readme.read_text(encoding="utf-8")
-    section = text[text.index("<!-- section:hardware -->") :]
+def test_documented_calibration_example_is_valid() -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "hardware-latency.md"
+    text = page.read_text(encoding="utf-8")
+    section = text[text.index("## Calibrated latency file") :]
     example = section.split("```json\n", 1)[1].split("```", 1)[0]
-    model = CalibratedLatency.from_dict(json.loads(example), source="README")
+    model = CalibratedLatency.from_dict(json.loads(example), source=str(page))
     assert model.calibration.format == LATENCY_FORMAT

