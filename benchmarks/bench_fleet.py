@@ -1,6 +1,6 @@
 """Simulated requests per wall-second and peak memory of the fleet simulator (the fleet
 issue's benchmark), through the public path ``parse_scenario`` -> ``load_workload`` ->
-``run`` (a scenario with a ``fleet:`` block goes to ``sim.fleet.run.run_fleet``).
+``run`` (a scenario with a ``fleet:`` block runs the fleet as its traffic, ``sim.fleet.fleet``).
 
 - ``fleet.azure_day_x16``: the Azure 2023 conversation trace rate-scaled x16 and tiled
   to one day (``workload: {rate_scale: 16, tile_to_s: 86400}``, about 7.6 M requests)

@@ -135,7 +135,7 @@ def validate(
 ) -> tuple[dict[str, Any], ReplayResult]:
     """The validation report (module doc) and the replay it compared with."""
     import sim
-    from sim.runner import build_parts
+    from sim.parts import build_parts
 
     parts = build_parts(scenario, requests)
     simulated = sim.run(scenario, requests).requests
@@ -197,7 +197,8 @@ def contiguous_baseline(
     from gpu_backend.replay import drive
     from gpu_backend.snapshot import pick_stats, summarize_snapshot
     from policies.allocators.base import PoolSpec
-    from sim.runner import build_parts, make_groups
+    from sim.columns import make_groups
+    from sim.parts import build_parts
 
     kv = ContiguousKV(layers, shape.num_kv_heads, shape.head_dim, dtype=dtype, device=device)
     data = scenario.model_dump(mode="json", exclude_none=True)

@@ -245,7 +245,7 @@ MAX_FLOPS = 10**18
 """Dense FLOP/s of an inline GPU (an exaFLOP/s)."""
 MIN_GPU_RATE = 10**9
 """The least bandwidth (bytes/s) and dense FLOP/s of an inline GPU: below it a step
-would take minutes (``sim.runner`` refuses steps over a minute in any case)."""
+would take minutes (``sim.parts`` refuses steps over a minute in any case)."""
 
 
 class ModelSpecConfig(BaseModel):

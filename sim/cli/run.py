@@ -20,10 +20,12 @@ from rich.table import Table
 from sim.cli import interrupt
 from sim.cli.report import write_report_of
 from sim.cli.trace import show_trace_warnings
+from sim.cost import check_run_cost
 from sim.errors import clip, os_error_line, short
 from sim.fleet.compare import compare_frame, comparison_table
+from sim.parts import Parts, run_parts
 from sim.results.io import RunResult, check_replaceable, summary_json
-from sim.runner import Parts, build_parts, check_run_cost, run
+from sim.runner import run
 from sim.scenario.builtin import DEMO, builtin_names, describe_builtin, resolve_scenario
 from sim.scenario.fields import MAX_SEED
 from sim.scenario.schema import Scenario, ScenarioError, ScenarioWarning, load_scenario
@@ -69,7 +71,7 @@ def check_output_dir(out: Path) -> None:
 
 
 def simulate(
-    scenario: Scenario, requests: pd.DataFrame, *, quiet: bool, parts: Parts | None = None
+    scenario: Scenario, requests: pd.DataFrame, *, quiet: bool, parts: list[Parts] | None = None
 ) -> RunResult:
     """Run with a rich progress bar over simulated time (on stderr)."""
     if quiet or not sys.stderr.isatty():
@@ -228,7 +230,7 @@ def write_results(result: RunResult, out: Path) -> None:
 
 def prepare(
     scenario_arg: Path, *, seed: int | None = None, mode: str | None = None
-) -> tuple[Scenario, pd.DataFrame, Parts, Path]:
+) -> tuple[Scenario, pd.DataFrame, list[Parts], Path]:
     """Load a scenario (a path or a built-in name), apply the command line's overrides,
     load its workload, build its parts and check what the run will cost -- everything
     that can refuse it, before anything is simulated. Returns the scenario file too (the
@@ -248,7 +250,7 @@ def prepare(
             if overrides:
                 scenario = scenario.model_copy(update=overrides)
             requests = load_workload(scenario)
-            parts = build_parts(scenario, requests)
+            parts = run_parts(scenario, requests)
             check_run_cost(scenario, requests)
     except ScenarioError as e:
         raise fail(str(e), source) from None

@@ -33,14 +33,13 @@ appended (as in the tuples before: the same values, boxed the same way in both b
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from sim.engine.batch import Group, SchedEvent
-from sim.results.frames import columns_of, frame, request_frame, start_columns
+from sim.engine.batch import SchedEvent
+from sim.results.frames import columns_of, frame, start_columns
 
 if TYPE_CHECKING:
     from sim.engine.replica import Replica, RestartMode
@@ -147,24 +146,15 @@ EVENT_COLUMNS: tuple[str, ...] = columns_of(EventTable)
 
 @dataclass
 class Recorder:
-    """Collects rows as the simulation runs; :meth:`frames` turns them into DataFrames.
-
-    Implements the replica hooks (``on_event``, ``on_done``, ``on_restart``)."""
+    """Collects the timeseries and the event log as the simulation runs; :meth:`frames`
+    turns them into DataFrames. A replica's outlet (``sim.engine.outlet``) hands it the
+    replica's events and restarts; the run samples every replica periodically. The
+    requests' records are kept apart (``sim.results.records.Records``)."""
 
     samples: SampleTable = field(default_factory=SampleTable)
     events: EventTable = field(default_factory=EventTable)
-    done: list[Group] = field(default_factory=list)
-    """Ended requests, in the order they ended (unfinished ones appended at the end)."""
-    done_replicas: list[int] = field(default_factory=list)
-    """The replica each of ``done`` ended on (-1: unfinished)."""
-    done_count: int = 0
-    on_count: Callable[[int], None] | None = None
-    """Called with the number of ended requests after each one ends."""
-    last_finish_s: float = 0.0
-    """When the most recently ended request ended (a replica's clock, which may be
-    ahead of ``env.now``)."""
 
-    # -- replica hooks --------------------------------------------------------------
+    # -- what a replica reports -----------------------------------------------------
     def on_event(self, replica: Replica, event: SchedEvent) -> None:
         self.events.add(
             time_s=replica.now_s,
@@ -180,16 +170,9 @@ class Recorder:
             detail=event.detail,
         )
         if event.kind != "preemption":
-            self.sample(replica, trigger="failure", pending_tokens=event.pending_tokens)
-
-    def on_done(self, replica: Replica, group: Group) -> None:
-        self.done_count += 1
-        # Fast mode may report a request refused at its arrival after a later finish.
-        self.last_finish_s = max(self.last_finish_s, group.finish_s)
-        self.done.append(group)
-        self.done_replicas.append(replica.replica_id)
-        if self.on_count is not None:
-            self.on_count(self.done_count)
+            # Reported from inside the replica's step: its state is current (no
+            # observation, which would re-enter the replica).
+            self._sample(replica, "failure", event.pending_tokens)
 
     def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
         s = replica.allocator.stats()
@@ -205,11 +188,16 @@ class Recorder:
         )
 
     # -- sampling ---------------------------------------------------------------------
-    def sample(self, replica: Replica, trigger: str = "periodic", pending_tokens: int = 0) -> None:
-        """Record the replica's pool and batch as of now. A failure sample is taken at
-        the failure's event: ``pending_tokens`` is the growth the allocator had not been
-        told of then (``SchedEvent.pending_tokens``)."""
+    def sample(self, replica: Replica, trigger: str = "periodic") -> None:
+        """Record the replica's pool and batch as of now (``periodic`` or ``final``),
+        brought up to now first (``Replica.observe``)."""
         replica.observe()
+        self._sample(replica, trigger, 0)
+
+    def _sample(self, replica: Replica, trigger: str, pending_tokens: int) -> None:
+        """Record the replica's pool and batch, current now. A failure sample is taken
+        at the failure's event: ``pending_tokens`` is the growth the allocator had not
+        been told of then (``SchedEvent.pending_tokens``)."""
         sched = replica.sched
         alloc = replica.allocator
         # Reservation vs internal fragmentation needs every sequence's reservation: done
@@ -259,14 +247,6 @@ class Recorder:
         t.waiting_requests.append(len(sched.waiting))
         t.preemptions_total.append(sched.preemptions_total)
 
-    def finish(self, groups: list[Group]) -> None:
-        """Close the run: requests still queued or running are recorded ``unfinished``."""
-        for g in groups:
-            if g.status == "unfinished":
-                self.done.append(g)
-                self.done_replicas.append(-1)
-
-    def frames(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-        """(requests, timeseries, events), requests sorted by request id."""
-        requests = request_frame(self.done, self.done_replicas)
-        return requests, frame(self.samples), frame(self.events)
+    def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(timeseries, events)."""
+        return frame(self.samples), frame(self.events)

@@ -34,13 +34,14 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Generator
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import simpy
 
 from policies.allocators.base import Allocator
 from sim.engine.events import Alarm, ArrivalTimer, RunPlan
-from sim.engine.scheduler import Group, SchedEvent, Scheduler, SchedulerConfig
+from sim.engine.outlet import ReplicaOutlet
+from sim.engine.scheduler import Group, Scheduler, SchedulerConfig
 from sim.engine.simpy_adapter import horizon_s, queue_of
 from sim.engine.view import ReplicaView
 from sim.latency.base import LatencyModel, OutOfRange
@@ -49,28 +50,7 @@ RestartMode = Literal["drain", "kill", "lose"]
 """``drain``: stop admitting, go down when the batch is empty. ``kill``: go down at the
 next step boundary; the batch waits here and is recomputed after. ``lose``: the process
 dies at the next step boundary (a crash, a killed restart in a fleet): every request it
-holds is handed to ``lost_to`` (its clients see an error)."""
-
-
-class ReplicaHooks(Protocol):
-    """What a replica reports to (the metrics recorder, later the fleet)."""
-
-    def on_event(self, replica: Replica, event: SchedEvent) -> None: ...
-
-    def on_done(self, replica: Replica, group: Group) -> None: ...
-
-    def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None: ...
-
-
-class _NoHooks:
-    def on_event(self, replica: Replica, event: SchedEvent) -> None:
-        pass
-
-    def on_done(self, replica: Replica, group: Group) -> None:
-        pass
-
-    def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
-        pass
+holds goes to its outlet's ``on_lost`` (its clients see an error)."""
 
 
 class Replica:
@@ -84,12 +64,10 @@ class Replica:
         make_allocator: Callable[[], Allocator],
         latency: LatencyModel,
         *,
-        hooks: ReplicaHooks | None = None,
+        outlet: ReplicaOutlet | None = None,
         exact: bool = False,
         max_macro_steps: int = 4096,
         initial_uptime_s: float = 0.0,
-        retry_to: Callable[[Replica, Group, float], None] | None = None,
-        lost_to: Callable[[Replica, list[Group]], None] | None = None,
         out_of_range: OutOfRange | None = None,
     ) -> None:
         self.env = env
@@ -102,20 +80,16 @@ class Replica:
         self._out_of_range = out_of_range
         """Where the steps simulated outside the latency model's validity range are
         counted (the run's, shared by a pool's replicas; None: not counted)."""
-        self.hooks: ReplicaHooks = hooks or _NoHooks()
-        self._retry_to = retry_to
-        """Who retries a refused request (a fleet: re-routed or pinned); None: the client
-        retries here."""
-        self._lost_to = lost_to
-        """Who takes the requests of a ``lose`` restart (None: they are recomputed here,
-        as ``kill``)."""
+        out: ReplicaOutlet = outlet if outlet is not None else ReplicaOutlet()
+        self._outlet = out
+        """Where everything is reported (``sim.engine.outlet``): one object, the owner's."""
         self._make_allocator = make_allocator
         self.sched = Scheduler(
             config,
             make_allocator(),
-            on_event=lambda e: self.hooks.on_event(self, e),
+            on_event=lambda e: out.on_event(self, e),
             on_retry=self._retry,
-            on_done=lambda g: self.hooks.on_done(self, g),
+            on_done=lambda g: out.on_done(self, g),
         )
         self.started_s = env.now - initial_uptime_s
         self.up = True
@@ -153,6 +127,11 @@ class Replica:
     @property
     def allocator(self) -> Allocator:
         return self.sched.allocator
+
+    @property
+    def capacity_tokens(self) -> int:
+        """KV slots in the pool now (fixed for an allocator's life)."""
+        return self.sched.allocator.stats().capacity_tokens
 
     @property
     def view(self) -> ReplicaView:
@@ -224,6 +203,7 @@ class Replica:
             generator.close()
         self._generators.clear()
         self.sched.drop_callbacks()
+        self._outlet = ReplicaOutlet()
         self._feed = []
         self._retries = []
         self._plan = None
@@ -256,10 +236,8 @@ class Replica:
     def observe(self) -> None:
         """Bring the scheduler's state up to now (apply decode steps completed inside a
         fast-mode run, queue fed requests that have arrived) without changing the plan.
-        A no-op when called from inside the replica's own step (a failure sample): its
-        state is current and requests are queued at step boundaries only."""
-        if self.env.active_process is self.process and self._plan is None:
-            return
+        For observers: the replica's own reports (``sim.engine.outlet``) are made with
+        its state current and never ask for this."""
         if self._feed_next < len(self._feed) or self._retries:
             self._submit_due(self.env.now)
         plan = self._plan
@@ -281,9 +259,10 @@ class Replica:
             wake.poke()
 
     def _retry(self, group: Group, delay_s: float) -> None:
-        """A client retries a refused request after ``delay_s``."""
-        if self._retry_to is not None:
-            self._retry_to(self, group, delay_s)
+        """A client retries a refused request after ``delay_s``: the owner's clients
+        (``takes_retries``), or here."""
+        if self._outlet.takes_retries:
+            self._outlet.on_retry(self, group, delay_s)
             return
         if self.exact:
             timer = ArrivalTimer(self.env, delay_s)
@@ -535,11 +514,11 @@ class Replica:
             self._submit_due(self.env.now)
         self._restart = None
         self.restarts += 1
-        self.hooks.on_restart(self, mode, downtime_s)
-        if mode == "lose" and self._lost_to is not None:
+        self._outlet.on_restart(self, mode, downtime_s)
+        if mode == "lose":
             lost = self.sched.take_all()
             if lost:
-                self._lost_to(self, lost)
+                self._outlet.on_lost(self, lost)
         self.up = False
         if downtime_s == math.inf:  # gone for good (scaled down): the process ends
             self.sched.admitting = False

@@ -1,9 +1,10 @@
-"""The fleet as SimPy processes: the arrival process that routes every request at its
-arrival (``Router.choose`` over the replicas' views, then ``Replica.submit``), client
-retries (re-routed, or pinned to the replica that refused), requests a crash or a
-killed restart loses, the metric sampler, and the restart / autoscaling policy ticks.
-Node lifecycles (provisioning, loading, warming, draining, down, gone) are
-:class:`sim.fleet.lifecycle.Lifecycle`'s.
+"""The fleet, a run's traffic (``sim.driver``): the arrival process that routes every
+request at its arrival (``Router.choose`` over the replicas' views, then
+``Replica.submit``), client retries (re-routed, or pinned to the replica that refused),
+requests a crash or a killed restart loses, the restart / autoscaling policy ticks and a
+script of node actions. Each replica reports through its node's outlet; the fleet reads
+replicas through their views only. Node lifecycles (provisioning, loading, warming,
+draining, down, gone) are :class:`sim.fleet.lifecycle.Lifecycle`'s.
 
 Order at one instant: requests arriving then are routed first (URGENT timers, as a
 single replica queues its arrivals before anything else happens), then samples and
@@ -22,6 +23,8 @@ import numpy as np
 import simpy
 
 from policies.routing.base import NO_REQUEST, Router, RouteRequest
+from sim.columns import GroupColumns
+from sim.driver import RunOutlet
 from sim.engine.batch import ClientRetry, Group, SchedEvent, Status
 from sim.engine.events import ArrivalTimer
 from sim.engine.recorder import Recorder
@@ -29,10 +32,10 @@ from sim.engine.replica import Replica, RestartMode
 from sim.fleet.config import FleetConfig
 from sim.fleet.lifecycle import Lifecycle
 from sim.fleet.node import Node
-from sim.fleet.records import Records
 from sim.fleet.routeviews import AbsentView, RouteViews
 from sim.latency.base import OutOfRange
-from sim.runner import GroupColumns
+from sim.parts import Parts
+from sim.results.records import Records
 from sim.scenario import bounds
 
 FAILURE_KINDS = frozenset({"admission_failure", "growth_failure"})
@@ -54,46 +57,52 @@ class NodeAction:
     cause: str = "recorded"
 
 
-class _Hooks:
-    """One replica's hooks: the recorder's, plus the node's failure counters and
-    lifecycle."""
+class _NodeOutlet(RunOutlet):
+    """One node's replica outlet: the run's recording, the node's failure counters, the
+    fleet's clients (retries, lost requests) and the node's lifecycle (a restart's
+    rows are the fleet's own: ``Fleet.fleet_event``)."""
 
-    __slots__ = ("fleet", "node")
+    takes_retries = True
 
     def __init__(self, fleet: Fleet, node: Node) -> None:
+        super().__init__(fleet.recorder, fleet.records)
         self.fleet = fleet
         self.node = node
 
     def on_event(self, replica: Replica, event: SchedEvent) -> None:
-        self.fleet.recorder.on_event(replica, event)
+        self.recorder.on_event(replica, event)
         if event.kind in FAILURE_KINDS:
             node = self.node
             node.failures_total += 1
             if event.cause == "fragmentation":
                 node.fragmentation_failures_total += 1
-            capacity = replica.allocator.stats().capacity_tokens
-            if event.free_tokens / capacity > self.fleet.high_free_share:
+            if event.free_tokens / replica.capacity_tokens > self.fleet.high_free_share:
                 node.high_free_failures_total += 1
                 node.last_high_free_failure_s = replica.now_s
 
-    def on_done(self, replica: Replica, group: Group) -> None:
-        self.fleet.records.end(group, replica.replica_id)
+    def on_retry(self, replica: Replica, group: Group, delay_s: float) -> None:
+        self.fleet.client_retry(replica, group, delay_s)
+
+    def on_lost(self, replica: Replica, groups: list[Group]) -> None:
+        self.fleet.lost(replica, groups)
 
     def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
         self.fleet.went_down(self.node, mode, downtime_s)
 
 
 class Fleet(Lifecycle):
-    """Build with the initial nodes, then :meth:`start`; ``env.run`` does the rest."""
+    """A run's traffic (``sim.driver.Traffic``) when the scenario has a fleet: built with
+    its initial nodes; the run starts :meth:`processes`."""
 
     def __init__(
         self,
         env: simpy.Environment,
         config: FleetConfig,
-        parts: Sequence[Any],
+        parts: Sequence[Parts],
         columns: GroupColumns,
         sessions: dict[int, int] | None,
         recorder: Recorder,
+        records: Records,
         *,
         seed: int,
         exact: bool,
@@ -103,7 +112,7 @@ class Fleet(Lifecycle):
         super().__init__(env, config, parts, seed=seed, exact=exact)
         self.recorder = recorder
         self.columns = columns
-        self.records = Records(len(columns), recorder)
+        self.records = records
         self.sessions = sessions
         self.router: Router = config.router.build()
         self.restart_policy = config.restart.build()
@@ -119,6 +128,9 @@ class Fleet(Lifecycle):
         """request id -> how its last placement was made, where not ``routed``."""
         self.route_refusals = 0
         self.fleet_rows: dict[str, list[Any]] = {}
+        self.script: list[NodeAction] = []
+        """Node actions applied at their times besides the policies' (a postmortem's
+        recorded events), sorted by time."""
         for i, pool in enumerate(config.pools):
             for j in range(pool.count):
                 self.add_active(i, pool.uptime_of(j))
@@ -133,11 +145,9 @@ class Fleet(Lifecycle):
             part.scheduler,
             lambda: alloc.build(spec),
             part.latency,
-            hooks=_Hooks(self, node),
+            outlet=_NodeOutlet(self, node),
             exact=self.exact,
             initial_uptime_s=initial_uptime_s,
-            retry_to=self._client_retry,
-            lost_to=self._lost,
             out_of_range=self.out_of_range[node.pool_index],
         )
         self.views.set(node.replica_id, replica.view)
@@ -214,7 +224,7 @@ class Fleet(Lifecycle):
             self.route(g, math.inf, "redirected")
 
     # -- clients ------------------------------------------------------------------------------
-    def _client_retry(self, replica: Replica, g: Group, delay_s: float) -> None:
+    def client_retry(self, replica: Replica, g: Group, delay_s: float) -> None:
         """A replica refused ``g`` and its client retries after ``delay_s`` (attempt
         counted by the scheduler): pinned to that replica while it takes traffic,
         unless retries are re-routed. The delay counts from the refusal on the
@@ -235,7 +245,7 @@ class Fleet(Lifecycle):
     def _reroute(self, g: Group) -> None:
         self.route(g, math.inf, "rerouted-retry")
 
-    def _lost(self, replica: Replica, groups: list[Group]) -> None:
+    def lost(self, replica: Replica, groups: list[Group]) -> None:
         """The process holding ``groups`` died (a crash, a killed restart): each
         client sees an error now."""
         for g in groups:
@@ -262,9 +272,9 @@ class Fleet(Lifecycle):
         share = math.nan
         uptime = 0.0
         if replica is not None:
-            replica.observe()
-            free, largest = replica.allocator.free_and_largest_tokens()
-            share = free / replica.allocator.stats().capacity_tokens
+            view = replica.view  # brought up to now
+            free, largest = view.free_tokens, view.largest_free_extent_tokens
+            share = free / view.capacity_tokens
             uptime = replica.uptime_s
         self.recorder.events.add(
             time_s=self.env.now,
@@ -280,17 +290,28 @@ class Fleet(Lifecycle):
         )
 
     # -- periodic processes -----------------------------------------------------------------------
-    def sampler(self, interval_s: float) -> Generator[simpy.Event, Any, None]:
-        for _ in range(bounds.MAX_SAMPLES + 1):
-            self.sample_all("periodic")
-            yield self.env.timeout(interval_s)
-        raise bounds.samples_exceeded(interval_s, self.env.now)
+    def processes(self, sampler: Generator[simpy.Event, Any, None]) -> list[Any]:
+        """Arrivals, the run's sampler, the policies' ticks and the script, in that
+        order (``sim.driver.Traffic``)."""
+        out = [self.arrivals(), sampler]
+        if self.config.restart.kind != "none":
+            out.append(self.restart_ticks())
+        if self.config.autoscaler.kind != "none":
+            out.append(self.autoscale_ticks())
+        if self.script:
+            out.append(self.play(self.script))
+        return out
 
-    def sample_all(self, trigger: str) -> None:
+    def sampled(self) -> list[Replica]:
+        """Every node's replica, but scaled-down ones, in replica-id order."""
+        return [n.replica for n in self.nodes if n.replica is not None and n.state != "gone"]
+
+    def replicas(self) -> list[Replica]:
+        return [n.replica for n in self.nodes if n.replica is not None]
+
+    def after_sample(self, trigger: str) -> None:
+        """The fleet table's row now: nodes by state, queue and batch, the bill."""
         now = self.env.now
-        for node in self.nodes:
-            if node.replica is not None and node.state != "gone":
-                self.recorder.sample(node.replica, trigger=trigger)
         rows = self.fleet_rows
         counts = dict.fromkeys(
             ("provisioning", "loading", "warming", "active", "draining", "down"), 0
@@ -300,8 +321,9 @@ class Fleet(Lifecycle):
             if node.state in counts:
                 counts[node.state] += 1
             if node.replica is not None and node.state in ("active", "draining"):
-                waiting += len(node.replica.sched.waiting)
-                running += len(node.replica.sched.running)
+                view = node.replica.view
+                waiting += view.waiting_requests
+                running += view.running_requests
         row: dict[str, Any] = {"time_s": now, "trigger": trigger}
         row.update(counts)
         row["replicas"] = sum(counts.values())

@@ -120,8 +120,8 @@ class NodeReading:
         r = self._serving()
         if r is None:
             return None
-        r.observe()
-        free, largest = r.allocator.free_and_largest_tokens()
+        v = r.view
+        free, largest = v.free_tokens, v.largest_free_extent_tokens
         return largest / free if free > 0 else None
 
     @property

@@ -285,13 +285,10 @@ def counterfactual_scenario(cf: Scenario, log: PostmortemLog, rmap: ReplicaMap) 
 def _simulate(
     scenario: Scenario, log: PostmortemLog, router: Router | None, script: list[NodeAction]
 ) -> RunResult:
-    from sim.fleet.run import run_fleet
-    from sim.runner import _gc_paused, check_run_cost
+    from sim.runner import run
 
     requests = log.requests.drop(columns=["attempts"])
-    check_run_cost(scenario, requests)
-    with _gc_paused():
-        return run_fleet(scenario, requests, router=router, script=script)
+    return run(scenario, requests, router=router, script=script)
 
 
 @dataclass(frozen=True)

@@ -23,18 +23,16 @@ from typing import Any
 
 import simpy
 
+from policies.routing.base import RouterView
 from sim.engine.view import ReplicaView
 
 _FIELDS = frozenset(
-    {
-        "restarts",
-        "waiting_requests",
-        "outstanding_requests",
-        "largest_free_extent_tokens",
-        "kv_usage",
-    }
+    name
+    for name in vars(RouterView)
+    if not name.startswith("_") and name not in ("replica_id", "up")
 )
-"""The load signals a snapshot lends lazily (``RouterView``'s, less ``up``)."""
+"""The load signals a snapshot lends lazily: the router contract's fields
+(``policies.routing.base.RouterView``), less identity and ``up``."""
 
 
 class AbsentView:

@@ -35,6 +35,7 @@ from support.scenarios import request_frame, scenario_data
 
 from policies.allocators.base import PoolSpec
 from policies.allocators.paged import PagedAllocator
+from sim.engine.outlet import ReplicaOutlet
 from sim.engine.replica import Replica
 from sim.engine.scheduler import Group, SchedulerConfig
 from sim.latency.models import ConstantLatency
@@ -412,15 +413,9 @@ def test_a_submitted_request_queues_behind_fed_requests_already_arrived(exact: b
     env = simpy.Environment()
     admitted: dict[int, float] = {}
 
-    class Hooks:
-        def on_event(self, replica: Replica, event: Any) -> None:
-            pass
-
+    class Hooks(ReplicaOutlet):
         def on_done(self, replica: Replica, group: Group) -> None:
             admitted[group.request_id] = round(group.admit_s, 6)
-
-        def on_restart(self, replica: Replica, mode: Any, downtime_s: float) -> None:
-            pass
 
     spec = PoolSpec(capacity_tokens=100_000, max_seq_tokens=4096)
     replica = Replica(
@@ -429,7 +424,7 @@ def test_a_submitted_request_queues_behind_fed_requests_already_arrived(exact: b
         SchedulerConfig(max_num_seqs=1, max_seq_tokens=4096),
         lambda: PagedAllocator(spec),
         ConstantLatency(0.01),
-        hooks=Hooks(),
+        outlet=Hooks(),
         exact=exact,
     )
     replica.feed([Group(0, 0.0, 10, 200), Group(1, 0.503, 10, 300)])

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from support.fleet import evenly, fleet_data
 
-from sim.runner import check_run_cost, run
+from sim.cost import check_run_cost
+from sim.runner import run
 from sim.scenario import bounds
 from sim.scenario.schema import ScenarioError, parse_scenario
 

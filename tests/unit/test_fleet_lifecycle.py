@@ -14,8 +14,8 @@ from support.scenarios import request_frame
 from policies.autoscale.registry import AUTOSCALERS
 from policies.restart.registry import RESTART_POLICIES
 from sim.fleet.fleet import NodeAction
-from sim.fleet.run import run_fleet
 from sim.results.io import RunResult
+from sim.runner import run
 from sim.scenario.schema import parse_scenario
 
 # Round robin over two replicas of 4,096 slots: request 0 holds 3,000 slots of replica 0
@@ -25,7 +25,7 @@ BUSY = request_frame([0.0, 0.5, 1.0], [2000, 100, 2000], [1000, 10, 10])
 
 def _scripted(actions: list[NodeAction], df: pd.DataFrame = BUSY, **fleet: Any) -> RunResult:
     data = fleet_data(count=2, sample_interval_s=1.0, load_s=5.0, warmup_s=5.0, **fleet)
-    return run_fleet(parse_scenario(data), df, script=actions)
+    return run(parse_scenario(data), df, script=actions)
 
 
 def _state_at(r: RunResult, time_s: float, state: str) -> int:

@@ -57,3 +57,30 @@ def test_importing_every_policies_module_loads_no_sim_module() -> None:
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def _sim_imports() -> dict[str, set[str]]:
+    """Module -> the ``sim`` modules it imports (at any depth of its source)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((REPO / "sim").rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        graph[name] = {m for m in _imported(tree) if m.split(".")[0] == "sim"}
+    return graph
+
+
+def test_the_run_driver_and_the_fleet_import_each_other_one_way() -> None:
+    """``sim.runner`` uses the driver, the parts, the outputs and the fleet; none of the
+    modules it reaches imports it back (the old cycle: ``sim.fleet.run`` importing the
+    runner's pieces, ``sim.fleet.fleet`` taking ``GroupColumns`` from it)."""
+    graph = _sim_imports()
+    reached, todo = set(), list(graph["sim.runner"])
+    while todo:
+        name = todo.pop()
+        if name in reached or name not in graph:
+            continue
+        reached.add(name)
+        todo.extend(graph[name])
+    assert "sim.runner" not in reached
+    assert {"sim.driver", "sim.fleet.fleet", "sim.outputs", "sim.parts"} <= reached

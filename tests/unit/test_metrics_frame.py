@@ -17,8 +17,10 @@ import pandas as pd
 import pytest
 
 import sim.runner
+from sim.engine.batch import Group
 from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS, EventTable, Recorder
 from sim.results.frames import REQUEST_COLUMNS, columns_of, frame, request_frame
+from sim.results.records import Records
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
 from sim.scenario.workload import load_workload
@@ -124,27 +126,40 @@ def test_a_real_runs_rows(monkeypatch: pytest.MonkeyPatch) -> None:
         }
     )
     recorders: list[Recorder] = []
+    ended: list[tuple[Group, int]] = []
 
     def recorder_kept() -> Recorder:
         recorders.append(Recorder())
         return recorders[-1]
 
-    # The runner's name, not the (possibly compiled) class, is patched.
+    class RecordsKept(Records):
+        def end(self, g: Group, replica_id: int) -> None:
+            ended.append((g, replica_id))
+            super().end(g, replica_id)
+
+        def close(self) -> None:
+            ended.extend((g, -1) for g in self.live.values())
+            super().close()
+
+    # The runner's names, not the (possibly compiled) classes, are patched.
     monkeypatch.setattr(sim.runner, "Recorder", recorder_kept)
-    run(scenario, load_workload(scenario))
+    monkeypatch.setattr(sim.runner, "Records", RecordsKept)
+    result = run(scenario, load_workload(scenario))
     (recorder,) = recorders
+    groups, replicas = [g for g, _ in ended], [r for _, r in ended]
     # Every path that writes a row: each sample trigger, a failure and a restart event.
     assert set(recorder.samples.trigger) == {"periodic", "failure", "final"}
     kinds = {"admission_failure", "growth_failure", "preemption", "restart"}
     assert set(recorder.events.kind) == kinds
     rows = [
         tuple(replica if name == "replica" else getattr(g, name) for name in REQUEST_COLUMNS)
-        for g, replica in zip(recorder.done, recorder.done_replicas, strict=True)
+        for g, replica in ended
     ]
     want = pd.DataFrame.from_records(rows, columns=list(REQUEST_COLUMNS))
     want = want.sort_values("request_id", kind="stable").reset_index(drop=True)
-    got = request_frame(recorder.done, recorder.done_replicas)
+    got = request_frame(groups, replicas)
     assert list(got.dtypes) == list(want.dtypes)
     pd.testing.assert_frame_equal(got, want, check_exact=True)
+    pd.testing.assert_frame_equal(result.requests, want, check_exact=True)
     same_as_from_records(recorder.samples)
     same_as_from_records(recorder.events)

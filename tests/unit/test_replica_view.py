@@ -15,25 +15,22 @@ from support.allocators import registered_kinds
 
 from policies.allocators.base import PoolSpec
 from policies.allocators.registry import ALLOCATORS
-from sim.engine.batch import Group, SchedEvent, SchedulerConfig
-from sim.engine.replica import Replica, RestartMode
+from policies.routing.base import RouterView
+from sim.engine.batch import Group, SchedulerConfig
+from sim.engine.outlet import ReplicaOutlet
+from sim.engine.replica import Replica
+from sim.fleet.routeviews import AbsentView, StaleView
 from sim.latency.models import ConstantLatency
 
 
-class _Log:
+class _Log(ReplicaOutlet):
     """Replica hooks that keep every ended request."""
 
     def __init__(self) -> None:
         self.done: list[Group] = []
 
-    def on_event(self, replica: Replica, event: SchedEvent) -> None:
-        pass
-
     def on_done(self, replica: Replica, group: Group) -> None:
         self.done.append(group)
-
-    def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
-        pass
 
 
 def _rows(seed: int, n: int) -> list[tuple[float, int, int]]:
@@ -68,7 +65,7 @@ def _serve(
         SchedulerConfig(max_num_seqs=32, max_num_batched_tokens=2048, max_seq_tokens=2048),
         lambda: config.build(spec),
         ConstantLatency(step_s=0.01),
-        hooks=log,
+        outlet=log,
         exact=exact,
     )
     groups = [Group(i, a, p, o) for i, (a, p, o) in enumerate(rows)]
@@ -170,7 +167,7 @@ def test_replicas_sharing_an_environment_each_serve_as_alone(exact: bool) -> Non
                 SchedulerConfig(max_num_seqs=32, max_num_batched_tokens=2048, max_seq_tokens=2048),
                 lambda: config.build(spec),
                 ConstantLatency(step_s=0.01),
-                hooks=log,
+                outlet=log,
                 exact=exact,
             )
             replica.feed([Group(j, a, p, o) for j, (a, p, o) in enumerate(rows)])
@@ -181,3 +178,21 @@ def test_replicas_sharing_an_environment_each_serve_as_alone(exact: bool) -> Non
     together = serve([rows_a, rows_b])
     assert together == [serve([rows_a])[0], serve([rows_b])[0]]
     assert len(together[0]) == len(rows_a) and len(together[1]) == len(rows_b)
+
+
+def test_every_view_a_router_may_get_has_every_field_of_the_router_contract() -> None:
+    """The contract's field list is kept once (``RouterView``): the live view, a stale
+    snapshot of it and a node without a process answer each field."""
+    fields = [name for name in vars(RouterView) if not name.startswith("_")]
+    env = simpy.Environment()
+    spec = PoolSpec(capacity_tokens=6_000, kv_bytes_per_token=524_288, max_seq_tokens=2048)
+    replica = Replica(
+        env,
+        3,
+        SchedulerConfig(max_num_seqs=4, max_seq_tokens=2048),
+        lambda: ALLOCATORS["paged"].model_validate({"kind": "paged"}).build(spec),
+        ConstantLatency(step_s=0.01),
+    )
+    for view in (replica.view, StaleView(replica.view), AbsentView(3)):
+        assert {name: type(getattr(view, name)).__name__ for name in fields}
+        assert view.replica_id == 3

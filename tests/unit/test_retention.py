@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from support.allocators import build_allocator
 
+from sim.columns import make_groups
 from sim.engine.batch import Group, SchedulerConfig
 from sim.engine.scheduler import Scheduler
-from sim.runner import make_groups
 from sim.scenario.schema import ScenarioError, parse_scenario
 
 STEP_S = 0.01

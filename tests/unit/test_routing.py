@@ -18,8 +18,9 @@ from policies.allocators.registry import parse_allocator
 from policies.routing.base import Router, RouteRequest, RouterView
 from policies.routing.config import RouterConfig, WeightedConfig
 from policies.routing.registry import ROUTERS, build_registry, parse_router
-from sim.engine.batch import Group, SchedEvent, SchedulerConfig
-from sim.engine.replica import Replica, RestartMode
+from sim.engine.batch import Group, SchedulerConfig
+from sim.engine.outlet import ReplicaOutlet
+from sim.engine.replica import Replica
 from sim.latency.models import ConstantLatency
 
 
@@ -333,18 +334,12 @@ def test_registering_a_router_kind_twice_is_an_error() -> None:
 # -- over real replicas ------------------------------------------------------------------
 
 
-class _Log:
+class _Log(ReplicaOutlet):
     def __init__(self) -> None:
         self.done: list[tuple[int, Group]] = []
 
-    def on_event(self, replica: Replica, event: SchedEvent) -> None:
-        pass
-
     def on_done(self, replica: Replica, group: Group) -> None:
         self.done.append((replica.replica_id, group))
-
-    def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
-        pass
 
 
 def _replicas(
@@ -359,7 +354,7 @@ def _replicas(
             SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=2048, max_seq_tokens=2048),
             lambda c=c: c.build(spec),  # type: ignore[misc]
             ConstantLatency(step_s=0.01),
-            hooks=log,
+            outlet=log,
             # Exact mode: two fast-mode replicas on one environment do not get past
             # t = 0 today (each yields to the other's event at the same instant); the
             # fleet issue (11) owns that fix.

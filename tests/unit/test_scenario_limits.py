@@ -31,7 +31,8 @@ from pydantic import BaseModel
 
 import sim
 from policies.allocators.registry import ALLOCATORS
-from sim.runner import build_parts, run
+from sim.parts import build_parts, run_parts
+from sim.runner import run
 from sim.scenario.schema import Scenario, ScenarioError, load_scenario, parse_scenario
 
 BASE: dict[str, Any] = {
@@ -264,7 +265,7 @@ def test_the_step_check_leaves_a_calibrated_model_uncounted(tmp_path: Path) -> N
     (tmp_path / "lat.json").write_text(json.dumps(calibration))
     path = write_scenario(tmp_path, BASE_YAML + "latency: {kind: calibrated, path: lat.json}\n")
     scenario = load_scenario(path)
-    parts = build_parts(scenario)
+    parts = run_parts(scenario)
     # The probe counted nothing, and runs sharing the parts count only their own steps.
     first, again = (run(scenario, parts=parts).summary["latency"] for _ in range(2))
     assert first == again and first["out_of_range_calls"] > 0
