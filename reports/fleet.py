@@ -132,8 +132,9 @@ def alert_timeline(result: RunResult) -> go.Figure:
         found = summary.get("alerts", [])
         for a in found:
             hover = esc(f"{a['alert']} ({a['severity']}): {a.get('condition', '')}")
-            if "count" in a:
-                hover += esc(f"; {a['count']:,} times")
+            for key in ("matching_failures", "matching_samples"):
+                if key in a:
+                    hover += esc(f"; {a[key]:,} {key.replace('_', ' ')}")
             fig.add_trace(
                 go.Scatter(
                     x=[float(a.get("first_time_s", 0.0)) / div],

@@ -112,7 +112,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     rows += [(f"  {status}", f"{n:,}") for status, n in req["by_status"].items()]
     rows.append(("allocation failures", f"{fails['allocation_failures']:,}"))
     rows += [(f"  {cause}", f"{n:,}") for cause, n in fails["by_cause"].items()]
-    rows.append(("  at > 25 % free memory", f"{fails['at_high_free_memory']:,}"))
+    rows.append(("  of which at > 25 % free (any cause)", f"{fails['at_high_free_memory']:,}"))
     rows.append(("preemptions / restarts", f"{fails['preemptions']:,} / {fails['restarts']:,}"))
     ratio = mem["largest_contiguous_free_block_ratio"]
     rows.append(("largest / free ratio min / mean", f"{_f(ratio['min'])} / {_f(ratio['mean'])}"))
@@ -161,18 +161,12 @@ def _summary_table(summary: dict[str, Any]) -> str:
 
 
 def _alerts_html(summary: dict[str, Any]) -> str:
-    items = []
-    for a in summary.get("alerts", []):
-        count = f", {a['count']:,} times" if "count" in a else ""
-        first = f", first at {a['first_time_s']:,.0f} s" if "first_time_s" in a else ""
-        items.append(
-            f'<li class="{esc(a.get("severity", ""))}">ALERT ({esc(a.get("severity", ""))}) '
-            f"<b>{esc(a.get('alert', ''))}</b>: {esc(a.get('condition', ''))}{esc(count + first)}</li>"
-        )
-    fired = (summary.get("fleet") or {}).get("alerts_fired") or {}
-    if fired:
-        listed = ", ".join(f"{k} {v:,}" for k, v in fired.items())
-        items.append(f"<li>fleet alerts fired (alerts.parquet): {esc(listed)}</li>")
+    from sim.results.summary import alert_lines
+
+    items = [
+        f'<li class="{esc(a.get("severity", ""))}">{esc(line)}</li>'
+        for a, line in zip(summary.get("alerts", []), alert_lines(summary), strict=True)
+    ]
     if not items:
         return '<p class="alerts">no alerts</p>'
     return f'<ul class="alerts">{"".join(items)}</ul>'

@@ -209,10 +209,10 @@ def uptime_scatter(result: RunResult) -> go.Figure:
                 visible=_visible(k),
             )
         )
-    found = [a for a in result.summary.get("alerts", []) if "spearman_rho" in a]
+    corr = result.summary["memory"].get("node_uptime_vs_fragmentation_correlation") or {}
     title = "fragmentation ratio vs uptime"
-    if found:
-        title += f" (Spearman rho {found[0]['spearman_rho']:.2f})"
+    if corr.get("spearman_rho") is not None:
+        title += f" (Spearman rho {corr['spearman_rho']:.2f})"
     fig.update_layout(**base_layout(title, 400))
     fig.update_yaxes(title_text="1 - largest / free", range=[0, 1.02])
     fig.update_xaxes(title_text=unit.replace("time", "uptime"))

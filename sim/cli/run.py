@@ -94,6 +94,8 @@ def simulate(
 
 def print_summary(summary: dict[str, Any], console: Console) -> None:
     """The headline numbers of a run as a table, then its alerts."""
+    from sim.results.summary import alert_lines
+
     req, fails, mem = summary["requests"], summary["failures"], summary["memory"]
     t = Table(title=f"{summary['scenario']} — allocator {summary['allocator']}", show_header=False)
     t.add_column("metric")
@@ -104,7 +106,7 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
     t.add_row("allocation failures", f"{fails['allocation_failures']:,}")
     for cause, n in fails["by_cause"].items():
         t.add_row(f"  {cause}", f"{n:,}")
-    t.add_row("  at > 25 % free memory", f"{fails['at_high_free_memory']:,}")
+    t.add_row("  of which at > 25 % free (any cause)", f"{fails['at_high_free_memory']:,}")
     t.add_row("preemptions / restarts", f"{fails['preemptions']:,} / {fails['restarts']:,}")
     ratio = mem["largest_contiguous_free_block_ratio"]
     t.add_row(
@@ -127,10 +129,8 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
     if fleet is not None:
         _fleet_rows(t, fleet)
     console.print(t)
-    for a in summary["alerts"]:
-        console.print(
-            f"ALERT ({a['severity']}) {a['alert']}: {a['condition']}", markup=False, highlight=False
-        )
+    for line in alert_lines(summary):
+        console.print(line, markup=False, highlight=False)
 
 
 def _fleet_rows(t: Table, fleet: dict[str, Any]) -> None:
@@ -151,8 +151,6 @@ def _fleet_rows(t: Table, fleet: dict[str, Any]) -> None:
     t.add_row("  scale-ups / scale-downs", f"{fleet['scale_ups']:,} / {fleet['scale_downs']:,}")
     restarts = ", ".join(f"{k} {v:,}" for k, v in fleet["restarts"].items()) or "none"
     t.add_row("  restarts by cause / crashes", f"{restarts} / {fleet['crashes']:,}")
-    fired = ", ".join(f"{k} {v:,}" for k, v in fleet["alerts_fired"].items()) or "none"
-    t.add_row("  alerts fired (alerts.parquet)", fired)
 
 
 def _f(v: object) -> str:

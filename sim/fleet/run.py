@@ -27,6 +27,7 @@ from sim.fleet.alerts import diagnose_failures, evaluate_alerts
 from sim.fleet.fleet import Fleet, NodeAction
 from sim.hardware import HardwareConfig
 from sim.results.io import RunResult
+from sim.results.summary import with_firings
 from sim.scenario import bounds
 from sim.scenario.schema import Scenario, ScenarioError
 
@@ -143,10 +144,9 @@ def run_fleet(
     summary["fleet"] = fleet_summary(fleet, fleet_df, req_df, env.now)
     if router is not None:  # a replacement (a postmortem's recorded routes)
         summary["fleet"]["router"] = router.name
-    firing = alerts[alerts["state"] == "firing"]
-    summary["fleet"]["alerts_fired"] = {
-        str(k): int(v) for k, v in firing["alert"].value_counts().sort_index().items()
-    }
+    firing = alerts.loc[alerts["state"] == "firing", "alert"].value_counts()
+    counts = {str(k): int(v) for k, v in firing.items()}
+    summary["alerts"] = with_firings(summary["alerts"], counts, thresholds)
     for replica in replicas:
         replica.close()
     recorder.on_count = None
