@@ -251,6 +251,10 @@ def alert_lines(summary: dict[str, Any]) -> list[str]:
             counts.append(f"{a['matching_samples']:,} matching samples")
         if a.get("spearman_rho") is not None:
             counts.append(f"Spearman rho {a['spearman_rho']:.2f} over the run")
+        elif a["alert"] == UPTIME_CORRELATION.name:  # fired in windows, not run-wide
+            rho = summary.get("memory", {}).get(UPTIME_CORRELATION.name, {}).get("spearman_rho")
+            if rho is not None:
+                counts.append(f"Spearman rho {rho:.2f} over the whole run (condition not met)")
         if "firings" in a:
             counts.append(f"{a['firings']:,} firings (per scrape window, alerts.parquet)")
         if a.get("first_time_s") is not None:
