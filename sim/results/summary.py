@@ -256,7 +256,10 @@ def alert_lines(summary: dict[str, Any]) -> list[str]:
             if rho is not None:
                 counts.append(f"Spearman rho {rho:.2f} over the whole run (condition not met)")
         if "firings" in a:
-            counts.append(f"{a['firings']:,} firings (per scrape window, alerts.parquet)")
+            n = a["firings"]
+            counts.append(
+                f"{n:,} firing{'' if n == 1 else 's'} (per scrape window, alerts.parquet)"
+            )
         if a.get("first_time_s") is not None:
             counts.append(f"first at {a['first_time_s']:,.0f} s")
         shown = f" — {'; '.join(counts)}" if counts else ""

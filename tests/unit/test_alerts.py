@@ -320,7 +320,7 @@ def test_matching_failures_and_firings_are_two_counts_both_named() -> None:
     assert [(a["alert"], a["firings"]) for a in fired] == [(FAILURE, 1), (UPTIME, 2)]
     assert fired[1]["condition"].startswith("Spearman rho(uptime, 1 - ratio) >= 0.5")
     (line, uptime_line) = alert_lines({"alerts": fired})
-    assert "4 matching failures" in line and "1 firings (per scrape window" in line
+    assert "4 matching failures" in line and "1 firing (per scrape window" in line
     assert "matching" not in uptime_line and "2 firings" in uptime_line
     run_wide = {"alerts": fired, "memory": {UPTIME: {"spearman_rho": 0.3}}}
     assert "Spearman rho 0.30 over the whole run (condition not met)" in alert_lines(run_wide)[1]
