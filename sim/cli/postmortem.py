@@ -91,7 +91,7 @@ def postmortem_command(
     ] = False,
 ) -> None:
     """Replay LOG_DIR's traffic and node events, match its failures, run counterfactuals."""
-    from sim.cli.compare import _names
+    from sim.cli.compare import unique_names
     from sim.cli.run import check_output_dir, fail
     from sim.fleet.postmortem import postmortem_record
     from sim.fleet.postmortem_log import LogError, load_postmortem_log
@@ -106,7 +106,7 @@ def postmortem_command(
     base = _load(scenario)
     chosen = [] if no_counterfactuals else (counterfactual or list(DEFAULT_COUNTERFACTUALS))
     cfs = [_load(name) for name in chosen]
-    names = _names([cf.name for cf in cfs])
+    names = unique_names([cf.name for cf in cfs])
     check_output_dir(out / "replay")
     for name in names:
         check_output_dir(out / "counterfactuals" / name)
