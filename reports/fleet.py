@@ -112,6 +112,7 @@ def replicas_over_time(
             col=1,
         )
     x = (windows.starts_s + windows.width_s / 2.0) / div
+    unrecorded = "" if "avoidable_cost_usd" in fleet else " (avoidable not recorded by this run)"
     for rank, (series, color, sign, panel) in enumerate(EVENT_BARS):
         if panel not in panels or not len(times[series]):
             continue
@@ -121,7 +122,7 @@ def replicas_over_time(
                 x=x,
                 y=sign * counts,
                 width=windows.width_s / div,
-                name=f"{series}: {len(times[series]):,}",
+                name=f"{series}{unrecorded if series == 'scale-up' else ''}: {len(times[series]):,}",
                 marker={"color": color, "line": {"width": 0}},
                 customdata=counts,
                 hovertemplate=f"%{{customdata:,}} {series}<extra></extra>",

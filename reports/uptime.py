@@ -3,7 +3,9 @@ restart? :func:`ratio_vs_uptime` draws ``largest_contiguous_free_block_ratio`` a
 uptime over *every* periodic sample of every replica up (none is dropped: a fleet of
 600 replicas over six days draws the same bounded figure as one replica):
 
-* a 2-D histogram of all samples (grey, darker = more samples);
+* a 2-D histogram of all samples, each uptime column shaded by its own distribution
+  (darker = a larger share of that bin's samples: short-lived replicas put most samples
+  at low uptime, and raw counts would wash the long-uptime columns out);
 * per uptime bin (:data:`~reports.aggregate.UPTIME_BINS`, equal width) the median ratio
   and its interquartile range, and the mean and the 10th percentile (where most samples
   are unfragmented, ratio 1, the median stays at 1 and the tail tells the story);
@@ -45,17 +47,21 @@ def ratio_vs_uptime(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS)
     fig = go.Figure()
     centers = (binned.edges_s[:-1] + binned.edges_s[1:]) / 2.0 / div
     ratio_centers = (binned.ratio_edges[:-1] + binned.ratio_edges[1:]) / 2.0
-    shown = np.where(binned.counts > 0, np.sqrt(binned.counts), np.nan)
+    per_bin = binned.counts.sum(axis=0, keepdims=True)
+    share = binned.counts / np.maximum(per_bin, 1)
     fig.add_trace(
         go.Heatmap(
             x=centers,
             y=ratio_centers,
-            z=shown,
-            customdata=binned.counts,
-            colorscale=[[0.0, "#f0f0f0"], [1.0, "#6b6b6b"]],
+            z=np.where(binned.counts > 0, np.sqrt(share), np.nan),
+            customdata=np.dstack([binned.counts, share * 100.0]),
+            colorscale=[[0.0, "#ececec"], [1.0, "#555555"]],
+            zmin=0.0,
+            zmax=1.0,
             showscale=False,
             name="all samples",
-            hovertemplate="%{customdata:,} samples<extra>uptime %{x:.3g}, ratio %{y:.2f}</extra>",
+            hovertemplate="%{customdata[0]:,} samples, %{customdata[1]:.1f} % of this uptime "
+            "bin's<extra>uptime %{x:.3g}, ratio %{y:.2f}</extra>",
         )
     )
     x = binned.centers_s / div

@@ -20,16 +20,17 @@ import typer
 from sim.errors import clip
 
 
-def write_report_of(run_dirs: Sequence[Path], out: Path) -> Path:
-    """Write the report of ``run_dirs`` to ``out``; a user error (a folder that is not a
-    run, a path that cannot be written) prints one ``error:`` line and raises the exit-2
-    exception. plotly is imported here, only by the commands that report."""
-    from reports import ReportError, write_report
+def write_report_of(run_dirs: Sequence[Path], out: Path, top_k: int = 3) -> Path:
+    """Write the report of ``run_dirs`` to ``out`` (``top_k``: worst replicas drawn one by
+    one in a fleet's figures); a user error (a folder that is not a run, a path that
+    cannot be written) prints one ``error:`` line and raises the exit-2 exception.
+    plotly is imported here, only by the commands that report."""
+    from reports import ReportError, ReportOptions, write_report
     from sim.cli.run import fail
     from traces.errors import TraceError
 
     try:
-        return write_report(run_dirs, out)
+        return write_report(run_dirs, out, ReportOptions(top_k=top_k))
     except ReportError as e:
         raise fail(clip(str(e))) from None
     except TraceError as e:
@@ -70,6 +71,15 @@ def report_command(
         Path | None,
         typer.Option("--out", "-o", help="The HTML file to write (default: DIR/report.html)."),
     ] = None,
+    top_k: Annotated[
+        int,
+        typer.Option(
+            "--top-k",
+            min=0,
+            max=50,
+            help="Worst replicas a fleet's figures draw one by one over the fleet's bands.",
+        ),
+    ] = 3,
 ) -> None:
     """Build one self-contained HTML report over RUN_DIR... or one postmortem folder."""
     from sim.cli.run import fail
@@ -83,5 +93,5 @@ def report_command(
     if postmortems:
         path = write_postmortem_report_of(run_dirs[0], target)
     else:
-        path = write_report_of(run_dirs, target)
+        path = write_report_of(run_dirs, target, top_k)
     typer.echo(f"wrote {path}")

@@ -266,6 +266,12 @@ def test_report_command(tmp_path: Path, single: RunResult) -> None:
     assert result.exit_code == 0, result.output
     assert out.read_text().startswith("<!DOCTYPE html>") and str(out) in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "run"]
+    again = CliRunner().invoke(
+        app, ["report", str(tmp_path / "run"), "-o", str(out), "--top-k", "0"]
+    )
+    assert again.exit_code == 0, again.output
+    refused = CliRunner().invoke(app, ["report", str(tmp_path / "run"), "--top-k", "51"])
+    assert refused.exit_code == 2 and "--top-k" in refused.output
 
 
 @pytest.mark.parametrize("what", ["missing", "file", "empty"])
