@@ -16,7 +16,7 @@ not match.
 Size: plotly.js once (4.8 MB with plotly 6) plus the figures; every figure draws at
 most :data:`TOP_NODES` nodes and :data:`MAX_POINTS` failure markers in all (every k-th
 failure of each outcome in time order beyond that, said in the title), and tables list
-at most :data:`MAX_ROWS` rows, so a report stays under about 5.5 MB whatever the log's
+at most ``reports.postmortem_tables.MAX_ROWS`` rows, so a report stays under about 5.5 MB whatever the log's
 size (5.2 MB measured on 45,000 failures over 637 nodes and six days).
 """
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,12 +35,18 @@ from plotly.offline import get_plotlyjs
 
 from reports.common import base_layout, esc, time_unit
 from reports.html import STYLE, ReportError, figure_html, write_html
+from reports.postmortem_tables import (
+    answer_table,
+    counterfactual_table,
+    deltas,
+    node_table,
+    unmatched_table,
+)
 
 FILES = ("postmortem.json", "match.csv", "compare.csv")
 """What makes a folder a postmortem's (``replicas.csv`` is optional: older folders)."""
 TOP_NODES = 30
 MAX_POINTS = 10_000
-MAX_ROWS = 200
 REPRODUCED, MISSED, EXTRA = "#2ca02c", "#d62728", "#ff7f0e"
 RECORDED, REPLAYED, EVENT = "#3f4f75", "#9ecae1", "#7f7f7f"
 
@@ -93,18 +98,18 @@ def build_postmortem_report(pm: Postmortem) -> str:
     title = f"postmortem of log {log}/" + (f" on {base}" if base else "")
     numbers = iter(range(1_000_000))
     parts = [
-        "<h2>answer</h2>",
-        _answer_table(pm),
-        "<h2>recorded vs replayed failures over time</h2>",
+        '<h2 id="answer">answer</h2>',
+        answer_table(pm),
+        '<h2 id="recorded-vs-replayed-failures-over-time">recorded vs replayed failures over time</h2>',
         figure_html(failures_over_time(pm), next(numbers)),
         figure_html(failures_by_node_over_time(pm), next(numbers)),
-        "<h2>per node</h2>",
+        '<h2 id="per-node">per node</h2>',
         figure_html(failures_by_node(pm), next(numbers)),
-        _node_table(pm),
-        "<h2>counterfactuals</h2>",
-        _counterfactuals(pm, numbers),
-        "<h2>failures that did not match</h2>",
-        _unmatched_table(pm),
+        node_table(pm),
+        '<h2 id="counterfactuals">counterfactuals</h2>',
+        _counterfactuals(pm, next(numbers)),
+        '<h2 id="failures-that-did-not-match">failures that did not match</h2>',
+        unmatched_table(pm),
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -112,59 +117,6 @@ def build_postmortem_report(pm: Postmortem) -> str:
         f'<script type="text/javascript">{get_plotlyjs()}</script></head>\n<body>'
         f"<h1>{esc(title)}</h1>\n" + "\n".join(parts) + "\n</body></html>\n"
     )
-
-
-def _table(header: list[str] | None, rows: list[list[str]], cls: str = "") -> str:
-    """An HTML table of already escaped cells (``header`` None: no header row)."""
-    head = (
-        "" if header is None else "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>"
-    )
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table class="{cls}">{head}{body}</table>'
-
-
-def _score(value: Any) -> str:
-    return (
-        "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
-    )
-
-
-def _answer_table(pm: Postmortem) -> str:
-    r = pm.record
-    rule = r["rule"] + (f" (±{r['tolerance_s']:g} s)" if r.get("tolerance_s") is not None else "")
-    span = r.get("span_s") or [0.0, 0.0]
-    routed = r.get("router", {})
-    rows = [
-        (
-            "log",
-            f"{r['requests']:,} requests over {_duration(span[1] - span[0])}, "
-            f"{len(r['replicas'])} nodes, {_count(len(r.get('node_events', [])), 'node event')}",
-        ),
-        ("recorded failures reproduced", f"{r['matched']:,} of {r['recorded_failures']:,}"),
-        ("replayed failures", f"{r['simulated_failures']:,}"),
-        ("precision (reproduced / replayed failures)", _score(r["precision"])),
-        ("recall (reproduced / recorded failures)", _score(r["recall"])),
-        ("matching rule", rule),
-        ("requests on their recorded node", f"{routed.get('recorded', 0):,}"),
-        ("router fallbacks (recorded node not up)", f"{r['router_fallbacks']:,}"),
-    ]
-    best = _best_counterfactual(pm)
-    if best is not None:
-        rows.append(("best counterfactual", best))
-    body = [[esc(k), esc(v)] for k, v in rows]
-    return _table(None, body, "summary")
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 7200:
-        return f"{seconds / 60:,.0f} min"
-    if seconds < 3 * 86400:
-        return f"{seconds / 3600:,.1f} h"
-    return f"{seconds / 86400:,.1f} days"
 
 
 # -- failures ---------------------------------------------------------------------------------
@@ -385,109 +337,12 @@ def failures_by_node(pm: Postmortem) -> go.Figure:
     return fig
 
 
-def _node_table(pm: Postmortem) -> str:
-    """Per node: pool, initial uptime, fleet ids in the replay, failures."""
-    from sim.fleet.matching import failures_by_replica
-
-    r = pm.record
-    per = failures_by_replica(pm.match).set_index("replica")
-    ids: dict[str, list[str]] = {}
-    if pm.replicas is not None:
-        for fid, name in zip(pm.replicas["fleet_id"], pm.replicas["replica"], strict=True):
-            ids.setdefault(str(name), []).append(str(fid))
-    pools = r.get("pools") or [""] * len(r["replicas"])
-    uptimes = r.get("initial_uptime_s") or [math.nan] * len(r["replicas"])
-    rows = []
-    for name, pool, up in zip(r["replicas"], pools, uptimes, strict=True):
-        got = per.loc[name] if name in per.index else None
-        counts = (
-            [0, 0, 0] if got is None else [got["recorded"], got["simulated"], got["reproduced"]]
-        )
-        uptime = "—" if not up else _duration(float(up))
-        rows.append((sum(counts[:2]), name, pool, uptime, ", ".join(ids.get(name, [])), counts))
-    rows.sort(key=lambda row: (-row[0], row[1]))
-    body = [
-        [esc(name), esc(pool), esc(up), esc(fid), *(f"{c:,}" for c in counts)]
-        for _, name, pool, up, fid, counts in rows[:MAX_ROWS]
-    ]
-    more = len(rows) - len(body)
-    note = f"<p>{more:,} more nodes (none with more failures) in replicas.csv</p>" if more else ""
-    header = [
-        "node (log)",
-        "pool",
-        "up at log start",
-        "replay fleet id",
-        "recorded",
-        "replayed",
-        "reproduced",
-    ]
-    return _table(header, body) + note
-
-
-# -- counterfactuals --------------------------------------------------------------------------
-def _deltas(pm: Postmortem) -> pd.DataFrame | None:
-    from sim.fleet.compare import with_deltas
-
-    if len(pm.compare) < 2:
-        return None
-    names = [str(s) for s in pm.compare["scenario"]]
-    return with_deltas(pm.compare, names, baseline=0)
-
-
-def _best_counterfactual(pm: Postmortem) -> str | None:
-    table = _deltas(pm)
-    if table is None:
-        return None
-    return str(table.iloc[1]["verdict"])  # the best-ranked alternative follows the baseline
-
-
-def _counterfactuals(pm: Postmortem, numbers: Iterator[int]) -> str:
-    table = _deltas(pm)
+def _counterfactuals(pm: Postmortem, number: int) -> str:
+    """The counterfactuals against the replay: a table and their bars."""
+    table = deltas(pm)
     if table is None:
         return "<p>no counterfactuals were run (fragsim postmortem --counterfactual NAME)</p>"
-    from sim.fleet.compare import delta_text, formatted, usd
-
-    rows = []
-    for _, row in table.iterrows():
-        is_base = row["run"] == table.iloc[0]["run"]
-        saved = row["cost_saved_usd"]
-        rows.append(
-            [
-                esc(row["run"]),
-                "—" if is_base else f"{int(row['rank'])}",
-                formatted("failed_requests", row["failed_requests"]),
-                formatted("allocation_failures", row["allocation_failures"]),
-                formatted("restarts", row["restarts"]),
-                formatted("replicas_mean", row["replicas_mean"]),
-                formatted("replica_hours", row["replica_hours"]),
-                formatted("cost_usd", row["cost_usd"]),
-                "—" if is_base or math.isnan(saved) else esc(usd(saved)),
-                esc(delta_text("ttft_p99_s", row["ttft_p99_s_delta"], row["ttft_p99_s_delta_pct"]))
-                if not is_base
-                else formatted("ttft_p99_s", row["ttft_p99_s"]),
-                esc(row["verdict"]),
-            ]
-        )
-    header = [
-        "run",
-        "rank",
-        "failed requests",
-        "allocation failures",
-        "restarts",
-        "replicas (mean)",
-        "replica-hours",
-        "cost ($)",
-        "saved vs replay",
-        "TTFT p99 (s)",
-        "verdict",
-    ]
-    intro = (
-        "<p>Each counterfactual runs the log's traffic from its initial fleet with its own "
-        "policies (recorded crashes kept, recorded restarts and scale events dropped); the "
-        "replay is the baseline. TTFT p99 of a counterfactual is its difference from the "
-        "replay's.</p>"
-    )
-    return intro + _table(header, rows) + figure_html(_counterfactual_bars(table), next(numbers))
+    return counterfactual_table(table) + figure_html(_counterfactual_bars(table), number)
 
 
 def _counterfactual_bars(table: pd.DataFrame) -> go.Figure:
@@ -500,43 +355,3 @@ def _counterfactual_bars(table: pd.DataFrame) -> go.Figure:
     fig.add_trace(go.Bar(x=runs, y=table["cost_usd"], marker={"color": colours}), 1, 2)
     fig.update_layout(**base_layout("replay (dark) and counterfactuals", 380), showlegend=False)
     return fig
-
-
-# -- the rest ---------------------------------------------------------------------------------
-def _unmatched_table(pm: Postmortem) -> str:
-    m = pm.match[~pm.match["matched"].astype(bool)]
-    if m.empty:
-        return "<p>every recorded failure was reproduced and every replayed failure recorded</p>"
-
-    def t(v: Any) -> str:
-        return "—" if pd.isna(v) else f"{float(v):,.3f}"
-
-    def text(v: Any) -> str:
-        return "—" if pd.isna(v) else esc(v)
-
-    body = [
-        [
-            text(r.request_id),
-            text(r.replica),
-            text(r.recorded_status),
-            t(r.recorded_time_s),
-            text(r.simulated_replica),
-            text(r.simulated_status),
-            t(r.simulated_time_s),
-            esc(r.reason),
-        ]
-        for r in m.head(MAX_ROWS).itertuples(index=False)
-    ]
-    more = len(m) - len(body)
-    note = f"<p>{more:,} more rows in match.csv</p>" if more else ""
-    header = [
-        "request",
-        "node",
-        "recorded status",
-        "recorded at (s)",
-        "replayed on",
-        "replayed status",
-        "replayed at (s)",
-        "why not matched",
-    ]
-    return _table(header, body) + note

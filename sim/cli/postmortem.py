@@ -260,7 +260,7 @@ def _money(value: float) -> Cell:
 
 def _runs_table(ranked: pd.DataFrame) -> TableData:
     """The replay (the baseline, first) and the counterfactuals, best first."""
-    columns = ["run", "failed", "alloc. failures", "restarts", "replica-h", "cost $", "saved $"]
+    columns = ["run", "failed", "alloc fails", "restarts", "replica-h", "cost $", "saved $"]
     columns += ["TTFT p99 s", "e2e p99 s"]
     rows: list[list[object]] = []
     for i, r in enumerate(ranked.to_dict("records")):
