@@ -67,7 +67,7 @@ def comparison_table(
         for r in others:
             delta = float(r[f"{metric}_delta"])
             text = delta_text(metric, delta, float(r[f"{metric}_delta_pct"]))
-            style = "" if math.isnan(delta) or delta == 0 else _colour_style(delta < 0)
+            style = "" if text in ("0", "—") else _colour_style(delta < 0)
             cells += [_value(metric, r[metric]), f"<td{style}>{esc(text)}</td>"]
         rows.append(f"<tr>{''.join(cells)}</tr>")
     for metric, label in COLUMNS[1:]:
@@ -77,12 +77,20 @@ def comparison_table(
         cells += [_value(metric, r[metric]) + "<td></td>" for r in others]
         rows.append(f"<tr>{''.join(cells)}</tr>")
     table = f'<table class="comparison">{"".join(rows)}</table>'
+    rule = "ranked by dollars saved against it, ties by fewer allocation failures"
+    if all(math.isnan(float(r["cost_saved_usd"])) for r in records):
+        rule = "no prices to compare: ranked by fewer allocation failures"
     return (
-        f"<p>baseline: <b>{esc(base['run'])}</b>; ranked by dollars saved against it, "
-        "ties by fewer allocation failures.</p>"
+        f"<p>baseline: <b>{esc(base['run'])}</b>; {rule}.</p>"
         f'<ul class="verdicts">{verdicts}</ul>'
         f'<div style="overflow-x:auto">{table}</div>'
     )
+
+
+def _drawn(values: pd.Series) -> bool:
+    """Worth a panel: some run has a value other than zero."""
+    numbers = pd.to_numeric(values, errors="coerce")
+    return bool((numbers.notna() & (numbers != 0)).any())
 
 
 def _bar_colour(delta: float, pct: float) -> str:
@@ -103,12 +111,12 @@ def _colour_style(better: bool) -> str:
 def comparison_bars(
     summaries: Sequence[dict[str, Any]], names: Sequence[str], baseline: int = 0
 ) -> go.Figure:
-    """A panel per metric of :data:`~sim.fleet.compare.DELTA_METRICS` (those missing for
-    every run left out), a horizontal bar per run in display order (the baseline on
+    """A panel per metric of :data:`~sim.fleet.compare.DELTA_METRICS` (those missing or
+    zero for every run left out), a horizontal bar per run in display order (the baseline on
     top, grey, its value a dashed line), each bar labelled with its value and its
     difference from the baseline in percent."""
     frame = comparison_frame(summaries, names, baseline)
-    metrics = [m for m in DELTA_METRICS if pd.to_numeric(frame[m], errors="coerce").notna().any()]
+    metrics = [m for m in DELTA_METRICS if _drawn(frame[m])]
     cols = 2
     n_rows = max(1, -(-len(metrics) // cols))
     panel_px = max(140, 26 * len(frame) + 50)

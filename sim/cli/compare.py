@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from sim.cli.output import FormatOption
+from sim.scenario.fields import MAX_SEED
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,7 +55,9 @@ def compare_command(
         str | None,
         typer.Option(help="The run to compare against, by NAME (default: the first)."),
     ] = None,
-    seed: Annotated[int | None, typer.Option(min=0, help="Override every scenario's seed.")] = None,
+    seed: Annotated[
+        int | None, typer.Option(min=0, max=MAX_SEED, help="Override every scenario's seed.")
+    ] = None,
     jobs: Annotated[int, typer.Option(min=1, max=256, help="Runs at once (processes).")] = 1,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress, table or verdicts.")
@@ -270,6 +273,8 @@ def print_comparison(frame: pd.DataFrame, fmt: str) -> None:
     base = frame["run"].iloc[0]
     print_table(f"against {base}", columns, rows, fmt)
     head = f"ranked by $ saved against {base}, ties by fewer allocation failures:"
+    if frame["cost_saved_usd"].isna().all():
+        head = f"no prices to compare: ranked by fewer allocation failures against {base}:"
     verdicts = [f"{int(r['rank'])}. {r['verdict']}" for r in frame.iloc[1:].to_dict("records")]
     if fmt == "markdown":
         typer.echo("\n".join(["", head, "", *verdicts]))
@@ -322,6 +327,8 @@ def display_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[object]]]:
                 change = "base"
             elif math.isnan(pct) or delta == 0:
                 change = delta_text(metric, delta, math.nan)
+            elif abs(pct) < 0.05:
+                change = "0.0 %"
             else:
                 change = f"{'−' if pct < 0 else '+'}{abs(pct):.1f} %"
             row.append(Cell(r[metric], f"{formatted(metric, r[metric])}\n{change}"))

@@ -216,11 +216,13 @@ def usd(value: float) -> str:
 
 def delta_text(metric: str, delta: float, pct: float) -> str:
     """A difference as tables show it, with its share of the baseline's value:
-    ``-78.27 (-43.9 %)`` (a true minus sign); ``—`` when missing; ``0`` when none."""
+    ``-78.27 (-43.9 %)`` (a true minus sign); ``—`` when missing; ``0`` when none, or
+    too small to show in the metric's format."""
     if math.isnan(delta):
         return "—"
-    if delta == 0:
+    size = formatted(metric, abs(delta))
+    if float(size.replace(",", "")) == 0:  # zero, or too small to show
         return "0"
     sign = "−" if delta < 0 else "+"
     share = "" if math.isnan(pct) else f" ({sign}{abs(pct):.1f} %)"
-    return f"{sign}{formatted(metric, abs(delta))}{share}"
+    return f"{sign}{size}{share}"

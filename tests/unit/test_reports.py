@@ -214,7 +214,9 @@ def test_report_title_is_the_scenario(single: RunResult) -> None:
 
 def test_comparison_and_heatmap(single: RunResult, fleet: RunResult) -> None:
     bars = reports.comparison_bars([single.summary, fleet.summary], ["a", HOSTILE])
-    assert len(bars.data) == 8 and all(len(t.x) == 2 for t in bars.data)  # DELTA_METRICS
+    names = {t.name for t in bars.data}  # DELTA_METRICS less those zero or missing in both
+    assert "avoidable replica-hours" not in names and "allocation failures" in names
+    assert len(bars.data) == 7 and all(len(t.x) == 2 for t in bars.data)
     assert all(HOSTILE not in str(t.y) for t in bars.data)
     sweep = pd.DataFrame(
         {
