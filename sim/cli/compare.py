@@ -47,6 +47,7 @@ def compare_command(
         typer.Argument(
             help="Scenario files or built-in names (run here), or finished run folders "
             "(read, not re-run); the first is the baseline unless --baseline says.",
+            metavar="RUN",
             show_default=False,
         ),
     ],
@@ -92,6 +93,7 @@ def compare_command(
     to_run = [(i, prepared[i][0], out / names[i]) for i in sorted(prepared)]
     summaries.update(_simulate(to_run, prepared, quiet=quiet, jobs=jobs))
     _check_summaries(summaries, folders, fail)
+    _warn_spans([summaries[i] for i in range(len(runs))], names)
     from sim.fleet.compare import compare_frame, with_deltas
 
     frame = with_deltas(compare_frame([summaries[i] for i in range(len(runs))]), names, base)
@@ -157,6 +159,21 @@ def _check_summaries(
             compare_row(summaries[i])
         except (KeyError, TypeError, ValueError) as e:
             raise fail(f"{path / SUMMARY}: not a fragsim run summary (no {e})") from None
+
+
+def _warn_spans(summaries: list[dict[str, Any]], names: list[str]) -> None:
+    """One ``warning:`` line when the runs cover simulated spans more than 1 % apart:
+    their dollars and counts are then not comparable."""
+    spans = [float(s.get("span_s") or s["engine"]["end_s"]) for s in summaries]
+    if min(spans) > 0 and max(spans) <= 1.01 * min(spans):
+        return
+    listed = ", ".join(
+        f"{n} {span_s / 3600:,.1f} h" for n, span_s in zip(names, spans, strict=True)
+    )
+    typer.echo(
+        f"warning: the runs cover different spans ({listed}); compare runs of the same traffic",
+        err=True,
+    )
 
 
 def unique_names(names: list[str]) -> list[str]:
@@ -276,6 +293,8 @@ def print_comparison(frame: pd.DataFrame, fmt: str) -> None:
     if frame["cost_saved_usd"].isna().all():
         head = f"no prices to compare: ranked by fewer allocation failures against {base}:"
     verdicts = [f"{int(r['rank'])}. {r['verdict']}" for r in frame.iloc[1:].to_dict("records")]
+    if not verdicts:  # the baseline alone
+        return
     if fmt == "markdown":
         typer.echo("\n".join(["", head, "", *verdicts]))
         return

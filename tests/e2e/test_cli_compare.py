@@ -144,3 +144,19 @@ def test_bad_arguments_are_one_error_line(runs: Path, tmp_path: Path) -> None:
     line = fails("compare", str(partial), "-o", str(tmp_path / "o"), "--no-report")
     assert "not a fragsim run summary" in line
     assert not (tmp_path / "o").exists()  # nothing written
+
+
+def test_runs_of_different_spans_are_compared_with_a_warning(runs: Path, tmp_path: Path) -> None:
+    short = tmp_path / "short"
+    short.mkdir()
+    summary = json.loads((runs / "paged" / "summary.json").read_text())
+    summary["span_s"] = summary["span_s"] / 2
+    (short / "summary.json").write_text(json.dumps(summary))
+    _, stderr = fragsim(
+        "compare", str(runs / "paged"), str(short), "-o", str(tmp_path / "o"), "--no-report"
+    )
+    assert "warning: the runs cover different spans (paged " in stderr
+    _, stderr = fragsim(
+        "compare", str(runs / "paged"), str(runs / LONG), "-o", str(tmp_path / "o"), "--no-report"
+    )
+    assert "warning" not in stderr
