@@ -226,12 +226,15 @@ def alert_rows(result: RunResult) -> list[dict[str, Any]]:
     return rows
 
 
-ALERT_NOTE = (
+HELD_NOTE = (
     "<b>held</b>: the allocation failures (or periodic samples) that met the condition over "
-    "the whole run (summary.json). <b>firings</b>: how many times the alert started firing "
-    "when evaluated every scrape as Prometheus would (alerts.parquet, fleet runs): several "
-    "failures in one scrape window, or in consecutive ones, are one firing. <b>replicas</b>: "
-    "how many replicas it fired on, and held on where that differs."
+    "the whole run (summary.json). "
+)
+FIRINGS_NOTE = (
+    "<b>firings</b>: how many times the alert started firing when evaluated every scrape as "
+    "Prometheus would (alerts.parquet, fleet runs): several failures in one scrape window, "
+    "or in consecutive ones, are one firing. <b>replicas</b>: how many replicas it fired "
+    "on, and held on where that differs."
 )
 
 
@@ -291,4 +294,5 @@ def answer_html(result: RunResult) -> str:
         cells = "".join(f"<td>{esc(a[k])}</td>" for k in keys)
         lines.append(f'<tr class="{esc(a["severity"])}">{cells}</tr>')
     table = f'<table class="alerts-table"><tr>{head}</tr>{"".join(lines)}</table>'
-    return verdict + "<h3>the seed's alerts</h3>" + table + f'<p class="def">{ALERT_NOTE}</p>'
+    note = HELD_NOTE + (FIRINGS_NOTE if "firings" in keys else "<b>replicas</b>: where it held.")
+    return verdict + "<h3>the seed's alerts</h3>" + table + f'<p class="def">{note}</p>'

@@ -22,6 +22,11 @@ CAUSES = (
 diagnoses: fragmentation on a capable node / capacity shortage)."""
 
 
+def _marker_size(markers: int) -> dict[str, float]:
+    """Smaller and fainter markers where thousands would hide what they sit on."""
+    return {"size": 6, "opacity": 0.8} if markers <= 1000 else {"size": 4.5, "opacity": 0.55}
+
+
 def add_failures(
     fig: go.Figure, events: pd.DataFrame, div: float, *, row: int, col: int = 1
 ) -> None:
@@ -49,7 +54,7 @@ def add_failures(
                 y=as_float(shown["free_share"]) * 100.0,
                 mode="markers",
                 name=shown_label(label, len(shown), len(found)),
-                marker={"color": color, "symbol": symbol, "size": 6, "opacity": 0.8},
+                marker={"color": color, "symbol": symbol, **_marker_size(len(fails))},
                 text=text,
                 hovertemplate="%{text}<br>free %{y:.1f} % of KV memory<extra></extra>",
             ),
