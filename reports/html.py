@@ -37,7 +37,7 @@ from reports.memory import replica_memory
 from reports.timeline import alert_timeline, failures_over_time
 from reports.uptime import ratio_vs_uptime
 from reports.usage import latency_cdfs, waste_breakdown
-from sim.results.io import FILES, RunResult, read_result
+from sim.results.io import RunResult, read_result
 from traces.writers import atomic_path
 
 FIGURES: tuple[Callable[[RunResult, ReportOptions], go.Figure | None], ...] = (
@@ -228,8 +228,14 @@ def _alerts_html(summary: dict[str, Any]) -> str:
 
 
 def read_runs(run_dirs: Sequence[str | Path]) -> list[tuple[str, RunResult]]:
-    """Each run directory read (``read_result``), named by its folder."""
-    return [(Path(d).resolve().name or str(d), read_result(d)) for d in run_dirs]
+    """Each run directory read by the one reader of a run folder (``read_result``),
+    named by its folder; :class:`ReportError` naming the file and what is wrong."""
+    from sim.results.runfolder import RunFolderError
+
+    try:
+        return [(Path(d).resolve().name or str(d), read_result(d)) for d in run_dirs]
+    except RunFolderError as e:
+        raise ReportError(str(e)) from None
 
 
 class ReportError(Exception):
@@ -239,15 +245,12 @@ class ReportError(Exception):
 def check_run_dir(run_dir: str | Path) -> Path:
     """``run_dir`` as a Path when it holds a run (``sim.results.io.FILES``); else
     :class:`ReportError` naming it and what is wrong."""
-    path = Path(run_dir)
-    if not path.exists():
-        raise ReportError(f"{path}: no such run directory")
-    if not path.is_dir():
-        raise ReportError(f"{path}: not a run directory (a file)")
-    missing = [name for name in FILES if not (path / name).is_file()]
-    if missing:
-        raise ReportError(f"{path}: not a run directory (no {', '.join(missing)})")
-    return path
+    from sim.results.runfolder import RunFolderError, check_run_folder
+
+    try:
+        return check_run_folder(run_dir)
+    except RunFolderError as e:
+        raise ReportError(str(e)) from None
 
 
 def write_report(

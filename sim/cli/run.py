@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -71,7 +71,16 @@ def check_output_dir(out: Path) -> None:
 def simulate(
     scenario: Scenario, requests: pd.DataFrame, *, quiet: bool, parts: Parts | None = None
 ) -> RunResult:
-    """Run with a rich progress bar over simulated time (on stderr)."""
+    """Run with a rich progress bar over simulated time (on stderr). The run's scenario
+    warnings are not repeated: :func:`prepare` printed them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScenarioWarning)
+        return _simulate(scenario, requests, quiet=quiet, parts=parts)
+
+
+def _simulate(
+    scenario: Scenario, requests: pd.DataFrame, *, quiet: bool, parts: Parts | None = None
+) -> RunResult:
     if quiet or not sys.stderr.isatty():
         return run(scenario, requests, parts=parts)
     with Progress(
@@ -186,8 +195,8 @@ def run_command(
     except ScenarioError as e:  # a cost bound met while simulating
         raise fail(str(e), source) from None
     warn_out_of_range(scenario, result, source)
-    write_results(result, out)
-    html = write_report_of([out], out / "report.html") if report else None
+    write_results(result, out, report=report)
+    html = out / "report.html" if report else None
     if json_out:
         typer.echo(summary_json(result.summary), nl=False)
     elif not quiet:
@@ -215,11 +224,37 @@ def warn_out_of_range(scenario: Scenario, result: RunResult, source: Path) -> No
     )
 
 
-def write_results(result: RunResult, out: Path) -> None:
-    """Write a run to ``out`` (one ``error:`` line when the file system refuses); once it
+def report_into(out: Path) -> Callable[[Path], None]:
+    """A writer of the report of a run being written to OUT, for ``RunResult.write``'s
+    ``extras``: given the temporary folder, it writes ``report.html`` there, naming the
+    run as OUT (the bytes ``fragsim report OUT`` writes), so the report is replaced
+    with the run in one step. A report that cannot be written is one ``error:`` line."""
+
+    def write(folder: Path) -> None:
+        from reports.html import ReportError, build_report, write_html
+        from sim.results.io import read_result
+        from traces.errors import TraceError
+
+        try:
+            write_html(
+                build_report([(out.resolve().name, read_result(folder))]), folder / "report.html"
+            )
+        except (ReportError, TraceError, ValueError) as e:
+            raise fail(f"{clip(str(out))}/report.html: {clip(str(e))}") from None
+
+    return write
+
+
+def write_results(result: RunResult, out: Path, *, report: bool = False) -> None:
+    """Write a run to ``out`` (one ``error:`` line when the file system refuses), with
+    ``report``: OUT/report.html in the same atomic replace (:func:`report_into`); once it
     is in place, an interrupt says so (``interrupted; results written to OUT``)."""
     try:
-        result.write(out, on_commit=lambda: interrupt.note_written(clip(str(out))))
+        result.write(
+            out,
+            on_commit=lambda: interrupt.note_written(clip(str(out))),
+            extras=report_into(out) if report else None,
+        )
     except OSError as e:
         raise fail(f"{clip(str(out))}: cannot write results: {e.strerror or e}") from None
 
@@ -232,6 +267,7 @@ def prepare(
     that can refuse it, before anything is simulated. Returns the scenario file too (the
     ``source`` every error line names); a user error prints and raises ``typer.Exit(2)``.
     """
+    from sim.scenario.retention import warn_unused_retention
     from traces import TraceError
 
     source = resolve_scenario(scenario_arg)
@@ -248,6 +284,7 @@ def prepare(
             requests = load_workload(scenario)
             parts = build_parts(scenario, requests)
             check_run_cost(scenario, requests)
+            warn_unused_retention(scenario.retention, requests)
     except ScenarioError as e:
         raise fail(str(e), source) from None
     except TraceError as e:
