@@ -23,7 +23,6 @@ plotly load inside the functions that use them.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -137,15 +136,15 @@ def _run_folder(path: Path, *, report: bool) -> bool:
 
 
 def _read_summary(path: Path) -> dict[str, Any]:
+    """The folder's ``summary.json`` through the one reader of run folders
+    (``sim.results.runfolder.read_summary``); one ``error:`` line when it is not one."""
     from sim.cli.run import fail
+    from sim.results.runfolder import RunFolderError, read_summary
 
     try:
-        summary = json.loads((path / SUMMARY).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise fail(f"{path / SUMMARY}: cannot read: {e}") from None
-    if not isinstance(summary, dict):
-        raise fail(f"{path / SUMMARY}: expected a run summary (a JSON object)")
-    return summary
+        return read_summary(path / SUMMARY)
+    except RunFolderError as e:
+        raise fail(str(e)) from None
 
 
 def _check_summaries(
@@ -158,7 +157,7 @@ def _check_summaries(
         try:
             compare_row(summaries[i])
         except (KeyError, TypeError, ValueError) as e:
-            raise fail(f"{path / SUMMARY}: not a fragsim run summary (no {e})") from None
+            raise fail(f"{path / SUMMARY}: not a fragsim summary: no {e}") from None
 
 
 def _warn_spans(summaries: list[dict[str, Any]], names: list[str]) -> None:

@@ -142,7 +142,7 @@ def test_bad_arguments_are_one_error_line(runs: Path, tmp_path: Path) -> None:
     assert "--no-report" in fails("compare", str(partial), "-o", str(tmp_path / "o"))
     (partial / "summary.json").write_text('{"scenario": "x"}')
     line = fails("compare", str(partial), "-o", str(tmp_path / "o"), "--no-report")
-    assert "not a fragsim run summary" in line
+    assert "not a fragsim summary" in line
     assert not (tmp_path / "o").exists()  # nothing written
 
 
