@@ -1,8 +1,9 @@
-"""What the figure modules share: escaping, the time axis, thresholds, colours."""
+"""What the figure modules share: escaping, the time axis, thresholds, colours, options."""
 
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,10 +23,29 @@ PALETTE = (
     "#bcbd22",
     "#17becf",
 )
-VISIBLE_REPLICAS = 4
-"""Replicas drawn at first in a per-replica figure; the rest start hidden in the legend
-(a click shows them), so a 64-node fleet stays readable."""
-FIGURE_WIDTH_PX = None  # figures fill the page's width
+TOP_K = 3
+"""Worst replicas a fleet report draws one by one by default (:class:`ReportOptions`)."""
+FREE_COLOUR, EXTENT_COLOUR, RATIO_COLOUR = "#1f77b4", "#ff7f0e", "#17becf"
+FRAGMENTATION_COLOUR, CAPACITY_COLOUR = "#d62728", "#3f4f75"
+RESTART_COLOUR = "#9467bd"
+REPLICA_COLOURS = ("#2ca02c", "#8c564b", "#e377c2", "#bcbd22", "#7f7f7f", "#393b79")
+"""Colours of single replicas drawn over the fleet's bands (none of the bands' own)."""
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What a reader can choose about a run's figures."""
+
+    top_k: int = TOP_K
+    """Worst replicas (:func:`reports.aggregate.worst_replicas`) drawn one by one over a
+    fleet's quantile bands, with their failures; 0 draws none."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.top_k <= 50:
+            raise ValueError(f"top_k must be between 0 and 50, got {self.top_k}")
+
+
+DEFAULT_OPTIONS = ReportOptions()
 
 
 def esc(value: object) -> str:
@@ -48,15 +68,34 @@ def max_time_s(*frames: pd.DataFrame | None) -> float:
     return max(ends, default=0.0)
 
 
+def _thresholds(summary: dict[str, Any]) -> dict[str, Any]:
+    for where in (summary.get("thresholds"), (summary.get("metrics") or {}).get("thresholds")):
+        if isinstance(where, dict):
+            return where
+    return {}
+
+
 def ratio_thresholds(summary: dict[str, Any]) -> tuple[float, float]:
     """``(severe, alert)`` for ``largest_contiguous_free_block_ratio``: the scenario's
     metrics thresholds when the summary carries them, else the seed's 0.5 / 0.6."""
-    found: dict[str, Any] = {}
-    for where in (summary.get("thresholds"), (summary.get("metrics") or {}).get("thresholds")):
-        if isinstance(where, dict):
-            found = where
-            break
+    found = _thresholds(summary)
     return float(found.get("ratio_severe", 0.5)), float(found.get("ratio_alert", 0.6))
+
+
+def high_free_share(summary: dict[str, Any]) -> float:
+    """The free share above which a failure is "at high free memory": the scenario's
+    when the summary carries it, else the seed's 0.25."""
+    return float(_thresholds(summary).get("high_free_share", 0.25))
+
+
+def pools_of(summary: dict[str, Any]) -> dict[int, str]:
+    """Replica id -> pool name, from a fleet summary's ``pools`` (their ``replicas``);
+    empty for a single replica or a run written before pools listed their replicas."""
+    out: dict[int, str] = {}
+    for pool in (summary.get("fleet") or {}).get("pools", []):
+        for replica in pool.get("replicas", []):
+            out[int(replica)] = str(pool.get("name", ""))
+    return out
 
 
 def replicas_of(*frames: pd.DataFrame | None) -> list[int]:

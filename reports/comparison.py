@@ -5,7 +5,8 @@
   its value and its difference (and percent) from the baseline's, coloured better or
   worse (every compared metric is lower-is-better);
 * :func:`comparison_bars` -- a horizontal bar per run for each compared metric, the
-  baseline's bar grey and its value a dashed line across each panel.
+  baseline's bar grey and its value a dashed line across each panel, bars green where
+  lower, red where higher (grey within :data:`NEUTRAL_PCT` of the baseline).
 
 The baseline is the run at position ``baseline`` (the first by default, as ``fragsim
 report`` and ``fragsim compare`` order them); ranks and verdicts are
@@ -18,6 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -35,6 +37,8 @@ from sim.sweep.labels import metric_label
 
 BETTER, WORSE, BASELINE = "#2ca02c", "#d62728", "#7f7f7f"
 """Bar and cell colours: lower than the baseline, higher, the baseline itself."""
+NEUTRAL_PCT = 1.0
+"""A bar within this many percent of the baseline's is drawn grey, as the baseline's."""
 
 
 def comparison_frame(
@@ -51,38 +55,49 @@ def comparison_table(
     """The verdicts (ranked) and the delta table, as HTML (module docstring). Metrics
     outside :data:`~sim.fleet.compare.DELTA_METRICS` follow, values only."""
     frame = comparison_frame(summaries, names, baseline)
-    base, others = frame.iloc[0], frame.iloc[1:]
-    verdicts = "".join(
-        f"<li>rank {int(r['rank'])}: {esc(r['verdict'])}</li>" for _, r in others.iterrows()
-    )
+    records = [{str(k): v for k, v in r.items()} for r in frame.to_dict("records")]
+    base, others = records[0], records[1:]  # records keep each column's type
+    verdicts = "".join(f"<li>rank {int(r['rank'])}: {esc(r['verdict'])}</li>" for r in others)
     head = f"<th>metric</th><th>{esc(base['run'])}<br>(baseline, rank {int(base['rank'])})</th>"
-    head += "".join(
-        f'<th colspan="2">{esc(r["run"])} (rank {int(r["rank"])})</th>'
-        for _, r in others.iterrows()
-    )
+    head += "".join(f'<th colspan="2">{esc(r["run"])} (rank {int(r["rank"])})</th>' for r in others)
     sub = "<th></th><th>value</th>" + "<th>value</th><th>Δ vs baseline</th>" * len(others)
     rows = [f"<tr>{head}</tr>", f"<tr>{sub}</tr>"]
     for metric in DELTA_METRICS:
         cells = [f"<td><b>{esc(metric_label(metric))}</b></td>", _value(metric, base[metric])]
-        for _, r in others.iterrows():
+        for r in others:
             delta = float(r[f"{metric}_delta"])
             text = delta_text(metric, delta, float(r[f"{metric}_delta_pct"]))
-            style = "" if math.isnan(delta) or delta == 0 else _colour_style(delta < 0)
+            style = "" if text in ("0", "—") else _colour_style(delta < 0)
             cells += [_value(metric, r[metric]), f"<td{style}>{esc(text)}</td>"]
         rows.append(f"<tr>{''.join(cells)}</tr>")
     for metric, label in COLUMNS[1:]:
         if metric in DELTA_METRICS:
             continue
         cells = [f'<td class="sub">{esc(label.strip())}</td>', _value(metric, base[metric])]
-        cells += [_value(metric, r[metric]) + "<td></td>" for _, r in others.iterrows()]
+        cells += [_value(metric, r[metric]) + "<td></td>" for r in others]
         rows.append(f"<tr>{''.join(cells)}</tr>")
     table = f'<table class="comparison">{"".join(rows)}</table>'
+    rule = "ranked by dollars saved against it, ties by fewer allocation failures"
+    if all(math.isnan(float(r["cost_saved_usd"])) for r in records):
+        rule = "no prices to compare: ranked by fewer allocation failures"
     return (
-        f"<p>baseline: <b>{esc(base['run'])}</b>; ranked by dollars saved against it, "
-        "ties by fewer allocation failures.</p>"
-        f'<ol class="verdicts">{verdicts}</ol>'
+        f"<p>baseline: <b>{esc(base['run'])}</b>; {rule}.</p>"
+        f'<ul class="verdicts">{verdicts}</ul>'
         f'<div style="overflow-x:auto">{table}</div>'
     )
+
+
+def _drawn(values: pd.Series) -> bool:
+    """Worth a panel: some run has a value other than zero."""
+    numbers = pd.to_numeric(values, errors="coerce")
+    return bool((numbers.notna() & (numbers != 0)).any())
+
+
+def _bar_colour(delta: float, pct: float) -> str:
+    """Grey for no change or one under :data:`NEUTRAL_PCT`; else better or worse."""
+    if math.isnan(delta) or delta == 0 or (not math.isnan(pct) and abs(pct) < NEUTRAL_PCT):
+        return BASELINE
+    return BETTER if delta < 0 else WORSE
 
 
 def _value(metric: str, value: Any) -> str:
@@ -96,12 +111,12 @@ def _colour_style(better: bool) -> str:
 def comparison_bars(
     summaries: Sequence[dict[str, Any]], names: Sequence[str], baseline: int = 0
 ) -> go.Figure:
-    """A panel per metric of :data:`~sim.fleet.compare.DELTA_METRICS` (those missing for
-    every run left out), a horizontal bar per run in display order (the baseline on
+    """A panel per metric of :data:`~sim.fleet.compare.DELTA_METRICS` (those missing or
+    zero for every run left out), a horizontal bar per run in display order (the baseline on
     top, grey, its value a dashed line), each bar labelled with its value and its
     difference from the baseline in percent."""
     frame = comparison_frame(summaries, names, baseline)
-    metrics = [m for m in DELTA_METRICS if pd.to_numeric(frame[m], errors="coerce").notna().any()]
+    metrics = [m for m in DELTA_METRICS if _drawn(frame[m])]
     cols = 2
     n_rows = max(1, -(-len(metrics) // cols))
     panel_px = max(140, 26 * len(frame) + 50)
@@ -119,8 +134,10 @@ def comparison_bars(
         deltas = frame[f"{metric}_delta"].to_numpy(dtype=float)
         pcts = frame[f"{metric}_delta_pct"].to_numpy(dtype=float)
         colours = [BASELINE] + [
-            BASELINE if math.isnan(d) or d == 0 else BETTER if d < 0 else WORSE for d in deltas[1:]
+            _bar_colour(d, p) for d, p in zip(deltas[1:], pcts[1:], strict=True)
         ]
+        top = float(np.nanmax(values)) if np.isfinite(values).any() else 0.0
+        inside = [v > 0.3 * top for v in values]  # short bars write their text outside
         text = [formatted(metric, values[0]) + " (baseline)"] + [
             formatted(metric, v) + ("" if math.isnan(p) else f" ({p:+.1f} %)")
             for v, p in zip(values[1:], pcts[1:], strict=True)
@@ -133,7 +150,8 @@ def comparison_bars(
                 orientation="h",
                 marker={"color": colours},
                 text=[esc(t) for t in text],
-                textposition="auto",
+                textposition=["inside" if i else "outside" for i in inside],
+                cliponaxis=False,
                 showlegend=False,
                 name=esc(metric_label(metric)),
                 hovertemplate="%{y}: %{x:,.4g}<extra></extra>",

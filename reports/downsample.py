@@ -13,9 +13,12 @@ points out):
   averaged per bucket of equal count, so each kept point still adds up to 100 %.
 * **distributions** (:func:`cdf_points`): a CDF is drawn from ``points`` quantiles
   (evenly spaced probabilities from 0 to 1), whatever the number of requests.
-* **markers** (:func:`stride_indices`): failures, scale events and scatter points are
+* **markers** (:func:`stride_indices`): failures, restarts and alert intervals are
   capped by an even stride (every k-th, ``k = ceil(n / cap)``); the legend says how many
   of how many are shown.
+* **counts per window** (:func:`window_width_s`): events too many to mark one by one
+  (scale events, failures over time) are counted per window of a readable width (1 min,
+  5 min, ..., 1 day), the narrowest giving at most ~150 windows.
 """
 
 from __future__ import annotations
@@ -95,3 +98,26 @@ def shown_label(name: str, shown: int, total: int) -> str:
     if shown == total:
         return f"{name} ({total:,})"
     return f"{name} ({shown:,} of {total:,} shown)"
+
+
+WINDOW_WIDTHS_S = (60.0, 300.0, 900.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 3600.0, 12 * 3600.0)
+"""Readable window widths; past the last, whole days."""
+
+
+def window_width_s(span_s: float, max_windows: int) -> float:
+    """The narrowest of :data:`WINDOW_WIDTHS_S` (then whole days) that cuts ``span_s``
+    into at most ``max_windows`` windows."""
+    for width in WINDOW_WIDTHS_S:
+        if span_s / width <= max_windows:
+            return width
+    return 86400.0 * math.ceil(span_s / 86400.0 / max_windows)
+
+
+def window_label(width_s: float) -> str:
+    """``5 min``, ``1 h``, ``2 days``: a window width as a reader says it."""
+    if width_s < 3600.0:
+        return f"{width_s / 60.0:g} min"
+    if width_s < 86400.0:
+        return f"{width_s / 3600.0:g} h"
+    days = width_s / 86400.0
+    return f"{days:g} day" + ("s" if days != 1 else "")

@@ -1,40 +1,31 @@
-"""Figures of a fleet run, of several runs and of sweeps: pure functions to plotly figures.
+"""Figures of a fleet's size and bill: pure functions to plotly figures; each returns
+None for a single-replica run (``fleet`` None).
 
-* :func:`alert_timeline` -- when each alert fired and resolved, per replica (a
-  single-replica run: when each of the summary's alerts first fired);
-* :func:`replicas_over_time` -- replicas by lifecycle state, with restarts, crashes and
-  scale events and their causes;
-* :func:`cost_over_time` -- the bill and the replica-hours so far.
+* :func:`replicas_over_time` -- replicas by lifecycle state (stacked), and below it the
+  scale events counted per window (scale-ups up, avoidable ones apart; scale-downs
+  down), restarts and crashes per window where there are any. Counting per window
+  keeps the figure readable at a thousand scale events (one marker each buried the
+  states);
+* :func:`cost_over_time` -- the bill so far with its avoidable part as its own series
+  (top), and the replica-hours so far, total and avoidable (bottom): two panels, since
+  with one price the two are proportional and drawn on one plot they look like one line.
 
-Figures over several runs or a sweep live in :mod:`reports.comparison`.
-
-Functions that need a fleet table return None for a single-replica run (``fleet`` None).
+*Avoidable*: bought by a scale-up every one of whose triggering failures was a
+fragmentation failure (``sim.fleet``: more replicas do not fix fragmentation). The
+fleet table's ``avoidable_*`` columns and the scale-up's ``; avoidable`` detail say so; a
+run written before they existed shows the summary's total only.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from reports.common import (
-    FLEET_EVENT_KINDS,
-    as_float,
-    base_layout,
-    esc,
-    max_time_s,
-    time_unit,
-)
-from reports.downsample import (
-    MAX_MARKERS,
-    MAX_SERIES_POINTS,
-    minmax_indices,
-    shown_label,
-    stride_indices,
-)
+from reports.aggregate import window_counts
+from reports.common import DEFAULT_OPTIONS, ReportOptions, as_float, base_layout, time_unit
+from reports.downsample import MAX_SERIES_POINTS, minmax_indices, window_label
 from sim.results.io import RunResult
 
 STATES = (
@@ -45,133 +36,64 @@ STATES = (
     ("draining", "#ff7f0e"),
     ("down", "#d62728"),
 )
-EVENT_STYLE = {
-    "restart": ("circle", "#9467bd"),
-    "crash": ("x", "#d62728"),
-    "scale-up": ("triangle-up", "#2ca02c"),
-    "scale-down": ("triangle-down", "#8c564b"),
-}
-MAX_INTERVALS = 2000
-"""Most alert intervals drawn per severity (an even stride; the legend gives the count)."""
-SEVERITY_COLOUR = {"high": "#d62728", "medium": "#ff7f0e", "low": "#1f77b4"}
+AVOIDABLE_TAG = "; avoidable"
+"""How a scale-up's ``detail`` says it was avoidable (``sim.fleet.lifecycle``)."""
+EVENT_BARS = (
+    ("scale-up (avoidable)", "#d62728", 1, "scale events"),
+    ("scale-up", "#2ca02c", 1, "scale events"),
+    ("scale-down", "#8c564b", -1, "scale events"),
+    ("restart", "#9467bd", 1, "restarts and crashes"),
+    ("crash", "#222222", 1, "restarts and crashes"),
+)
+"""(series, colour, sign, panel) of the events-per-window bars."""
 
 
-def _intervals(alerts: pd.DataFrame, end_s: float) -> pd.DataFrame:
-    """One row per firing interval: ``replica, alert, severity, start_s, end_s,
-    response`` (an alert still firing at the end lasts to ``end_s``)."""
-    rows: list[dict[str, Any]] = []
-    for (replica, name), log in alerts.groupby(["replica", "alert"], sort=True):
-        start: dict[Any, Any] | None = None
-        for row in log.sort_values("time_s", kind="stable").to_dict("records"):
-            if row["state"] == "firing" and start is None:
-                start = row
-            elif row["state"] == "resolved" and start is not None:
-                rows.append(_interval(replica, name, start, float(row["time_s"])))
-                start = None
-        if start is not None:
-            rows.append(_interval(replica, name, start, end_s))
-    return pd.DataFrame(
-        rows, columns=["replica", "alert", "severity", "start_s", "end_s", "response"]
-    )
-
-
-def _interval(replica: Any, name: Any, start: dict[Any, Any], end_s: float) -> dict[str, Any]:
-    return {
-        "replica": int(replica),
-        "alert": str(name),
-        "severity": str(start["severity"]),
-        "start_s": float(start["time_s"]),
-        "end_s": max(end_s, float(start["time_s"])),
-        "response": str(start["response"]),
-    }
-
-
-def alert_timeline(result: RunResult) -> go.Figure:
-    """A fleet run: a bar per firing interval on a row per (alert, replica), coloured by
-    severity, the seed's response on hover. A single replica: a marker where each of
-    the summary's alerts first fired, its condition and count on hover."""
-    summary = result.summary
-    end_s = max(
-        float(summary.get("engine", {}).get("end_s", 0.0)),
-        max_time_s(result.timeseries, result.alerts),
-    )
-    div, unit = time_unit(end_s)
-    fig = go.Figure()
-    if result.alerts is not None:
-        spans = _intervals(result.alerts, end_s)
-        labels = [
-            f"{a} · replica {r}" for a, r in zip(spans["alert"], spans["replica"], strict=True)
-        ]
-        spans["row"] = [esc(label) for label in labels]
-        for severity, group in spans.groupby("severity", sort=True):
-            keep = stride_indices(len(group), MAX_INTERVALS)
-            g = group.iloc[keep]
-            x: list[float | None] = []
-            y: list[str | None] = []
-            text: list[str | None] = []
-            for row in g.to_dict("records"):
-                hover = esc(f"{row['alert']} ({row['severity']}) on replica {row['replica']}: ")
-                hover += esc(row["response"])
-                x += [float(row["start_s"]) / div, float(row["end_s"]) / div, None]
-                y += [str(row["row"]), str(row["row"]), None]
-                text += [hover, hover, None]
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=y,
-                    text=text,
-                    mode="lines+markers",
-                    line={"width": 8, "color": SEVERITY_COLOUR.get(str(severity), "#7f7f7f")},
-                    marker={"size": 4},
-                    name=esc(shown_label(f"{severity} alerts", len(g), len(group))),
-                    hovertemplate="%{text}<extra></extra>",
-                )
-            )
-        rows = len(set(labels))
-    else:
-        found = summary.get("alerts", [])
-        for a in found:
-            hover = esc(f"{a['alert']} ({a['severity']}): {a.get('condition', '')}")
-            if "count" in a:
-                hover += esc(f"; {a['count']:,} times")
-            fig.add_trace(
-                go.Scatter(
-                    x=[float(a.get("first_time_s", 0.0)) / div],
-                    y=[esc(a["alert"])],
-                    mode="markers",
-                    marker={"size": 12, "color": SEVERITY_COLOUR.get(a["severity"], "#7f7f7f")},
-                    name=esc(f"{a['alert']} (first)"),
-                    text=[hover],
-                    hovertemplate="%{text}<extra></extra>",
-                )
-            )
-        rows = len(found)
-    if not rows:
-        fig.add_annotation(
-            text="no alerts fired", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper"
-        )
-    fig.update_layout(**base_layout("alerts", min(1400, 220 + 26 * max(rows, 1))))
-    fig.update_layout(margin={"l": 260})
-    fig.update_xaxes(title_text=unit, range=[0, max(end_s / div, 1e-9)])
-    fig.update_yaxes(type="category", automargin=True)
-    return fig
+def _fleet(result: RunResult) -> pd.DataFrame | None:
+    fleet = result.fleet
+    return None if fleet is None else fleet.sort_values("time_s", kind="stable")
 
 
 def _kept_rows(fleet: pd.DataFrame, column: str) -> pd.DataFrame:
     return fleet.iloc[minmax_indices(as_float(fleet[column]), MAX_SERIES_POINTS)]
 
 
-def replicas_over_time(result: RunResult) -> go.Figure | None:
-    """Replicas by lifecycle state (stacked steps, fleet table), and markers for each
-    restart, crash, scale-up and scale-down (events) at the fleet's size then, the cause
-    and detail on hover. None for a single replica."""
-    fleet = result.fleet
+def event_times(events: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Times of each series of :data:`EVENT_BARS`: scale-ups split by their avoidable tag."""
+    out = {}
+    ups = events[events["kind"] == "scale-up"]
+    avoidable = ups["detail"].fillna("").astype(str).str.endswith(AVOIDABLE_TAG).to_numpy()
+    out["scale-up (avoidable)"] = as_float(ups["time_s"])[avoidable]
+    out["scale-up"] = as_float(ups["time_s"])[~avoidable]
+    for kind in ("scale-down", "restart", "crash"):
+        out[kind] = as_float(events.loc[events["kind"] == kind, "time_s"])
+    return out
+
+
+def replicas_over_time(
+    result: RunResult, options: ReportOptions = DEFAULT_OPTIONS
+) -> go.Figure | None:
+    """See the module docstring."""
+    fleet = _fleet(result)
     if fleet is None:
         return None
-    fleet = fleet.sort_values("time_s", kind="stable")
-    div, unit = time_unit(float(fleet["time_s"].max()) if len(fleet) else 0.0)
+    end_s = max(float(fleet["time_s"].max()) if len(fleet) else 0.0, 1e-9)
+    div, unit = time_unit(end_s)
+    times = event_times(result.events)
+    windows = window_counts(times, end_s)
+    panels = ["scale events"]
+    if any(len(times[k]) for k in ("restart", "crash")):
+        panels.append("restarts and crashes")
+    every = window_label(windows.width_s)
+    fig = make_subplots(
+        rows=1 + len(panels),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        row_heights=[0.55] + [0.45 / len(panels)] * len(panels),
+        subplot_titles=["replicas by lifecycle state"]
+        + [f"{p} per {every}" + (" (up +, down −)" if p == "scale events" else "") for p in panels],
+    )
     rows = _kept_rows(fleet, "replicas") if len(fleet) else fleet
-    fig = go.Figure()
     for state, color in STATES:
         if state not in rows:
             continue
@@ -183,71 +105,107 @@ def replicas_over_time(result: RunResult) -> go.Figure | None:
                 name=state,
                 stackgroup="states",
                 line={"shape": "hv", "width": 0.5, "color": color},
-            )
+                legendgroup="states",
+                legendgrouptitle_text="replicas by state",
+            ),
+            row=1,
+            col=1,
         )
-    events = result.events[result.events["kind"].isin(FLEET_EVENT_KINDS)]
-    times = as_float(fleet["time_s"])
-    size = as_float(fleet["replicas"]) if len(fleet) else np.zeros(0)
-    for kind, (symbol, color) in EVENT_STYLE.items():
-        found = events[events["kind"] == kind]
-        if not len(found):
+    x = (windows.starts_s + windows.width_s / 2.0) / div
+    unrecorded = "" if "avoidable_cost_usd" in fleet else " (avoidable not recorded by this run)"
+    for rank, (series, color, sign, panel) in enumerate(EVENT_BARS):
+        if panel not in panels or not len(times[series]):
             continue
-        shown = found.iloc[stride_indices(len(found), MAX_MARKERS)]
-        at = np.searchsorted(times, as_float(shown["time_s"]), side="right") - 1
-        y = size[np.clip(at, 0, max(len(size) - 1, 0))] if len(size) else np.zeros(len(shown))
-        text = [
-            esc(f"{kind} of replica {r}: {cause}") + (f"<br>{esc(d)}" if d else "")
-            for r, cause, d in zip(
-                shown["replica"].tolist(),
-                shown["cause"].tolist(),
-                shown["detail"].fillna("").tolist(),
-                strict=True,
-            )
-        ]
+        counts = windows.counts[series]
         fig.add_trace(
-            go.Scatter(
-                x=as_float(shown["time_s"]) / div,
-                y=y,
-                mode="markers",
-                name=shown_label(kind, len(shown), len(found)),
-                marker={"symbol": symbol, "color": color, "size": 10, "line": {"width": 1}},
-                text=text,
-                hovertemplate="%{text}<extra></extra>",
-            )
+            go.Bar(
+                x=x,
+                y=sign * counts,
+                width=windows.width_s / div,
+                name=f"{series}{unrecorded if series == 'scale-up' else ''}: {len(times[series]):,}",
+                marker={"color": color, "line": {"width": 0}},
+                customdata=counts,
+                hovertemplate=f"%{{customdata:,}} {series}<extra></extra>",
+                legendgroup="events",
+                legendrank=1000 + rank,
+                legendgrouptitle_text=f"events per {every}",
+            ),
+            row=2 + panels.index(panel),
+            col=1,
         )
-    fig.update_layout(**base_layout("replicas by state, restarts and scale events", 420))
-    fig.update_yaxes(title_text="replicas", rangemode="tozero")
-    fig.update_xaxes(title_text=unit)
+    fig.update_layout(**base_layout("replicas and scale events", 560 if len(panels) > 1 else 480))
+    fig.update_layout(barmode="relative", bargap=0.0)
+    fig.update_yaxes(title_text="replicas", rangemode="tozero", row=1, col=1)
+    for i in range(len(panels)):
+        fig.update_yaxes(title_text="events", row=2 + i, col=1)
+    fig.update_xaxes(title_text=unit, range=[0, end_s / div], row=1 + len(panels), col=1)
     return fig
 
 
-def cost_over_time(result: RunResult) -> go.Figure | None:
-    """The bill so far (USD, left) and the replica-hours so far (right), from the fleet
-    table. None for a single replica."""
-    fleet = result.fleet
+def cost_over_time(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) -> go.Figure | None:
+    """See the module docstring."""
+    fleet = _fleet(result)
     if fleet is None:
         return None
-    fleet = fleet.sort_values("time_s", kind="stable")
     div, unit = time_unit(float(fleet["time_s"].max()) if len(fleet) else 0.0)
     rows = _kept_rows(fleet, "cost_usd") if len(fleet) else fleet
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    summary = result.summary.get("fleet") or {}
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.1,
+        subplot_titles=("cost so far (USD)", "replica-hours so far"),
+    )
     x = as_float(rows["time_s"]) / div
-    fig.add_trace(
-        go.Scatter(x=x, y=as_float(rows["cost_usd"]), name="cost (USD)", mode="lines"),
-        secondary_y=False,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=as_float(rows["replica_hours"]),
-            name="replica-hours",
-            mode="lines",
-            line={"dash": "dot"},
-        ),
-        secondary_y=True,
-    )
-    fig.update_layout(**base_layout("cost over time", 360))
-    fig.update_yaxes(title_text="USD", secondary_y=False, rangemode="tozero")
-    fig.update_yaxes(title_text="replica-hours", secondary_y=True, rangemode="tozero")
-    fig.update_xaxes(title_text=unit)
+    for row, total, avoidable, what, fmt in (
+        (1, "cost_usd", "avoidable_cost_usd", "USD", "$%{y:,.2f}"),
+        (2, "replica_hours", "avoidable_replica_hours", "replica-hours", "%{y:,.1f} h"),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=as_float(rows[total]),
+                mode="lines",
+                name=f"total {what}",
+                line={"color": "#1f77b4", "width": 1.6},
+                legendgroup=total,
+                hovertemplate=f"total {fmt}<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
+        if avoidable in rows:
+            y = as_float(rows[avoidable])
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=y,
+                    mode="lines",
+                    fill="tozeroy",
+                    fillcolor="rgba(214,39,40,0.25)",
+                    name=f"avoidable {what} (scale-ups for fragmentation)",
+                    line={"color": "#d62728", "width": 1.4},
+                    hovertemplate=f"avoidable {fmt}<extra></extra>",
+                ),
+                row=row,
+                col=1,
+            )
+        elif avoidable in summary and len(x):
+            fig.add_trace(
+                go.Scatter(
+                    x=[x[-1]],
+                    y=[float(summary[avoidable])],
+                    mode="markers",
+                    marker={"color": "#d62728", "size": 10, "symbol": "diamond"},
+                    name=f"avoidable {what}: run total (not recorded over time by this run)",
+                    hovertemplate=f"avoidable {fmt}<extra></extra>",
+                ),
+                row=row,
+                col=1,
+            )
+    fig.update_layout(**base_layout("cost and replica-hours, total and avoidable", 520))
+    fig.update_yaxes(title_text="USD", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="replica-hours", rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(title_text=unit, row=2, col=1)
     return fig

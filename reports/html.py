@@ -1,11 +1,21 @@
 """One self-contained HTML report over one or more runs (``fragsim report``).
 
-Layout: for several runs the comparison table and its bar charts first; then, per run,
-its summary table, its alerts and its figures. plotly.js is embedded once, in the head
+Layout: the title is the scenario's name (``summary["scenario"]``; the run folders' names
+where several runs share one). For several runs the comparison table and its bar charts
+come first. Then, per run: the answer panel (:mod:`reports.answer`: the verdict with its
+definitions, the seed's alerts), the figures (:data:`FIGURES`), and every number of the
+summary in a collapsed table. plotly.js is embedded once, in the head
 (``plotly.offline.get_plotlyjs()``), and every figure is a ``<div>`` with its own
 ``Plotly.newPlot`` call, so the file opens offline. Every string that came from a trace
 or a scenario is escaped (``html.escape``); div ids are numbered, so the same runs give
-the same bytes. Large runs are downsampled as :mod:`reports.downsample` says.
+the same bytes.
+
+Size bound. Whatever the run's size, each figure is bounded by construction
+(:mod:`reports.downsample`, :mod:`reports.aggregate`): at most
+:data:`MAX_FIGURE_VALUES` plotted values per figure, so a one-run report is at most
+plotly.js (about 4.8 MB with plotly 7, once) plus about 3 MB; a six-day, 637-replica
+fleet report is about 6 MB (``tests/unit/test_report_bounds.py`` holds a synthetic 600-replica,
+six-day run under both bounds).
 """
 
 from __future__ import annotations
@@ -14,28 +24,36 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from reports.common import esc
+from reports.answer import answer_html
+from reports.common import DEFAULT_OPTIONS, ReportOptions, esc
 from reports.comparison import comparison_bars, comparison_table
-from reports.fleet import alert_timeline, cost_over_time, replicas_over_time
-from reports.memory import latency_cdfs, replica_memory, uptime_scatter, waste_breakdown
-from sim.results.io import FILES, RunResult, read_result
+from reports.fleet import cost_over_time, replicas_over_time
+from reports.memory import replica_memory
+from reports.timeline import alert_timeline, failures_over_time
+from reports.uptime import ratio_vs_uptime
+from reports.usage import latency_cdfs, waste_breakdown
+from sim.results.io import RunResult, read_result
 from traces.writers import atomic_path
 
-FIGURES: tuple[Callable[[RunResult], go.Figure | None], ...] = (
-    alert_timeline,
+FIGURES: tuple[Callable[[RunResult, ReportOptions], go.Figure | None], ...] = (
     replica_memory,
+    ratio_vs_uptime,
+    failures_over_time,
     waste_breakdown,
-    uptime_scatter,
-    latency_cdfs,
+    alert_timeline,
     replicas_over_time,
     cost_over_time,
+    latency_cdfs,
 )
 """A run's figures, in report order; one returning None (a fleet figure of a single
-replica) is skipped."""
+replica, failures over time of a run without failures) is skipped."""
+MAX_FIGURE_VALUES = 60_000
+"""Most plotted values (x and y counted apart) any run figure holds, whatever the run."""
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -46,15 +64,47 @@ th:first-child, td:first-child { text-align: left; }
 .alerts li.high { color: #b00; } .alerts li.medium { color: #a60; }
 .figure { margin: 1em 0; }
 td.sub { padding-left: 1.8em; color: #555; }
+table.answer td, table.answer th { vertical-align: top; text-align: left; }
+table.answer td.def, p.def { text-align: left; color: #555; font-size: 0.92em; max-width: 60em; }
+table.alerts-table td, table.alerts-table th { text-align: left; }
+p.verdict { font-size: 1.05em; max-width: 70em; line-height: 1.4; } tr.high td:first-child { color: #b00; }
+tr.medium td:first-child { color: #a60; } .run-folder { color: #777; font-size: 0.8em; }
+details { margin: 1em 0; } summary { cursor: pointer; color: #444; }
 """
 
 
-def run_figures(result: RunResult) -> list[go.Figure]:
+def run_figures(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) -> list[go.Figure]:
     """The figures of one run (:data:`FIGURES`, skipping those it has no data for)."""
-    return [fig for make in FIGURES if (fig := make(result)) is not None]
+    return [fig for make in FIGURES if (fig := make(result, options)) is not None]
 
 
-def build_report(runs: Sequence[tuple[str, RunResult]], title: str | None = None) -> str:
+def figure_values(fig: go.Figure) -> int:
+    """The plotted values ``fig`` holds: every element of its traces' ``x``, ``y``, ``z``,
+    ``customdata`` and ``text`` arrays (what its size in the page grows with)."""
+    total = 0
+    for trace in fig.data:
+        for key in ("x", "y", "z", "customdata", "text"):
+            value = getattr(trace, key, None)
+            if value is not None and not isinstance(value, str):
+                total += int(np.asarray(value, dtype=object).size)
+    return total
+
+
+def run_titles(runs: Sequence[tuple[str, RunResult]]) -> list[str]:
+    """Each run's title: its scenario's name, or its folder's name where the summary has
+    none or several runs share one."""
+    scenarios = [str(r.summary.get("scenario") or "") for _, r in runs]
+    return [
+        s if s and scenarios.count(s) == 1 else name
+        for s, (name, _) in zip(scenarios, runs, strict=True)
+    ]
+
+
+def build_report(
+    runs: Sequence[tuple[str, RunResult]],
+    title: str | None = None,
+    options: ReportOptions = DEFAULT_OPTIONS,
+) -> str:
     """The HTML of a report over ``runs`` (name, result), in the order given."""
     if not runs:
         raise ValueError("a report needs at least one run")
@@ -68,12 +118,17 @@ def build_report(runs: Sequence[tuple[str, RunResult]], title: str | None = None
         parts.append(figure_html(comparison_bars(summaries, names), next(counter)))
         for name, result in runs:
             parts.append(f"<h3>{esc(name)}: alerts</h3>{_alerts_html(result.summary)}")
-    for name, result in runs:
-        parts.append(f"<h2>{esc(name)}</h2>")
-        parts.append(_summary_table(result.summary))
-        parts.append(_alerts_html(result.summary))
-        parts.extend(figure_html(fig, next(counter)) for fig in run_figures(result))
-    heading = title or ("fragsim report: " + ", ".join(names))
+    titles = run_titles(runs)
+    for run_title, (name, result) in zip(titles, runs, strict=True):
+        folder = f' <span class="run-folder">(run {esc(name)})</span>' if name != run_title else ""
+        parts.append(f"<h2>{esc(run_title)}{folder}</h2>")
+        parts.append(answer_html(result))
+        parts.extend(figure_html(fig, next(counter)) for fig in run_figures(result, options))
+        parts.append(
+            "<details><summary>every number of the summary</summary>"
+            f"{_summary_table(result.summary)}{_alerts_html(result.summary)}</details>"
+        )
+    heading = title or (titles[0] if len(runs) == 1 else "fragsim report: " + ", ".join(titles))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{esc(heading)}</title><style>{STYLE}</style>"
@@ -112,7 +167,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     rows += [(f"  {status}", f"{n:,}") for status, n in req["by_status"].items()]
     rows.append(("allocation failures", f"{fails['allocation_failures']:,}"))
     rows += [(f"  {cause}", f"{n:,}") for cause, n in fails["by_cause"].items()]
-    rows.append(("  at > 25 % free memory", f"{fails['at_high_free_memory']:,}"))
+    rows.append(("  of which at > 25 % free (any cause)", f"{fails['at_high_free_memory']:,}"))
     rows.append(("preemptions / restarts", f"{fails['preemptions']:,} / {fails['restarts']:,}"))
     ratio = mem["largest_contiguous_free_block_ratio"]
     rows.append(("largest / free ratio min / mean", f"{_f(ratio['min'])} / {_f(ratio['mean'])}"))
@@ -161,26 +216,26 @@ def _summary_table(summary: dict[str, Any]) -> str:
 
 
 def _alerts_html(summary: dict[str, Any]) -> str:
-    items = []
-    for a in summary.get("alerts", []):
-        count = f", {a['count']:,} times" if "count" in a else ""
-        first = f", first at {a['first_time_s']:,.0f} s" if "first_time_s" in a else ""
-        items.append(
-            f'<li class="{esc(a.get("severity", ""))}">ALERT ({esc(a.get("severity", ""))}) '
-            f"<b>{esc(a.get('alert', ''))}</b>: {esc(a.get('condition', ''))}{esc(count + first)}</li>"
-        )
-    fired = (summary.get("fleet") or {}).get("alerts_fired") or {}
-    if fired:
-        listed = ", ".join(f"{k} {v:,}" for k, v in fired.items())
-        items.append(f"<li>fleet alerts fired (alerts.parquet): {esc(listed)}</li>")
+    from sim.results.summary import alert_lines
+
+    items = [
+        f'<li class="{esc(a.get("severity", ""))}">{esc(line)}</li>'
+        for a, line in zip(summary.get("alerts", []), alert_lines(summary), strict=True)
+    ]
     if not items:
         return '<p class="alerts">no alerts</p>'
     return f'<ul class="alerts">{"".join(items)}</ul>'
 
 
 def read_runs(run_dirs: Sequence[str | Path]) -> list[tuple[str, RunResult]]:
-    """Each run directory read (``read_result``), named by its folder."""
-    return [(Path(d).resolve().name or str(d), read_result(d)) for d in run_dirs]
+    """Each run directory read by the one reader of a run folder (``read_result``),
+    named by its folder; :class:`ReportError` naming the file and what is wrong."""
+    from sim.results.runfolder import RunFolderError
+
+    try:
+        return [(Path(d).resolve().name or str(d), read_result(d)) for d in run_dirs]
+    except RunFolderError as e:
+        raise ReportError(str(e)) from None
 
 
 class ReportError(Exception):
@@ -190,24 +245,23 @@ class ReportError(Exception):
 def check_run_dir(run_dir: str | Path) -> Path:
     """``run_dir`` as a Path when it holds a run (``sim.results.io.FILES``); else
     :class:`ReportError` naming it and what is wrong."""
-    path = Path(run_dir)
-    if not path.exists():
-        raise ReportError(f"{path}: no such run directory")
-    if not path.is_dir():
-        raise ReportError(f"{path}: not a run directory (a file)")
-    missing = [name for name in FILES if not (path / name).is_file()]
-    if missing:
-        raise ReportError(f"{path}: not a run directory (no {', '.join(missing)})")
-    return path
+    from sim.results.runfolder import RunFolderError, check_run_folder
+
+    try:
+        return check_run_folder(run_dir)
+    except RunFolderError as e:
+        raise ReportError(str(e)) from None
 
 
-def write_report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
+def write_report(
+    run_dirs: Sequence[str | Path], out: str | Path, options: ReportOptions = DEFAULT_OPTIONS
+) -> Path:
     """Read the runs in ``run_dirs`` and write their report to ``out`` atomically (a
     temporary beside it, moved into place when complete). Raises :class:`ReportError`
     for a directory that is not a run, ``traces.TraceError`` when ``out`` cannot be
     written."""
     runs = read_runs([check_run_dir(d) for d in run_dirs])
-    return write_html(build_report(runs), out)
+    return write_html(build_report(runs, options=options), out)
 
 
 def write_html(text: str, out: str | Path) -> Path:

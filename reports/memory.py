@@ -1,264 +1,324 @@
-"""Figures of one run's KV memory and latency: pure functions from a
-:class:`~sim.results.io.RunResult` to a plotly figure (downsampling:
-:mod:`reports.downsample`).
+"""KV memory over time, the report's first figure: pure functions from a
+:class:`~sim.results.io.RunResult` to a plotly figure.
 
-* :func:`replica_memory` -- per replica, free memory and the largest free extent over
-  time, failures at the free memory they met, and the ratio with its thresholds;
-* :func:`waste_breakdown` -- the vLLM paper's four shares, stacked, over time;
-* :func:`uptime_scatter` -- the fragmentation ratio against uptime, per replica;
-* :func:`latency_cdfs` -- TTFT, TPOT and end-to-end latency, as the summary defines them.
+:func:`replica_memory` draws, as shares of KV capacity, free memory and the largest free
+extent (top) and ``largest_contiguous_free_block_ratio`` (bottom) over time, with the
+25 %-free line, the ratio thresholds, every allocation failure at the free share it met
+(by diagnosis) and every restart:
+
+* a **fleet**: quantile bands per time window of a readable width
+  (:func:`~reports.aggregate.fleet_quantiles` over every sample of every replica up in
+  the window: p10-p90 filled, median solid; the minimum dotted for the largest extent
+  and the ratio), a median per pool where the fleet has several, and in the ratio panel
+  the ``top_k`` worst replicas (:func:`~reports.aggregate.worst_replicas`) as thin
+  lines (their minimum ratio per window) with their failures at the ratio they met, so
+  the figure reads the same at 4 replicas and at 600;
+* a **single replica**: the same bands over its own samples when it has more than
+  :data:`LINE_MAX_INSTANTS` (days of minutes swing too fast to read as lines), else its
+  own lines.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from reports.aggregate import (
+    RATIO,
+    allocation_failures,
+    fleet_quantiles,
+    quantile_window_s,
+    up_samples,
+    worst_replicas,
+)
 from reports.common import (
-    FAILURE_KINDS,
-    VISIBLE_REPLICAS,
+    DEFAULT_OPTIONS,
+    EXTENT_COLOUR,
+    FREE_COLOUR,
+    RATIO_COLOUR,
+    REPLICA_COLOURS,
+    ReportOptions,
     as_float,
     base_layout,
-    colour,
     esc,
+    high_free_share,
     max_time_s,
+    pools_of,
     ratio_thresholds,
     replicas_of,
     time_unit,
 )
 from reports.downsample import (
     MAX_MARKERS,
-    MAX_SCATTER_POINTS,
     MAX_SERIES_POINTS,
-    bucket_means,
-    cdf_points,
     minmax_indices,
-    shown_label,
     stride_indices,
+    window_label,
 )
+from reports.marks import add_failures, add_restarts
 from sim.results.io import RunResult
 
-SERIES_POINT_BUDGET = 48_000
-"""Points per figure over all replicas' series; each series gets its share, at most
-:data:`~reports.downsample.MAX_SERIES_POINTS` and at least 200."""
-WASTE = (
-    ("share_token_states", "token states", "#2ca02c"),
-    ("share_reservation", "reservation", "#1f77b4"),
-    ("share_internal_fragmentation", "internal fragmentation", "#ff7f0e"),
-    ("share_external_fragmentation_free", "external fragmentation & free", "#d3d3d3"),
+SERIES = (
+    ("free_share", "free memory", FREE_COLOUR, 1, 100.0),
+    ("largest_share", "largest free extent", EXTENT_COLOUR, 1, 100.0),
+    (RATIO, "largest / free", RATIO_COLOUR, 2, 1.0),
 )
+"""(column, label, colour, row, scale): what the figure draws, in drawing order."""
+POOL_DASHES = ("dash", "dashdot", "longdash", "longdashdot")
+LINE_MAX_INSTANTS = 600
+"""A single replica with at most this many periodic samples is drawn as lines."""
 
 
-def _points_per_series(series: int) -> int:
-    return max(200, min(MAX_SERIES_POINTS, SERIES_POINT_BUDGET // max(series, 1)))
-
-
-def _visible(k: int) -> bool | str:
-    return True if k < VISIBLE_REPLICAS else "legendonly"
-
-
-def replica_memory(result: RunResult) -> go.Figure:
-    """Top: free tokens (solid) and the largest free extent (dotted) per replica, and the
-    allocation failures (events ``admission_failure`` / ``growth_failure``) at the free
-    memory they happened at. Bottom: ``largest_contiguous_free_block_ratio`` with the
-    severe and alert thresholds. Samples of a replica that is down are gaps."""
-    ts, events = result.timeseries, result.events
+def replica_memory(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) -> go.Figure:
+    """See the module docstring. Samples of a replica that is down are gaps."""
+    ts, events, summary = result.timeseries, result.events, result.summary
     div, unit = time_unit(max_time_s(ts, events))
-    severe, alert = ratio_thresholds(result.summary)
+    samples = up_samples(ts)
+    width_s = quantile_window_s(samples)
+    replicas = replicas_of(ts)
+    lines = len(replicas) <= 1 and samples["time_s"].nunique() <= LINE_MAX_INSTANTS
+    every = f"quantiles per {window_label(width_s)} over " + (
+        "its samples" if len(replicas) <= 1 else "all replicas' samples"
+    )
     fig = make_subplots(
         rows=2,
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=0.08,
-        row_heights=[0.62, 0.38],
-        subplot_titles=("free memory vs largest free extent", "largest / free"),
+        vertical_spacing=0.09,
+        row_heights=[0.6, 0.4],
+        subplot_titles=(
+            "free memory and the largest free extent, % of KV capacity"
+            + ("" if lines else f" ({every})"),
+            "largest_contiguous_free_block_ratio = largest free extent / free memory",
+        ),
     )
-    replicas = replicas_of(ts)
-    budget = _points_per_series(3 * len(replicas))
-    for k, replica in enumerate(replicas):
-        rows = ts[ts["replica"] == replica].sort_values("time_s", kind="stable")
-        t = as_float(rows["time_s"]) / div
-        up = rows["up"].to_numpy(dtype=bool)
-        group = dict(legendgroup=f"r{replica}", visible=_visible(k))
-        for column, label, dash, row in (
-            ("free_tokens", "free", "solid", 1),
-            ("largest_free_extent_tokens", "largest extent", "dot", 1),
-            ("largest_contiguous_free_block_ratio", "ratio", "solid", 2),
-        ):
-            y = np.where(up, as_float(rows[column]), np.nan)
-            keep = minmax_indices(y, budget)
-            fig.add_trace(
-                go.Scatter(
-                    x=t[keep],
-                    y=y[keep],
-                    mode="lines",
-                    name=f"replica {replica}: {label}",
-                    line={"color": colour(k), "dash": dash, "width": 1.4},
-                    opacity=0.55 if column == "free_tokens" else 1.0,
-                    **group,
-                ),
-                row=row,
-                col=1,
-            )
-    fails = events[events["kind"].isin(FAILURE_KINDS)]
-    if len(fails):
-        keep = stride_indices(len(fails), MAX_MARKERS)
-        shown = fails.iloc[keep]
-        text = [
-            esc(f"replica {r}: {kind} ({cause}), need {need:,} tokens")
-            for r, kind, cause, need in zip(
-                shown["replica"].tolist(),
-                shown["kind"].tolist(),
-                shown["cause"].tolist(),
-                shown["need_tokens"].tolist(),
-                strict=True,
-            )
-        ]
-        fig.add_trace(
-            go.Scatter(
-                x=as_float(shown["time_s"]) / div,
-                y=as_float(shown["free_tokens"]),
-                mode="markers",
-                name=shown_label("allocation failures", len(shown), len(fails)),
-                marker={"color": "#d62728", "symbol": "x", "size": 5, "opacity": 0.7},
-                text=text,
-                hovertemplate="%{text}<br>free %{y:,} tokens<extra></extra>",
-            ),
-            row=1,
-            col=1,
+    if lines:
+        _single(fig, ts, div)
+        title = "KV memory"
+    else:
+        _bands(fig, samples, width_s, div)
+        if len(replicas) > 1:
+            _pools(fig, samples, pools_of(summary), width_s, div)
+            worst = worst_replicas(samples, events, options.top_k, high_free_share(summary))
+            _worst(fig, samples, events, worst, width_s, div)
+        title = (
+            "KV memory"
+            if len(replicas) <= 1
+            else f"KV memory across the fleet ({len(replicas):,} replicas over the run)"
         )
+    add_failures(fig, events, div, row=1)
+    add_restarts(fig, events, div, [(1, 0.0, 100.0), (2, 0.0, 1.0)])
+    _lines(fig, summary)
+    fig.update_layout(**base_layout(title, 680))
+    fig.update_yaxes(title_text="% of KV capacity", range=[0, 102], row=1, col=1)
+    fig.update_yaxes(title_text="ratio", range=[0, 1.03], row=2, col=1)
+    fig.update_xaxes(title_text=unit, row=2, col=1)
+    fig.update_xaxes(range=[0, max_time_s(ts, events) / div])
+    return fig
+
+
+def _lines(fig: go.Figure, summary: dict[str, Any]) -> None:
+    share = high_free_share(summary)
+    fig.add_hline(
+        y=share * 100.0,
+        line={"color": "#555", "dash": "dash", "width": 1},
+        annotation_text=esc(f"{share:.0%} free: failures above are at high free memory"),
+        annotation_position="top left",
+        annotation_bgcolor="rgba(255,255,255,0.8)",
+        row=1,
+        col=1,
+    )
+    severe, alert = ratio_thresholds(summary)
     for level, label, dash in ((severe, "severe", "dash"), (alert, "alert", "dot")):
         fig.add_hline(
             y=level,
             line={"color": "#d62728", "dash": dash, "width": 1},
-            annotation_text=esc(f"{label} {level:g}"),
+            annotation_text=esc(f"{label} < {level:g}"),
             annotation_position="bottom right",
             row=2,
             col=1,
         )
-    fig.update_layout(**base_layout(f"{result.summary.get('scenario', '')}: KV memory", 620))
-    fig.update_yaxes(title_text="tokens", row=1, col=1)
-    fig.update_yaxes(title_text="ratio", range=[0, 1.05], row=2, col=1)
-    fig.update_xaxes(title_text=unit, row=2, col=1)
-    return fig
 
 
-def _periodic(ts: pd.DataFrame) -> pd.DataFrame:
-    return ts[(ts["trigger"] == "periodic") & ts["up"].astype(bool)]
-
-
-def waste_breakdown(result: RunResult) -> go.Figure:
-    """The four waste shares of KV capacity over time (periodic samples of replicas that
-    are up; over a fleet, capacity-weighted across replicas at each instant), stacked to
-    100 %; downsampled by bucket means (which still add up)."""
-    periodic = _periodic(result.timeseries)
-    columns = [c for c, _, _ in WASTE]
-    if len(periodic):
-        weights = as_float(periodic["capacity_tokens"])
-        weighted = periodic[columns].mul(weights, axis=0)
-        weighted["capacity"] = weights
-        sums = weighted.groupby(periodic["time_s"].to_numpy(), sort=True).sum()
-        shares = sums[columns].div(sums["capacity"].replace(0, np.nan), axis=0)
-        times = shares.index.to_numpy(dtype=float)
-        values = shares.to_numpy(dtype=float)
-    else:
-        times, values = np.empty(0), np.empty((0, len(columns)))
-    div, unit = time_unit(float(times.max()) if len(times) else 0.0)
-    means = bucket_means(np.column_stack([times, values]), MAX_SERIES_POINTS)
-    fig = go.Figure()
-    for j, (_, label, color) in enumerate(WASTE):
+def _single(fig: go.Figure, ts: pd.DataFrame, div: float) -> None:
+    """One replica's own lines (all its samples: periodic, at failures, final)."""
+    rows = ts.sort_values("time_s", kind="stable")
+    up = rows["up"].to_numpy(dtype=bool)
+    capacity = np.where(up, as_float(rows["capacity_tokens"]), np.nan)
+    t = as_float(rows["time_s"]) / div
+    values = {
+        "free_share": as_float(rows["free_tokens"]) / capacity,
+        "largest_share": as_float(rows["largest_free_extent_tokens"]) / capacity,
+        RATIO: np.where(up, as_float(rows[RATIO]), np.nan),
+    }
+    tokens = {
+        "free_share": as_float(rows["free_tokens"]),
+        "largest_share": as_float(rows["largest_free_extent_tokens"]),
+    }
+    for column, label, color, row, scale in SERIES:
+        y = values[column] * scale
+        keep = minmax_indices(y, MAX_SERIES_POINTS)
+        hover = "%{y:.3f}<extra>" + label + "</extra>"
+        custom = None
+        if column in tokens:
+            custom = tokens[column][keep]
+            hover = "%{y:.1f} % (%{customdata:,.0f} tokens)<extra>" + label + "</extra>"
         fig.add_trace(
             go.Scatter(
-                x=means[:, 0] / div,
-                y=means[:, j + 1] * 100.0,
+                x=t[keep],
+                y=y[keep],
                 mode="lines",
                 name=label,
-                stackgroup="waste",
-                line={"width": 0.5, "color": color},
-                hovertemplate=f"{label}: %{{y:.1f}} %<extra></extra>",
-            )
+                line={"color": color, "width": 1.3},
+                customdata=custom,
+                hovertemplate=hover,
+            ),
+            row=row,
+            col=1,
         )
-    fig.update_layout(**base_layout("waste breakdown (share of KV capacity)", 400))
-    fig.update_yaxes(title_text="% of KV capacity", range=[0, 100])
-    fig.update_xaxes(title_text=unit)
-    return fig
 
 
-def uptime_scatter(result: RunResult) -> go.Figure:
-    """The fragmentation ratio (1 - largest / free, the seed's correlation signal)
-    against uptime since the replica's last restart, one colour per replica; periodic
-    samples with free memory, at most :data:`~reports.downsample.MAX_SCATTER_POINTS` in
-    all (an even stride per replica)."""
-    periodic = _periodic(result.timeseries).dropna(subset=["largest_contiguous_free_block_ratio"])
-    replicas = replicas_of(periodic)
-    div, unit = time_unit(float(periodic["uptime_s"].max()) if len(periodic) else 0.0)
-    per_replica = max(1, MAX_SCATTER_POINTS // max(len(replicas), 1))
-    fig = go.Figure()
-    for k, replica in enumerate(replicas):
-        rows = periodic[periodic["replica"] == replica]
-        keep = stride_indices(len(rows), per_replica)
+def _bands(fig: go.Figure, samples: pd.DataFrame, width_s: float, div: float) -> None:
+    """Per series: the p10-p90 band, the median and the minimum per window."""
+    q = fleet_quantiles(samples, tuple(c for c, *_ in SERIES), width_s)
+    t = as_float(q["time_s"]) / div
+    count = np.column_stack([q["samples"].to_numpy(), q["replicas"].to_numpy()])
+    for column, label, color, row, scale in SERIES:
         fig.add_trace(
             go.Scatter(
-                x=as_float(rows["uptime_s"])[keep] / div,
-                y=1.0 - as_float(rows["largest_contiguous_free_block_ratio"])[keep],
-                mode="markers",
-                name=shown_label(f"replica {replica}", len(keep), len(rows)),
-                marker={"color": colour(k), "size": 4, "opacity": 0.6},
-                visible=_visible(k),
-            )
+                x=t,
+                y=as_float(q[f"{column}_p10"]) * scale,
+                mode="lines",
+                showlegend=False,
+                hoverinfo="skip",
+                legendgroup=column,
+                line={
+                    "width": 0.8,
+                    "color": color,
+                },  # the band's lower edge, visible under another band
+            ),
+            row=row,
+            col=1,
         )
-    found = [a for a in result.summary.get("alerts", []) if "spearman_rho" in a]
-    title = "fragmentation ratio vs uptime"
-    if found:
-        title += f" (Spearman rho {found[0]['spearman_rho']:.2f})"
-    fig.update_layout(**base_layout(title, 400))
-    fig.update_yaxes(title_text="1 - largest / free", range=[0, 1.02])
-    fig.update_xaxes(title_text=unit.replace("time", "uptime"))
-    return fig
-
-
-def latency_samples(requests: pd.DataFrame) -> dict[str, np.ndarray]:
-    """TTFT, TPOT and end-to-end latency (s) of the ``ok`` requests, as
-    :func:`sim.results.summary.summarize` defines them: TTFT = first token - arrival;
-    TPOT = (finish - first token) / (generated tokens - 1), for requests of more than one
-    token; end to end = finish - arrival (``tests/unit/test_reports.py`` holds these to
-    the summary's percentiles)."""
-    ok = requests[requests["status"] == "ok"]
-    arrival, first = as_float(ok["arrival_s"]), as_float(ok["first_token_s"])
-    finish = as_float(ok["finish_s"])
-    generated = ok["generated_tokens"].to_numpy(dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(generated > 1, (finish - first) / (generated - 1), np.nan)
-    return {"TTFT": first - arrival, "TPOT": tpot, "end to end": finish - arrival}
-
-
-def latency_cdfs(result: RunResult) -> go.Figure:
-    """Three CDFs side by side (each from :data:`~reports.downsample.CDF_POINTS`
-    quantiles); a log x axis where the values span more than two decades."""
-    samples = latency_samples(result.requests)
-    fig = make_subplots(rows=1, cols=3, subplot_titles=[f"{n} (s)" for n in samples])
-    for col, (name, values) in enumerate(samples.items(), start=1):
-        x, p = cdf_points(values)
         fig.add_trace(
             go.Scatter(
-                x=x,
-                y=p,
+                x=t,
+                y=as_float(q[f"{column}_p90"]) * scale,
+                mode="lines",
+                fill="tonexty",
+                fillcolor=_tint(color, 0.25),
+                name=f"{label}: p10-p90",
+                hoverinfo="skip",
+                legendgroup=column,
+                line={"width": 0, "color": color},
+            ),
+            row=row,
+            col=1,
+        )
+        for q_name, dash, width, what in (
+            ("p50", "solid", 1.8, "median"),
+            ("min", "dot", 1.2, "minimum"),
+        ):
+            if column == "free_share" and q_name == "min":
+                continue  # the busiest replica: a capacity story, told by the failures
+            fig.add_trace(
+                go.Scatter(
+                    x=t,
+                    y=as_float(q[f"{column}_{q_name}"]) * scale,
+                    mode="lines",
+                    name=f"{label}: {what}",
+                    legendgroup=column,
+                    line={"color": color, "width": width, "dash": dash},
+                    customdata=count,
+                    hovertemplate=f"{what} %{{y:.3g}} of %{{customdata[0]}} samples "
+                    f"(%{{customdata[1]}} replicas)<extra>{label}</extra>",
+                ),
+                row=row,
+                col=1,
+            )
+
+
+def _pools(
+    fig: go.Figure, samples: pd.DataFrame, pools: dict[int, str], width_s: float, div: float
+) -> None:
+    """A median line per pool, where the fleet has more than one pool."""
+    if len(set(pools.values())) < 2:
+        return
+    named = samples.assign(pool=samples["replica"].map(pools))
+    for i, (pool, rows) in enumerate(named.groupby("pool", sort=True)):
+        q = fleet_quantiles(rows, ("free_share", RATIO), width_s)
+        t = as_float(q["time_s"]) / div
+        for column, label, color, row, scale in (SERIES[0], SERIES[2]):
+            fig.add_trace(
+                go.Scatter(
+                    x=t,
+                    y=as_float(q[f"{column}_p50"]) * scale,
+                    mode="lines",
+                    name=esc(f"pool {pool}: median {label}"),
+                    line={"color": color, "width": 1.2, "dash": POOL_DASHES[i % len(POOL_DASHES)]},
+                ),
+                row=row,
+                col=1,
+            )
+
+
+def _worst(
+    fig: go.Figure,
+    samples: pd.DataFrame,
+    events: pd.DataFrame,
+    worst: list[tuple[int, int]],
+    width_s: float,
+    div: float,
+) -> None:
+    """Each of the worst replicas in the ratio panel, in a colour of its own: its
+    minimum ratio per window (thin) and its allocation failures at the ratio they met
+    (largest free extent / free then; x fragmentation, o capacity); one legend entry
+    each."""
+    fails = allocation_failures(events)
+    for rank, (replica, failures) in enumerate(worst):
+        q = fleet_quantiles(samples[samples["replica"] == replica], (RATIO,), width_s)
+        color = REPLICA_COLOURS[rank % len(REPLICA_COLOURS)]
+        name = esc(f"replica {replica} (worst #{rank + 1}: {failures:,} failures)")
+        group = f"replica-{replica}"
+        fig.add_trace(
+            go.Scatter(
+                x=as_float(q["time_s"]) / div,
+                y=as_float(q[f"{RATIO}_min"]),
                 mode="lines",
                 name=name,
-                line={"color": colour(col - 1)},
-                hovertemplate=f"{name} %{{x:.4g}} s: p%{{customdata:.1f}}<extra></extra>",
-                customdata=p * 100.0,
-                showlegend=False,
+                legendgroup=group,
+                line={"color": color, "width": 1.1},
+                hovertemplate=f"minimum %{{y:.3f}}<extra>replica {replica}</extra>",
             ),
-            row=1,
-            col=col,
+            row=2,
+            col=1,
         )
-        positive = x[x > 0]
-        if len(positive) and positive.max() / positive.min() > 100:
-            fig.update_xaxes(type="log", row=1, col=col)
-        fig.update_xaxes(title_text="seconds", row=1, col=col)
-    fig.update_yaxes(title_text="share of ok requests", range=[0, 1.01], row=1, col=1)
-    fig.update_layout(**base_layout("latency CDFs (ok requests)", 380))
-    return fig
+        mine = fails[fails["replica"] == replica]
+        mine = mine.iloc[stride_indices(len(mine), MAX_MARKERS // 10)]
+        free = as_float(mine["free_tokens"])
+        ratio = np.where(free > 0, as_float(mine["largest_free_extent_tokens"]) / free, np.nan)
+        symbols = np.where(mine["cause"].to_numpy() == "fragmentation", "x", "circle-open")
+        fig.add_trace(
+            go.Scatter(
+                x=as_float(mine["time_s"]) / div,
+                y=ratio,
+                mode="markers",
+                name=name,
+                legendgroup=group,
+                showlegend=False,
+                marker={"color": color, "symbol": symbols, "size": 6},
+                text=[esc(str(c)) for c in mine["cause"].tolist()],
+                hovertemplate=f"%{{text}} failure at ratio %{{y:.3f}}<extra>replica {replica}</extra>",
+            ),
+            row=2,
+            col=1,
+        )
+
+
+def _tint(hex_colour: str, alpha: float) -> str:
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"

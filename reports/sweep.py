@@ -253,7 +253,8 @@ def sweep_bars(frame: pd.DataFrame, x: str, metric: str) -> go.Figure:
             y=mean,
             error_y=error,
             text=[esc(t) for t in cells(frame, base)],
-            textposition="outside",
+            textposition="inside",
+            insidetextanchor="middle",
             hovertemplate="%{x}: %{y:.4g}<extra></extra>",
         )
     )
@@ -338,8 +339,8 @@ def build_sweep_report(summary: pd.DataFrame, params: Sequence[str], title: str)
         lines.append(f"<p>held: {fixed}</p>")
     lines.append(
         "<p>mean ± half the 95 % interval over replications; below it, the difference "
-        "from the first point (the baseline) in percent, green lower, red higher. The "
-        "colour scale of each heatmap starts at zero.</p>"
+        "from the first point (the baseline) in percent, green lower, red higher. Axes and "
+        "colour scales start at zero.</p>"
     )
     parts = [*lines, "<h2>results</h2>", results_table(summary, params)]
     figs = figures(summary, params)
@@ -349,7 +350,12 @@ def build_sweep_report(summary: pd.DataFrame, params: Sequence[str], title: str)
             parts.append(f"<p>heatmaps: first {MAX_PANELS} of {groups} panels</p>")
     if figs:
         parts.append("<h2>figures</h2>")
-    parts += [figure_html(fig, i) for i, fig in enumerate(figs)]
+    divs = [figure_html(fig, i) for i, fig in enumerate(figs)]
+    if all(len(fig.data) == 1 for fig in figs):  # single panels: two to a row
+        divs = [
+            f'<div style="display:grid;grid-template-columns:1fr 1fr;gap:1em">{"".join(divs)}</div>'
+        ]
+    parts += divs
     heading = f"sweep: {title}"
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

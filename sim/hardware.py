@@ -91,7 +91,8 @@ class GpuSpec:
     dense_bf16_flops: float
     """Peak dense (no sparsity) bf16 tensor-core FLOP/s."""
     usd_per_hour: float
-    """A typical cloud on-demand price of one GPU (instance price / GPUs per instance)."""
+    """A cloud on-demand price of one GPU-hour (instance price / GPUs per instance;
+    :data:`GPU_PRICE_SOURCE`)."""
 
     def __post_init__(self) -> None:
         for field in ("memory_bytes", "hbm_bytes_per_s", "dense_bf16_flops"):
@@ -125,17 +126,25 @@ _MODEL_PRESETS = (
     ModelSpec("qwen2.5-7b", 28, 4, 128, 2, 7_615_616_512, 3584, 32768),
 )
 
+GPU_PRICE_SOURCE = (
+    "on-demand list price per GPU (instance price / GPUs in it), read mid-2025: "
+    "GCP us-central1 a2-highgpu-1g, a2-ultragpu-1g, g2-standard-8; AWS us-east-1 "
+    "p5.48xlarge and p5e.48xlarge after the June 2025 cut, g5.xlarge"
+)
+"""Where the presets' ``usd_per_hour`` come from. The one price table: ``fragsim
+hardware`` prints it and a fleet pool's cost defaults to it (``PoolConfig.usd_per_gpu_hour``
+overrides it with a contract's price)."""
+
 # Memory: nvidia-smi's total (MiB). Bandwidth and dense bf16 FLOP/s: NVIDIA datasheets
 # (A100 SXM, H100 SXM5, H200 SXM, L4, A10G per Baseten's A10 vs A10G comparison).
-# $/hour: approximate 2025 on-demand list prices per GPU (GCP a2-highgpu/a2-ultragpu,
-# AWS p5/p5e after the June 2025 cut, GCP g2, AWS g5.xlarge); override for your contract.
+# $/hour: GPU_PRICE_SOURCE, the instance named beside each preset.
 _GPU_PRESETS = (
-    GpuSpec("a100-40gb", 40_960 * MIB, 1.555e12, 312e12, 3.67),
-    GpuSpec("a100-80gb", 81_920 * MIB, 2.039e12, 312e12, 5.07),
-    GpuSpec("h100-80gb", 81_559 * MIB, 3.35e12, 989e12, 6.88),
-    GpuSpec("h200-141gb", 143_771 * MIB, 4.8e12, 989e12, 7.91),
-    GpuSpec("l4", 23_034 * MIB, 300e9, 121e12, 0.85),
-    GpuSpec("a10g", 23_028 * MIB, 600e9, 70e12, 1.01),
+    GpuSpec("a100-40gb", 40_960 * MIB, 1.555e12, 312e12, 3.67),  # a2-highgpu-1g
+    GpuSpec("a100-80gb", 81_920 * MIB, 2.039e12, 312e12, 5.07),  # a2-ultragpu-1g
+    GpuSpec("h100-80gb", 81_559 * MIB, 3.35e12, 989e12, 6.88),  # p5.48xlarge / 8
+    GpuSpec("h200-141gb", 143_771 * MIB, 4.8e12, 989e12, 7.91),  # p5e.48xlarge / 8
+    GpuSpec("l4", 23_034 * MIB, 300e9, 121e12, 0.85),  # g2-standard-8
+    GpuSpec("a10g", 23_028 * MIB, 600e9, 70e12, 1.01),  # g5.xlarge
 )
 
 MODELS: Mapping[str, ModelSpec] = MappingProxyType({m.name: m for m in _MODEL_PRESETS})
@@ -284,7 +293,10 @@ class GpuSpecConfig(BaseModel):
         ge=MIN_GPU_RATE, le=MAX_FLOPS, description="Peak dense bf16 FLOP/s."
     )
     usd_per_hour: float = Field(
-        default=0.0, ge=0, le=10**6, description="Price of one GPU per hour."
+        default=0.0,
+        ge=0,
+        le=10**6,
+        description="Price of one GPU per hour (a fleet pool's default price; 0: free).",
     )
 
     def to_spec(self) -> GpuSpec:

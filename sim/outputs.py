@@ -27,7 +27,7 @@ from sim.latency.base import OutOfRange
 from sim.parts import Parts
 from sim.results.frames import frame
 from sim.results.io import RunResult
-from sim.results.summary import summarize
+from sim.results.summary import summarize, with_firings
 from sim.scenario import bounds
 from sim.scenario.schema import Scenario
 
@@ -94,10 +94,9 @@ def fleet_result(
     summary["fleet"] = fleet_summary(fleet, fleet_df, req_df, end_s, pools)
     if router is not None:
         summary["fleet"]["router"] = router.name
-    firing = alerts[alerts["state"] == "firing"]
-    summary["fleet"]["alerts_fired"] = {
-        str(k): int(v) for k, v in firing["alert"].value_counts().sort_index().items()
-    }
+    firing = alerts.loc[alerts["state"] == "firing", "alert"].value_counts()
+    counts = {str(k): int(v) for k, v in firing.items()}
+    summary["alerts"] = with_firings(summary["alerts"], counts, thresholds)
     return RunResult(req_df, ts_df, ev_df, summary, fleet=fleet_df, alerts=alerts)
 
 

@@ -29,6 +29,8 @@ class Parts:
     latency: LatencyModel
     allocator: AllocatorConfig
     kv_capacity_tokens: int
+    gpu_usd_per_hour: float = 0.0
+    """The GPU's price (``sim.hardware``'s table, or an inline GPU's)."""
 
 
 def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Parts:
@@ -62,7 +64,9 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
         allocator.build(spec)
     except ValueError as e:
         raise ScenarioError(f"field allocator: {e}") from None
-    return Parts(spec, sched_config, latency, allocator, budget.kv_capacity_tokens)
+    return Parts(
+        spec, sched_config, latency, allocator, budget.kv_capacity_tokens, gpu.usd_per_hour
+    )
 
 
 def check_step_times(

@@ -105,6 +105,46 @@ def _jsonl(path: Path, types: dict[str, pa.DataType], chunk_rows: int) -> Iterat
     yield from reader
 
 
+INT64_MAX = (1 << 63) - 1
+
+
+def check_parquet_column(
+    path: Path, name: str, col: pa.ChunkedArray, t: pa.DataType, first_row: int
+) -> None:
+    """Refuse a Parquet column that cannot hold what ``t`` asks for, before any cast
+    could turn it into something else: a number column (``t`` an integer or a float)
+    stored as text, flags or times (pyarrow would parse text as numbers without a
+    word), and an unsigned 64-bit value beyond a signed one (a cast would wrap
+    2**64 - 1 to -1): its row and the value as the file holds it."""
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        return
+    kind = col.type
+    if not (
+        pa.types.is_integer(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_decimal(kind)
+        or pa.types.is_null(kind)
+    ):
+        what = "text" if pa.types.is_string(kind) or pa.types.is_large_string(kind) else kind
+        raise TraceError(
+            path,
+            f"the Parquet column holds {what} ({kind}), not numbers",
+            field=name,
+            expected=f"a numeric column ({t})",
+        )
+    if pa.types.is_uint64(kind) and len(col) and pc.max(col).as_py() > INT64_MAX:
+        over = pc.greater(col, pa.scalar(INT64_MAX, pa.uint64()))
+        row = pc.index(over, True).as_py()
+        raise TraceError(
+            path,
+            "out of range",
+            row=first_row + row,
+            field=name,
+            expected=f"an integer at most {INT64_MAX} (a signed 64-bit integer)",
+            written=str(col[row].as_py()),
+        )
+
+
 def _parquet(path: Path, types: dict[str, pa.DataType], chunk_rows: int) -> Iterator[pa.Table]:
     rows = 0
     try:
@@ -114,6 +154,7 @@ def _parquet(path: Path, types: dict[str, pa.DataType], chunk_rows: int) -> Iter
             table = pa.Table.from_batches([batch])
             for name, t in types.items():
                 col = table.column(name)
+                check_parquet_column(path, name, col, t, rows)
                 keep_int = pa.types.is_floating(t) and pa.types.is_integer(
                     col.type
                 )  # checked as ints

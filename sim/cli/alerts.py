@@ -26,7 +26,7 @@ from sim.fleet.alerts import (
     diagnose_failures,
     evaluate_alerts,
 )
-from sim.results.summary import AlertThresholds
+from sim.results.seed_alerts import AlertThresholds
 
 alerts_app = typer.Typer(
     help="The seed's alerts: export Prometheus rules, evaluate them over a run.",
@@ -177,9 +177,15 @@ def show_command(
     counts = pd.Series(diagnosis["diagnosis"]).value_counts().sort_index()
     shown = ", ".join(f"{name}: {n:,}" for name, n in counts.items())
     high = int(diagnosis["at_high_free_memory"].sum())
+    share = f"{thresholds.high_free_share:.0%}"
     console.print(
         f"failed requests: {len(diagnosis):,}"
-        + (f" ({shown}; {high:,} at high free memory)" if len(diagnosis) else ""),
+        + (
+            f" (by diagnosis: {shown}); overlapping that split, {high:,} of them failed at "
+            f"> {share} free memory (any diagnosis)"
+            if len(diagnosis)
+            else ""
+        ),
         markup=False,
         highlight=False,
     )

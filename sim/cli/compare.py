@@ -1,24 +1,251 @@
-"""``fragsim compare SCENARIO... -o OUT/``: run a set of scenarios (built-in names or
-files), write each run under ``OUT/NAME/``, and print one table (also written as
-``OUT/compare.csv`` and ``OUT/compare.parquet``): failures, failures at high free
-memory, replicas over time, replica-hours, avoidable replica-hours, cost, p99 TTFT and
-end-to-end latency."""
+"""``fragsim compare RUN... -o OUT/ [--baseline NAME]``: which fix pays.
+
+Each RUN is a scenario (a file or a built-in name), simulated and written to
+``OUT/NAME/``, or a finished run folder (a folder holding ``summary.json``, written by
+``fragsim run`` or an earlier ``compare``), read as it is and never re-run; the two mix
+freely. A run's NAME is its scenario's name, or its folder's name (``-2``, ``-3``... on
+repeats). The baseline is the first RUN, or the one ``--baseline`` names; every other run
+is compared against it (``sim.fleet.compare.with_deltas``): dollars, replica-hours,
+avoidable replica-hours, failed requests, allocation failures, failures at high free
+memory, p99 TTFT and end-to-end, each as a difference and a percentage; ranked by
+dollars saved, ties by fewer allocation failures; one verdict line per run.
+
+Writes ``OUT/compare.csv`` and ``OUT/compare.parquet`` (every metric, the deltas, rank
+and verdict: one row per run, the baseline first, then by rank) and ``OUT/report.html``
+(unless ``--no-report``). Prints the table (runs as rows, wrapped to the terminal's width
+in ``table`` format) and the verdicts on stdout; progress, and where the results went,
+on stderr (also with ``--quiet``). ``--format csv`` / ``json`` print the rows of
+``compare.csv``.
+
+Module-level imports stay light (standard library and typer): pandas, the engine and
+plotly load inside the functions that use them.
+"""
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
+import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
-from sim.cli.report import write_report_of
-from sim.cli.run import check_output_dir, fail, prepare, simulate, write_results
-from sim.fleet.compare import compare_frame, comparison_table
-from sim.scenario.schema import Scenario, ScenarioError
-from traces.errors import TraceError
-from traces.writers import atomic_path
+from sim.cli.output import FormatOption
+from sim.scenario.fields import MAX_SEED
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sim.scenario.schema import Scenario
+
+SUMMARY = "summary.json"
+
+
+def compare_command(
+    runs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Scenario files or built-in names (run here), or finished run folders "
+            "(read, not re-run); the first is the baseline unless --baseline says.",
+            metavar="RUN",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="The run to compare against, by NAME (default: the first)."),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(min=0, max=MAX_SEED, help="Override every scenario's seed.")
+    ] = None,
+    jobs: Annotated[int, typer.Option(min=1, max=256, help="Runs at once (processes).")] = 1,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress, table or verdicts.")
+    ] = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help="No OUT/report.html.")] = False,
+    fmt: FormatOption = "table",
+) -> None:
+    """Compare runs against a baseline: what each saves or costs ($, replica-hours,
+    failures, p99 latency), ranked by $ saved, ties by fewer allocation failures."""
+    from sim.cli.run import check_output_dir, fail, prepare
+
+    folders = {i: p for i, p in enumerate(runs) if _run_folder(p, report=not no_report)}
+    prepared = {
+        i: prepare(p, seed=seed) for i, p in enumerate(runs) if i not in folders
+    }  # every scenario loaded and checked before anything runs
+    summaries: dict[int, dict[str, Any]] = {i: _read_summary(p) for i, p in folders.items()}
+    names = unique_names(
+        [
+            folders[i].resolve().name if i in folders else prepared[i][0].name
+            for i in range(len(runs))
+        ]
+    )
+    base = 0 if baseline is None else _baseline_index(baseline, names)
+    given = {p.resolve() for p in folders.values()}
+    for i in prepared:
+        if (out / names[i]).resolve() in given:
+            raise fail(
+                f"{out / names[i]}: a run folder given to compare would be replaced by the run of {names[i]}; write to another -o"
+            )
+        check_output_dir(out / names[i])
+    check_output_dir(out / "compare")  # the folder itself must be writable
+    to_run = [(i, prepared[i][0], out / names[i]) for i in sorted(prepared)]
+    summaries.update(_simulate(to_run, prepared, quiet=quiet, jobs=jobs))
+    _check_summaries(summaries, folders, fail)
+    _warn_spans([summaries[i] for i in range(len(runs))], names)
+    from sim.fleet.compare import compare_frame, with_deltas
+
+    frame = with_deltas(compare_frame([summaries[i] for i in range(len(runs))]), names, base)
+    _write_tables(frame, out)
+    dirs = {names[i]: folders.get(i, out / names[i]) for i in range(len(runs))}
+    report = None
+    if not no_report:
+        from sim.cli.report import write_report_of
+
+        report = write_report_of([dirs[n] for n in frame["run"]], out / "report.html")
+    if not quiet:
+        print_comparison(frame, fmt)
+    ran = [names[i] for i in sorted(prepared)]
+    listed = ", ".join([*(f"{n}/" for n in ran), "compare.csv", "compare.parquet"])
+    typer.echo(f"wrote {out}/ ({listed})", err=True)
+    if report is not None:
+        typer.echo(f"report: {report}", err=True)
+
+
+def _run_folder(path: Path, *, report: bool) -> bool:
+    """Whether ``path`` is a run folder; a folder that is not one, or one the report
+    cannot read, is a user error (one ``error:`` line, exit 2)."""
+    from sim.cli.run import fail
+
+    if not path.is_dir():
+        return False
+    if not (path / SUMMARY).is_file():
+        raise fail(
+            f"{path}: a folder but not a run (no {SUMMARY}); give a run folder or a scenario"
+        )
+    if report:
+        from sim.results.io import FILES
+
+        missing = [name for name in FILES if not (path / name).is_file()]
+        if missing:
+            raise fail(
+                f"{path}: an incomplete run (no {', '.join(missing)}); give --no-report to "
+                f"compare its {SUMMARY} alone"
+            )
+    return True
+
+
+def _read_summary(path: Path) -> dict[str, Any]:
+    """The folder's ``summary.json`` through the one reader of run folders
+    (``sim.results.runfolder.read_summary``); one ``error:`` line when it is not one."""
+    from sim.cli.run import fail
+    from sim.results.runfolder import RunFolderError, read_summary
+
+    try:
+        return read_summary(path / SUMMARY)
+    except RunFolderError as e:
+        raise fail(str(e)) from None
+
+
+def _check_summaries(
+    summaries: dict[int, dict[str, Any]], folders: dict[int, Path], fail: Any
+) -> None:
+    """A run folder's summary must carry what the table reads (``compare_row``)."""
+    from sim.fleet.compare import compare_row
+
+    for i, path in folders.items():
+        try:
+            compare_row(summaries[i])
+        except (KeyError, TypeError, ValueError) as e:
+            raise fail(f"{path / SUMMARY}: not a fragsim summary: no {e}") from None
+
+
+def _warn_spans(summaries: list[dict[str, Any]], names: list[str]) -> None:
+    """One ``warning:`` line when the runs cover simulated spans more than 1 % apart:
+    their dollars and counts are then not comparable."""
+    spans = [float(s.get("span_s") or s["engine"]["end_s"]) for s in summaries]
+    if min(spans) > 0 and max(spans) <= 1.01 * min(spans):
+        return
+    listed = ", ".join(
+        f"{n} {span_s / 3600:,.1f} h" for n, span_s in zip(names, spans, strict=True)
+    )
+    typer.echo(
+        f"warning: the runs cover different spans ({listed}); compare runs of the same traffic",
+        err=True,
+    )
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """Run names safe as folder names: each name, ``-2``, ``-3``... on repeats."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "scenario"
+        seen[safe] = seen.get(safe, 0) + 1
+        out.append(safe if seen[safe] == 1 else f"{safe}-{seen[safe]}")
+    return out
+
+
+def _baseline_index(name: str, names: list[str]) -> int:
+    if name in names:
+        return names.index(name)
+    from sim.cli.run import fail
+
+    raise fail(f"--baseline {name}: no run of that name (runs: {', '.join(names)})")
+
+
+def _simulate(
+    to_run: list[tuple[int, Scenario, Path]],
+    prepared: dict[int, Any],
+    *,
+    quiet: bool,
+    jobs: int,
+) -> dict[int, dict[str, Any]]:
+    """Run the scenarios, one after the other (progress over simulated time per run) or
+    ``jobs`` at once (progress over runs); each written to its folder."""
+    if not to_run:
+        return {}
+    from sim.cli.run import fail, simulate, write_results
+    from sim.scenario.schema import ScenarioError
+
+    if jobs == 1 or len(to_run) == 1:
+        done: dict[int, dict[str, Any]] = {}
+        for k, (i, scenario, folder) in enumerate(to_run, start=1):
+            _, requests, parts, source = prepared[i]
+            if not quiet:
+                typer.echo(f"compare: run {k} of {len(to_run)}: {folder.name}", err=True)
+            try:
+                result = simulate(scenario, requests, quiet=quiet, parts=parts)
+            except ScenarioError as e:
+                raise fail(str(e), source) from None
+            write_results(result, folder)
+            done[i] = result.summary
+        return done
+    return _simulate_pool(to_run, quiet=quiet, jobs=jobs)
+
+
+def _simulate_pool(
+    to_run: list[tuple[int, Scenario, Path]], *, quiet: bool, jobs: int
+) -> dict[int, dict[str, Any]]:
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    from sim.cli.progress import progress
+
+    workers = min(jobs, len(to_run))
+    with (
+        progress("compare", len(to_run), what="runs", quiet=quiet) as p,
+        ProcessPoolExecutor(max_workers=workers) as pool,
+    ):
+        futures = {pool.submit(_run_one, s, str(f)): i for i, s, f in to_run}
+        done: dict[int, dict[str, Any]] = {}
+        pending = set(futures)
+        while pending:
+            p.update(len(done), note=f"{min(workers, len(pending))} running")
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                done[futures[future]] = future.result()
+        p.update(len(done), note="")
+    return done
 
 
 def _run_one(scenario: Scenario, out: str) -> dict[str, Any]:
@@ -31,59 +258,97 @@ def _run_one(scenario: Scenario, out: str) -> dict[str, Any]:
     return result.summary
 
 
-def compare_command(
-    scenarios: Annotated[
-        list[Path], typer.Argument(help="Scenario files or built-in names (fragsim scenarios).")
-    ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
-    seed: Annotated[int | None, typer.Option(min=0, help="Override every scenario's seed.")] = None,
-    jobs: Annotated[int, typer.Option(min=1, max=256, help="Runs at once (processes).")] = 1,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or table.")] = False,
-    no_report: Annotated[bool, typer.Option("--no-report", help="No OUT/report.html.")] = False,
-) -> None:
-    """Run SCENARIO... and compare them in one table (each run written to OUT/NAME/)."""
-    prepared = [prepare(path, seed=seed) for path in scenarios]
-    names = _names([s.name for s, *_ in prepared])
-    for name in names:
-        check_output_dir(out / name)
-    check_output_dir(out / "compare")  # the folder itself must be writable
-    summaries: list[dict[str, Any]] = []
-    if jobs == 1 or len(prepared) == 1:
-        for (scenario, requests, parts, source), name in zip(prepared, names, strict=True):
-            try:
-                result = simulate(scenario, requests, quiet=quiet, parts=parts)
-            except ScenarioError as e:
-                raise fail(str(e), source) from None
-            write_results(result, out / name)
-            summaries.append(result.summary)
-    else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(prepared))) as pool:
-            futures = [
-                pool.submit(_run_one, scenario, str(out / name))
-                for (scenario, *_), name in zip(prepared, names, strict=True)
-            ]
-            summaries = [f.result() for f in futures]
-    frame = compare_frame(summaries)
+def _write_tables(frame: pd.DataFrame, out: Path) -> None:
+    from sim.cli.run import fail
+    from traces.errors import TraceError
+    from traces.writers import atomic_path
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)  # compared run folders only: nothing ran here
+    except OSError as e:
+        raise fail(f"{out}: output directory: {e.strerror or e}") from None
     for name, write in (("compare.csv", frame.to_csv), ("compare.parquet", frame.to_parquet)):
         try:
             with atomic_path(out / name) as tmp:
                 write(tmp, index=False)
         except TraceError as e:
             raise fail(str(e)) from None
-    report = None if no_report else write_report_of([out / n for n in names], out / "report.html")
-    if not quiet:
-        Console().print(comparison_table(frame))
-        typer.echo(f"wrote {out}/ ({', '.join(names)}, compare.csv, compare.parquet)")
-        if report is not None:
-            typer.echo(f"report: {report}")
 
 
-def _names(names: list[str]) -> list[str]:
-    """Run folder names: each scenario's name, ``-2``, ``-3``... on repeats."""
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "scenario"
-        seen[safe] = seen.get(safe, 0) + 1
-        out.append(safe if seen[safe] == 1 else f"{safe}-{seen[safe]}")
-    return out
+def print_comparison(frame: pd.DataFrame, fmt: str) -> None:
+    """The comparison on stdout: in ``table`` / ``markdown`` a row per run (the baseline
+    first, then by rank) with its values and deltas, then the verdicts; in ``csv`` /
+    ``json`` the rows of ``compare.csv``."""
+    from sim.cli.output import print_table
+
+    if fmt in ("csv", "json"):
+        columns = [str(c) for c in frame.columns]
+        print_table(None, columns, frame.astype(object).values.tolist(), fmt)
+        return
+    columns, rows = display_rows(frame)
+    base = frame["run"].iloc[0]
+    print_table(f"against {base}", columns, rows, fmt)
+    head = f"ranked by $ saved against {base}, ties by fewer allocation failures:"
+    if frame["cost_saved_usd"].isna().all():
+        head = f"no prices to compare: ranked by fewer allocation failures against {base}:"
+    verdicts = [f"{int(r['rank'])}. {r['verdict']}" for r in frame.iloc[1:].to_dict("records")]
+    if not verdicts:  # the baseline alone
+        return
+    if fmt == "markdown":
+        typer.echo("\n".join(["", head, "", *verdicts]))
+        return
+    import textwrap
+
+    from sim.cli.output import terminal_width
+
+    width = max(40, terminal_width())
+    lines = textwrap.wrap(head, width, break_on_hyphens=False, break_long_words=False)
+    for line in verdicts:
+        lines += textwrap.wrap(
+            line,
+            width,
+            initial_indent="  ",
+            subsequent_indent="     ",
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+    typer.echo("\n".join(lines))
+
+
+DISPLAY: tuple[tuple[str, str], ...] = (
+    ("cost_usd", "cost ($)"),
+    ("replica_hours", "replica-h"),
+    ("avoidable_replica_hours", "avoidable\nreplica-h"),
+    ("allocation_failures", "alloc.\nfailures"),
+    ("failures_at_high_free", "at >25 %\nfree"),
+    ("ttft_p99_s", "TTFT\np99 (s)"),
+    ("e2e_p99_s", "e2e\np99 (s)"),
+)
+"""(metric, column) of the terminal table, after ``run`` and ``rank``."""
+
+
+def display_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[object]]]:
+    """The terminal table of :func:`print_comparison`: ``run``, ``rank`` and a column per
+    metric of :data:`DISPLAY`, each cell its value over its difference from the
+    baseline's in percent (the difference itself where the baseline's is zero;
+    ``base`` in the baseline's row)."""
+    from sim.cli.output import Cell
+    from sim.fleet.compare import delta_text, formatted
+
+    columns = ["run", "rank", *(label for _, label in DISPLAY)]
+    rows: list[list[object]] = []
+    for k, r in enumerate(frame.to_dict("records")):
+        row: list[object] = [r["run"], Cell(int(r["rank"]), f"{int(r['rank'])}")]
+        for metric, _ in DISPLAY:
+            delta, pct = float(r[f"{metric}_delta"]), float(r[f"{metric}_delta_pct"])
+            if k == 0:
+                change = "base"
+            elif math.isnan(pct) or delta == 0:
+                change = delta_text(metric, delta, math.nan)
+            elif abs(pct) < 0.05:
+                change = "0.0 %"
+            else:
+                change = f"{'−' if pct < 0 else '+'}{abs(pct):.1f} %"
+            row.append(Cell(r[metric], f"{formatted(metric, r[metric])}\n{change}"))
+        rows.append(row)
+    return columns, rows

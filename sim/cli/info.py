@@ -12,7 +12,7 @@ from rich.table import Table
 from policies.allocators.registry import ALLOCATORS
 from sim.cli.run import fail
 from sim.errors import MAX_MESSAGE, clip, short
-from sim.hardware import GPUS, MODELS, HardwareConfig, kv_bytes_per_token
+from sim.hardware import GPU_PRICE_SOURCE, GPUS, MODELS, HardwareConfig, kv_bytes_per_token
 
 OPTIONS = {
     "model": "--model",
@@ -67,7 +67,10 @@ def hardware_command(
                 f"{m.max_seq_tokens:,}",
             )
         console.print(t)
-        g = Table("gpu", "memory", "HBM GB/s", "dense bf16 TFLOP/s", "$/h", title="GPU presets")
+        g = Table(
+            "gpu", "memory", "HBM GB/s", "dense bf16 TFLOP/s", "$/GPU-hour", title="GPU presets"
+        )
+        g.caption = f"$/GPU-hour: {GPU_PRICE_SOURCE}; fleet pools are priced from it"
         for spec in GPUS.values():
             g.add_row(
                 spec.name,

@@ -19,7 +19,14 @@ from rich.table import Table
 
 from sim.cli import interrupt
 from sim.cli.run import fail
-from sim.cli.sweep import QuietOption, SchedulerOption, WorkersOption, check_sweep_dir, progress_bar
+from sim.cli.sweep import (
+    QuietOption,
+    SchedulerOption,
+    WorkersOption,
+    check_sweep_dir,
+    note_kept,
+    progress_bar,
+)
 from sim.errors import clip
 from sim.scenario.schema import ScenarioError
 from sim.sweep.slo import SloError, parse_slo
@@ -76,7 +83,7 @@ def plan_command(
 ) -> None:
     """Find the fewest replicas meeting every SLO, per variant, and what each costs."""
     from sim.sweep.execute import Executor
-    from sim.sweep.plan import plan
+    from sim.sweep.plan import check_plan, plan
     from sim.sweep.spec import load_base
     from sim.sweep.summary import write_frame
 
@@ -89,6 +96,7 @@ def plan_command(
     source = clip(str(scenario))
     try:
         base = load_base(str(scenario), Path.cwd(), source)
+        check_plan(base, axes, lo=lo, hi=hi, autoscale=autoscale, source=source)
     except ScenarioError as e:
         raise fail(str(e)) from None
     check_sweep_dir(out)
@@ -114,10 +122,23 @@ def plan_command(
         raise fail(str(e)) from None
     except (TraceError, OSError) as e:
         raise fail(f"{clip(str(out))}: cannot write results: {e}") from None
+    except KeyboardInterrupt:
+        note_kept(out)
+        raise
     interrupt.note_written(clip(str(out)))
     if not quiet:
         Console().print(plan_table(result.plan, [p for p, _ in axes], f"plan ({', '.join(slo)})"))
         typer.echo(f"wrote {out}/ (plan.parquet, plan.csv, plan_points.parquet, runs.parquet)")
+    unmet = result.plan[~result.plan["meets_slos"]]
+    for _, row in unmet.iterrows():
+        variant = ", ".join(f"{p}={row[p]}" for p, _ in axes) or "the scenario"
+        typer.echo(
+            f"no replica count up to {hi} meets {' and '.join(slo)} for {variant} "
+            "(plan.csv: meets_slos false, replicas empty)",
+            err=True,
+        )
+    if len(unmet):
+        raise typer.Exit(1)
 
 
 def plan_table(frame: pd.DataFrame, params: list[str], title: str) -> Table:

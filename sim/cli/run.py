@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -73,7 +73,16 @@ def check_output_dir(out: Path) -> None:
 def simulate(
     scenario: Scenario, requests: pd.DataFrame, *, quiet: bool, parts: list[Parts] | None = None
 ) -> RunResult:
-    """Run with a rich progress bar over simulated time (on stderr)."""
+    """Run with a rich progress bar over simulated time (on stderr). The run's scenario
+    warnings are not repeated: :func:`prepare` printed them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScenarioWarning)
+        return _simulate(scenario, requests, quiet=quiet, parts=parts)
+
+
+def _simulate(
+    scenario: Scenario, requests: pd.DataFrame, *, quiet: bool, parts: list[Parts] | None = None
+) -> RunResult:
     if quiet or not sys.stderr.isatty():
         return run(scenario, requests, parts=parts)
     with Progress(
@@ -96,6 +105,8 @@ def simulate(
 
 def print_summary(summary: dict[str, Any], console: Console) -> None:
     """The headline numbers of a run as a table, then its alerts."""
+    from sim.results.summary import alert_lines
+
     req, fails, mem = summary["requests"], summary["failures"], summary["memory"]
     t = Table(title=f"{summary['scenario']} — allocator {summary['allocator']}", show_header=False)
     t.add_column("metric")
@@ -106,7 +117,7 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
     t.add_row("allocation failures", f"{fails['allocation_failures']:,}")
     for cause, n in fails["by_cause"].items():
         t.add_row(f"  {cause}", f"{n:,}")
-    t.add_row("  at > 25 % free memory", f"{fails['at_high_free_memory']:,}")
+    t.add_row("  of which at > 25 % free (any cause)", f"{fails['at_high_free_memory']:,}")
     t.add_row("preemptions / restarts", f"{fails['preemptions']:,} / {fails['restarts']:,}")
     ratio = mem["largest_contiguous_free_block_ratio"]
     t.add_row(
@@ -129,10 +140,8 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
     if fleet is not None:
         _fleet_rows(t, fleet)
     console.print(t)
-    for a in summary["alerts"]:
-        console.print(
-            f"ALERT ({a['severity']}) {a['alert']}: {a['condition']}", markup=False, highlight=False
-        )
+    for line in alert_lines(summary):
+        console.print(line, markup=False, highlight=False)
 
 
 def _fleet_rows(t: Table, fleet: dict[str, Any]) -> None:
@@ -153,8 +162,6 @@ def _fleet_rows(t: Table, fleet: dict[str, Any]) -> None:
     t.add_row("  scale-ups / scale-downs", f"{fleet['scale_ups']:,} / {fleet['scale_downs']:,}")
     restarts = ", ".join(f"{k} {v:,}" for k, v in fleet["restarts"].items()) or "none"
     t.add_row("  restarts by cause / crashes", f"{restarts} / {fleet['crashes']:,}")
-    fired = ", ".join(f"{k} {v:,}" for k, v in fleet["alerts_fired"].items()) or "none"
-    t.add_row("  alerts fired (alerts.parquet)", fired)
 
 
 def _f(v: object) -> str:
@@ -190,8 +197,8 @@ def run_command(
     except ScenarioError as e:  # a cost bound met while simulating
         raise fail(str(e), source) from None
     warn_out_of_range(scenario, result, source)
-    write_results(result, out)
-    html = write_report_of([out], out / "report.html") if report else None
+    write_results(result, out, report=report)
+    html = out / "report.html" if report else None
     if json_out:
         typer.echo(summary_json(result.summary), nl=False)
     elif not quiet:
@@ -219,11 +226,37 @@ def warn_out_of_range(scenario: Scenario, result: RunResult, source: Path) -> No
     )
 
 
-def write_results(result: RunResult, out: Path) -> None:
-    """Write a run to ``out`` (one ``error:`` line when the file system refuses); once it
+def report_into(out: Path) -> Callable[[Path], None]:
+    """A writer of the report of a run being written to OUT, for ``RunResult.write``'s
+    ``extras``: given the temporary folder, it writes ``report.html`` there, naming the
+    run as OUT (the bytes ``fragsim report OUT`` writes), so the report is replaced
+    with the run in one step. A report that cannot be written is one ``error:`` line."""
+
+    def write(folder: Path) -> None:
+        from reports.html import ReportError, build_report, write_html
+        from sim.results.io import read_result
+        from traces.errors import TraceError
+
+        try:
+            write_html(
+                build_report([(out.resolve().name, read_result(folder))]), folder / "report.html"
+            )
+        except (ReportError, TraceError, ValueError) as e:
+            raise fail(f"{clip(str(out))}/report.html: {clip(str(e))}") from None
+
+    return write
+
+
+def write_results(result: RunResult, out: Path, *, report: bool = False) -> None:
+    """Write a run to ``out`` (one ``error:`` line when the file system refuses), with
+    ``report``: OUT/report.html in the same atomic replace (:func:`report_into`); once it
     is in place, an interrupt says so (``interrupted; results written to OUT``)."""
     try:
-        result.write(out, on_commit=lambda: interrupt.note_written(clip(str(out))))
+        result.write(
+            out,
+            on_commit=lambda: interrupt.note_written(clip(str(out))),
+            extras=report_into(out) if report else None,
+        )
     except OSError as e:
         raise fail(f"{clip(str(out))}: cannot write results: {e.strerror or e}") from None
 
@@ -236,6 +269,7 @@ def prepare(
     that can refuse it, before anything is simulated. Returns the scenario file too (the
     ``source`` every error line names); a user error prints and raises ``typer.Exit(2)``.
     """
+    from sim.scenario.retention import warn_unused_retention
     from traces import TraceError
 
     source = resolve_scenario(scenario_arg)
@@ -252,6 +286,7 @@ def prepare(
             requests = load_workload(scenario)
             parts = run_parts(scenario, requests)
             check_run_cost(scenario, requests)
+            warn_unused_retention(scenario.retention, requests)
     except ScenarioError as e:
         raise fail(str(e), source) from None
     except TraceError as e:

@@ -104,6 +104,9 @@ def sweep_command(
             result = run_sweep(sweep, out, workers=workers, scheduler=scheduler, progress=update)
     except (TraceError, OSError) as e:
         raise fail(f"{clip(str(out))}: cannot write results: {e}") from None
+    except KeyboardInterrupt:
+        note_kept(out)
+        raise
     interrupt.note_written(clip(str(out)))
     report = write_report(result.summary, sweep.params, out, sweep.tasks[0].scenario.name)
     if not quiet:
@@ -116,6 +119,19 @@ def sweep_command(
     for o in result.failed:
         last = (o.error or "").strip().splitlines()[-1:] or [""]
         typer.echo(f"warning: run {o.task.id} failed: {clip(last[0])}", err=True)
+
+
+def note_kept(out: Path) -> None:
+    """For the line an interrupt prints: the finished runs an interrupted sweep (or plan)
+    keeps under OUT/runs/, and that the same command resumes it."""
+    from sim.sweep.execute import kept_runs
+
+    kept = kept_runs(out)
+    if kept:
+        interrupt.note_written(
+            f"{clip(str(out))}/runs/ ({kept:,} finished run{'s' if kept > 1 else ''} kept; "
+            "rerun the same command to resume)"
+        )
 
 
 def write_report(summary: pd.DataFrame, params: list[str], out: Path, title: str) -> bool:

@@ -140,8 +140,12 @@ def _user_errors() -> Iterator[None]:
 
 
 def _check_seed(source: object, seed: int) -> None:
-    if seed < 0:
-        raise SpecError([f"{source}: option --seed: got {seed}: expected an integer >= 0"])
+    from sim.scenario.fields import MAX_SEED
+
+    if not 0 <= seed <= MAX_SEED:
+        raise SpecError(
+            [f"{source}: option --seed: got {_short(seed)}: expected an integer in 0..{MAX_SEED}"]
+        )
 
 
 def _arrivals(

@@ -1,7 +1,8 @@
 """The fleet seed's alerts evaluated over a run's output frames as Prometheus would
 evaluate them, and a diagnosis of every failed request. Pure functions of the frames
 (``timeseries``, ``events``, ``requests``): a single-replica run and a fleet run (a
-``replica`` per node) are read the same way.
+``replica`` per node) are read the same way. The alerts' names, severities, conditions
+and responses are :mod:`sim.results.seed_alerts`'s (one name per alert everywhere).
 
 Scrapes. Every ``scrape_interval_s`` from the run's first sample (``t_k = t_0 + k * I``,
 up to the last sample, an instant after it is not scraped) each replica is scraped: the
@@ -12,25 +13,28 @@ before its first periodic sample, while that sample says the replica is down
 not scraped (a gauge is read on the scrape's clock, not at each failure).
 
 Rules (``high_free_share``, ``ratio_alert``, ``ratio_severe`` and ``uptime_rho_alert``
-from the scenario's ``metrics``: :class:`~sim.results.summary.AlertThresholds`):
+from the scenario's ``metrics``: :class:`~sim.results.seed_alerts.AlertThresholds`):
 
-* ``FragmentationDrivenAllocationFailure`` (high): at least one allocation failure
+* ``fragmentation_driven_allocation_failure`` (high): at least one allocation failure
   (``admission_failure`` / ``growth_failure`` event) on the replica in the scrape window
   ``(t_{k-1}, t_k]`` (``(-inf, t_0]`` for the first) while its free share exceeded
   ``high_free_share`` (strictly: exactly 25 % free does not fire). Value: the number of
-  such failures in the window. Evaluated whether or not the gauges have data.
-* ``SevereFragmentation`` (high): scraped ``largest_contiguous_free_block_ratio`` <
-  ``ratio_severe``. ``HighFragmentationApproachingThreshold`` (medium): the ratio <
+  such failures in the window. Evaluated whether or not the gauges have data. One
+  *firing* covers every matching failure of the windows it stays firing through: the
+  summary's ``matching_failures`` counts failures, the log counts firings.
+* ``severe_fragmentation`` (high): scraped ``largest_contiguous_free_block_ratio`` <
+  ``ratio_severe``. ``high_fragmentation_approaching_threshold`` (medium): the ratio <
   ``ratio_alert``; both fire below ``ratio_severe`` (Prometheus has no precedence: route
   them with an inhibit rule). Value: the ratio. A NaN ratio (nothing free) never fires.
-* ``FragmentationTrendsWithUptime`` (medium): the fragmentation ``F = 1 - ratio`` rises
-  with uptime since the last restart ``U``. Over the window ``W = trend_window_s``
-  (the scrapes at ``t_k - W < t <= t_k`` that have data), Pearson's r of (U, F) >=
-  ``uptime_rho_alert``, the current F > ``1 - ratio_alert`` (past the medium alert's
+* ``node_uptime_vs_fragmentation_correlation`` (medium): the fragmentation ``F = 1 -
+  ratio`` rises with uptime since the last restart ``U``. Over the window ``W =
+  trend_window_s`` (the scrapes at ``t_k - W < t <= t_k`` that have data), Spearman's
+  rho of (U, F) (:func:`~sim.results.seed_alerts.spearman_rho`, the summary's statistic)
+  >= ``uptime_rho_alert``, the current F > ``1 - ratio_alert`` (past the medium alert's
   level) and the current U >= W (no restart within the window). A NaN ratio in the
-  window, or a flat U or F, gives no r: it does not fire. Pearson's r, not the
-  summary's Spearman rho over the whole run: PromQL has no ranks, and the exported rule
-  (:mod:`sim.fleet.prometheus`) computes exactly this r. Value: r.
+  window, or a constant U or F, gives no rho: it does not fire. The exported rule
+  (:mod:`sim.fleet.prometheus`) reads rho from the node's gauge of the seed's metric
+  name: PromQL has no ranks. Value: rho.
 
 Log. Prometheus semantics with ``for: 0s``: an alert *fires* at the first scrape its
 condition holds and is *resolved* at the first scrape it no longer does (no data
@@ -41,62 +45,22 @@ alert still firing when the run ends).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-from sim.results.summary import AlertThresholds
+from sim.results.seed_alerts import (
+    ALERTS,
+    FRAGMENTATION_FAILURE,
+    HIGH_FRAGMENTATION,
+    SEVERE_FRAGMENTATION,
+    UPTIME_CORRELATION,
+    AlertThresholds,
+    spearman_rho,
+)
 
 FAILURE_KINDS = ("admission_failure", "growth_failure")
 """The event kinds that are allocation failures."""
-
-Severity = Literal["high", "medium"]
-
-
-@dataclass(frozen=True, slots=True)
-class AlertSpec:
-    """One alert of the seed: its name, severity and the seed's response."""
-
-    name: str
-    severity: Severity
-    summary: str
-    response: str
-
-
-FRAGMENTATION_FAILURE = AlertSpec(
-    "FragmentationDrivenAllocationFailure",
-    "high",
-    "Allocation failure while aggregate free memory exceeds the high-free threshold",
-    "Restart the affected node; investigate whether a paged allocator migration is warranted",
-)
-SEVERE_FRAGMENTATION = AlertSpec(
-    "SevereFragmentation",
-    "high",
-    "largest_contiguous_free_block_ratio below the severe threshold",
-    "Restart the affected node before allocations fail; avoid autoscaling in response",
-)
-HIGH_FRAGMENTATION = AlertSpec(
-    "HighFragmentationApproachingThreshold",
-    "medium",
-    "largest_contiguous_free_block_ratio below the alert threshold",
-    "Schedule proactive restart before failures occur; avoid autoscaling in response",
-)
-UPTIME_TREND = AlertSpec(
-    "FragmentationTrendsWithUptime",
-    "medium",
-    "Fragmentation rises with uptime since the last restart, past the alert level",
-    "Schedule periodic restarts (rolling recycling) of long-uptime nodes before "
-    "fragmentation causes allocation failures; avoid autoscaling in response",
-)
-ALERTS: tuple[AlertSpec, ...] = (
-    FRAGMENTATION_FAILURE,
-    SEVERE_FRAGMENTATION,
-    HIGH_FRAGMENTATION,
-    UPTIME_TREND,
-)
-"""Every alert, in the order the log lists alerts that change at the same scrape."""
 
 ALERT_COLUMNS = ("time_s", "replica", "alert", "severity", "state", "value", "response")
 
@@ -162,12 +126,16 @@ def high_free_failures(
     return np.bincount(window, minlength=len(times)).astype(float)
 
 
-def uptime_correlation(scrapes: pd.DataFrame, window_scrapes: int) -> np.ndarray:
-    """Pearson's r of (uptime, 1 - ratio) over each scrape's window of the last
-    ``window_scrapes`` instants, over the ones with data; NaN where a ratio in it is
-    NaN, fewer than two have data, or either series is flat (PromQL: ``avg_over_time``
-    of a NaN is NaN, 0/0 is NaN). Population moments, centred per window; computed in
-    blocks of windows so memory stays bounded whatever the run's length."""
+def uptime_correlation(
+    scrapes: pd.DataFrame, window_scrapes: int, rows: np.ndarray | None = None
+) -> np.ndarray:
+    """Spearman's rho of (uptime, 1 - ratio) over each scrape's window of the last
+    ``window_scrapes`` instants, over the ones with data
+    (:func:`~sim.results.seed_alerts.spearman_rho`); NaN where a ratio in it is NaN
+    (nothing free: no fragmentation to rank), fewer than two have data, or either series
+    is constant. Only at the scrapes ``rows`` (a boolean mask; default all), NaN
+    elsewhere; computed in blocks of windows so memory stays bounded whatever the run's
+    length."""
     n = len(scrapes)
     out = np.full(n, np.nan)
     if n == 0:
@@ -177,27 +145,19 @@ def uptime_correlation(scrapes: pd.DataFrame, window_scrapes: int) -> np.ndarray
     has = np.concatenate([pad.astype(bool), scrapes["has_data"].to_numpy(dtype=bool)])
     u = np.concatenate([pad, scrapes["uptime_s"].to_numpy(dtype=float)])
     f = np.concatenate([pad, 1.0 - scrapes["ratio"].to_numpy(dtype=float)])
-    u = np.where(has, u, np.nan)
     poison = np.concatenate([[0], np.cumsum(has & np.isnan(f))])
     count = np.concatenate([[0], np.cumsum(has)])
-    f = np.where(has, f, np.nan)
+    u, f = np.where(has, u, np.nan), np.where(has, f, np.nan)
     ok = (count[size:] - count[:-size] >= 2) & (poison[size:] - poison[:-size] == 0)
+    if rows is not None:
+        ok &= rows
     view = np.lib.stride_tricks.sliding_window_view
     u_w, f_w = view(u, size), view(f, size)
+    wanted = np.flatnonzero(ok)
     block = max(1, 2_000_000 // size)
-    for start in range(0, n, block):
-        rows = np.flatnonzero(ok[start : start + block]) + start
-        if not len(rows):
-            continue
-        du = u_w[rows] - np.nanmean(u_w[rows], axis=1, keepdims=True)
-        df = f_w[rows] - np.nanmean(f_w[rows], axis=1, keepdims=True)
-        cov = np.nanmean(du * df, axis=1)
-        denom = np.sqrt(np.nanmean(du * du, axis=1) * np.nanmean(df * df, axis=1))
-        # exactly flat, not "its mean's rounding error": a constant has no r
-        flat = (np.nanmax(f_w[rows], axis=1) == np.nanmin(f_w[rows], axis=1)) | (
-            np.nanmax(u_w[rows], axis=1) == np.nanmin(u_w[rows], axis=1)
-        )
-        out[rows] = np.where(flat, np.nan, cov / np.where(flat, 1.0, denom))
+    for start in range(0, len(wanted), block):
+        at = wanted[start : start + block]
+        out[at] = spearman_rho(u_w[at], f_w[at])
     return out
 
 
@@ -217,19 +177,17 @@ def conditions(
     uptime = s["uptime_s"].to_numpy()
     failures = high_free_failures(events, times, replica, thresholds.high_free_share)
     window = max(1, math.floor(trend_window_s / scrape_interval_s + 1e-9))
-    r = uptime_correlation(s, window)
     with np.errstate(invalid="ignore"):
-        trend = (
-            has
-            & (r >= thresholds.uptime_rho_alert)
-            & (1.0 - ratio > 1.0 - thresholds.ratio_alert)
-            & (uptime >= trend_window_s)
-        )
+        # rho is ranked only where the cheap conditions hold, and one scrape after
+        # (where a firing alert resolves, its value is still rho)
+        level = has & (1.0 - ratio > 1.0 - thresholds.ratio_alert) & (uptime >= trend_window_s)
+        rho = uptime_correlation(s, window, level | np.concatenate([[False], level[:-1]]))
+        trend = level & (rho >= thresholds.uptime_rho_alert)
         return {
             FRAGMENTATION_FAILURE.name: (failures > 0, failures),
             SEVERE_FRAGMENTATION.name: (has & (ratio < thresholds.ratio_severe), ratio),
             HIGH_FRAGMENTATION.name: (has & (ratio < thresholds.ratio_alert), ratio),
-            UPTIME_TREND.name: (trend, r),
+            UPTIME_CORRELATION.name: (trend, rho),
         }
 
 

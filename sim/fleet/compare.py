@@ -9,9 +9,10 @@ run minus baseline) and that difference in percent of the baseline's value
 (``METRIC_delta_pct``), ``cost_saved_usd`` (baseline minus run), a ``rank`` and a
 one-line ``verdict``. Ranking rule: most dollars saved first (a run whose savings are
 unknown -- no price on it or on the baseline -- ranks after every run whose savings are
-known), ties -- equal or unknown savings -- broken by fewer allocation failures, then
-by fewer failures at high free memory, then by the order given. The baseline is ranked too (it saves $0), so a baseline ranked first means
-no alternative pays."""
+known), ties -- savings equal to the cent, or unknown -- broken by fewer allocation
+failures, then by fewer failures at high free memory, then by the order given. The
+baseline is ranked too (it saves $0), so a baseline ranked first means no alternative
+pays."""
 
 from __future__ import annotations
 
@@ -163,7 +164,7 @@ def with_deltas(frame: pd.DataFrame, names: Sequence[str], baseline: int = 0) ->
 
 
 def _rank_key(row: Mapping[str, Any], position: int) -> tuple[float, ...]:
-    saved = float(row["cost_saved_usd"])
+    saved = round(float(row["cost_saved_usd"]), 2)  # savings under a cent are a tie
     priced = not math.isnan(saved)
     return (
         0.0 if priced else 1.0,
@@ -179,7 +180,7 @@ def verdict(row: Mapping[str, Any], base: Mapping[str, Any]) -> str:
     :func:`with_deltas`), in dollars (and percent) where both are priced, and in
     allocation failures: ``paged saves $126.75 (71.1 %) and 81 allocation failures vs
     seed-postmortem``."""
-    saved = float(row["cost_saved_usd"])
+    saved = round(float(row["cost_saved_usd"]), 2)  # under a cent: the same cost
     failures = float(row["allocation_failures_delta"])
     n = int(abs(failures)) if not math.isnan(failures) else 0
     count = f"{n:,} allocation failure{'' if n == 1 else 's'}"
@@ -215,11 +216,13 @@ def usd(value: float) -> str:
 
 def delta_text(metric: str, delta: float, pct: float) -> str:
     """A difference as tables show it, with its share of the baseline's value:
-    ``-78.27 (-43.9 %)`` (a true minus sign); ``—`` when missing; ``0`` when none."""
+    ``-78.27 (-43.9 %)`` (a true minus sign); ``—`` when missing; ``0`` when none, or
+    too small to show in the metric's format."""
     if math.isnan(delta):
         return "—"
-    if delta == 0:
+    size = formatted(metric, abs(delta))
+    if float(size.replace(",", "")) == 0:  # zero, or too small to show
         return "0"
     sign = "−" if delta < 0 else "+"
     share = "" if math.isnan(pct) else f" ({sign}{abs(pct):.1f} %)"
-    return f"{sign}{formatted(metric, abs(delta))}{share}"
+    return f"{sign}{size}{share}"

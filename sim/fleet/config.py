@@ -13,8 +13,10 @@ Defaults and where they come from (README "Fleet"):
   not routable, not as slower steps).
 * Router signals refreshed every 50 ms (``router_refresh_s``), as gateways scrape their
   endpoints' metrics; 0 reads every replica fresh at every decision.
-* $/GPU-hour 2.50: a placeholder of the order of cloud on-demand A100/H100 prices; set
-  your own (``usd_per_gpu_hour`` per pool).
+* $/GPU-hour: the pool's GPU preset's price (``sim.hardware.GPUS``, the table
+  ``fragsim hardware`` prints: on-demand list prices, mid-2025), times the GPUs per
+  replica (``tensor_parallel``); an inline GPU's own ``usd_per_hour``. Set your
+  contract's price per pool (``usd_per_gpu_hour``).
 """
 
 from __future__ import annotations
@@ -77,7 +79,13 @@ class PoolConfig(_Strict):
     allocator: SerializeAsAny[AllocatorConfig] | None = Field(
         None, description="This pool's allocator ({kind: ...}); default: the scenario's."
     )
-    usd_per_gpu_hour: Number = Field(2.5, ge=0, le=1e6, description="Price of one GPU-hour.")
+    usd_per_gpu_hour: Number | None = Field(
+        None,
+        ge=0,
+        le=1e6,
+        description="Price of one GPU-hour; default: the pool's GPU's (sim.hardware.GPUS, "
+        "as fragsim hardware lists it).",
+    )
     initial_uptime_s: Number | list[Number] = Field(
         0.0,
         description="Uptime of each replica at t = 0: one number for all, or one per "
@@ -103,6 +111,11 @@ class PoolConfig(_Strict):
             if not 0 <= v <= MAX_SECONDS:
                 raise ValueError(f"initial_uptime_s: got {v:g}; expected 0..{MAX_SECONDS:g} s")
         return self
+
+    def price_usd_per_gpu_hour(self, gpu_usd_per_hour: float) -> float:
+        """This pool's price of one GPU-hour: its own, else ``gpu_usd_per_hour`` (its GPU's
+        price in ``sim.hardware``'s table, pool hardware overrides applied)."""
+        return gpu_usd_per_hour if self.usd_per_gpu_hour is None else float(self.usd_per_gpu_hour)
 
     def uptime_of(self, index: int) -> float:
         u = self.initial_uptime_s

@@ -103,7 +103,7 @@ class Lifecycle:
             pool=pool.name,
             pool_index=pool_index,
             gpus=part.spec.tensor_parallel,
-            usd_per_gpu_hour=pool.usd_per_gpu_hour,
+            usd_per_gpu_hour=pool.price_usd_per_gpu_hour(part.gpu_usd_per_hour),
             state=state,
             state_since_s=now,
             billed_from_s=now,

@@ -38,15 +38,18 @@ TABLE_COLUMNS: Final = (
     "request_id",
     "replica",
     "recorded_status",
+    "recorded_time_s",
     "simulated_request_id",
     "simulated_replica",
     "simulated_status",
+    "simulated_time_s",
     "matched",
     "reason",
 )
 """One row per recorded failure (matched or not), then one per simulated failure that
-no recorded failure matched (its ``request_id`` / ``replica`` are the simulated ones and
-``recorded_status`` is the log's status of that request where known)."""
+no recorded failure matched (its ``request_id`` / ``replica`` are the simulated ones,
+``recorded_status`` is the log's status of that request where known and
+``recorded_time_s`` is empty). Times are each side's time (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ def match_failures(
     for _, s in sim[~sim["request_id"].isin(taken)].iterrows():
         logged = known.get(s["request_id"]) if rule == "by_request" else None
         reason = "no recorded failure matches it"
-        rows.append(_row(s["request_id"], s["replica"], logged, s, False, reason))
+        rows.append(_row(s["request_id"], s["replica"], logged, None, s, False, reason))
     matched = len(taken)
     n_rec, n_sim = len(rec), len(sim)
     return MatchReport(
@@ -134,18 +137,63 @@ def _failures(frame: pd.DataFrame, side: str) -> pd.DataFrame:
 
 
 def _row(
-    rid: object, replica: object, logged: object, s: pd.Series | None, matched: bool, reason: str
+    rid: object,
+    replica: object,
+    logged: object,
+    time_s: float | None,
+    s: pd.Series | None,
+    matched: bool,
+    reason: str,
 ) -> dict[str, object]:
     return {
         "request_id": rid,
         "replica": replica,
         "recorded_status": logged,
+        "recorded_time_s": time_s,
         "simulated_request_id": None if s is None else s["request_id"],
         "simulated_replica": None if s is None else s["replica"],
         "simulated_status": None if s is None else s["status"],
+        "simulated_time_s": None if s is None else _time_of(s),
         "matched": matched,
         "reason": reason,
     }
+
+
+def _time_of(s: pd.Series) -> float | None:
+    """A simulated row's time: ``time_s`` (a failure row), else ``arrival_s``, else
+    ``finish_s`` (a row of the whole simulated frame)."""
+    for name in ("time_s", "arrival_s", "finish_s"):
+        if name in s.index:
+            return float(s[name])
+    return None
+
+
+def failures_by_replica(table: pd.DataFrame) -> pd.DataFrame:
+    """Per replica of a :data:`TABLE_COLUMNS` table (in memory or read back from
+    ``match.csv``): ``recorded`` failures (on their recorded replica), ``simulated``
+    failures (on their simulated replica), ``reproduced`` (recorded failures matched, on
+    their recorded replica), ``missed`` (recorded, not reproduced) and ``extra``
+    (simulated, matching no recorded failure). Ordered by recorded, then simulated
+    failures (most first), then replica name."""
+    recorded = table[table["recorded_time_s"].notna()]
+    extra = table[table["recorded_time_s"].isna()]
+    matched = recorded[recorded["matched"].astype(bool)]
+    counts = {
+        "recorded": recorded["replica"].value_counts(),
+        "simulated": pd.concat([matched["simulated_replica"], extra["simulated_replica"]])
+        .astype(object)
+        .value_counts(),
+        "reproduced": matched["replica"].value_counts(),
+        "extra": extra["simulated_replica"].value_counts(),
+    }
+    out = pd.DataFrame(counts).fillna(0).astype("int64")
+    out.index = out.index.astype(str)
+    out["missed"] = out["recorded"] - out["reproduced"]
+    out = out.rename_axis("replica").reset_index()
+    out = out[["replica", "recorded", "simulated", "reproduced", "missed", "extra"]]
+    return out.sort_values(
+        ["recorded", "simulated", "replica"], ascending=[False, False, True], kind="stable"
+    ).reset_index(drop=True)
 
 
 Matcher = Callable[
@@ -174,7 +222,7 @@ def _by_request(
             taken.add(rid)
             moved = got is not None and got["replica"] != r["replica"]
             reason = "reproduced on another replica" if moved else "reproduced"
-        rows.append(_row(rid, r["replica"], r["status"], got, rid in taken, reason))
+        rows.append(_row(rid, r["replica"], r["status"], r["time_s"], got, rid in taken, reason))
     return rows, taken
 
 
@@ -217,7 +265,9 @@ def _by_window(
                 f"no unmatched simulated failure of class {r['kind']!r} on replica "
                 f"{r['replica']} within ±{tolerance_s:g} s"
             )
-            rows.append(_row(r["request_id"], r["replica"], r["status"], None, False, reason))
+            rows.append(
+                _row(r["request_id"], r["replica"], r["status"], r["time_s"], None, False, reason)
+            )
             continue
         idx = np.flatnonzero(near)
         k = int(idx[np.argmin(np.abs(times[idx] - r["time_s"]))])  # sim is sorted: ties earlier
@@ -226,7 +276,15 @@ def _by_window(
         taken.add(s["request_id"])
         delta = float(times[k] - r["time_s"])
         rows.append(
-            _row(r["request_id"], r["replica"], r["status"], s, True, f"{delta:+g} s apart")
+            _row(
+                r["request_id"],
+                r["replica"],
+                r["status"],
+                r["time_s"],
+                s,
+                True,
+                f"{delta:+g} s apart",
+            )
         )
     return rows, taken
 

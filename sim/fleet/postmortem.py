@@ -31,6 +31,10 @@ Matching. :func:`sim.fleet.matching.match_failures` with ``same_replica=True``, 
 sides' replicas as the log's names (the recorded failure's replica is that of its last
 attempt; the simulated one the node the request ended on).
 
+Names. Runs keep the engine's integer replica ids; :mod:`sim.fleet.postmortem_names`
+adds the log's names beside them (``replica_name`` columns, ``replicas.csv``), and the
+matching compares names.
+
 Counterfactuals. Each is a scenario (a built-in name or a file) run on the SAME traffic
 from the log's initial fleet, with its own hardware, allocator, scheduler and fleet
 policies (router, retries, restart policy, autoscaler, lifecycle). Recorded crashes of
@@ -46,7 +50,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -59,11 +63,14 @@ from sim.fleet.config import MAX_NODES, FleetConfig, LifecycleConfig
 from sim.fleet.fleet import NodeAction
 from sim.fleet.matching import MatchReport, Rule, match_failures
 from sim.fleet.postmortem_log import PostmortemLog
+from sim.fleet.postmortem_names import (
+    counterfactual_names,
+    nodes_in,
+    replica_table,
+    with_replica_names,
+)
 from sim.results.io import RunResult
 from sim.scenario.schema import Scenario, ScenarioError, format_validation_error
-
-NO_REPLICA = "-"
-"""The replica name of a request no node took (refused by the router)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,10 @@ class ReplicaMap:
 
     def pool_index(self, log: PostmortemLog, log_id: int) -> int:
         return self.pools.index(log.pools[log_id])
+
+    def names(self, log: PostmortemLog) -> list[str]:
+        """The log's name of every replay node, by fleet id."""
+        return [log.replica_names[r] for r in self.log_of_fleet]
 
 
 def build_replica_map(log: PostmortemLog) -> ReplicaMap:
@@ -282,33 +293,42 @@ def counterfactual_scenario(cf: Scenario, log: PostmortemLog, rmap: ReplicaMap) 
 
 
 # -- runs --------------------------------------------------------------------------------------
+Progress = Callable[[float, float], None]
+"""``progress(now_s, end_s)``, called as simulated time passes (``sim.runner.run``'s)."""
+
+
 def _simulate(
-    scenario: Scenario, log: PostmortemLog, router: Router | None, script: list[NodeAction]
+    scenario: Scenario,
+    log: PostmortemLog,
+    router: Router | None,
+    script: list[NodeAction],
+    progress: Progress | None = None,
 ) -> RunResult:
     from sim.runner import run
 
     requests = log.requests.drop(columns=["attempts"])
-    return run(scenario, requests, router=router, script=script)
+    return run(scenario, requests, router=router, script=script, progress=progress)
 
 
 @dataclass(frozen=True)
 class Replay:
     result: RunResult
+    """The replay run, its frames named (:func:`with_replica_names`)."""
     match: MatchReport
     router: dict[str, int]
     script: dict[str, int]
     """Scripted actions by kind, and ``recoveries`` (left to the fleet's repair)."""
+    replicas: pd.DataFrame
+    """:func:`replica_table`."""
 
 
-def simulated_failures(result: RunResult, log: PostmortemLog, rmap: ReplicaMap) -> pd.DataFrame:
-    """The replay's requests as :func:`match_failures` reads them, replicas by log name."""
-    names = [log.replica_names[r] for r in rmap.log_of_fleet]
+def simulated_failures(result: RunResult) -> pd.DataFrame:
+    """A named replay's requests as :func:`match_failures` reads them."""
     req = result.requests
-    replica = [names[r] if r >= 0 else NO_REPLICA for r in req["replica"].tolist()]
     return pd.DataFrame(
         {
             "request_id": req["request_id"].to_numpy(),
-            "replica": replica,
+            "replica": req["replica_name"].to_numpy(),
             "status": req["status"].to_numpy(),
             "arrival_s": req["arrival_s"].to_numpy(),
         }
@@ -316,41 +336,76 @@ def simulated_failures(result: RunResult, log: PostmortemLog, rmap: ReplicaMap) 
 
 
 def replay(
-    base: Scenario, log: PostmortemLog, *, rule: Rule = "by_request", tolerance_s: float = 30.0
+    base: Scenario,
+    log: PostmortemLog,
+    *,
+    rule: Rule = "by_request",
+    tolerance_s: float = 30.0,
+    progress: Progress | None = None,
 ) -> Replay:
     """Replay ``log`` on ``base``'s stack with the recorded routes and node events."""
     rmap = build_replica_map(log)
     scenario = replay_scenario(base, log, rmap)
     router = RecordedRouter(recorded_routes(log, rmap))
     script = replay_script(log, rmap)
-    result = _simulate(scenario, log, router, script)
+    result = _simulate(scenario, log, router, script, progress)
+    result = with_replica_names(result, rmap.names(log))
     recorded = log.recorded_failures()
     recorded["replica"] = [log.replica_names[r] for r in recorded["replica"].tolist()]
     report = match_failures(
-        recorded, simulated_failures(result, log, rmap), rule=rule, tolerance_s=tolerance_s
+        recorded, simulated_failures(result), rule=rule, tolerance_s=tolerance_s
     )
     counts = {
         k: sum(a.action == k for a in script)
         for k in ("restart", "crash", "scale_up", "scale_down")
     }
     counts["recoveries"] = sum(s.kind == "recover" for s in node_steps(log))
-    return Replay(result, report, router.counts(), counts)
+    return Replay(result, report, router.counts(), counts, replica_table(log, rmap))
 
 
-def run_counterfactual(cf: Scenario, log: PostmortemLog) -> RunResult:
+def run_counterfactual(
+    cf: Scenario, log: PostmortemLog, progress: Progress | None = None
+) -> RunResult:
+    """``cf`` on the log's traffic (module docstring), its frames named."""
     rmap = build_replica_map(log)
     scenario = counterfactual_scenario(cf, log, rmap)
-    return _simulate(scenario, log, None, counterfactual_script(log, rmap))
+    result = _simulate(scenario, log, None, counterfactual_script(log, rmap), progress)
+    return with_replica_names(result, counterfactual_names(log, rmap, nodes_in(result)))
 
 
 def postmortem_record(
-    done: Replay, log: PostmortemLog, counterfactuals: Sequence[str]
+    done: Replay,
+    log: PostmortemLog,
+    counterfactuals: Sequence[str],
+    *,
+    log_name: str = "",
+    scenario: str = "",
 ) -> dict[str, Any]:
-    """``postmortem.json``."""
+    """``postmortem.json``: the log's folder name and the BASE scenario's name (as the
+    caller gives them), the match's counts and scores, the routing and script counts,
+    and the log's span, nodes and node events by name (what the report draws)."""
     m = done.match
+    events = log.node_events
+    details = events["detail"].tolist() if "detail" in events else [""] * len(events)
+    node_events = [
+        {"time_s": t, "replica": log.replica_names[r], "event": e, "detail": d}
+        for t, r, e, d in zip(
+            events["time_s"].tolist(),
+            events["replica"].tolist(),
+            events["event"].tolist(),
+            details,
+            strict=True,
+        )
+    ]
     return {
+        "log": log_name,
+        "scenario": scenario,
         "requests": len(log.requests),
         "replicas": log.replica_names,
+        "pools": log.pools,
+        "initial_uptime_s": log.initial_uptime_s.tolist(),
+        "span_s": [float(log.attempts["arrival_s"].min()), float(log.attempts["arrival_s"].max())],
+        "node_events": node_events,
         "rule": m.rule,
         "tolerance_s": m.tolerance_s,
         "recorded_failures": m.recorded_failures,

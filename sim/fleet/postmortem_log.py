@@ -49,6 +49,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traces.bounds import MAX_ARRIVAL_S
 from traces.errors import TraceError
 from traces.formats import F64, I64, Format, check_columns, read_header
 from traces.readers import iter_raw
@@ -149,10 +150,15 @@ class PostmortemLog:
 
     def recorded_failures(self) -> pd.DataFrame:
         """The ``recorded`` frame of :func:`sim.fleet.matching.match_failures`: one row per
-        request whose final status is not ok, with its last attempt's replica and arrival."""
-        last = self.attempts.sort_values(["request_id", "attempt"], kind="stable")
-        last = last.drop_duplicates("request_id", keep="last")
-        failed = last[last["status"] != "ok"].sort_values(["arrival_s", "request_id"])
+        request whose final status is not ok, with its last attempt's replica (where it
+        finally failed) and its first attempt's arrival (the request's arrival, as the
+        simulated side has it: the two times compare in ``by_window``)."""
+        tries = self.attempts.sort_values(["request_id", "attempt"], kind="stable")
+        first = tries.drop_duplicates("request_id", keep="first").set_index("request_id")
+        last = tries.drop_duplicates("request_id", keep="last")
+        failed = last[last["status"] != "ok"].copy()
+        failed["arrival_s"] = first.loc[failed["request_id"], "arrival_s"].to_numpy()
+        failed = failed.sort_values(["arrival_s", "request_id"], kind="stable")
         cols = ["request_id", "replica", "status", "arrival_s"]
         return failed[cols].reset_index(drop=True)
 
@@ -245,17 +251,31 @@ def _arrivals(ctx: ReadContext, t: pa.Table) -> tuple[np.ndarray, int | None]:
 
 
 def _node_times(ctx: ReadContext, t: pa.Table, origin_ns: int | None) -> np.ndarray:
-    """Seconds from the log start per node row (negative: before it)."""
+    """Seconds from the log start per node row (negative: before it), each within
+    ``MAX_ARRIVAL_S`` of the log start (an uptime or a span the fleet accepts)."""
     if "time_s" in t.column_names:
-        return check_finite(ctx, _floats(t, "time_s"), "time_s")
-    if origin_ns is None:
+        time_s = check_finite(ctx, _floats(t, "time_s"), "time_s")
+    elif origin_ns is None:
         raise ctx.error(
             None,
             "timestamps here need timestamps in the requests file (the log start)",
             field="timestamp",
             expected="time_s, seconds from the log start",
         )
-    return (_timestamps(ctx, t) - origin_ns) / 1e9
+    else:
+        time_s = (_timestamps(ctx, t) - origin_ns) / 1e9
+    bad = np.abs(time_s) > MAX_ARRIVAL_S
+    if bad.any():
+        i = int(np.argmax(bad))
+        field = "time_s" if "time_s" in t.column_names else "timestamp"
+        raise ctx.error(
+            i,
+            "time out of range",
+            field=field,
+            expected=f"within {MAX_ARRIVAL_S:.0e} s of the log start (about 31.7 years)",
+            got=float(time_s[i]) if field == "time_s" else t.column(field)[i].as_py(),
+        )
+    return time_s
 
 
 def _timestamps(ctx: ReadContext, t: pa.Table) -> np.ndarray:

@@ -5,7 +5,9 @@ rules validated in simulation are the rules deployed.
 Metrics. A serving node that exports these (one series per node; fragsim's ``replica``
 is the ``replica`` label) can run the rules unchanged. Each gauge is the timeseries
 column of the same meaning; the failure histogram is the event log's allocation
-failures (``admission_failure`` / ``growth_failure``) observed at their free share:
+failures (``admission_failure`` / ``growth_failure``) observed at their free share; the
+correlation gauge is the seed's metric ``node_uptime_vs_fragmentation_correlation``,
+which the node computes itself (below):
 
 ======================================================  ========================================
 Prometheus metric                                       fragsim column
@@ -21,6 +23,7 @@ Prometheus metric                                       fragsim column
 ``fragsim_waiting_requests``                            ``waiting_requests``
 ``fragsim_preemptions_total``                           ``preemptions_total``
 ``fragsim_allocation_failure_free_share`` (histogram)   events: ``free_share`` by ``cause``
+``fragsim_node_uptime_vs_fragmentation_correlation``    Spearman rho, ``sim.fleet.alerts``
 ======================================================  ========================================
 
 The histogram must have a bucket at ``high_free_share`` (``le="0.25"`` by default): the
@@ -36,9 +39,15 @@ the condition holds, as the simulation does):
 * the failure rule counts failures between this scrape and the previous one
   (``X - X offset I``); a counter reset (a restarted process) within that window hides
   that window's failures, where the simulation still counts them;
-* the uptime-trend rule is Pearson's r of (uptime, fragmentation) over a subquery
-  ``[W:I]`` (the scrapes in ``(t - W, t]``, Prometheus 3's left-open ranges), from
-  ``avg_over_time`` and ``stddev_over_time`` (population moments, as the simulation).
+* the uptime rule thresholds ``fragsim_node_uptime_vs_fragmentation_correlation``:
+  Spearman's rho of (uptime, 1 - ratio) over the node's own readings, one every scrape
+  interval, in the last ``W`` s (the rule also asks uptime >= ``W``: a restart within the
+  window never fires it) (:func:`sim.results.seed_alerts.spearman_rho`: average ranks of the readings, Pearson's
+  r of the ranks; NaN when a reading's ratio is NaN, when fewer than two readings, or
+  when either series is constant), as the simulation computes it at each scrape. The
+  node computes it because PromQL has no ranks: a rule over ``avg_over_time`` /
+  ``stddev_over_time`` could compute only Pearson's r, a second statistic beside the
+  summary's and the reports'.
 """
 
 from __future__ import annotations
@@ -56,10 +65,9 @@ from sim.fleet.alerts import (
     FRAGMENTATION_FAILURE,
     HIGH_FRAGMENTATION,
     SEVERE_FRAGMENTATION,
-    UPTIME_TREND,
-    AlertSpec,
+    UPTIME_CORRELATION,
 )
-from sim.results.summary import AlertThresholds
+from sim.results.seed_alerts import AlertSpec, AlertThresholds
 
 METRICS: tuple[tuple[str, str, str, str], ...] = (
     # (fragsim column, Prometheus metric, type, help)
@@ -90,6 +98,13 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
         "Allocation failures (label cause: fragmentation/capacity), observed at the share "
         "of KV memory free when they happened.",
     ),
+    (
+        "node_uptime_vs_fragmentation_correlation",
+        "fragsim_node_uptime_vs_fragmentation_correlation",
+        "gauge",
+        "Spearman rho of (uptime, 1 - largest_contiguous_free_block_ratio) over this node's "
+        "readings, one per scrape interval, of the last trend window (NaN: no rho).",
+    ),
 )
 """The one map from fragsim's columns to Prometheus metric names (the module docstring
 lists it as a table)."""
@@ -115,7 +130,7 @@ def expressions(
     trend_window_s: float = DEFAULT_TREND_WINDOW_S,
 ) -> dict[str, str]:
     """Alert name -> its PromQL expression."""
-    interval, window = _seconds(scrape_interval_s), _seconds(trend_window_s)
+    interval = _seconds(scrape_interval_s)
     ratio = METRIC["largest_contiguous_free_block_ratio"]
     uptime = METRIC["uptime_s"]
     hist = METRIC["free_share"]
@@ -125,18 +140,13 @@ def expressions(
         return f"sum by (replica) ({series} - {series} offset {interval})"
 
     frag = f"(1 - {ratio})"
-    sub = f"[{window}:{interval}]"
-    cov = (
-        f"avg_over_time(({frag} * {uptime}){sub})"
-        f" - avg_over_time({frag}{sub}) * avg_over_time({uptime}{sub})"
-    )
-    std = f"stddev_over_time({frag}{sub}) * stddev_over_time({uptime}{sub})"
+    rho = METRIC["node_uptime_vs_fragmentation_correlation"]
     return {
         FRAGMENTATION_FAILURE.name: f"{new(hist + '_count')} - {new(hist + '_bucket' + le)} > 0",
         SEVERE_FRAGMENTATION.name: f"{ratio} < {_number(thresholds.ratio_severe)}",
         HIGH_FRAGMENTATION.name: f"{ratio} < {_number(thresholds.ratio_alert)}",
-        UPTIME_TREND.name: (
-            f"({cov}) / ({std}) >= {_number(thresholds.uptime_rho_alert)}"
+        UPTIME_CORRELATION.name: (
+            f"{rho} >= {_number(thresholds.uptime_rho_alert)}"
             f" and {frag} > {_number(1.0 - thresholds.ratio_alert)}"
             f" and {uptime} >= {_number(trend_window_s)}"
         ),
@@ -148,8 +158,9 @@ def _description(spec: AlertSpec, th: AlertThresholds, trend_window_s: float) ->
     return {
         FRAGMENTATION_FAILURE.name: (
             f"{node}: {{{{ $value }}}} allocation failure(s) since the last scrape while "
-            f"more than {th.high_free_share * 100:g}% of KV memory was free: fragmentation, "
-            "not a capacity shortage."
+            f"more than {th.high_free_share * 100:g}% of KV memory was free: the seed's sign "
+            "of fragmentation rather than a capacity shortage (the histogram's cause label "
+            "tells a request larger than all free memory apart)."
         ),
         SEVERE_FRAGMENTATION.name: (
             f"{node}: largest_contiguous_free_block_ratio is {{{{ $value }}}} "
@@ -159,8 +170,8 @@ def _description(spec: AlertSpec, th: AlertThresholds, trend_window_s: float) ->
             f"{node}: largest_contiguous_free_block_ratio is {{{{ $value }}}} "
             f"(< {th.ratio_alert:g})."
         ),
-        UPTIME_TREND.name: (
-            f"{node}: fragmentation correlates with uptime (Pearson r = {{{{ $value }}}} "
+        UPTIME_CORRELATION.name: (
+            f"{node}: fragmentation rises with uptime (Spearman rho = {{{{ $value }}}} "
             f">= {th.uptime_rho_alert:g} over {trend_window_s:g} s) and is past "
             f"{1 - th.ratio_alert:g}."
         ),
@@ -195,8 +206,13 @@ def alert_rules(
 
 
 def rules_yaml(rules: dict[str, Any]) -> str:
-    """The rules mapping as YAML text (keys in the order given, block style)."""
-    return yaml.safe_dump(rules, sort_keys=False, allow_unicode=True, width=1000)
+    """The rules mapping as YAML text (keys in the order given, block style), under a
+    comment naming the metrics the nodes must export."""
+    head = ["# fragsim: the fleet seed's alerts. Each node must export (label replica):"]
+    head += [f"#   {name} ({kind}): {text}" for _, name, kind, text in METRICS]
+    head.append("# See sim/fleet/prometheus.py for the histogram's buckets and the gauge's window.")
+    body = yaml.safe_dump(rules, sort_keys=False, allow_unicode=True, width=1000)
+    return "\n".join(head) + "\n" + body
 
 
 def write_rules(path: str | Path, rules: dict[str, Any]) -> None:

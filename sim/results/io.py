@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -51,9 +52,9 @@ directory holding only these is an earlier run, replaced whole by the next write
 
 FAULT_POINTS = ("partial", "written", "swapped", "aside", "replaced", "done")
 """Where ``FRAGSIM_FAULT_AT`` can strike: after the first file of the temporary folder;
-after all four; after the swap; after renaming the old run aside (no swap); after
-renaming the new run into place (no swap); once the write is complete and Ctrl-C is
-heard again."""
+after all of them (the ``extras``, a report, included); after the swap; after renaming
+the old run aside (no swap); after renaming the new run into place (no swap); once the
+write is complete and Ctrl-C is heard again."""
 
 
 @dataclass(frozen=True)
@@ -89,12 +90,21 @@ class RunResult:
         """The file names :meth:`write` writes."""
         return [f"{name}.parquet" for name, _ in self.frames()] + ["summary.json"]
 
-    def write(self, out_dir: str | Path, on_commit: Callable[[], None] | None = None) -> Path:
-        """Write its files (``frames()`` as Parquet, ``summary.json``) into ``out_dir``, replacing a previous run there. A
-        directory holding anything else is never touched (FileExistsError). Stale
-        temporaries of dead writers to the same target are removed first. ``on_commit``
-        is called once the run is in place, before Ctrl-C is heard again (so a caller
-        can tell, whenever an interrupt comes, whether the run was written)."""
+    def write(
+        self,
+        out_dir: str | Path,
+        on_commit: Callable[[], None] | None = None,
+        extras: Callable[[Path], object] | None = None,
+    ) -> Path:
+        """Write its files (``frames()`` as Parquet, ``summary.json``) into ``out_dir``,
+        replacing a previous run there. A directory holding anything else is never
+        touched (FileExistsError). Stale temporaries of dead writers to the same target
+        are removed first. ``extras(folder)`` is called once the run's files are in the
+        temporary folder: what it writes there (``report.html``, one of
+        :data:`REPLACEABLE`) is part of the run, put in place by the same atomic replace
+        (a kill while it writes leaves the previous run whole). ``on_commit`` is called
+        once the run is in place, before Ctrl-C is heard again (so a caller can tell,
+        whenever an interrupt comes, whether the run was written)."""
         out = Path(out_dir)
         check_replaceable(out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -107,6 +117,8 @@ class RunResult:
                 pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
                 _fault("partial")
             (tmp / "summary.json").write_text(summary_json(self.summary))
+            if extras is not None:
+                extras(tmp)
             umask = os.umask(0)
             os.umask(umask)
             tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; a run folder is ordinary
@@ -260,21 +272,30 @@ def check_replaceable(out: Path) -> None:
 
 
 def summary_json(summary: dict[str, Any]) -> str:
-    return json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    """A summary as strict JSON text (sorted keys, two-space indent, a final newline).
+    One rule for every summary, a single replica's or a fleet's: an undefined statistic
+    -- NaN or an infinity (the mean latency of no finished request, the price per million
+    tokens of a run that generated none) -- is written as ``null``
+    (:func:`undefined_as_null`)."""
+    return json.dumps(undefined_as_null(summary), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def undefined_as_null(value: Any) -> Any:
+    """``value`` (nested dicts, lists and tuples) with every float that is not finite
+    replaced by None; other values as they are."""
+    if isinstance(value, dict):
+        return {k: undefined_as_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [undefined_as_null(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def read_result(out_dir: str | Path) -> RunResult:
-    out = Path(out_dir)
-    optional = {
-        name: pd.read_parquet(out / f"{name}.parquet")
-        if (out / f"{name}.parquet").exists()
-        else None
-        for name in ("fleet", "alerts")
-    }
-    return RunResult(
-        pd.read_parquet(out / "requests.parquet"),
-        pd.read_parquet(out / "timeseries.parquet"),
-        pd.read_parquet(out / "events.parquet"),
-        json.loads((out / "summary.json").read_text()),
-        **optional,
-    )
+    """The run written to ``out_dir``, checked by the one reader of a run folder
+    (:func:`sim.results.runfolder.read_run`): a folder that is not a readable run raises
+    ``RunFolderError`` (a ValueError), one line naming the file and what is wrong."""
+    from sim.results.runfolder import read_run
+
+    return read_run(out_dir)

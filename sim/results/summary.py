@@ -1,35 +1,53 @@
 """The run summary: throughput, latency percentiles, failures by cause, memory use, the
 waste breakdown, and the seed's alerts evaluated over the run.
 
-Alerts (thresholds from the fleet seed, configurable in the scenario's ``metrics``):
+Failures. ``failures.by_cause`` splits every allocation failure by the allocator's
+diagnosis (``capacity``: not enough free memory at all; ``fragmentation``: enough in
+total, no usable extent large enough); ``at_high_free_memory`` is a separate cut of the
+same failures (free share > ``high_free_share``, whatever the cause), overlapping both
+(a request larger than all the free memory fails for capacity at 40 % free), with its
+own split in ``at_high_free_memory_by_cause``.
 
-* ``fragmentation_driven_allocation_failure`` (high): an allocation failure while
-  aggregate free memory > ``high_free_share`` (25 %).
-* ``high_fragmentation`` (medium): ``largest_contiguous_free_block_ratio`` <
-  ``ratio_alert`` (0.6) on a periodic sample; ``severe_fragmentation`` below
-  ``ratio_severe`` (0.5).
-* ``uptime_fragmentation_correlation`` (medium): the fragmentation ratio
-  (1 - largest/free) rises with uptime since the last restart (Spearman rho >=
-  ``uptime_rho_alert``, p < 0.01) and its recent level is past ``ratio_alert``.
+Alerts (:mod:`sim.results.seed_alerts`: names, conditions, thresholds from the
+scenario's ``metrics``), one entry per alert whose condition held during the run:
+
+* ``fragmentation_driven_allocation_failure`` (high): ``matching_failures`` allocation
+  failures while free memory > ``high_free_share`` (25 %).
+* ``severe_fragmentation`` (high) / ``high_fragmentation_approaching_threshold``
+  (medium): ``matching_samples`` periodic samples with
+  ``largest_contiguous_free_block_ratio`` < ``ratio_severe`` (0.5) / ``ratio_alert`` (0.6).
+* ``node_uptime_vs_fragmentation_correlation`` (medium): over all the run's periodic
+  samples, Spearman rho of (uptime since the last restart, 1 - ratio) >=
+  ``uptime_rho_alert`` with p < 0.01, and the recent fragmentation past ``1 - ratio_alert``.
+  The statistic is in ``memory.node_uptime_vs_fragmentation_correlation`` for every run.
+
+A fleet run adds ``firings`` to each (:func:`with_firings`): how many times the alert
+started firing in ``alerts.parquet``, per scrape window, a different count.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from sim.results.seed_alerts import (
+    ALERTS,
+    BY_NAME,
+    FRAGMENTATION_FAILURE,
+    HIGH_FRAGMENTATION,
+    SEVERE_FRAGMENTATION,
+    UPTIME_CORRELATION,
+    AlertThresholds,
+    condition,
+)
 
-@dataclass(frozen=True, slots=True)
-class AlertThresholds:
-    high_free_share: float = 0.25
-    ratio_alert: float = 0.6
-    ratio_severe: float = 0.5
-    uptime_rho_alert: float = 0.5
+__all__ = ["AlertThresholds", "alert_lines", "summarize", "with_firings"]
+
+SEED_THRESHOLDS = AlertThresholds()
 
 
 def _pct(values: pd.Series, q: float) -> float | None:
@@ -51,7 +69,7 @@ def summarize(
     events: pd.DataFrame,
     *,
     end_s: float,
-    thresholds: AlertThresholds = AlertThresholds(),
+    thresholds: AlertThresholds = SEED_THRESHOLDS,
 ) -> dict[str, Any]:
     """A JSON-ready dict; same frames in, same dict out."""
     ok = requests[requests["status"] == "ok"]
@@ -96,6 +114,9 @@ def summarize(
                 str(k): int(v) for k, v in fails["cause"].value_counts().sort_index().items()
             },
             "at_high_free_memory": len(high),
+            "at_high_free_memory_by_cause": {
+                str(k): int(v) for k, v in high["cause"].value_counts().sort_index().items()
+            },
             "allocation_failure_rate_at_high_free_memory": len(high) / span_s,
             "preemptions": int((events["kind"] == "preemption").sum()),
             "restarts": int((events["kind"] == "restart").sum()),
@@ -110,6 +131,7 @@ def summarize(
                 if ratio.dropna().empty
                 else float((ratio.dropna() < thresholds.ratio_alert).mean()),
             },
+            UPTIME_CORRELATION.name: uptime_correlation(periodic),
         },
     }
     prompt_tokens = float(requests["prompt_tokens"].sum())
@@ -123,56 +145,126 @@ def summarize(
     return _clean(summary)
 
 
+MIN_CORRELATION_SAMPLES = 10
+"""The fewest periodic samples with a ratio the run-wide uptime correlation is taken over."""
+
+
+def uptime_correlation(periodic: pd.DataFrame) -> dict[str, Any]:
+    """Spearman rho of (uptime since the last restart, fragmentation 1 - ratio) over the
+    periodic samples that have a ratio, all replicas pooled, with its p-value and the
+    number of samples; rho and p are None with fewer than
+    :data:`MIN_CORRELATION_SAMPLES` samples, fewer than three uptimes or a constant
+    fragmentation."""
+    valid = periodic.dropna(subset=["largest_contiguous_free_block_ratio"])
+    out: dict[str, Any] = {"spearman_rho": None, "p_value": None, "samples": len(valid)}
+    frag = 1.0 - valid["largest_contiguous_free_block_ratio"]
+    enough = len(valid) >= MIN_CORRELATION_SAMPLES and valid["uptime_s"].nunique() > 2
+    if enough and frag.nunique() > 1:
+        rho, p = sps.spearmanr(valid["uptime_s"], frag)
+        out |= {"spearman_rho": float(rho), "p_value": float(p)}
+    return out
+
+
 def _alerts(
     fails: pd.DataFrame, high: pd.DataFrame, periodic: pd.DataFrame, th: AlertThresholds
 ) -> list[dict[str, Any]]:
+    def entry(name: str) -> dict[str, Any]:
+        spec = BY_NAME[name]
+        return {"alert": name, "severity": spec.severity, "condition": condition(spec, th)}
+
     alerts: list[dict[str, Any]] = []
     if len(high):
         alerts.append(
-            {
-                "alert": "fragmentation_driven_allocation_failure",
-                "severity": "high",
-                "condition": f"allocation failure while free memory > {th.high_free_share:.0%}",
-                "count": len(high),
+            entry(FRAGMENTATION_FAILURE.name)
+            | {
+                "matching_failures": len(high),
                 "first_time_s": float(high["time_s"].min()),
                 "replicas": sorted(int(r) for r in high["replica"].unique()),
             }
         )
     ratio = periodic["largest_contiguous_free_block_ratio"]
-    for name, sev, limit in (
-        ("severe_fragmentation", "high", th.ratio_severe),
-        ("high_fragmentation", "medium", th.ratio_alert),
+    for spec, limit in (
+        (SEVERE_FRAGMENTATION, th.ratio_severe),
+        (HIGH_FRAGMENTATION, th.ratio_alert),
     ):
         low = periodic[ratio < limit]
         if len(low):
             alerts.append(
-                {
-                    "alert": name,
-                    "severity": sev,
-                    "condition": f"largest_contiguous_free_block_ratio < {limit}",
-                    "count": len(low),
+                entry(spec.name)
+                | {
+                    "matching_samples": len(low),
                     "first_time_s": float(low["time_s"].min()),
                     "replicas": sorted(int(r) for r in low["replica"].unique()),
                 }
             )
-    valid = periodic.dropna(subset=["largest_contiguous_free_block_ratio"])
-    if len(valid) >= 10 and valid["uptime_s"].nunique() > 2:
+    corr = uptime_correlation(periodic)
+    rho, p = corr["spearman_rho"], corr["p_value"]
+    if rho is not None and rho >= th.uptime_rho_alert and p < 0.01:
+        valid = periodic.dropna(subset=["largest_contiguous_free_block_ratio"])
         frag = 1.0 - valid["largest_contiguous_free_block_ratio"]
-        if frag.nunique() > 1:
-            rho, p = sps.spearmanr(valid["uptime_s"], frag)
-            tail = frag.iloc[-max(3, len(frag) // 10) :].mean()
-            if rho >= th.uptime_rho_alert and p < 0.01 and tail > 1 - th.ratio_alert:
-                alerts.append(
-                    {
-                        "alert": "uptime_fragmentation_correlation",
-                        "severity": "medium",
-                        "condition": "fragmentation ratio rises with uptime past the alert level",
-                        "spearman_rho": float(rho),
-                        "p_value": float(p),
-                        "recent_fragmentation_ratio": float(tail),
-                    }
-                )
+        tail = float(frag.iloc[-max(3, len(frag) // 10) :].mean())
+        if tail > 1 - th.ratio_alert:
+            alerts.append(
+                entry(UPTIME_CORRELATION.name)
+                | {
+                    "spearman_rho": rho,
+                    "p_value": p,
+                    "samples": corr["samples"],
+                    "recent_fragmentation_ratio": tail,
+                }
+            )
     return alerts
+
+
+def with_firings(
+    alerts: list[dict[str, Any]], firings: dict[str, int], th: AlertThresholds
+) -> list[dict[str, Any]]:
+    """The summary's alerts with ``firings`` (times each started firing in the
+    scrape-window log, 0 where it never did) on every entry, and an entry for an alert
+    that fired in the log although its run-wide condition did not hold (the uptime
+    correlation over one window, not the whole run); in :data:`ALERTS` order."""
+    unknown = set(firings) - set(BY_NAME)
+    if unknown:
+        raise ValueError(f"not alerts of the seed: {sorted(unknown)}")
+    have = {a["alert"]: a for a in alerts}
+    out = []
+    for spec in ALERTS:
+        found = have.get(spec.name)
+        fired = int(firings.get(spec.name, 0))
+        if found is None and fired:
+            found = {"alert": spec.name, "severity": spec.severity}
+            found["condition"] = condition(spec, th)
+        if found is not None:
+            out.append(found | {"firings": fired})
+    return out
+
+
+def alert_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per alert of ``summary``, both counts named: what ``fragsim run`` and
+    the reports print."""
+    lines = []
+    for a in summary.get("alerts", []):
+        counts = []
+        if "matching_failures" in a:
+            counts.append(f"{a['matching_failures']:,} matching failures")
+        if "matching_samples" in a:
+            counts.append(f"{a['matching_samples']:,} matching samples")
+        if a.get("spearman_rho") is not None:
+            counts.append(f"Spearman rho {a['spearman_rho']:.2f} over the run")
+        elif a["alert"] == UPTIME_CORRELATION.name:  # fired in windows, not run-wide
+            rho = summary.get("memory", {}).get(UPTIME_CORRELATION.name, {}).get("spearman_rho")
+            if rho is not None:
+                counts.append(f"Spearman rho {rho:.2f} over the whole run (condition not met)")
+        if "firings" in a:
+            n = a["firings"]
+            counts.append(
+                f"{n:,} firing{'' if n == 1 else 's'} (per scrape window, alerts.parquet)"
+            )
+        if a.get("first_time_s") is not None:
+            counts.append(f"first at {a['first_time_s']:,.0f} s")
+        shown = f" — {'; '.join(counts)}" if counts else ""
+        lines.append(f"ALERT ({a['severity']}) {a['alert']}: {a['condition']}{shown}")
+    return lines
 
 
 def _clean(value: Any) -> Any:

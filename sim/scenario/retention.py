@@ -164,3 +164,17 @@ RetentionConfig = Annotated[
     Field(discriminator="kind"),
 ]
 """A scenario's ``retention:`` block, chosen by ``kind``; each member has ``draw``."""
+
+
+def warn_unused_retention(retention: RetentionConfig, requests: pd.DataFrame) -> None:
+    """Warn (``ScenarioWarning``: the CLI prints ``warning: SCENARIO: ...``) when
+    ``retention`` has no effect on ``requests``; ``sim.run`` warns the same, so a
+    command that shows its scenario's warnings calls this where it checks the scenario
+    and silences the run's copy."""
+    import warnings
+
+    from sim.scenario.schema import ScenarioWarning
+
+    note = retention.warning(requests)
+    if note is not None:
+        warnings.warn(note, ScenarioWarning, stacklevel=2)

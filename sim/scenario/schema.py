@@ -37,7 +37,7 @@ from sim.scenario.fields import (
     strict_json,
 )
 from sim.scenario.retention import NoRetention, RetentionConfig
-from sim.scenario.yaml_loader import MAX_EXPANDED_VALUES, load_yaml
+from sim.scenario.yaml_loader import MAX_EXPANDED_VALUES, load_yaml, yaml_error_line
 
 MAX_RETRIES = 20
 """Client retries of one refused request (the last waits 2^19 backoffs)."""
@@ -305,18 +305,7 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         data = load_yaml(text, written=True)  # messages quote numbers as written
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = clip(str(getattr(e, "problem", None) or e))
-        if isinstance(e, yaml.reader.ReaderError):  # a character YAML forbids (NUL, ...)
-            pos = min(max(int(e.position), 0), len(text))
-            line = text.count("\n", 0, pos) + 1
-            column = pos - (text.rfind("\n", 0, pos) + 1) + 1
-            char = e.character
-            code = f"#x{char:04x}" if isinstance(char, int) else f"#x{ord(char):04x}"
-            problem = f"unacceptable character {code}: {e.reason}"
-            where = f" (line {line}, column {column})"
-        raise ScenarioError(f"{source}: not valid YAML: {problem}{where}") from None
+        raise ScenarioError(f"{source}: {yaml_error_line(e, text)}") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: expected a mapping of scenario fields at the top level")
     _rebase_paths(data, path.parent)
@@ -368,6 +357,8 @@ def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario
         scenario = Scenario.model_validate_json(text, strict=True)
     except ValidationError as e:
         raise ScenarioError(format_validation_error(source, e, data)) from None
+    if scenario.fleet is not None:
+        check_pools(scenario, data, source)
     from sim.scenario.workload import check_workload  # it imports this module
 
     try:
@@ -377,6 +368,40 @@ def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario
             "\n".join(f"{source}: {line}" for line in str(e).splitlines())
         ) from None
     return scenario
+
+
+def check_pools(scenario: Scenario, data: dict[str, Any], source: str) -> None:
+    """Validate each fleet pool's ``hardware`` (over the scenario's own, as the run
+    merges them) and ``allocator`` as strictly as the scenario's blocks: an error names
+    ``fleet.pools[i].hardware.FIELD`` (or ``.allocator.FIELD``), the value and what is
+    allowed (``got 'nope': unknown gpu preset 'nope'; allowed: ...``)."""
+    assert scenario.fleet is not None
+    fleet = data.get("fleet")
+    written = fleet.get("pools") if isinstance(fleet, dict) else None
+    for i, pool in enumerate(scenario.fleet.pools):
+        raw = written[i] if isinstance(written, list) and i < len(written) else {}
+        where = f"fleet.pools[{i}]"
+        if pool.hardware is not None:
+            merged = scenario.hardware.model_dump(mode="json", exclude_unset=True)
+            merged |= raw.get("hardware") or pool.hardware
+            try:
+                HardwareConfig.model_validate_json(strict_json(merged), strict=True)
+            except ValidationError as e:
+                lines = validation_lines(source, e, merged, prefix=f"{where}.hardware")
+                raise ScenarioError("\n".join(lines)) from None
+        if pool.allocator is not None:
+            allocator = raw.get("allocator") or pool.allocator.model_dump(mode="json")
+            kind = allocator.get("kind")
+            try:
+                if kind in ALLOCATORS:
+                    ALLOCATORS[kind].model_validate_json(strict_json(allocator), strict=True)
+                else:
+                    parse_allocator(allocator)
+            except ValidationError as e:
+                lines = validation_lines(source, e, allocator, prefix=f"{where}.allocator")
+                raise ScenarioError("\n".join(lines)) from None
+            except ValueError as e:
+                raise ScenarioError(f"{source}: field {where}.allocator: {e}") from None
 
 
 def _check_shape(data: object, source: str) -> None:

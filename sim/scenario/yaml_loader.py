@@ -205,6 +205,26 @@ BoundedLoader.add_constructor(_INT_TAG, BoundedLoader.construct_yaml_int)
 BoundedLoader.add_constructor(_FLOAT_TAG, BoundedLoader.construct_yaml_float)
 
 
+def yaml_error_line(error: yaml.YAMLError, text: str) -> str:
+    """``error`` (from :func:`load_yaml` on ``text``) as one line: ``not valid YAML:
+    PROBLEM (line L, column C)`` -- a bound of this module (an alias bomb, nesting), a
+    character YAML forbids (named by its code), or YAML's own syntax error; PyYAML's
+    multi-line message (with the offending line quoted) is never printed."""
+    mark = getattr(error, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+    problem = str(getattr(error, "problem", None) or str(error).splitlines()[0])
+    if isinstance(error, yaml.reader.ReaderError):  # a character YAML forbids (NUL, ...)
+        pos = min(max(int(error.position), 0), len(text))
+        line = text.count("\n", 0, pos) + 1
+        column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        char = error.character
+        code = f"#x{char:04x}" if isinstance(char, int) else f"#x{ord(char):04x}"
+        problem = f"unacceptable character {code}: {error.reason}"
+        where = f" (line {line}, column {column})"
+    problem = " ".join(problem.split())
+    return f"not valid YAML: {problem[:200]}{where}"
+
+
 def load_yaml(text: str, *, written: bool = False) -> Any:
     """The one document in ``text``; ``yaml.YAMLError`` (with a mark) when it breaks a
     bound of this module or is not YAML. With ``written``, numbers are

@@ -27,7 +27,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,15 +65,31 @@ def failed_file(out: Path, task: Task) -> Path:
 
 
 def finished_summary(out: Path, task: Task) -> dict[str, Any] | None:
-    """The summary of a run an earlier sweep finished, or None."""
+    """The summary of a run an earlier sweep finished, or None (not run, another
+    scenario's, or a damaged summary: run again). The summary is read by the run
+    folder's one reader (``sim.results.runfolder.read_summary``)."""
+    from sim.results.runfolder import read_summary
+
     try:
         key = json.loads(key_file(out, task).read_text())
-        if key.get("key") != task.key:
+        if not isinstance(key, dict) or key.get("key") != task.key:
             return None
-        summary: dict[str, Any] = json.loads((run_dir(out, task) / "summary.json").read_text())
-        return summary
+        return read_summary(run_dir(out, task) / "summary.json")
     except (OSError, ValueError):
         return None
+
+
+def kept_runs(out: Path) -> int:
+    """The finished runs under ``out/runs`` (a sweep key beside a run folder holding its
+    summary): what an interrupted sweep or plan keeps, and what a rerun skips."""
+    runs = out / "runs"
+    try:
+        keys = sorted(runs.glob("*.sweep_key.json"))
+        return sum(
+            (runs / k.name.removesuffix(".sweep_key.json") / "summary.json").is_file() for k in keys
+        )
+    except OSError:
+        return 0
 
 
 def simulate_task(scenario: Scenario, out_dir: str | None) -> tuple[dict[str, Any], Any]:
@@ -148,18 +164,20 @@ class Executor(AbstractContextManager["Executor"]):
         return self.workers
 
     def run(self, tasks: Sequence[Task], progress: Progress | None = None) -> list[Outcome]:
-        """Run the tasks not finished before; outcomes in the order of ``tasks``."""
+        """Run the tasks not finished before; outcomes in the order of ``tasks``, one per
+        task. Tasks with the same id (the same point listed twice: the same scenario)
+        run once and share the outcome."""
         (self.out / "runs").mkdir(parents=True, exist_ok=True)
         outcomes: dict[str, Outcome] = {}
         todo = []
-        for task in tasks:
+        for task in {t.id: t for t in tasks}.values():  # one per id, in first-seen order
             summary = finished_summary(self.out, task)
             if summary is not None:
                 outcomes[task.id] = Outcome(task, summary, None, skipped=True)
             else:
                 todo.append(task)
         failed = 0
-        total = len(tasks)
+        total = len(todo) + len(outcomes)
 
         def report() -> None:
             if progress is not None:
@@ -177,7 +195,7 @@ class Executor(AbstractContextManager["Executor"]):
                 outcomes[task.id] = Outcome(task, None, error)
                 failed += 1
             report()
-        return [outcomes[t.id] for t in tasks]
+        return [replace(outcomes[t.id], task=t) for t in tasks]
 
     def _results(
         self, tasks: list[Task]
@@ -228,4 +246,4 @@ def _collect(
             yield task, summary, result, None
 
 
-__all__ = ["Executor", "Outcome", "finished_summary", "simulate_task"]
+__all__ = ["Executor", "Outcome", "finished_summary", "kept_runs", "simulate_task"]

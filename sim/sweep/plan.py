@@ -95,12 +95,32 @@ def variants(vary: Sequence[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
     return [dict(zip(paths, c, strict=True)) for c in itertools.product(*(v for _, v in vary))]
 
 
+def check_plan(
+    base: dict[str, Any],
+    vary: Sequence[tuple[str, list[Any]]],
+    *,
+    lo: int,
+    hi: int,
+    autoscale: bool,
+    source: str,
+) -> dict[str, Any]:
+    """Validate every variant at the extreme counts ``lo`` and ``hi`` (ScenarioError
+    naming the override and the field: a ``--vary`` path or value that is wrong), before
+    anything is run or written; returns ``base`` as a fleet (:func:`as_fleet`)."""
+    base = as_fleet(base, source)
+    for variant in variants(vary):
+        for n in sorted({lo, hi}):
+            point_tasks(base, {**variant, **count_overrides(base, n, autoscale)}, 0, 1, source)
+    return base
+
+
 @dataclass(frozen=True)
 class PlanResult:
     plan: pd.DataFrame
-    """One row per variant: its parameters, ``replicas`` (n*; missing when even ``hi``
-    did not meet the SLOs), ``evaluated``, cost and replica-hours means, each SLO
-    metric's mean at n*, ``cost_vs_cheapest``, ``replica_hours_vs_least``."""
+    """One row per variant: its parameters, ``meets_slos`` (False when even ``hi`` did
+    not meet the SLOs), ``replicas`` (n*; missing then), ``evaluated``, cost and
+    replica-hours means, each SLO metric's mean at n*, ``cost_vs_cheapest``,
+    ``replica_hours_vs_least``."""
     points: pd.DataFrame
     """One row per evaluated (variant, count): ``met`` and each SLO metric's worst
     replication."""
@@ -122,13 +142,10 @@ def plan(
     progress: Progress | None = None,
 ) -> PlanResult:
     """Search each variant's fewest replicas in ``lo..hi`` meeting every SLO. Every
-    variant's extreme counts are validated before anything runs."""
-    base = as_fleet(base, source)
+    variant's extreme counts are validated before anything runs (:func:`check_plan`)."""
+    base = check_plan(base, vary, lo=lo, hi=hi, autoscale=autoscale, source=source)
     points = variants(vary)
     params = [p for p, _ in vary]
-    for variant in points:  # validate before running anything
-        for n in {lo, hi}:
-            point_tasks(base, {**variant, **count_overrides(base, n, autoscale)}, 0, 1, source)
     searches = {i: replica_search(lo, hi) for i in range(len(points))}
     asked = {i: next(s) for i, s in searches.items()}
     cache: dict[tuple[int, int], tuple[bool, list[Outcome]]] = {}
@@ -188,6 +205,7 @@ def _plan_frame(
     for i, variant in enumerate(points):
         n = answers[i]
         row: dict[str, Any] = {p: param_value(variant[p]) for p in params}
+        row["meets_slos"] = n is not None
         row["replicas"] = n
         row["evaluated"] = evaluated[i]
         got = cache[(i, n)][1] if n is not None else []

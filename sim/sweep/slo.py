@@ -33,6 +33,9 @@ COUNTS = {
 }
 """SLO name -> metric column, for the metrics without a unit."""
 
+RATES = frozenset({"failure_rate"})
+"""Metric columns that are shares (0..1): an SLO above 1 is a mistake (a percentage)."""
+
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
     "<": operator.lt,
@@ -87,4 +90,8 @@ def parse_slo(text: str) -> Slo:
         raise SloError(f"{text!r}: unknown metric {metric!r}; metrics: {names}")
     if not math.isfinite(threshold):
         raise SloError(f"{text!r}: the value must be a finite number")
+    if column in RATES and threshold > 1:
+        raise SloError(
+            f"{text!r}: {metric} is a share of requests, 0..1; got {value} (1 % is 0.01)"
+        )
     return Slo(text.strip(), column, op, threshold)

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sim.errors import clip, validation_lines
 from sim.scenario.builtin import resolve_scenario
 from sim.scenario.schema import Scenario, ScenarioError, _rebase_paths, load_scenario
-from sim.scenario.yaml_loader import load_yaml
+from sim.scenario.yaml_loader import load_yaml, yaml_error_line
 from sim.sweep.overrides import build_scenario, describe
 
 MAX_SWEEP_BYTES = 1 << 20
@@ -170,13 +170,16 @@ def load_sweep(path: str | Path) -> Sweep:
     try:
         if path.stat().st_size > MAX_SWEEP_BYTES:
             raise ScenarioError(f"{source}: a sweep file is at most {MAX_SWEEP_BYTES:,} bytes")
-        data = load_yaml(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = load_yaml(text)
     except FileNotFoundError:
         raise ScenarioError(f"{source}: cannot read: no such file") from None
     except OSError as e:
         raise ScenarioError(f"{source}: cannot read: {e.strerror or e}") from None
-    except (UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ScenarioError(f"{source}: not a YAML sweep file: {clip(str(e), 200)}") from None
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{source}: not UTF-8 text (byte offset {e.start})") from None
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"{source}: {yaml_error_line(e, text)}") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: expected a mapping (base, grid, list, replications)")
     try:

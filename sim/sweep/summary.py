@@ -80,9 +80,16 @@ def _param_columns(frame: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
     return frame
 
 
+RUN_COLUMNS = ("id", "point", "replication", "seed", "status", "error")
+"""The columns of ``runs.parquet`` besides the parameters and :data:`METRICS`."""
+
+
 def runs_frame(outcomes: Sequence[Outcome], params: Sequence[str]) -> pd.DataFrame:
     """One row per run, ordered by (point, replication): id, point, replication, seed,
-    the parameters, status (``ok`` / ``failed``), error, then :data:`METRICS`."""
+    the parameters, status (``ok`` / ``failed``), error, then :data:`METRICS`. A
+    parameter that is one of these columns (a sweep over ``seed``) is that column: the
+    run's ``seed`` is the point's plus the replication."""
+    params = [p for p in params if p not in RUN_COLUMNS]
     rows = []
     for o in sorted(outcomes, key=lambda o: (o.task.point, o.task.replication)):
         t = o.task
@@ -117,8 +124,9 @@ def ci95(values: np.ndarray) -> tuple[float, float, float]:
 
 
 def summary_frame(runs: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
-    """One row per point: the parameters, ``replications`` (runs that finished),
-    ``failed_runs``, and ``METRIC_mean``, ``METRIC_ci95_low``, ``METRIC_ci95_high``."""
+    """One row per point: the parameters (a ``seed`` parameter: the point's seed, its
+    replication 0's), ``replications`` (runs that finished), ``failed_runs``, and
+    ``METRIC_mean``, ``METRIC_ci95_low``, ``METRIC_ci95_high``."""
     rows = []
     for _, group in runs.groupby("point", sort=True):
         first = group.iloc[0]

@@ -16,7 +16,13 @@ from typer.testing import CliRunner, Result
 from sim.cli import app
 from sim.fleet.alerts import ALERT_COLUMNS, diagnose_failures, evaluate_alerts
 from sim.results.io import read_result
-from sim.results.summary import AlertThresholds
+from sim.results.seed_alerts import (
+    ALERTS,
+    FRAGMENTATION_FAILURE,
+    HIGH_FRAGMENTATION,
+    SEVERE_FRAGMENTATION,
+    AlertThresholds,
+)
 
 runner = CliRunner()
 
@@ -68,15 +74,22 @@ def test_show_lists_and_writes_the_alert_log_of_the_run(run_dir: Path, tmp_path:
     expected = evaluate_alerts(
         run.timeseries, run.events, scrape_interval_s=5.0, thresholds=thresholds
     )
-    assert {"FragmentationDrivenAllocationFailure", "SevereFragmentation"} <= set(expected["alert"])
+    assert {FRAGMENTATION_FAILURE.name, SEVERE_FRAGMENTATION.name} <= set(expected["alert"])
     written = pd.read_csv(csv)
     assert tuple(written.columns) == ALERT_COLUMNS
     pd.testing.assert_frame_equal(written, expected, check_dtype=False)
-    assert "FragmentationDrivenAllocationFailure" in result.stdout
+    assert FRAGMENTATION_FAILURE.name in result.stdout
     assert "resolved" in result.stdout
+    # one name per alert: the summary, the log and the table use the seed's names only
+    names = {spec.name for spec in ALERTS}
+    assert {a["alert"] for a in run.summary["alerts"]} <= names
+    assert "Fragmentation" not in result.stdout  # no CamelCase spelling left
     diagnosis = diagnose_failures(run.requests, run.events, thresholds)
     assert len(diagnosis) and "fragmentation on a capable node" in set(diagnosis["diagnosis"])
-    assert f"failed requests: {len(diagnosis):,}" in " ".join(result.stdout.split())
+    high = int(diagnosis["at_high_free_memory"].sum())
+    shown = " ".join(result.stdout.split())
+    assert f"failed requests: {len(diagnosis):,} (by diagnosis: " in shown
+    assert f"overlapping that split, {high:,} of them failed at > 20% free memory" in shown
 
 
 def test_export_writes_prometheus_rules_with_the_scenarios_thresholds(
@@ -87,8 +100,9 @@ def test_export_writes_prometheus_rules_with_the_scenarios_thresholds(
     assert result.exit_code == 0, result.output
     rules = yaml.safe_load(out.read_text())["groups"][0]["rules"]
     exprs = {r["alert"]: r["expr"] for r in rules}
-    assert exprs["HighFragmentationApproachingThreshold"].endswith("< 0.7")
-    assert 'le="0.2"' in exprs["FragmentationDrivenAllocationFailure"]
+    assert list(exprs) == [spec.name for spec in ALERTS]
+    assert exprs[HIGH_FRAGMENTATION.name].endswith("< 0.7")
+    assert 'le="0.2"' in exprs[FRAGMENTATION_FAILURE.name]
     default = tmp_path / "default.yaml"
     assert fragsim("alerts", "export", "-o", str(default)).exit_code == 0
     assert "< 0.6" in default.read_text()

@@ -1,7 +1,8 @@
 """Reports open in a real browser: headless Chromium (its command line, no Python driver)
 loads each report offline, every figure draws (one ``plot-container`` holding its SVG
-per ``Plotly.newPlot`` call) and the console stays silent (no error, no warning). A
-control page proves the console capture sees an uncaught error."""
+per ``Plotly.newPlot`` call), each run's answer panel is there, and the console stays
+silent (no error, no warning). A control page proves the console capture sees an
+uncaught error."""
 
 from __future__ import annotations
 
@@ -114,3 +115,5 @@ def test_every_figure_draws_without_console_errors(
     assert containers == figures, f"{containers} of {figures} figures drew"
     assert dom.count('class="main-svg"') >= figures
     assert "<script>alert(1)</script>" not in dom
+    assert dom.count('<table class="answer">') == len(which)  # each run's verdict, up front
+    assert dom.count('<p class="verdict">') == len(which)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from scipy import stats
 
 from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS
 from sim.fleet.alerts import (
@@ -24,11 +25,19 @@ from sim.fleet.alerts import (
     evaluate_alerts,
 )
 from sim.fleet.prometheus import METRICS, alert_rules, expressions, rules_yaml
+from sim.results import seed_alerts
 from sim.results.frames import REQUEST_COLUMNS
-from sim.results.summary import AlertThresholds
+from sim.results.seed_alerts import AlertThresholds, spearman_rho
+from sim.results.summary import alert_lines, summarize, with_firings
 from sim.scenario.yaml_loader import load_yaml
 
 CAP = 1000
+FAILURE = seed_alerts.FRAGMENTATION_FAILURE.name
+SEVERE = seed_alerts.SEVERE_FRAGMENTATION.name
+HIGH = seed_alerts.HIGH_FRAGMENTATION.name
+UPTIME = seed_alerts.UPTIME_CORRELATION.name
+SATURATING = [*(0.8 * (1.0 - np.exp(-np.arange(16) / 2.0))), 0.45, 0.8, 0.8]
+"""Fragmentation rising monotonically and saturating, then a dip and back."""
 
 
 def samples(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -82,30 +91,30 @@ def transitions(log: pd.DataFrame, alert: str) -> list[tuple[float, str]]:
 
 def test_ratio_alerts_fire_at_the_first_scrape_below_and_resolve_above() -> None:
     log = log_of(ratios([0.9, 0.7, 0.55, 0.45, 0.55, 0.8, 0.8]))
-    assert transitions(log, "HighFragmentationApproachingThreshold") == [
+    assert transitions(log, HIGH) == [
         (60.0, "firing"),
         (150.0, "resolved"),
     ]
-    assert transitions(log, "SevereFragmentation") == [(90.0, "firing"), (120.0, "resolved")]
+    assert transitions(log, SEVERE) == [(90.0, "firing"), (120.0, "resolved")]
     first = log.iloc[0]
     assert (first["severity"], first["value"]) == ("medium", 0.55)
     assert first["response"].startswith("Schedule proactive restart")
-    assert set(log.loc[log["alert"] == "SevereFragmentation", "severity"]) == {"high"}
+    assert set(log.loc[log["alert"] == SEVERE, "severity"]) == {"high"}
 
 
 def test_threshold_is_strict_and_the_scenarios_thresholds_are_used() -> None:
     ts = ratios([0.6, 0.5])
-    assert transitions(log_of(ts), "HighFragmentationApproachingThreshold") == [(30.0, "firing")]
-    assert transitions(log_of(ts), "SevereFragmentation") == []
+    assert transitions(log_of(ts), HIGH) == [(30.0, "firing")]
+    assert transitions(log_of(ts), SEVERE) == []
     looser = AlertThresholds(ratio_alert=0.7, ratio_severe=0.55)
     log = log_of(ts, thresholds=looser)
-    assert transitions(log, "SevereFragmentation") == [(30.0, "firing")]
-    assert transitions(log, "HighFragmentationApproachingThreshold") == [(0.0, "firing")]
+    assert transitions(log, SEVERE) == [(30.0, "firing")]
+    assert transitions(log, HIGH) == [(0.0, "firing")]
 
 
 def test_a_nan_ratio_never_alerts_and_resolves_a_firing_alert() -> None:
     log = log_of(ratios([math.nan, math.nan, 0.3, math.nan]))
-    assert transitions(log, "SevereFragmentation") == [(60.0, "firing"), (90.0, "resolved")]
+    assert transitions(log, SEVERE) == [(60.0, "firing"), (90.0, "resolved")]
     assert math.isnan(log.iloc[-1]["value"])
     assert log_of(ratios([math.nan] * 5)).empty
 
@@ -120,7 +129,7 @@ def test_a_scrape_reads_the_latest_periodic_sample_not_failure_samples() -> None
         ]
     )
     # scrapes at 0, 30, 60, 90: the 61 s sample is first read at 90 s
-    assert transitions(log_of(ts), "SevereFragmentation") == [(90.0, "firing")]
+    assert transitions(log_of(ts), SEVERE) == [(90.0, "firing")]
 
 
 def test_a_down_replica_and_one_past_its_final_sample_have_no_data() -> None:
@@ -135,7 +144,7 @@ def test_a_down_replica_and_one_past_its_final_sample_have_no_data() -> None:
         ]
     )
     log = log_of(ts)
-    severe = log[log["alert"] == "SevereFragmentation"]
+    severe = log[log["alert"] == SEVERE]
     assert list(zip(severe["time_s"], severe["replica"], severe["state"], strict=True)) == [
         (0.0, 0, "firing"),
         (30.0, 0, "resolved"),
@@ -147,9 +156,7 @@ def test_a_down_replica_and_one_past_its_final_sample_have_no_data() -> None:
 
 def test_the_scrape_grid_follows_the_interval() -> None:
     ts = ratios([0.9, 0.9, 0.3, 0.3], every_s=10.0)
-    assert transitions(log_of(ts, scrape_interval_s=7.0), "SevereFragmentation") == [
-        (21.0, "firing")
-    ]
+    assert transitions(log_of(ts, scrape_interval_s=7.0), SEVERE) == [(21.0, "firing")]
 
 
 # -- allocation failures at high free memory ------------------------------------------
@@ -167,11 +174,11 @@ def test_failure_at_high_free_memory_fires_at_the_scrape_that_closes_its_window(
     )
     log = log_of(ts, ev)
     # (30, 60] holds two failures, (60, 90] one (still firing), (90, 120] none
-    assert transitions(log, "FragmentationDrivenAllocationFailure") == [
+    assert transitions(log, FAILURE) == [
         (60.0, "firing"),
         (120.0, "resolved"),
     ]
-    fired = log[log["alert"] == "FragmentationDrivenAllocationFailure"].iloc[0]
+    fired = log[log["alert"] == FAILURE].iloc[0]
     assert (fired["severity"], fired["value"]) == ("high", 2.0)  # the preemption is no failure
     assert fired["response"].startswith("Restart the affected node")
 
@@ -181,7 +188,7 @@ def test_a_failure_exactly_at_the_high_free_share_does_not_fire() -> None:
     at = events([{"time_s": 10.0, "free_share": 0.25, "cause": "capacity"}])
     assert log_of(ts, at).empty
     above = events([{"time_s": 10.0, "free_share": 0.2501}])
-    assert transitions(log_of(ts, above), "FragmentationDrivenAllocationFailure") == [
+    assert transitions(log_of(ts, above), FAILURE) == [
         (30.0, "firing"),
         (60.0, "resolved"),
     ]
@@ -206,37 +213,74 @@ def test_uptime_trend_fires_once_the_window_is_full_and_past_the_level() -> None
     log = log_of(ts, trend_window_s=120.0)  # 4 scrapes
     # first scrape with uptime >= 120 s, fragmentation > 0.4 (ratio < 0.6) and rising:
     # ratio(k) = 1 - 0.05 k < 0.6 from k = 9 (270 s)
-    assert transitions(log, "FragmentationTrendsWithUptime") == [(270.0, "firing")]
-    row = log[log["alert"] == "FragmentationTrendsWithUptime"].iloc[0]
+    assert transitions(log, UPTIME) == [(270.0, "firing")]
+    row = log[log["alert"] == UPTIME].iloc[0]
     assert row["value"] == pytest.approx(1.0)
 
 
 def test_uptime_trend_needs_a_rise_and_no_restart_in_the_window() -> None:
     flat = ratios([0.3] * 12)
-    assert transitions(log_of(flat, trend_window_s=120.0), "FragmentationTrendsWithUptime") == []
+    assert transitions(log_of(flat, trend_window_s=120.0), UPTIME) == []
     falling = ratios(list(np.linspace(0.5, 0.3, 12)[::-1]))  # fragmentation falling
-    assert transitions(log_of(falling, trend_window_s=120.0), "FragmentationTrendsWithUptime") == []
+    assert transitions(log_of(falling, trend_window_s=120.0), UPTIME) == []
     rows = [
         {"time_s": 30.0 * i, "uptime_s": 30.0 * (i % 6), "largest_contiguous_free_block_ratio": r}
         for i, r in enumerate(1.0 - np.linspace(0.3, 0.8, 12))
     ]
     # a restart every 6 scrapes: uptime never reaches the 200 s window
     restarted = samples(rows)
-    assert (
-        log_of(restarted, trend_window_s=200.0)
-        .query("alert == 'FragmentationTrendsWithUptime'")
-        .empty
-    )
+    assert log_of(restarted, trend_window_s=200.0).query(f"alert == '{UPTIME}'").empty
 
 
 def test_a_nan_ratio_in_the_trend_window_gives_no_correlation() -> None:
     values = list(1.0 - np.linspace(0.3, 0.8, 12))
     values[8] = math.nan
     log = log_of(ratios(values), trend_window_s=120.0)
-    fired = transitions(log, "FragmentationTrendsWithUptime")
+    fired = transitions(log, UPTIME)
     # windows holding scrape 8 (240..330 s) give no r
     assert all(not 240.0 <= t <= 330.0 or state == "resolved" for t, state in fired)
     assert (240.0, "resolved") in fired
+
+
+def test_the_window_statistic_is_spearman_rho_the_summarys_statistic() -> None:
+    # a monotone, saturating rise: every rank agrees (rho 1, where Pearson's r of the
+    # same points is below 0.95), then a dip inside the window
+    ts = ratios([1.0 - f for f in SATURATING])
+    log = log_of(ts, trend_window_s=240.0)  # 8 scrapes
+    rows = log[log["alert"] == UPTIME]
+    first = rows.iloc[0]
+    assert (first["state"], first["value"]) == ("firing", 1.0)
+
+    def window(time_s: float) -> pd.DataFrame:  # the 8 scrapes ending at time_s
+        k = round(time_s / 30.0)
+        return ts.iloc[k - 7 : k + 1]
+
+    first_w = window(float(first["time_s"]))
+    frag_w = 1.0 - first_w["largest_contiguous_free_block_ratio"]
+    assert stats.pearsonr(first_w["uptime_s"], frag_w).statistic < 0.95
+    for time_s, value in zip(rows["time_s"].tolist(), rows["value"].tolist(), strict=True):
+        w = window(time_s)
+        want = stats.spearmanr(w["uptime_s"], 1.0 - w["largest_contiguous_free_block_ratio"])
+        assert value == pytest.approx(want.statistic)
+    # the run-wide number in the summary is the same statistic over every sample
+    corr = summarize(requests([]), ts, NO_EVENTS, end_s=600.0)["memory"][UPTIME]
+    want = stats.spearmanr(ts["uptime_s"], 1.0 - ts["largest_contiguous_free_block_ratio"])
+    assert corr["spearman_rho"] == pytest.approx(want.statistic)
+    assert corr["samples"] == len(ts)
+
+
+def test_spearman_rho_matches_scipy_row_by_row_with_ties_and_missing_values() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 5, (64, 9)).astype(float)
+    y = rng.integers(0, 3, (64, 9)).astype(float)
+    x[rng.random(x.shape) < 0.2] = math.nan
+    got = spearman_rho(x, y)
+    for i in range(len(x)):
+        keep = ~np.isnan(x[i])
+        if keep.sum() < 2 or len(set(x[i][keep])) < 2 or len(set(y[i][keep])) < 2:
+            assert math.isnan(got[i])
+        else:
+            assert got[i] == pytest.approx(stats.spearmanr(x[i][keep], y[i][keep]).statistic)
 
 
 def test_same_frames_same_log_and_empty_frames_an_empty_log() -> None:
@@ -244,6 +288,44 @@ def test_same_frames_same_log_and_empty_frames_an_empty_log() -> None:
     pd.testing.assert_frame_equal(log_of(ts), log_of(ts))
     empty = log_of(samples([]))
     assert empty.empty and empty["time_s"].dtype == float
+
+
+# -- one name, two counts ---------------------------------------------------------------
+
+
+def test_one_name_per_alert_in_the_summary_the_log_and_the_rules() -> None:
+    ts = ratios([1.0 - f for f in SATURATING])
+    ev = events([{"time_s": 100.0, "free_share": 0.5}])
+    names = [spec.name for spec in seed_alerts.ALERTS]
+    assert [spec.name for spec in ALERTS] == names
+    summary = summarize(requests([]), ts, ev, end_s=600.0)
+    assert [a["alert"] for a in summary["alerts"]] == names
+    assert set(log_of(ts, ev, trend_window_s=240.0)["alert"]) == set(names)
+    (group,) = alert_rules()["groups"]
+    assert [r["alert"] for r in group["rules"]] == names
+    for name in names:  # the seed's titles in snake_case: valid Prometheus alert names
+        assert re.fullmatch(r"[a-z][a-z_]*", name)
+
+
+def test_matching_failures_and_firings_are_two_counts_both_named() -> None:
+    ts = ratios([1.0] * 5)
+    # three failures in the first window, one in the next: one firing spans both
+    ev = events([{"time_s": t, "free_share": 0.5} for t in (1.0, 2.0, 3.0, 45.0)])
+    log = log_of(ts, ev)
+    assert transitions(log, FAILURE) == [(30.0, "firing"), (90.0, "resolved")]
+    summary = summarize(requests([]), ts, ev, end_s=150.0)
+    (entry,) = summary["alerts"]
+    assert entry["matching_failures"] == 4 and "count" not in entry
+    fired = with_firings(summary["alerts"], {FAILURE: 1, UPTIME: 2}, AlertThresholds())
+    assert [(a["alert"], a["firings"]) for a in fired] == [(FAILURE, 1), (UPTIME, 2)]
+    assert fired[1]["condition"].startswith("Spearman rho(uptime, 1 - ratio) >= 0.5")
+    (line, uptime_line) = alert_lines({"alerts": fired})
+    assert "4 matching failures" in line and "1 firing (per scrape window" in line
+    assert "matching" not in uptime_line and "2 firings" in uptime_line
+    run_wide = {"alerts": fired, "memory": {UPTIME: {"spearman_rho": 0.3}}}
+    assert "Spearman rho 0.30 over the whole run (condition not met)" in alert_lines(run_wide)[1]
+    with pytest.raises(ValueError, match="FragmentationDrivenAllocationFailure"):
+        with_firings([], {"FragmentationDrivenAllocationFailure": 1}, AlertThresholds())
 
 
 # -- diagnosis ------------------------------------------------------------------------
@@ -322,14 +404,12 @@ def test_rule_expressions_use_the_metric_table_and_the_thresholds() -> None:
     th = AlertThresholds(high_free_share=0.3, ratio_alert=0.65, ratio_severe=0.45)
     ex = expressions(th, 15.0, 600.0)
     names = {name for _, name, _, _ in METRICS}
-    assert ex["SevereFragmentation"] == "fragsim_largest_contiguous_free_block_ratio < 0.45"
-    assert ex["HighFragmentationApproachingThreshold"].endswith("< 0.65")
-    assert (
-        'fragsim_allocation_failure_free_share_bucket{le="0.3"}'
-        in ex["FragmentationDrivenAllocationFailure"]
-    )
-    assert "offset 15s" in ex["FragmentationDrivenAllocationFailure"]
-    assert "[600s:15s]" in ex["FragmentationTrendsWithUptime"]
+    assert ex[SEVERE] == "fragsim_largest_contiguous_free_block_ratio < 0.45"
+    assert ex[HIGH].endswith("< 0.65")
+    assert 'fragsim_allocation_failure_free_share_bucket{le="0.3"}' in ex[FAILURE]
+    assert "offset 15s" in ex[FAILURE]
+    assert ex[UPTIME].startswith("fragsim_node_uptime_vs_fragmentation_correlation >= 0.5 and")
+    assert ex[UPTIME].endswith("fragsim_node_uptime_seconds >= 600.0")
     for expr in ex.values():
         used = set(re.findall(r"fragsim_\w+", expr))
         assert {w.removesuffix("_count").removesuffix("_bucket") for w in used} <= names

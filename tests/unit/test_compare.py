@@ -127,6 +127,7 @@ def test_delta_text_and_dollars() -> None:
     assert delta_text("cost_usd", -78.25, -43.91) == "−78.2 (−43.9 %)"
     assert delta_text("allocation_failures", 12.0, math.nan) == "+12"
     assert delta_text("ttft_p99_s", 0.0, 0.0) == "0"
+    assert delta_text("replica_hours", -0.001, -0.0007) == "0"  # too small to show
     assert delta_text("ttft_p99_s", math.nan, math.nan) == "—"
     assert usd(12.5) == "$12.50" and usd(12_345.6) == "$12,346"
 

@@ -50,6 +50,8 @@ def test_comparison_bars_mark_the_baseline() -> None:
     assert list(failures.marker.color) == [BASELINE, BETTER]
     assert failures.text[0] == "10 (baseline)" and failures.text[1] == "2 (-80.0 %)"
     assert any(s.line.dash == "dash" for s in fig.layout.shapes)  # the baseline's value
+    html = comparison_table(runs, ["single", "paged"])
+    assert "no prices to compare: ranked by fewer allocation failures" in html
 
 
 def sweep_summary(values: dict[str, list[object]], replications: int = 3) -> pd.DataFrame:

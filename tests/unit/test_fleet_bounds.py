@@ -49,7 +49,10 @@ def test_the_crash_clock_counts_the_autoscalers_ceiling() -> None:
 
 @pytest.mark.parametrize("value", [1e-7, 0.5, 0.0])
 def test_the_scrape_interval_has_a_floor(value: float) -> None:
-    with pytest.raises(ScenarioError, match="field fleet.alerts.scrape_interval_s: got .*1"):
+    with pytest.raises(
+        ScenarioError,
+        match=r"field fleet\.alerts\.scrape_interval_s: got .*greater than or equal to 1",
+    ):
         parse_scenario(fleet_data(alerts={"scrape_interval_s": value}))
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from support.fleet import fleet_data, run_fleet_data
+from support.scenarios import request_frame
 
 from sim.hardware import (
     GIB,
@@ -73,6 +76,37 @@ def test_the_docs_list_every_preset() -> None:
     section = section[section.index("## Presets") : section.index("## KV capacity")]
     for name in (*MODELS, *GPUS):
         assert f"`{name}`" in section, name
+    for name, gpu in GPUS.items():  # one price table: the docs print the presets' prices
+        (row,) = [line for line in section.splitlines() if line.startswith(f"| `{name}` |")]
+        assert row.rstrip(" |").endswith(f"| {gpu.usd_per_hour:.2f}"), row
+
+
+# -- prices -------------------------------------------------------------------------------
+
+
+def _fleet_bill(gpu: str, tensor_parallel: int, **pool: Any) -> dict[str, Any]:
+    """The fleet summary of two replicas of ``gpu`` serving one hour."""
+    hardware = {"gpu": gpu, "tensor_parallel": tensor_parallel}
+    data = fleet_data(
+        pools=[{"name": "p", "count": 2, "hardware": hardware, **pool}], sample_interval_s=600.0
+    )
+    df = request_frame([0.0, 3599.0], [100, 100], [10, 100])  # ends at 3,600 s
+    fleet: dict[str, Any] = run_fleet_data(data, df).summary["fleet"]
+    assert fleet["replica_hours"] == pytest.approx(2.0)
+    return fleet
+
+
+@pytest.mark.parametrize(("gpu", "tp"), [("a100-80gb", 1), ("h100-80gb", 2)])
+def test_a_pool_costs_its_gpu_presets_price_times_gpus_per_replica(gpu: str, tp: int) -> None:
+    fleet = _fleet_bill(gpu, tp)
+    replica_usd_per_hour = HardwareConfig(gpu=gpu, tensor_parallel=tp).replica_usd_per_hour
+    assert replica_usd_per_hour == tp * GPUS[gpu].usd_per_hour  # what fragsim hardware prints
+    assert fleet["cost_usd"] == pytest.approx(2.0 * replica_usd_per_hour)
+
+
+def test_a_pools_own_price_overrides_the_preset() -> None:
+    assert _fleet_bill("a100-80gb", 2, usd_per_gpu_hour=3.0)["cost_usd"] == pytest.approx(12.0)
+    assert _fleet_bill("a100-80gb", 1, usd_per_gpu_hour=0.0)["cost_usd"] == 0.0
 
 
 def test_llama2_7b_on_a100_80gb_capacity_arithmetic() -> None:

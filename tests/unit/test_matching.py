@@ -3,13 +3,20 @@ the looser by-window rule (one-to-one, greedy by time), and the undefined scores
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
-from sim.fleet.matching import TABLE_COLUMNS, failure_class, match_failures
+from sim.fleet.matching import (
+    TABLE_COLUMNS,
+    failure_class,
+    failures_by_replica,
+    match_failures,
+)
 
 
-def _frame(rows: list[tuple[int, int, str, float]], time: str = "arrival_s") -> pd.DataFrame:
+def _frame(rows: list[tuple[int, object, str, float]], time: str = "arrival_s") -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["request_id", "replica", "status", time])
 
 
@@ -72,14 +79,17 @@ def test_by_request_table_rows() -> None:
         "request_id": 1,
         "replica": 0,
         "recorded_status": "failed",
+        "recorded_time_s": 10.0,
         "simulated_request_id": 1,
         "simulated_replica": 0,
         "simulated_status": "rejected-capacity",
+        "simulated_time_s": 1.0,
         "matched": True,
         "reason": "reproduced",
     }
     assert [r["reason"] for r in rows[1:4]] == ["not in the simulation"] * 3
     assert rows[4]["recorded_status"] == "ok" and rows[4]["simulated_status"] == "timed-out"
+    assert rows[4]["recorded_time_s"] is None and rows[4]["simulated_time_s"] == 2.0
     assert (report.precision, report.recall) == (0.5, 0.25)
 
 
@@ -145,3 +155,24 @@ def test_ids_must_be_unique() -> None:
     twice = _frame([(1, 0, "failed", 1.0), (1, 0, "failed", 2.0)])
     with pytest.raises(ValueError, match="request_id 1 twice"):
         match_failures(twice, RECORDED)
+
+
+def test_failures_by_replica_counts_each_side_on_its_own_replica(tmp_path: Path) -> None:
+    recorded = _frame([(1, "a", "failed", 1.0), (2, "a", "failed", 2.0), (3, "b", "failed", 3.0)])
+    simulated = _frame(
+        [
+            (1, "a", "failed-capacity", 1.0),  # reproduced on a
+            (2, "a", "ok", 2.0),  # missed on a
+            (3, "c", "failed-capacity", 3.0),  # missed on b, extra on c
+            (4, "c", "rejected-capacity", 4.0),  # extra on c
+        ]
+    )
+    table = match_failures(recorded, simulated).table
+    expected = [
+        ["a", 2, 1, 1, 1, 0],
+        ["b", 1, 0, 0, 1, 0],
+        ["c", 0, 2, 0, 0, 2],
+    ]
+    assert failures_by_replica(table).values.tolist() == expected
+    table.to_csv(tmp_path / "match.csv", index=False)  # as the report reads it back
+    assert failures_by_replica(pd.read_csv(tmp_path / "match.csv")).values.tolist() == expected

@@ -190,11 +190,12 @@ def test_failures_at_more_than_a_quarter_free_raise_the_fragmentation_alert() ->
     assert f["allocation_failures"] == 3
     assert f["by_cause"] == {"capacity": 1, "fragmentation": 2}
     assert f["at_high_free_memory"] == 1
+    assert f["at_high_free_memory_by_cause"] == {"fragmentation": 1}  # a cut of the same
     assert f["allocation_failure_rate_at_high_free_memory"] == pytest.approx(1 / 10)
     assert f["preemptions"] == 1 and f["restarts"] == 1
     (alert,) = s["alerts"]
     assert alert["alert"] == "fragmentation_driven_allocation_failure"
-    assert alert["severity"] == "high" and alert["count"] == 1
+    assert alert["severity"] == "high" and alert["matching_failures"] == 1
     assert alert["first_time_s"] == 2.0 and alert["replicas"] == [2]
 
 
@@ -224,9 +225,9 @@ def test_ratio_alerts_read_periodic_samples_of_live_replicas_only() -> None:
     )
     reqs = requests_frame([{"arrival_s": 0.0}])
     s = summarize(reqs, ts, NO_EVENTS, end_s=10.0)
-    assert alert_names(s) == ["high_fragmentation"]
+    assert alert_names(s) == ["high_fragmentation_approaching_threshold"]
     (alert,) = s["alerts"]
-    assert alert["count"] == 1 and alert["first_time_s"] == 2.0
+    assert alert["matching_samples"] == 1 and alert["first_time_s"] == 2.0
     ratio = s["memory"]["largest_contiguous_free_block_ratio"]
     assert ratio["min"] == pytest.approx(0.55)
     assert ratio["mean"] == pytest.approx((0.9 + 0.55 + 0.8) / 3)
@@ -234,7 +235,7 @@ def test_ratio_alerts_read_periodic_samples_of_live_replicas_only() -> None:
 
     severe = samples_frame([sample(1.0, 0.45), sample(2.0, 0.7)])
     s = summarize(reqs, severe, NO_EVENTS, end_s=10.0)
-    assert alert_names(s) == ["severe_fragmentation", "high_fragmentation"]
+    assert alert_names(s) == ["severe_fragmentation", "high_fragmentation_approaching_threshold"]
     assert s["alerts"][0]["severity"] == "high"
 
 
@@ -278,7 +279,11 @@ def test_fragmentation_rising_with_uptime_raises_the_correlation_alert() -> None
         requests_frame([{"arrival_s": 0.0}]), _uptime_series(cycle * 3, 20), NO_EVENTS, end_s=3600.0
     )
     alerts = {a["alert"]: a for a in s["alerts"]}
-    corr = alerts["uptime_fragmentation_correlation"]
+    corr = alerts["node_uptime_vs_fragmentation_correlation"]
+    assert (
+        s["memory"]["node_uptime_vs_fragmentation_correlation"]["spearman_rho"]
+        == corr["spearman_rho"]
+    )
     assert corr["spearman_rho"] > 0.9 and corr["p_value"] < 0.01
     assert corr["recent_fragmentation_ratio"] > 0.4
 
@@ -288,7 +293,7 @@ def test_a_flat_series_raises_no_correlation_alert() -> None:
     s = summarize(
         requests_frame([{"arrival_s": 0.0}]), _uptime_series(flat), NO_EVENTS, end_s=1800.0
     )
-    assert "uptime_fragmentation_correlation" not in alert_names(s)
+    assert "node_uptime_vs_fragmentation_correlation" not in alert_names(s)
 
 
 def test_a_rising_series_below_the_alert_level_raises_no_correlation_alert() -> None:
@@ -304,4 +309,4 @@ def test_too_few_samples_raise_no_correlation_alert() -> None:
     s = summarize(
         requests_frame([{"arrival_s": 0.0}]), _uptime_series(short), NO_EVENTS, end_s=600.0
     )
-    assert "uptime_fragmentation_correlation" not in alert_names(s)
+    assert "node_uptime_vs_fragmentation_correlation" not in alert_names(s)

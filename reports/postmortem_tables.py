@@ -1,0 +1,236 @@
+"""The tables of the postmortem report (:mod:`reports.postmortem`): the answer, nodes,
+the counterfactuals against the replay, the failures that did not match. Cells are
+escaped here (``reports.common.esc``); every table lists at most :data:`MAX_ROWS` rows
+and says where the rest are."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from reports.common import esc
+
+if TYPE_CHECKING:
+    from reports.postmortem import Postmortem
+
+MAX_ROWS = 200
+
+
+def html_table(
+    header: list[str] | None, rows: list[list[str]], cls: str = "", left: tuple[int, ...] = ()
+) -> str:
+    """An HTML table of already escaped cells (``header`` None: no header row); the
+    columns in ``left`` are aligned left (prose)."""
+    head = (
+        "" if header is None else "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>"
+    )
+
+    def cell(i: int, c: str) -> str:
+        return f'<td style="text-align:left">{c}</td>' if i in left else f"<td>{c}</td>"
+
+    body = "".join(
+        "<tr>" + "".join(cell(i, c) for i, c in enumerate(row)) + "</tr>" for row in rows
+    )
+    return f'<table class="{cls}">{head}{body}</table>'
+
+
+def _score(value: Any) -> str:
+    return (
+        "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
+    )
+
+
+def answer_table(pm: Postmortem) -> str:
+    r = pm.record
+    rule = r["rule"] + (f" (±{r['tolerance_s']:g} s)" if r.get("tolerance_s") is not None else "")
+    span = r.get("span_s") or [0.0, 0.0]
+    routed = r.get("router", {})
+    rows = [
+        (
+            "log",
+            f"{r['requests']:,} requests over {duration(span[1] - span[0])}, "
+            f"{len(r['replicas'])} nodes, {_count(len(r.get('node_events', [])), 'node event')}",
+        ),
+        ("recorded failures reproduced", f"{r['matched']:,} of {r['recorded_failures']:,}"),
+        ("replayed failures", f"{r['simulated_failures']:,}"),
+        ("precision (reproduced / replayed failures)", _score(r["precision"])),
+        ("recall (reproduced / recorded failures)", _score(r["recall"])),
+        ("matching rule", rule),
+        ("requests on their recorded node", f"{routed.get('recorded', 0):,}"),
+        ("router fallbacks (recorded node not up)", f"{r['router_fallbacks']:,}"),
+    ]
+    best = best_counterfactual(pm)
+    if best is not None:
+        rows.append(("best counterfactual", best))
+    body = [[esc(k), esc(v)] for k, v in rows]
+    return html_table(None, body, "summary")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def duration(seconds: float) -> str:
+    """``45 min``, ``5.5 h``, ``1.0 days``."""
+    if seconds < 7200:
+        return f"{seconds / 60:,.0f} min"
+    if seconds < 86400:
+        return f"{seconds / 3600:,.1f} h"
+    return f"{seconds / 86400:,.1f} days"
+
+
+def node_table(pm: Postmortem) -> str:
+    """Per node: pool, initial uptime, fleet ids in the replay, failures."""
+    from sim.fleet.matching import failures_by_replica
+
+    r = pm.record
+    per = failures_by_replica(pm.match).set_index("replica")
+    ids: dict[str, list[str]] = {}
+    if pm.replicas is not None:
+        for fid, name in zip(pm.replicas["fleet_id"], pm.replicas["replica"], strict=True):
+            ids.setdefault(str(name), []).append(str(fid))
+    pools = r.get("pools") or [""] * len(r["replicas"])
+    uptimes = r.get("initial_uptime_s") or [math.nan] * len(r["replicas"])
+    rows = []
+    for name, pool, up in zip(r["replicas"], pools, uptimes, strict=True):
+        got = per.loc[name] if name in per.index else None
+        counts = (
+            [0, 0, 0] if got is None else [got["recorded"], got["simulated"], got["reproduced"]]
+        )
+        uptime = "—" if not up else duration(float(up))
+        rows.append((sum(counts[:2]), name, pool, uptime, ", ".join(ids.get(name, [])), counts))
+    rows.sort(key=lambda row: (-row[0], row[1]))
+    body = [
+        [esc(name), esc(pool), esc(up), esc(fid), *(f"{c:,}" for c in counts)]
+        for _, name, pool, up, fid, counts in rows[:MAX_ROWS]
+    ]
+    more = len(rows) - len(body)
+    note = f"<p>{more:,} more nodes (none with more failures) in replicas.csv</p>" if more else ""
+    header = [
+        "node (log)",
+        "pool",
+        "up at log start",
+        "replay fleet id",
+        "recorded",
+        "replayed",
+        "reproduced",
+    ]
+    return html_table(header, body) + note
+
+
+# -- counterfactuals --------------------------------------------------------------------------
+def deltas(pm: Postmortem) -> pd.DataFrame | None:
+    """The replay and the counterfactuals against it (``with_deltas``); None without
+    counterfactuals."""
+    from sim.fleet.compare import with_deltas
+
+    if len(pm.compare) < 2:
+        return None
+    names = [str(s) for s in pm.compare["scenario"]]
+    return with_deltas(pm.compare, names, baseline=0)
+
+
+def best_counterfactual(pm: Postmortem) -> str | None:
+    """The verdict of the best-ranked counterfactual (it may rank below the replay)."""
+    table = deltas(pm)
+    if table is None:
+        return None
+    return str(table.iloc[1]["verdict"])  # display order: the baseline, then by rank
+
+
+def counterfactual_table(table: pd.DataFrame) -> str:
+    """The rows of :func:`deltas` (the replay first, then by rank) as HTML, with an intro."""
+    from sim.fleet.compare import delta_text, formatted
+
+    rows = []
+    for _, row in table.iterrows():
+        is_base = row["run"] == table.iloc[0]["run"]
+        saved = row["cost_saved_usd"]
+        rows.append(
+            [
+                esc(row["run"]),
+                "—" if is_base else f"{int(row['rank'])}",
+                formatted("failed_requests", row["failed_requests"]),
+                formatted("allocation_failures", row["allocation_failures"]),
+                formatted("restarts", row["restarts"]),
+                formatted("replicas_mean", row["replicas_mean"]),
+                formatted("replica_hours", row["replica_hours"]),
+                formatted("cost_usd", row["cost_usd"]),
+                "—" if is_base else money(saved),
+                esc(delta_text("ttft_p99_s", row["ttft_p99_s_delta"], row["ttft_p99_s_delta_pct"]))
+                if not is_base
+                else formatted("ttft_p99_s", row["ttft_p99_s"]),
+                esc("the replay: what the log's fleet did" if is_base else row["verdict"]),
+            ]
+        )
+    header = [
+        "run",
+        "rank",
+        "failed requests",
+        "allocation failures",
+        "restarts",
+        "replicas (mean)",
+        "replica-hours",
+        "cost ($)",
+        "saved vs replay",
+        "TTFT p99 (s)",
+        "verdict",
+    ]
+    intro = (
+        "<p>Each counterfactual runs the log's traffic from its initial fleet with its own "
+        "policies (recorded crashes kept, recorded restarts and scale events dropped); the "
+        "replay is the baseline. TTFT p99 of a counterfactual is its difference from the "
+        "replay's.</p>"
+    )
+    return intro + html_table(header, rows, left=(len(header) - 1,))
+
+
+def money(value: float) -> str:
+    """Dollars with a true minus sign (``−$4.88``); — when missing."""
+    from sim.fleet.compare import usd
+
+    if math.isnan(value):
+        return "—"
+    return ("−" if value < 0 else "") + esc(usd(abs(value)))
+
+
+def unmatched_table(pm: Postmortem) -> str:
+    """The recorded failures not reproduced and the replayed failures not recorded."""
+    m = pm.match[~pm.match["matched"].astype(bool)]
+    if m.empty:
+        return "<p>every recorded failure was reproduced and every replayed failure recorded</p>"
+
+    def t(v: Any) -> str:
+        return "—" if pd.isna(v) else f"{float(v):,.3f}"
+
+    def text(v: Any) -> str:
+        return "—" if pd.isna(v) else esc(v)
+
+    body = [
+        [
+            text(r.request_id),
+            text(r.replica),
+            text(r.recorded_status),
+            t(r.recorded_time_s),
+            text(r.simulated_replica),
+            text(r.simulated_status),
+            t(r.simulated_time_s),
+            esc(r.reason),
+        ]
+        for r in m.head(MAX_ROWS).itertuples(index=False)
+    ]
+    more = len(m) - len(body)
+    note = f"<p>{more:,} more rows in match.csv</p>" if more else ""
+    header = [
+        "request",
+        "node",
+        "recorded status",
+        "recorded at (s)",
+        "replayed on",
+        "replayed status",
+        "replayed at (s)",
+        "why not matched",
+    ]
+    return html_table(header, body, left=(len(header) - 1,)) + note

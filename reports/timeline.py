@@ -1,0 +1,234 @@
+"""What happened when: pure figure functions over a run's time axis.
+
+* :func:`failures_over_time` -- allocation failures per window, split by diagnosis
+  (fragmentation on a capable node / capacity shortage), and how many of them were at
+  high free memory;
+* :func:`alert_timeline` -- a fleet run: per alert and time window, how many replicas
+  had it firing at some point of the window (``alerts.parquet``; a heatmap of one row
+  per alert, whatever the fleet's size: firings last a scrape or two, too short to read
+  as lines over days); a single replica: where each of the summary's alerts first held.
+
+Alert names, severities and counts are read from the run (the alert log, the summary),
+never written here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from reports.aggregate import Windows, allocation_failures, window_counts
+from reports.common import (
+    CAPACITY_COLOUR,
+    DEFAULT_OPTIONS,
+    FRAGMENTATION_COLOUR,
+    ReportOptions,
+    as_float,
+    base_layout,
+    esc,
+    high_free_share,
+    max_time_s,
+    time_unit,
+)
+from reports.downsample import window_label
+from sim.results.io import RunResult
+
+SEVERITY_COLOUR = {"high": "#d62728", "medium": "#ff7f0e", "low": "#1f77b4"}
+
+
+def _end_s(result: RunResult) -> float:
+    engine_end = float((result.summary.get("engine") or {}).get("end_s", 0.0))
+    return max(engine_end, max_time_s(result.timeseries, result.events))
+
+
+def failures_over_time(
+    result: RunResult, options: ReportOptions = DEFAULT_OPTIONS
+) -> go.Figure | None:
+    """Stacked bars per window (:func:`~reports.aggregate.window_counts`): allocation
+    failures by cause; a line: those at high free memory (any cause). None for a run
+    without allocation failures."""
+    fails = allocation_failures(result.events)
+    if not len(fails):
+        return None
+    end_s = _end_s(result)
+    div, unit = time_unit(end_s)
+    share = high_free_share(result.summary)
+    times = as_float(fails["time_s"])
+    causes = fails["cause"].astype(str).to_numpy()
+    high = as_float(fails["free_share"]) > share
+    windows = window_counts(
+        {
+            "fragmentation": times[causes == "fragmentation"],
+            "capacity": times[causes == "capacity"],
+            "high": times[high],
+        },
+        end_s,
+    )
+    x = (windows.starts_s + windows.width_s / 2.0) / div
+    fig = go.Figure()
+    for cause, label, color in (
+        (
+            "fragmentation",
+            "fragmentation (enough free in total, no extent large enough)",
+            FRAGMENTATION_COLOUR,
+        ),
+        ("capacity", "capacity (less free memory than the request needs)", CAPACITY_COLOUR),
+    ):
+        total = int(windows.counts[cause].sum())
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=windows.counts[cause],
+                width=windows.width_s / div,
+                name=f"{label}: {total:,}",
+                marker={"color": color, "line": {"width": 0}},
+                hovertemplate=f"%{{y:,}} {cause} failures<extra></extra>",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=windows.counts["high"],
+            mode="lines",
+            line={"shape": "hvh", "color": "#222", "width": 1.2, "dash": "dot"},
+            name=f"of which at > {share:.0%} free memory (any cause): {int(high.sum()):,}",
+            hovertemplate=f"%{{y:,}} at > {share:.0%} free<extra></extra>",
+        )
+    )
+    title = f"allocation failures per {window_label(windows.width_s)}, by diagnosis"
+    fig.update_layout(**base_layout(title, 380))
+    fig.update_layout(barmode="stack", bargap=0.0)
+    fig.update_yaxes(title_text="failures", rangemode="tozero")
+    fig.update_xaxes(title_text=unit, range=[0, end_s / div])
+    return fig
+
+
+def firing_intervals(alerts: pd.DataFrame, end_s: float) -> pd.DataFrame:
+    """One row per firing interval of the log: ``alert, replica, start_s, end_s`` (an
+    alert still firing at the end lasts to ``end_s``)."""
+    rows: list[tuple[str, int, float, float]] = []
+    log = alerts.sort_values(["alert", "replica", "time_s"], kind="stable")
+    for (name, replica_key), group in log.groupby(["alert", "replica"], sort=True):
+        replica = int(str(replica_key))
+        start: float | None = None
+        for state, t in zip(group["state"].tolist(), group["time_s"].tolist(), strict=True):
+            if state == "firing" and start is None:
+                start = float(t)
+            elif state == "resolved" and start is not None:
+                rows.append((str(name), replica, start, float(t)))
+                start = None
+        if start is not None:
+            rows.append((str(name), replica, start, max(end_s, start)))
+    return pd.DataFrame(rows, columns=["alert", "replica", "start_s", "end_s"])
+
+
+def alert_windows(
+    alerts: pd.DataFrame, end_s: float, max_windows: int = 150
+) -> tuple[Windows, dict[str, np.ndarray]]:
+    """``(windows, replicas)``: the alerts' firings (starts) counted per window
+    (:func:`~reports.aggregate.window_counts`), and per alert the number of distinct
+    replicas on which it was firing at some point of each window."""
+    spans = firing_intervals(alerts, end_s)
+    starts = {str(n): as_float(g["start_s"]) for n, g in spans.groupby("alert", sort=True)}
+    windows = window_counts(starts, end_s, max_windows)
+    n, width = len(windows.starts_s), windows.width_s
+    first = np.clip((as_float(spans["start_s"]) // width).astype(np.int64), 0, n - 1)
+    ends = np.maximum(as_float(spans["end_s"]) - 1e-9, 0.0)
+    last = np.clip((ends // width).astype(np.int64), first, n - 1)
+    lengths = last - first + 1
+    offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    covered = pd.DataFrame(
+        {
+            "alert": np.repeat(spans["alert"].to_numpy(), lengths),
+            "replica": np.repeat(spans["replica"].to_numpy(), lengths),
+            "window": np.repeat(first, lengths) + offsets,
+        }
+    ).drop_duplicates()
+    replicas = {}
+    for name in starts:
+        mine = covered[covered["alert"] == name]
+        replicas[name] = np.bincount(mine["window"].to_numpy(dtype=np.int64), minlength=n)
+    return windows, replicas
+
+
+def alert_timeline(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) -> go.Figure:
+    """See the module docstring."""
+    end_s = _end_s(result)
+    div, unit = time_unit(end_s)
+    fig = go.Figure()
+    if result.alerts is not None:
+        rows = _fleet_alerts(fig, result.alerts, end_s, div)
+        title = "alerts: replicas with each alert firing, per window (alerts.parquet)"
+        height = 160 + 50 * max(rows, 1)
+    else:
+        rows = _first_held(fig, result.summary, div)
+        title, height = "alerts: when each alert's condition first held", 200 + 40 * max(rows, 1)
+    if not rows:
+        fig.add_annotation(
+            text="no alerts fired", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper"
+        )
+    fig.update_layout(**base_layout(title, height))
+    fig.update_xaxes(title_text=unit, range=[0, max(end_s / div, 1e-9)])
+    fig.update_yaxes(type="category", automargin=True)
+    return fig
+
+
+def _fleet_alerts(fig: go.Figure, alerts: pd.DataFrame, end_s: float, div: float) -> int:
+    """A heatmap: a row per alert (high severity first), a column per window, the colour
+    the replicas firing; hover adds the firings that started in the window."""
+    if not len(alerts):
+        return 0
+    windows, replicas = alert_windows(alerts, end_s)
+    severity = alerts.drop_duplicates("alert").set_index("alert")["severity"].astype(str)
+    rank = {"high": 0, "medium": 1, "low": 2}
+    names = sorted(replicas, key=lambda a: (rank.get(str(severity.get(a, "")), 3), a))
+    firing = alerts[alerts["state"] == "firing"]
+    labels = []
+    for name in names:
+        mine = firing[firing["alert"] == name]
+        what = f"{len(mine):,} firings, {mine['replica'].nunique():,} replicas"
+        labels.append(esc(f"{name} ({severity.get(name, '')}): {what}"))
+    z = np.array([replicas[n] for n in names], dtype=float)
+    fires = np.array([windows.counts[n] for n in names])
+    x = (windows.starts_s + windows.width_s / 2.0) / div
+    per = window_label(windows.width_s)
+    fig.add_trace(
+        go.Heatmap(
+            x=x,
+            y=labels,
+            z=np.where(z > 0, z, np.nan),
+            customdata=fires,
+            colorscale=[[0.0, "#fcbba1"], [1.0, "#99000d"]],
+            zmin=1,
+            ygap=2,
+            colorbar={"title": {"text": "replicas<br>firing"}, "thickness": 12},
+            hovertemplate="%{z} replicas firing, %{customdata} firings started in this "
+            + per
+            + "<extra></extra>",
+        )
+    )
+    fig.update_yaxes(autorange="reversed")
+    return len(names)
+
+
+def _first_held(fig: go.Figure, summary: dict[str, object], div: float) -> int:
+    found = summary.get("alerts") or []
+    assert isinstance(found, list)
+    for a in found:
+        hover = esc(f"{a['alert']} ({a['severity']}): {a.get('condition', '')}")
+        for key in ("matching_failures", "matching_samples", "count"):
+            if key in a:
+                hover += esc(f"; {a[key]:,} {key.replace('_', ' ')}")
+        fig.add_trace(
+            go.Scatter(
+                x=[float(a.get("first_time_s") or 0.0) / div],
+                y=[esc(a["alert"])],
+                mode="markers",
+                marker={"size": 12, "color": SEVERITY_COLOUR.get(a["severity"], "#7f7f7f")},
+                name=esc(f"{a['alert']} (first)"),
+                text=[hover],
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
+    return len(found)

@@ -1,0 +1,141 @@
+"""The fleet seed's alerts, named once: every place that writes or prints an alert (the
+run summary, ``alerts.parquet``, ``events.parquet``, the exported Prometheus rules,
+``fragsim alerts show``, the reports) takes its name, severity, condition and response
+from here.
+
+Names are the seed's own titles in snake_case ("Fragmentation-driven allocation
+failure" -> ``fragmentation_driven_allocation_failure``): the seed writes its metrics in
+snake_case (``largest_contiguous_free_block_ratio``), snake_case is a valid Prometheus
+alert name, and the run summary has always used it. The uptime alert carries the seed's
+metric name ``node_uptime_vs_fragmentation_correlation`` (its table gives that metric
+the alert threshold; its alert table has no row of its own).
+
+Two counts go with an alert and must not be confused:
+
+* *matching failures* (or *matching samples*): every allocation failure (every periodic
+  sample) that meets the condition, counted over the whole run (``summary.json``);
+* *firings*: how many times the alert started firing as Prometheus evaluates it, once
+  per scrape window (``alerts.parquet``, fleet runs): several failures in one window,
+  or in consecutive windows, are one firing.
+
+The correlation statistic is one, everywhere: Spearman's rank correlation rho of
+(uptime since the last restart, fragmentation ``1 - largest_contiguous_free_block_ratio``),
+:func:`spearman_rho`. The seed asks whether fragmentation is *monotonically* increasing
+with uptime: a rank correlation measures exactly that, whatever the shape of the rise
+(fragmentation saturates: not linear), and a few extreme samples (a pool drained to
+ratio 1, a single spike) move it far less than Pearson's r, on samples that are mostly
+zero fragmentation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+Severity = Literal["high", "medium"]
+
+
+@dataclass(frozen=True, slots=True)
+class AlertThresholds:
+    """The seed's thresholds (a scenario's ``metrics`` block can change them)."""
+
+    high_free_share: float = 0.25
+    """A failure while the free share of KV memory *exceeds* this is fragmentation-driven."""
+    ratio_alert: float = 0.6
+    """``high_fragmentation_approaching_threshold`` below this ratio."""
+    ratio_severe: float = 0.5
+    """``severe_fragmentation`` below this ratio."""
+    uptime_rho_alert: float = 0.5
+    """Spearman rho of (uptime, fragmentation) at or above which the uptime alert fires."""
+
+
+@dataclass(frozen=True, slots=True)
+class AlertSpec:
+    """One alert of the seed: its one name, severity, a one-line summary and the seed's
+    response."""
+
+    name: str
+    severity: Severity
+    summary: str
+    response: str
+
+
+FRAGMENTATION_FAILURE = AlertSpec(
+    "fragmentation_driven_allocation_failure",
+    "high",
+    "Allocation failure while aggregate free memory exceeds the high-free threshold",
+    "Restart the affected node; investigate whether a paged allocator migration is warranted",
+)
+SEVERE_FRAGMENTATION = AlertSpec(
+    "severe_fragmentation",
+    "high",
+    "largest_contiguous_free_block_ratio below the severe threshold",
+    "Restart the affected node before allocations fail; avoid autoscaling in response",
+)
+HIGH_FRAGMENTATION = AlertSpec(
+    "high_fragmentation_approaching_threshold",
+    "medium",
+    "largest_contiguous_free_block_ratio below the alert threshold",
+    "Schedule proactive restart before failures occur; avoid autoscaling in response",
+)
+UPTIME_CORRELATION = AlertSpec(
+    "node_uptime_vs_fragmentation_correlation",
+    "medium",
+    "Fragmentation rises with uptime since the last restart, past the alert level",
+    "Schedule periodic restarts (rolling recycling) of long-uptime nodes before "
+    "fragmentation causes allocation failures; avoid autoscaling in response",
+)
+ALERTS: tuple[AlertSpec, ...] = (
+    FRAGMENTATION_FAILURE,
+    SEVERE_FRAGMENTATION,
+    HIGH_FRAGMENTATION,
+    UPTIME_CORRELATION,
+)
+"""Every alert, in the order outputs list them."""
+
+BY_NAME = {spec.name: spec for spec in ALERTS}
+
+
+def condition(spec: AlertSpec, th: AlertThresholds) -> str:
+    """The alert's condition in one line, with the thresholds in force."""
+    return {
+        FRAGMENTATION_FAILURE.name: (
+            f"allocation failure while free KV memory > {th.high_free_share:.0%}"
+        ),
+        SEVERE_FRAGMENTATION.name: f"largest_contiguous_free_block_ratio < {th.ratio_severe:g}",
+        HIGH_FRAGMENTATION.name: f"largest_contiguous_free_block_ratio < {th.ratio_alert:g}",
+        UPTIME_CORRELATION.name: (
+            f"Spearman rho(uptime, 1 - ratio) >= {th.uptime_rho_alert:g} and "
+            f"1 - ratio > {1 - th.ratio_alert:g}"
+        ),
+    }[spec.name]
+
+
+def spearman_rho(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's rho of each row pair of ``x`` and ``y`` (shape ``(rows, n)``): Pearson's
+    r of their average ranks (ties share the mean rank), over the positions where both
+    are not NaN. NaN for a row with fewer than two such positions or where either is
+    constant (a constant has no rank order). Equals ``scipy.stats.spearmanr`` on each
+    row's valid positions."""
+    from scipy.stats import rankdata
+
+    x = np.atleast_2d(np.asarray(x, dtype=float))
+    y = np.atleast_2d(np.asarray(y, dtype=float))
+    both = ~(np.isnan(x) | np.isnan(y))
+    rx = rankdata(np.where(both, x, np.nan), axis=1, nan_policy="omit")
+    ry = rankdata(np.where(both, y, np.nan), axis=1, nan_policy="omit")
+    out = np.full(x.shape[0], np.nan)
+    count = both.sum(axis=1)
+    ok = count >= 2
+    if not ok.any():
+        return out
+    rx, ry = rx[ok], ry[ok]
+    dx = rx - np.nanmean(rx, axis=1, keepdims=True)
+    dy = ry - np.nanmean(ry, axis=1, keepdims=True)
+    sxx, syy = np.nansum(dx * dx, axis=1), np.nansum(dy * dy, axis=1)
+    flat = (sxx == 0) | (syy == 0)
+    rho = np.nansum(dx * dy, axis=1) / np.sqrt(np.where(flat, 1.0, sxx * syy))
+    out[ok] = np.where(flat, np.nan, np.clip(rho, -1.0, 1.0))
+    return out
