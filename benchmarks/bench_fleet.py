@@ -10,9 +10,16 @@ issue's benchmark), through the public path ``parse_scenario`` -> ``load_workloa
   ``least_outstanding`` (target >= 100,000 simulated requests per wall-second) and
   ``least_kv_usage`` (target >= 50,000); peak memory <= 4 GiB for both. Skipped (one
   JSON line says why) when the trace folder is absent.
-- ``fleet.seed_postmortem``: the built-in ``seed-postmortem`` scenario, load and run;
-  target under 3 minutes of wall time. Skipped, saying so, while that scenario is not
-  part of the build measured.
+- ``fleet.single_reference``: one replica of the same kind on the x1 trace over the same
+  span (the load each of the 16 replicas carries): ``engine.azure_conv_1d`` on the full
+  case. Each ``fleet.azure_day_x16`` line then says ``ratio_to_single_replica``: its
+  simulated requests per wall-second over the reference's (measured in the same
+  ``make bench`` run, so a noisy machine does not decide it). Targets (issue 18): >= 0.7
+  with ``least_outstanding``, >= 0.5 with ``least_kv_usage``, on the quick and the full
+  case; SimPy events per request <= 0.3; the full day's peak RSS <= 4 GiB.
+- ``fleet.seed_postmortem``: the built-in ``seed-postmortem`` scenario (six days), load
+  and run; target under 60 s of wall time. Skipped, saying so, while that scenario is
+  not part of the build measured.
 
 Each case runs in its own child process, so ``peak_rss_mib`` (the child's
 ``ru_maxrss``: interpreter, imports, the request table and the run together) is that
@@ -21,9 +28,10 @@ workload, before simulating. ``requests_per_wall_s`` is requests / simulation wa
 seconds (loading apart), from the median of ``repeats`` runs; a run longer than 60 s
 is not repeated. SimPy events per request are counted as ``bench_engine`` counts them.
 
-``--quick``: the first 200,000 requests of the x16 trace tiled to one hour, and the
-first tenth of the post-mortem's requests (so ``make bench BENCH_ARGS=--quick`` stays
-short; the targets are checked on the full cases only).
+``--quick``: the first 200,000 requests of the x16 trace tiled to one hour (and its
+reference: the first 12,500 of the x1 trace over that hour), and the first tenth of the
+post-mortem's requests (so ``make bench BENCH_ARGS=--quick`` stays short; the absolute
+targets are checked on the full cases only, the ratios on both).
 
 Run: ``python -m benchmarks bench_fleet [--quick] [--repeats N]``.
 """
@@ -39,25 +47,45 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.bench_engine import (
-    AZURE_CONV,
-    DAY_S,
-    NO_REPEAT_AFTER_S,
-    _capture_environments,
-    events_processed,
-)
+from benchmarks.bench_engine import AZURE_CONV, DAY_S, NO_REPEAT_AFTER_S, _capture_environments
+from sim.engine.simpy_adapter import events_processed
 
 ROUTER_TARGETS = {"least_outstanding": 100_000, "least_kv_usage": 50_000}
 """Simulated requests per wall-second the full ``fleet.azure_day_x16`` must reach."""
+RATIO_TARGETS = {"least_outstanding": 0.7, "least_kv_usage": 0.5}
+"""``fleet.azure_day_x16`` over the single replica at the same per-replica load."""
+EVENTS_PER_REQUEST_TARGET = 0.3
 PEAK_RSS_TARGET_MIB = 4096
 POSTMORTEM = "seed-postmortem"
-POSTMORTEM_TARGET_WALL_S = 180.0
+POSTMORTEM_TARGET_WALL_S = 60.0
 QUICK_REQUESTS = 200_000
+REPLICAS = 16
 QUICK_POSTMORTEM_SHARE = 0.1
 
 
 def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def single_reference_scenario(quick: bool) -> Any:
+    """One replica of the fleet's kind on the x1 trace over the fleet case's span: the
+    load each of its replicas carries."""
+    from sim.scenario.schema import parse_scenario
+
+    workload: dict[str, Any] = {"trace": str(AZURE_CONV)}
+    if quick:
+        workload |= {"tile_to_s": 3600.0, "max_requests": QUICK_REQUESTS // REPLICAS}
+    else:
+        workload["tile_to_s"] = DAY_S
+    return parse_scenario(
+        {
+            "name": "azure-conv-single-reference",
+            "workload": workload,
+            "hardware": {"model": "llama-2-7b", "gpu": "a100-80gb"},
+            "allocator": {"kind": "paged"},
+            "mode": "fast",
+        }
+    )
 
 
 def azure_fleet_scenario(router: str, quick: bool) -> Any:
@@ -76,7 +104,7 @@ def azure_fleet_scenario(router: str, quick: bool) -> Any:
             "allocator": {"kind": "paged"},
             "mode": "fast",
             "fleet": {
-                "pools": [{"name": "a100", "count": 16}],
+                "pools": [{"name": "a100", "count": REPLICAS}],
                 "router": {"kind": router},
                 "router_refresh_s": 0.05,
             },
@@ -141,7 +169,7 @@ def _measure(scenario: Any, repeats: int, share: float = 1.0) -> dict[str, Any]:
 
 def case_azure(router: str, quick: bool, repeats: int) -> dict[str, Any]:
     name = "fleet.azure_day_x16"
-    out: dict[str, Any] = {"bench": name, "router": router, "replicas": 16}
+    out: dict[str, Any] = {"bench": name, "router": router, "replicas": REPLICAS}
     if not AZURE_CONV.is_file():
         return {**out, "skipped": f"trace not found: {AZURE_CONV}"}
     line = _measure(azure_fleet_scenario(router, quick), repeats)
@@ -154,6 +182,14 @@ def case_azure(router: str, quick: bool, repeats: int) -> dict[str, Any]:
             line["requests_per_wall_s"] >= target and line["peak_rss_mib"] <= PEAK_RSS_TARGET_MIB
         )
     return out
+
+
+def case_single(quick: bool, repeats: int) -> dict[str, Any]:
+    name = "fleet.single_reference"
+    if not AZURE_CONV.is_file():
+        return {"bench": name, "skipped": f"trace not found: {AZURE_CONV}"}
+    line = _measure(single_reference_scenario(quick), repeats)
+    return {"bench": name, "allocator": "paged", "mode": "fast", **line}
 
 
 def case_postmortem(quick: bool, repeats: int) -> dict[str, Any]:
@@ -180,17 +216,42 @@ def case_postmortem(quick: bool, repeats: int) -> dict[str, Any]:
     return out
 
 
-CASES = [("azure", r) for r in ROUTER_TARGETS] + [("postmortem", "")]
+CASES = [("single", "")] + [("azure", r) for r in ROUTER_TARGETS] + [("postmortem", "")]
 
 
 def _child(case: str, router: str, quick: bool, repeats: int) -> None:
     """One case in this (fresh) process: print its JSON line."""
     from sim.build import engine_build
 
-    line = (
-        case_azure(router, quick, repeats) if case == "azure" else case_postmortem(quick, repeats)
-    )
+    if case == "azure":
+        line = case_azure(router, quick, repeats)
+    elif case == "single":
+        line = case_single(quick, repeats)
+    else:
+        line = case_postmortem(quick, repeats)
     print(json.dumps({**line, "quick": quick, "engine_build": engine_build()}), flush=True)
+
+
+def with_ratio(line: dict[str, Any], reference: dict[str, Any] | None) -> dict[str, Any]:
+    """A ``fleet.azure_day_x16`` line with its ratio to the single-replica reference
+    measured in the same run, and whether the ratio and events-per-request targets are
+    met (``targets_met`` also holds the absolute ones on the full case)."""
+    if reference is None or "requests_per_wall_s" not in reference:
+        return line
+    if "requests_per_wall_s" not in line:
+        return line
+    ratio = line["requests_per_wall_s"] / reference["requests_per_wall_s"]
+    target = RATIO_TARGETS[line["router"]]
+    events = line["simpy_events_per_request"]
+    met = ratio >= target and events <= EVENTS_PER_REQUEST_TARGET
+    return {
+        **line,
+        "single_reference_requests_per_wall_s": reference["requests_per_wall_s"],
+        "ratio_to_single_replica": ratio,
+        "target_ratio": target,
+        "target_simpy_events_per_request": EVENTS_PER_REQUEST_TARGET,
+        "targets_met": met and line.get("target_met", True),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,15 +265,24 @@ def main(argv: list[str] | None = None) -> int:
         _child(args.case, args.router, args.quick, args.repeats)
         return 0
     failed = 0
+    reference: dict[str, Any] | None = None
     for case, router in CASES:
         cmd = [sys.executable, "-m", "benchmarks.bench_fleet", "--case", case]
         cmd += ["--router", router, "--repeats", str(args.repeats)]
         cmd += ["--quick"] if args.quick else []
-        proc = subprocess.run(cmd, check=False)
+        proc = subprocess.run(cmd, check=False, stdout=subprocess.PIPE, text=True)
         if proc.returncode != 0:
             error = {"bench": f"fleet.{case}", "router": router, "error": f"exit {proc.returncode}"}
             print(json.dumps(error), flush=True)
             failed += 1
+            continue
+        for text in proc.stdout.splitlines():
+            line = json.loads(text)
+            if case == "single":
+                reference = line
+            elif case == "azure":
+                line = with_ratio(line, reference)
+            print(json.dumps(line), flush=True)
     return 1 if failed else 0
 
 
