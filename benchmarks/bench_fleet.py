@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--quick", action="store_true", help="Short slices of each case.")
     parser.add_argument("--repeats", type=int, default=3, help="Runs per case (median).")
-    parser.add_argument("--case", choices=["azure", "postmortem"], help=argparse.SUPPRESS)
+    parser.add_argument("--case", choices=["single", "azure", "postmortem"], help=argparse.SUPPRESS)
     parser.add_argument("--router", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.case is not None:

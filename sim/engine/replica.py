@@ -118,10 +118,19 @@ class Replica:
         self._wake: Alarm | None = None
         self._restart: tuple[RestartMode, float] | None = None
         self._back_up: simpy.Event | None = None
-        self._generators: list[Generator[simpy.Event, Any, None]] = [
-            self._run_exact() if exact else self._run_fast()
-        ]
-        self.process = env.process(self._generators[0])
+        self._generators: list[Generator[simpy.Event, Any, None]] = []
+        self.process: simpy.Process | None = None
+        self._start()
+
+    def _start(self) -> None:
+        """Start the replica's SimPy process (a driven replica has none)."""
+        self._generators.append(self._run_exact() if self.exact else self._run_fast())
+        self.process = self.env.process(self._generators[0])
+
+    def _clock_s(self) -> float:
+        """The time observers read the replica at: ``env.now`` (a driven replica: its
+        driver's clock)."""
+        return float(self.env.now)
 
     # -- the outside world ---------------------------------------------------------
     @property
@@ -147,7 +156,7 @@ class Replica:
     @property
     def now_s(self) -> float:
         """The replica's time: ``env.now``, or later while fast mode runs ahead."""
-        return max(self._t, self.env.now)
+        return max(self._t, self._clock_s())
 
     @property
     def uptime_s(self) -> float:
@@ -242,7 +251,7 @@ class Replica:
             self._submit_due(self.env.now)
         plan = self._plan
         if plan is not None:
-            now = self.env.now
+            now = self._clock_s()
             m = plan.completed_by(now)
             # Strictly inside a step of the run: that step has begun (its growth is
             # applied), as in exact mode.

@@ -26,11 +26,13 @@ from policies.routing.base import NO_REQUEST, Router, RouteRequest
 from sim.columns import GroupColumns
 from sim.driver import RunOutlet
 from sim.engine.batch import ClientRetry, Group, SchedEvent, Status
+from sim.engine.driven import Agenda, Clock, DrivenReplica
 from sim.engine.events import ArrivalTimer
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica, RestartMode
 from sim.fleet.config import FleetConfig
 from sim.fleet.lifecycle import Lifecycle
+from sim.fleet.loop import ARRIVAL_CHUNK, Retries, drive
 from sim.fleet.node import Node
 from sim.fleet.routeviews import AbsentView, RouteViews
 from sim.latency.base import OutOfRange
@@ -39,8 +41,6 @@ from sim.results.records import Records
 from sim.scenario import bounds
 
 FAILURE_KINDS = frozenset({"admission_failure", "growth_failure"})
-ARRIVAL_CHUNK = 65_536
-"""Requests made into Groups at a time by the arrival process."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +122,14 @@ class Fleet(Lifecycle):
         self.out_of_range = [OutOfRange.for_model(part.latency) for part in parts]
         """Per pool, the steps its replicas simulated outside its latency model's
         validity range (None: a model valid everywhere): the run's count."""
-        self.views = RouteViews(env, config.router_refresh_s)
+        self.clock = Clock(env.now)
+        """The fleet's instant: its loop's (fast mode runs ahead of ``env.now`` up to the
+        next SimPy event), ``env.now`` in exact mode."""
+        self.agenda = Agenda()
+        """Fast mode: the replicas' next decisions (``sim.engine.driven``)."""
+        self.retries = Retries()
+        """Fast mode: client retries due, in the order their timers would fire."""
+        self.views = RouteViews(lambda: self.now_s, config.router_refresh_s)
         self.first_replica = np.full(len(columns), -1, dtype=np.int32)
         self.route_kind: dict[int, str] = {}
         """request id -> how its last placement was made, where not ``routed``."""
@@ -139,17 +146,32 @@ class Fleet(Lifecycle):
     def make_replica(self, node: Node, initial_uptime_s: float) -> Replica:
         part = self.parts[node.pool_index]
         alloc, spec = part.allocator, part.spec
-        replica = Replica(
-            self.env,
-            node.replica_id,
-            part.scheduler,
-            lambda: alloc.build(spec),
-            part.latency,
-            outlet=_NodeOutlet(self, node),
-            exact=self.exact,
-            initial_uptime_s=initial_uptime_s,
-            out_of_range=self.out_of_range[node.pool_index],
-        )
+        replica: Replica
+        if self.exact:
+            replica = Replica(
+                self.env,
+                node.replica_id,
+                part.scheduler,
+                lambda: alloc.build(spec),
+                part.latency,
+                outlet=_NodeOutlet(self, node),
+                exact=True,
+                initial_uptime_s=initial_uptime_s,
+                out_of_range=self.out_of_range[node.pool_index],
+            )
+        else:
+            replica = DrivenReplica(
+                self.env,
+                node.replica_id,
+                part.scheduler,
+                lambda: alloc.build(spec),
+                part.latency,
+                clock=self.clock,
+                agenda=self.agenda,
+                outlet=_NodeOutlet(self, node),
+                initial_uptime_s=initial_uptime_s,
+                out_of_range=self.out_of_range[node.pool_index],
+            )
         self.views.set(node.replica_id, replica.view)
         return replica
 
@@ -163,8 +185,15 @@ class Fleet(Lifecycle):
     def routability_changed(self) -> None:
         self.views.invalidate()
 
+    @property
+    def now_s(self) -> float:
+        """The fleet's instant (:attr:`clock`; ``env.now`` in exact mode)."""
+        return float(self.env.now) if self.exact else self.clock.now_s
+
     # -- arrivals and routing -------------------------------------------------------------
     def arrivals(self) -> Generator[simpy.Event, Any, None]:
+        """Exact mode: an arrival event per distinct arrival time, each request routed
+        at its own (fast mode: :func:`sim.fleet.loop.drive`)."""
         env, columns, records = self.env, self.columns, self.records
         n = len(columns)
         due_s = env.now
@@ -229,20 +258,25 @@ class Fleet(Lifecycle):
         counted by the scheduler): pinned to that replica while it takes traffic,
         unless retries are re-routed. The delay counts from the refusal on the
         replica's clock (ahead of ``env.now`` while fast mode runs ahead)."""
+        replica_id = replica.replica_id
+        if not self.exact:
+            self.retries.add(replica.now_s + delay_s, replica.now_s, g, replica_id)
+            return
         timer = ArrivalTimer(self.env, replica.now_s - self.env.now + delay_s)
         assert timer.callbacks is not None
-        replica_id = replica.replica_id
-        timer.callbacks.append(lambda _: self._retry_now(g, replica_id))
+        timer.callbacks.append(lambda _: self.retry_now(g, replica_id))
 
-    def _retry_now(self, g: Group, replica_id: int) -> None:
+    def retry_now(self, g: Group, replica_id: int) -> None:
+        """A client's retry of ``g`` arrives now: back to ``replica_id`` (pinned) while
+        it takes traffic unless retries are re-routed (-1: the router places it)."""
+        if replica_id < 0:
+            self.route(g, math.inf, "rerouted-retry")
+            return
         node = self.nodes[replica_id]
         if not self.config.retry.reroute and node.routable and node.replica is not None:
             self.route_kind[g.request_id] = "pinned-retry"
             node.replica.submit(g)
             return
-        self.route(g, math.inf, "rerouted-retry")
-
-    def _reroute(self, g: Group) -> None:
         self.route(g, math.inf, "rerouted-retry")
 
     def lost(self, replica: Replica, groups: list[Group]) -> None:
@@ -253,12 +287,16 @@ class Fleet(Lifecycle):
 
     def _client_error(self, g: Group, replica: Replica | None, status: Status) -> None:
         delay_s = self.retry.next_try(g)
+        now = self.now_s
         if delay_s is not None:
+            if not self.exact:
+                self.retries.add(now + delay_s, now, g, -1)
+                return
             timer = ArrivalTimer(self.env, delay_s)
             assert timer.callbacks is not None
-            timer.callbacks.append(lambda _: self._reroute(g))
+            timer.callbacks.append(lambda _: self.retry_now(g, -1))
             return
-        g.end(status, self.env.now)
+        g.end(status, now)
         self.records.end(g, -1 if replica is None else replica.replica_id)
 
     # -- events ---------------------------------------------------------------------------------
@@ -277,7 +315,7 @@ class Fleet(Lifecycle):
             share = free / view.capacity_tokens
             uptime = replica.uptime_s
         self.recorder.events.add(
-            time_s=self.env.now,
+            time_s=self.now_s,
             replica=replica_id,
             kind=kind,
             request_id=request_id,
@@ -293,7 +331,7 @@ class Fleet(Lifecycle):
     def processes(self, sampler: Generator[simpy.Event, Any, None]) -> list[Any]:
         """Arrivals, the run's sampler, the policies' ticks and the script, in that
         order (``sim.driver.Traffic``)."""
-        out = [self.arrivals(), sampler]
+        out = [self.arrivals() if self.exact else drive(self), sampler]
         if self.config.restart.kind != "none":
             out.append(self.restart_ticks())
         if self.config.autoscaler.kind != "none":

@@ -19,9 +19,8 @@ and the next decision copies ``up`` again, keeping the load signals it has.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
-
-import simpy
 
 from policies.routing.base import RouterView
 from sim.engine.view import ReplicaView
@@ -85,8 +84,9 @@ class StaleView:
 class RouteViews:
     """One view per node, indexed by replica id (gone nodes stay, never up)."""
 
-    def __init__(self, env: simpy.Environment, refresh_s: float) -> None:
-        self.env = env
+    def __init__(self, now_s: Callable[[], float], refresh_s: float) -> None:
+        self._now_s = now_s
+        """The fleet's instant (a routing decision's time)."""
         self.refresh_s = refresh_s
         self.live: list[Any] = []
         self._stale: list[Any] = []
@@ -110,7 +110,7 @@ class RouteViews:
     def current(self) -> list[Any]:
         if self.refresh_s <= 0:
             return self.live
-        now = self.env.now
+        now = self._now_s()
         if now >= self._next_refresh_s:
             if self._next_refresh_s < 0:  # membership changed: new snapshot objects
                 self._stale = [v if isinstance(v, AbsentView) else StaleView(v) for v in self.live]

@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import simpy
 from support.fast_exact import assert_frames_match, assert_same_values, run_mode
 from support.fleet import comparable, evenly, fleet_data, run_fleet_data, synthetic_fleet_data
 from support.latency import calibration_document
 
+import sim.runner
+from sim.engine.simpy_adapter import events_processed
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
 from sim.scenario.workload import load_workload
@@ -124,3 +127,25 @@ def test_a_fleet_of_one_pool_names_it_at_the_top_as_a_single_replica_does() -> N
     assert summary["allocator"] == pool["allocator"] == "static"
     assert summary["kv_capacity_tokens"] == pool["kv_capacity_tokens"] == 4096
     assert summary["latency"] == pool["latency"] == {"kind": "constant"}
+
+
+def test_a_fast_fleet_spends_no_simpy_event_per_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fast mode: the fleet's loop routes arrivals and advances replicas without SimPy
+    events (its replicas have no process); the events that remain are samples, policy
+    ticks and lifecycle timers, whatever the number of requests."""
+    envs: list[simpy.Environment] = []
+
+    class Kept(simpy.Environment):
+        def __init__(self) -> None:
+            super().__init__()
+            envs.append(self)
+
+    monkeypatch.setattr(sim.runner.simpy, "Environment", Kept)
+    data = {**synthetic_fleet_data(duration_s=2400.0), "mode": "fast"}
+    df = load_workload(parse_scenario(data))
+    result = run(parse_scenario(data), df)
+    (env,) = envs
+    samples = result.summary["engine"]["end_s"] / data["metrics"]["sample_interval_s"]
+    assert len(df) > 500
+    assert events_processed(env) < 4 * samples + 50
+    assert result.summary["engine"]["wakeups"] > len(df)  # decisions, not events

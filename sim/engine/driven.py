@@ -1,0 +1,293 @@
+"""A replica in fast mode with no SimPy process of its own: its owner's loop advances it
+(``sim.fleet.loop``), one *decision* at a time, in time order with everything else the
+owner schedules. The macro-step contract of DESIGN.md, applied from outside: the
+replica's state between decisions is a real step in progress or a planned run of decode
+steps (``RunPlan``); a reader sees it at the owner's current instant (``observe``:
+completed steps of a run applied, a step begun inside it); the replica is brought
+further only when its next decision falls due.
+
+Decisions (:meth:`DrivenReplica.decide`, at :attr:`DrivenReplica.next_decision_s`):
+
+* the end of a real step (``end_step``), then a run of decode steps up to the next
+  decision the run can see coming (a finish, a growth the allocator must answer, a
+  queue timeout, a release) planned, or the next real step begun;
+* the end of a planned run (its steps applied, finished groups freed), then as above;
+* a restart's step boundary (down now, with the outlet told; its downtime is a SimPy
+  timer, as exact mode's, after which the replica decides again);
+* an idle replica's next release of retained memory.
+
+A request submitted at the owner's instant ``t`` waits in the queue: an idle replica
+decides at ``t``; one inside a planned run decides at the end of the step in progress
+(at ``t`` when ``t`` is a step boundary of the run), as a woken process replica does;
+one inside a real step decides at its end. A restart request does the same.
+
+Order at one instant, kept by the owner's loop: requests arriving then are queued first,
+then other processes act (samples, policies), then replicas decide; among replicas, in
+the order their decisions were scheduled. The steps, allocator calls and samples are
+those of exact mode; step end times are sums over different cut points, so times equal
+exact mode's up to float rounding.
+
+The owner's loop must run a decision that may take the replica down at ``env.now``
+(:attr:`DrivenReplica.needs_env_time`): the outlet's listeners (the fleet's lifecycle)
+schedule SimPy timers from ``env.now``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+
+import simpy
+
+from policies.allocators.base import Allocator
+from sim.engine.batch import Group, SchedulerConfig, Step
+from sim.engine.outlet import ReplicaOutlet
+from sim.engine.replica import Replica, RestartMode
+from sim.latency.base import LatencyModel, OutOfRange
+
+
+class Clock:
+    """The owner's current instant (at or after ``env.now``), shared with its replicas."""
+
+    def __init__(self, now_s: float) -> None:
+        self.now_s = now_s
+
+
+class Agenda:
+    """The replicas' next decisions, a heap of ``(time, tie, version, replica)``: ties
+    broken by the order they were scheduled; an entry whose version is not the
+    replica's current one is stale (the replica rescheduled) and is skipped."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, int, DrivenReplica]] = []
+        self._tie = 0
+
+    def push(self, time_s: float, version: int, replica: DrivenReplica) -> None:
+        heapq.heappush(self.heap, (time_s, self._tie, version, replica))
+        self._tie += 1
+
+    def next_s(self) -> float:
+        """When the next decision is due (inf: none)."""
+        heap = self.heap
+        while heap:
+            entry = heap[0]
+            if entry[2] == entry[3].version:
+                return entry[0]
+            heapq.heappop(heap)
+        return math.inf
+
+    def pop(self) -> DrivenReplica:
+        """The replica whose decision is next (call after :meth:`next_s`)."""
+        return heapq.heappop(self.heap)[3]
+
+
+class DrivenReplica(Replica):
+    """See the module docstring. Built like a :class:`Replica` (fast mode), with the
+    owner's ``clock`` and ``agenda``."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        replica_id: int,
+        config: SchedulerConfig,
+        make_allocator: Callable[[], Allocator],
+        latency: LatencyModel,
+        *,
+        clock: Clock,
+        agenda: Agenda,
+        outlet: ReplicaOutlet | None = None,
+        max_macro_steps: int = 4096,
+        initial_uptime_s: float = 0.0,
+        out_of_range: OutOfRange | None = None,
+    ) -> None:
+        self.clock = clock
+        self.agenda = agenda
+        self.version = 0
+        """Bumped at each (re)scheduling: older agenda entries are stale."""
+        self.next_decision_s = math.inf
+        self._step: Step | None = None
+        """The real step in progress (it ends at ``next_decision_s``)."""
+        self._down = False
+        """Down for a restart's downtime (back at ``next_decision_s``)."""
+        super().__init__(
+            env,
+            replica_id,
+            config,
+            make_allocator,
+            latency,
+            outlet=outlet,
+            exact=False,
+            max_macro_steps=max_macro_steps,
+            initial_uptime_s=initial_uptime_s,
+            out_of_range=out_of_range,
+        )
+        self._t = clock.now_s
+        self.started_s = clock.now_s - initial_uptime_s
+
+    def _start(self) -> None:
+        """No process: the owner's loop advances the replica."""
+
+    def _clock_s(self) -> float:
+        return self.clock.now_s
+
+    @property
+    def needs_env_time(self) -> bool:
+        """Whether the next decision may change the replica's life (a restart is due:
+        the owner runs it at ``env.now``)."""
+        return self._restart is not None
+
+    def _schedule(self, time_s: float) -> None:
+        self.version += 1
+        self.next_decision_s = time_s
+        if time_s < math.inf:
+            self.agenda.push(time_s, self.version, self)
+
+    # -- inputs -----------------------------------------------------------------------
+    def submit(self, group: Group, next_arrival_s: float = math.inf) -> None:
+        """A request arrives at the owner's instant; ``next_arrival_s`` is ignored (a
+        routed request wakes only the replica it goes to)."""
+        now = self.clock.now_s
+        self.sched.submit(group, now)
+        self._wake_at(now)
+
+    def request_restart(self, mode: RestartMode, downtime_s: float) -> simpy.Event:
+        """As :meth:`Replica.request_restart`; the replica decides at its next step
+        boundary."""
+        back = super().request_restart(mode, downtime_s)
+        self._wake_at(self.clock.now_s)
+        return back
+
+    def _wake_at(self, now: float) -> None:
+        """Something for the replica to decide came at ``now``: an idle replica decides
+        now; inside a planned run, at the end of the step in progress (now, on one of
+        its boundaries); inside a real step or down, when that ends."""
+        if self._step is not None or self._down or not self.up:
+            return
+        plan = self._plan
+        if plan is None:
+            if self.next_decision_s > now:
+                self._schedule(now)
+            return
+        m = plan.completed_by(now)
+        if m >= plan.steps:
+            return  # the run ends now: the decision is due already
+        target = m + 1 if plan.end_s(m) < now else m
+        if target < plan.steps:
+            plan.steps = target
+            self._schedule(plan.end_s(target))
+
+    def _poke(self) -> None:
+        """No process to wake (the base class calls this on a restart request)."""
+
+    def _horizon_s(self) -> float:
+        """No run is applied at once (``Replica._macro``): anyone may read or submit to
+        the replica at any later instant, so every run is planned."""
+        return -math.inf
+
+    # -- decisions --------------------------------------------------------------------
+    def decide(self) -> None:
+        """The decision due at :attr:`next_decision_s` (the owner's clock is there)."""
+        t = self.next_decision_s
+        self.next_decision_s = math.inf
+        self.wakeups_total += 1
+        sched = self.sched
+        if self._step is not None:
+            step, self._step = self._step, None
+            sched.end_step(step, t)
+            self.steps_total += 1
+            self._t = t
+            if self._restart is None:
+                plan = self._macro()
+                if plan is not None:
+                    self._plan = plan
+                    self._schedule(plan.end_s(plan.steps))
+                    return
+        elif self._plan is not None:
+            self._end_run(t)
+        self._t = t
+        self._boundary(t)
+
+    def _end_run(self, t: float) -> None:
+        plan = self._plan
+        assert plan is not None
+        self._plan = None
+        if plan.applied < plan.steps or plan.in_step:
+            self.sched.advance(plan.steps - plan.applied)
+            plan.applied = plan.steps
+        if self._out_of_range is not None:
+            self._out_of_range.note_run(plan.decode_seqs, plan.kv_first_tokens, plan.applied)
+        self.steps_total += plan.applied
+        self.sched.finish_ready(t)
+
+    def _boundary(self, t: float) -> None:
+        """At a step boundary (or idle) at ``t``: go down if a restart is due, else the
+        next real step, else idle until the next release (or a submit)."""
+        sched = self.sched
+        while True:
+            if self._restart is not None:
+                mode, downtime_s = self._restart
+                if mode != "drain" or not sched.running:
+                    self._go_down_now(t, mode, downtime_s)
+                    return
+                sched.admitting = False
+            step = sched.begin_step(t)
+            if step is not None:
+                break
+            if self._restart is not None:  # a drain just emptied the batch
+                continue
+            release_s = sched.next_release_s()  # frees memory: a decision
+            assert release_s < math.inf or not (sched.waiting and sched.admitting), (
+                "scheduler stalled"
+            )
+            self._schedule(release_s)
+            return
+        dt = self.latency.step_time_s(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
+        if self._out_of_range is not None:
+            self._out_of_range.note_step(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
+        self._step = step
+        self._schedule(t + dt + step.stall_s)
+
+    def _go_down_now(self, t: float, mode: RestartMode, downtime_s: float) -> None:
+        self._restart = None
+        self.restarts += 1
+        self._outlet.on_restart(self, mode, downtime_s)
+        if mode == "lose":
+            lost = self.sched.take_all()
+            if lost:
+                self._outlet.on_lost(self, lost)
+        self.up = False
+        if downtime_s == math.inf:  # gone for good (scaled down)
+            self.sched.admitting = False
+            if self._back_up is not None:
+                self._back_up.succeed()
+                self._back_up = None
+            return
+        self.sched.reset_allocator(self._make_allocator())
+        self.sched.admitting = False
+        self._down = True
+        # The downtime is a SimPy timer, set now as exact mode's process sets it: the
+        # replica comes back in the same order with other events at that instant.
+        env = self.env
+        back = env.timeout((env.now + downtime_s) - env.now)
+        assert back.callbacks is not None
+        back.callbacks.append(self._back_up_now)
+
+    def _back_up_now(self, _event: simpy.Event) -> None:
+        """The downtime is over (a SimPy callback, at ``env.now``): back up, with a
+        fresh allocator; decide now (nothing waits: no request was routed here)."""
+        now = float(self.env.now)
+        self._down = False
+        self.up = True
+        self.started_s = now
+        self._t = now
+        self.sched.admitting = True
+        if self._back_up is not None:
+            self._back_up.succeed()
+            self._back_up = None
+        self._schedule(now)
+
+    def close(self) -> None:
+        super().close()
+        self._step = None
+        self.version += 1  # any agenda entry is stale
