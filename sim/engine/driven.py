@@ -48,10 +48,15 @@ from sim.latency.base import LatencyModel, OutOfRange
 
 
 class Clock:
-    """The owner's current instant (at or after ``env.now``), shared with its replicas."""
+    """The owner's current instant (at or after ``env.now``), shared with its replicas,
+    and its *horizon* while a replica decides: the owner's next item other than that
+    replica's own decisions (an arrival, a retry, another replica's decision, a SimPy
+    event), lowered by whatever the decision itself schedules (a client retry)."""
 
     def __init__(self, now_s: float) -> None:
         self.now_s = now_s
+        self.horizon_s = -math.inf
+        """-inf outside a decision: nothing is applied ahead of the clock."""
 
 
 class Agenda:
@@ -181,32 +186,43 @@ class DrivenReplica(Replica):
         """No process to wake (the base class calls this on a restart request)."""
 
     def _horizon_s(self) -> float:
-        """No run is applied at once (``Replica._macro``): anyone may read or submit to
-        the replica at any later instant, so every run is planned."""
-        return -math.inf
+        """The owner's next item other than this replica's own decisions (``Clock``):
+        a step or a run that ends before it is applied at once (nobody can read or
+        submit to the replica in between); one that does not is left in progress."""
+        return self.clock.horizon_s
 
     # -- decisions --------------------------------------------------------------------
     def decide(self) -> None:
-        """The decision due at :attr:`next_decision_s` (the owner's clock is there)."""
+        """The decision due at :attr:`next_decision_s` (the owner's clock is there),
+        and every later one of this replica that falls before the owner's next item."""
         t = self.next_decision_s
         self.next_decision_s = math.inf
         self.wakeups_total += 1
-        sched = self.sched
-        if self._step is not None:
-            step, self._step = self._step, None
-            sched.end_step(step, t)
-            self.steps_total += 1
-            self._t = t
-            if self._restart is None:
-                plan = self._macro()
-                if plan is not None:
-                    self._plan = plan
-                    self._schedule(plan.end_s(plan.steps))
-                    return
+        step = self._step
+        if step is not None:
+            self._step = None
+            if self._end_step(step, t):
+                return
+            t = self._t
         elif self._plan is not None:
             self._end_run(t)
         self._t = t
         self._boundary(t)
+
+    def _end_step(self, step: Step, t: float) -> bool:
+        """End the real step ``step`` at ``t``, then plan a run of decode steps (applied
+        at once when it ends before the horizon). True: a run is left in progress."""
+        self.sched.end_step(step, t)
+        self.steps_total += 1
+        self._t = t
+        if self._restart is not None:
+            return False
+        plan = self._macro()
+        if plan is None:
+            return False
+        self._plan = plan
+        self._schedule(plan.end_s(plan.steps))
+        return True
 
     def _end_run(self, t: float) -> None:
         plan = self._plan
@@ -222,7 +238,8 @@ class DrivenReplica(Replica):
 
     def _boundary(self, t: float) -> None:
         """At a step boundary (or idle) at ``t``: go down if a restart is due, else the
-        next real step, else idle until the next release (or a submit)."""
+        next real step (ended at once, and the next decided, while they end before the
+        horizon), else idle until the next release (or a submit)."""
         sched = self.sched
         while True:
             if self._restart is not None:
@@ -232,21 +249,27 @@ class DrivenReplica(Replica):
                     return
                 sched.admitting = False
             step = sched.begin_step(t)
-            if step is not None:
-                break
-            if self._restart is not None:  # a drain just emptied the batch
-                continue
-            release_s = sched.next_release_s()  # frees memory: a decision
-            assert release_s < math.inf or not (sched.waiting and sched.admitting), (
-                "scheduler stalled"
-            )
-            self._schedule(release_s)
-            return
-        dt = self.latency.step_time_s(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
-        if self._out_of_range is not None:
-            self._out_of_range.note_step(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
-        self._step = step
-        self._schedule(t + dt + step.stall_s)
+            if step is None:
+                if self._restart is not None:  # a drain just emptied the batch
+                    continue
+                release_s = sched.next_release_s()  # frees memory: a decision
+                assert release_s < math.inf or not (sched.waiting and sched.admitting), (
+                    "scheduler stalled"
+                )
+                self._schedule(release_s)
+                return
+            dt = self.latency.step_time_s(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
+            if self._out_of_range is not None:
+                self._out_of_range.note_step(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
+            end_s = t + dt + step.stall_s
+            if end_s >= self.clock.horizon_s or self._restart is not None:
+                # (A restart due: its boundary must be decided at ``env.now``.)
+                self._step = step
+                self._schedule(end_s)
+                return
+            if self._end_step(step, end_s):
+                return
+            t = self._t
 
     def _go_down_now(self, t: float, mode: RestartMode, downtime_s: float) -> None:
         self._restart = None

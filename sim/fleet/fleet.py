@@ -260,11 +260,18 @@ class Fleet(Lifecycle):
         replica's clock (ahead of ``env.now`` while fast mode runs ahead)."""
         replica_id = replica.replica_id
         if not self.exact:
-            self.retries.add(replica.now_s + delay_s, replica.now_s, g, replica_id)
+            self._retry_at(replica.now_s + delay_s, replica.now_s, g, replica_id)
             return
         timer = ArrivalTimer(self.env, replica.now_s - self.env.now + delay_s)
         assert timer.callbacks is not None
         timer.callbacks.append(lambda _: self.retry_now(g, replica_id))
+
+    def _retry_at(self, due_s: float, set_s: float, g: Group, replica_id: int) -> None:
+        """Fast mode: a retry for the loop, due at ``due_s`` (a replica deciding now
+        stops running ahead there: the clock's horizon)."""
+        self.retries.add(due_s, set_s, g, replica_id)
+        if due_s < self.clock.horizon_s:
+            self.clock.horizon_s = due_s
 
     def retry_now(self, g: Group, replica_id: int) -> None:
         """A client's retry of ``g`` arrives now: back to ``replica_id`` (pinned) while
@@ -290,7 +297,7 @@ class Fleet(Lifecycle):
         now = self.now_s
         if delay_s is not None:
             if not self.exact:
-                self.retries.add(now + delay_s, now, g, -1)
+                self._retry_at(now + delay_s, now, g, -1)
                 return
             timer = ArrivalTimer(self.env, delay_s)
             assert timer.callbacks is not None

@@ -107,7 +107,9 @@ def drive(fleet: Fleet) -> Generator[simpy.Event, Any, None]:
                 agenda.push(d, replica.version, replica)
                 yield env.timeout(d - env.now)
                 continue
+            clock.horizon_s = min(u, agenda.next_s(), horizon_s(queue))
             replica.decide()
+            clock.horizon_s = -math.inf
             continue
         if h == math.inf:
             return
