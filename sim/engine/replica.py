@@ -242,6 +242,12 @@ class Replica:
         self.observe()
         return self.sched.take_waiting()
 
+    def observe_queue(self) -> None:
+        """Queue the fed requests and retries that have arrived by now: all that reading
+        the request counts needs (they change only at the replica's decisions)."""
+        if self._feed_next < len(self._feed) or self._retries:
+            self._submit_due(self.env.now)
+
     def observe(self) -> None:
         """Bring the scheduler's state up to now (apply decode steps completed inside a
         fast-mode run, queue fed requests that have arrived) without changing the plan.

@@ -2,10 +2,12 @@
 and autoscalers (the fleet's deciders read replicas only through it; they never mutate).
 
 Reads are lazy: identity and lifecycle fields (``replica_id``, ``up``, ``uptime_s``)
-touch no scheduler state; every other field first brings the replica up to ``env.now``
-(``Replica.observe``: fed requests that have arrived are queued, decode steps completed
-inside a fast-mode run are applied) and then reads O(1) counters -- so a router that
-hashes or rotates costs nothing, and one that reads KV usage costs one observe per read.
+touch no scheduler state; request counts bring only the queue up to now (fed requests
+that have arrived are queued: ``Replica.observe_queue``); memory fields first bring the
+replica up to now (``Replica.observe``: decode steps completed inside a fast-mode run
+are applied too) and then read O(1) counters -- so a router that hashes or rotates costs
+nothing, one that counts requests almost nothing, and one that reads KV usage one
+observe per read.
 Free memory does not depend on growth the engine has deferred (that only turns reserved
 slots into used ones), so no read tells the allocator anything.
 """
@@ -50,32 +52,36 @@ class ReplicaView:
         return self._replica.restarts
 
     # -- brought up to now first ------------------------------------------------------------
+    # Counts of requests change only at the replica's decisions (admission, preemption,
+    # finishes: a planned run of decode steps ends at its first finish, and growth
+    # inside it needs no decision), never inside a step or a run: reading them needs
+    # only the queue brought up to now (``Replica.observe_queue``), not the run.
     @property
     def waiting_requests(self) -> int:
         """Requests queued (arrived, not admitted)."""
         r = self._replica
-        r.observe()
+        r.observe_queue()
         return len(r.sched.waiting)
 
     @property
     def running_requests(self) -> int:
         """Requests in the running batch (prefilling or decoding)."""
         r = self._replica
-        r.observe()
+        r.observe_queue()
         return len(r.sched.running)
 
     @property
     def outstanding_requests(self) -> int:
         """Waiting plus running: what "least outstanding requests" routing counts."""
         r = self._replica
-        r.observe()
+        r.observe_queue()
         sched = r.sched
         return len(sched.waiting) + len(sched.running)
 
     @property
     def running_seqs(self) -> int:
         r = self._replica
-        r.observe()
+        r.observe_queue()
         return r.sched.running_seqs
 
     @property
