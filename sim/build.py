@@ -30,6 +30,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "sim.engine.recorder",
     "sim.results.frames",
     "sim.fleet.loop",
+    "sim.fleet.routeviews",
     "policies.allocators.base",
     "policies.allocators.pooled",
     "policies.allocators.extents",

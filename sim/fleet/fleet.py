@@ -129,7 +129,9 @@ class Fleet(Lifecycle):
         """Fast mode: the replicas' next decisions (``sim.engine.driven``)."""
         self.retries = Retries()
         """Fast mode: client retries due, in the order their timers would fire."""
-        self.views = RouteViews(lambda: self.now_s, config.router_refresh_s)
+        clock = self.clock
+        now_s = (lambda: float(env.now)) if exact else (lambda: clock.now_s)
+        self.views = RouteViews(now_s, config.router_refresh_s)
         self.first_replica = np.full(len(columns), -1, dtype=np.int32)
         self.route_kind: dict[int, str] = {}
         """request id -> how its last placement was made, where not ``routed``."""

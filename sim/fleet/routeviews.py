@@ -9,12 +9,13 @@ refresh time, each field read at most once per refresh, and only the fields the
 router reads (a router that reads the queue never materialises KV usage).
 
 Cost. A router reads ``up`` and a signal of every view for every request, so a
-snapshot's fields are plain attributes: a load signal is filled in by ``__getattr__``
-at its first read after a refresh (later reads never reach it), and ``up`` is copied at
-the refresh. ``up`` changes only when the fleet makes a node routable or not (a
-lifecycle state change, ``Replica.accepting``; ``Replica.up`` changes only while
-``accepting`` is already False): the fleet calls :meth:`RouteViews.invalidate` there,
-and the next decision copies ``up`` again, keeping the load signals it has.
+snapshot holds each signal in a plain field with a bit saying whether it was read in
+the current refresh: a refresh only bumps a shared epoch (a snapshot notices at its
+next read), and ``up`` is copied at the refresh. ``up`` changes only when the fleet
+makes a node routable or not (a lifecycle state change, ``Replica.accepting``;
+``Replica.up`` changes only while ``accepting`` is already False): the fleet calls
+:meth:`RouteViews.invalidate` there, and the next decision copies ``up`` again, keeping
+the load signals it has. Compiled with the engine (no attribute tricks).
 """
 
 from __future__ import annotations
@@ -22,63 +23,95 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from policies.routing.base import RouterView
 from sim.engine.view import ReplicaView
-
-_FIELDS = frozenset(
-    name
-    for name in vars(RouterView)
-    if not name.startswith("_") and name not in ("replica_id", "up")
-)
-"""The load signals a snapshot lends lazily: the router contract's fields
-(``policies.routing.base.RouterView``), less identity and ``up``."""
 
 
 class AbsentView:
     """A node without a serving process yet (provisioning, loading): never up."""
 
-    __slots__ = ("replica_id",)
-
     def __init__(self, replica_id: int) -> None:
         self.replica_id = replica_id
+        self.up = False
+        self.uptime_s = 0.0
+        self.restarts = 0
+        self.waiting_requests = 0
+        self.running_requests = 0
+        self.outstanding_requests = 0
+        self.largest_free_extent_tokens = 0
+        self.free_tokens = 0
+        self.kv_usage = 0.0
 
-    up = False
-    uptime_s = 0.0
-    restarts = 0
-    waiting_requests = 0
-    running_requests = 0
-    outstanding_requests = 0
-    largest_free_extent_tokens = 0
-    free_tokens = 0
-    kv_usage = 0.0
+
+class Epoch:
+    """The refresh count of a set of snapshots (shared, so a refresh is O(1))."""
+
+    def __init__(self) -> None:
+        self.count = 0
 
 
 class StaleView:
     """A replica's load signals as of the last refresh, ``up`` as of the last routability
-    change (see the module docstring). No ``__slots__``: a signal read once is stored
-    in the instance, so every later read is a plain attribute load."""
+    change (see the module docstring): each signal read from the live view at its first
+    read after a refresh, then kept until the next. The fields are the router
+    contract's (``policies.routing.base.RouterView``; a test holds them to it)."""
 
-    def __init__(self, live: Any) -> None:
+    def __init__(self, live: ReplicaView, epoch: Epoch) -> None:
         self._live = live
+        self._epoch = epoch
         self.replica_id: int = live.replica_id
         self.up: bool = live.up
+        self._read_in = -1
+        """The refresh whose signals the fields hold."""
+        self._read = 0
+        """Which of them were read in that refresh (bits)."""
+        self._restarts = 0
+        self._waiting = 0
+        self._outstanding = 0
+        self._largest = 0
+        self._kv_usage = 0.0
 
-    def __getattr__(self, name: str) -> Any:
-        """Only called for a field not read since the last refresh: read it now."""
-        if name not in _FIELDS:
-            raise AttributeError(name)
-        value = getattr(self._live, name)
-        self.__dict__[name] = value
-        return value
+    def _has(self, bit: int) -> bool:
+        """Whether the signal ``bit`` was read in this refresh (marked read if not)."""
+        if self._read_in != self._epoch.count:
+            self._read_in = self._epoch.count
+            self._read = 0
+        if self._read & bit:
+            return True
+        self._read |= bit
+        return False
 
-    def refresh(self) -> None:
-        """Forget the load signals read (a new refresh) and copy ``up`` again."""
-        d = self.__dict__
-        live = d["_live"]
-        d.clear()
-        d["_live"] = live
-        d["replica_id"] = live.replica_id
-        d["up"] = live.up
+    @property
+    def restarts(self) -> int:
+        if not self._has(1):
+            self._restarts = self._live.restarts
+        return self._restarts
+
+    @property
+    def waiting_requests(self) -> int:
+        if not self._has(2):
+            self._waiting = self._live.waiting_requests
+        return self._waiting
+
+    @property
+    def outstanding_requests(self) -> int:
+        if not self._has(4):
+            self._outstanding = self._live.outstanding_requests
+        return self._outstanding
+
+    @property
+    def largest_free_extent_tokens(self) -> int:
+        if not self._has(8):
+            self._largest = self._live.largest_free_extent_tokens
+        return self._largest
+
+    @property
+    def kv_usage(self) -> float:
+        if not self._has(16):
+            self._kv_usage = self._live.kv_usage
+        return self._kv_usage
+
+    def copy_up(self) -> None:
+        self.up = self._live.up
 
 
 class RouteViews:
@@ -92,10 +125,12 @@ class RouteViews:
         self._stale: list[Any] = []
         self._snapshots: list[StaleView] = []
         """The ``StaleView`` entries of ``_stale`` (reused from refresh to refresh)."""
+        self._epoch = Epoch()
         self._next_refresh_s = -1.0
         self._up_stale = False
 
-    def set(self, replica_id: int, view: ReplicaView | AbsentView) -> None:
+    def set(self, replica_id: int, view: Any) -> None:
+        """The view of node ``replica_id``: a live ``ReplicaView`` or an ``AbsentView``."""
         if replica_id == len(self.live):
             self.live.append(view)
         else:
@@ -112,17 +147,21 @@ class RouteViews:
             return self.live
         now = self._now_s()
         if now >= self._next_refresh_s:
+            self._epoch.count += 1
             if self._next_refresh_s < 0:  # membership changed: new snapshot objects
-                self._stale = [v if isinstance(v, AbsentView) else StaleView(v) for v in self.live]
+                epoch = self._epoch
+                self._stale = [
+                    v if isinstance(v, AbsentView) else StaleView(v, epoch) for v in self.live
+                ]
                 self._snapshots = [v for v in self._stale if isinstance(v, StaleView)]
             else:
                 for snap in self._snapshots:
-                    snap.refresh()
+                    snap.copy_up()
             self._up_stale = False
             # The refresh grid: every refresh_s from t = 0.
             self._next_refresh_s = (now // self.refresh_s + 1) * self.refresh_s
         elif self._up_stale:
             for snap in self._snapshots:
-                snap.__dict__["up"] = snap._live.up
+                snap.copy_up()
             self._up_stale = False
         return self._stale

@@ -19,7 +19,7 @@ from policies.routing.base import RouterView
 from sim.engine.batch import Group, SchedulerConfig
 from sim.engine.outlet import ReplicaOutlet
 from sim.engine.replica import Replica
-from sim.fleet.routeviews import AbsentView, StaleView
+from sim.fleet.routeviews import AbsentView, Epoch, StaleView
 from sim.latency.models import ConstantLatency
 
 
@@ -193,6 +193,6 @@ def test_every_view_a_router_may_get_has_every_field_of_the_router_contract() ->
         lambda: ALLOCATORS["paged"].model_validate({"kind": "paged"}).build(spec),
         ConstantLatency(step_s=0.01),
     )
-    for view in (replica.view, StaleView(replica.view), AbsentView(3)):
+    for view in (replica.view, StaleView(replica.view, Epoch()), AbsentView(3)):
         assert {name: type(getattr(view, name)).__name__ for name in fields}
         assert view.replica_id == 3
