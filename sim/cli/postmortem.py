@@ -186,7 +186,10 @@ def _write_all(
         _write(out / "match.csv", lambda p: done.match.table.to_csv(p, index=False))
         _write(out / "compare.csv", lambda p: frame.to_csv(p, index=False))
         _write(out / "replicas.csv", lambda p: done.replicas.to_csv(p, index=False))
-        _write(out / "postmortem.json", lambda p: p.write_text(json.dumps(record, indent=2) + "\n"))
+        from sim.results.io import undefined_as_null  # undefined statistics: null
+
+        text = json.dumps(undefined_as_null(record), indent=2, allow_nan=False) + "\n"
+        _write(out / "postmortem.json", lambda p: p.write_text(text))
     except (TraceError, FileExistsError) as e:
         raise fail(str(e)) from None
     if report:
