@@ -143,8 +143,9 @@ def _check_seed(source: object, seed: int) -> None:
     from sim.scenario.fields import MAX_SEED
 
     if not 0 <= seed <= MAX_SEED:
+        bound = ">= 0" if seed < 0 else f"<= {MAX_SEED} (a seed is below 2^63)"
         raise SpecError(
-            [f"{source}: option --seed: got {_short(seed)}: expected an integer in 0..{MAX_SEED}"]
+            [f"{source}: option --seed: got {_short(seed)}: expected an integer {bound}"]
         )
 
 
