@@ -184,7 +184,9 @@ def most_evaluated(lo: int, hi: int) -> int:
 
 
 def _at_most(done: float, total: float | None) -> str:
-    return f"{done:,.0f}" if total is None else f"{done:,.0f} of at most {total:,.0f}"
+    if total is None:
+        return f"{done:,.0f}"
+    return f"{done:,.0f} of {'at most ' if done < total else ''}{total:,.0f}"
 
 
 def counting_executor(out: Path, workers: int | None, scheduler: str | None, p: Any) -> Executor:
