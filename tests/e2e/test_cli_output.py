@@ -91,6 +91,14 @@ def test_help_errors_and_light_commands_import_nothing_heavy(tmp_path: Path) -> 
     assert "seed-postmortem" in out and "a100-80gb" in out  # the commands did print
 
 
+def test_option_defaults_copied_for_a_light_start_are_the_engines() -> None:
+    from sim.cli import alerts
+    from sim.fleet import alerts as engine
+
+    assert alerts.DEFAULT_SCRAPE_INTERVAL_S == engine.DEFAULT_SCRAPE_INTERVAL_S
+    assert alerts.DEFAULT_TREND_WINDOW_S == engine.DEFAULT_TREND_WINDOW_S
+
+
 def test_every_command_is_listed_by_its_own_summary() -> None:
     for name, lazy in COMMANDS.items():
         command = load_command(name)
@@ -187,12 +195,8 @@ def run_dir(scenario: Path) -> Path:
 
 
 def test_alerts_show_summarises_by_default_and_lists_with_limit(run_dir: Path) -> None:
-    from sim.cli import alerts
-    from sim.fleet import alerts as engine
     from sim.results.seed_alerts import ALERTS
 
-    assert alerts.DEFAULT_SCRAPE_INTERVAL_S == engine.DEFAULT_SCRAPE_INTERVAL_S
-    assert alerts.DEFAULT_TREND_WINDOW_S == engine.DEFAULT_TREND_WINDOW_S
     base = ("alerts", "show", str(run_dir), "--scrape-interval", "5")
     summary = json.loads(fragsim(*base, "-f", "json").stdout)
     assert [row["alert"] for row in summary] == [a.name for a in ALERTS]
