@@ -99,6 +99,10 @@ COMMANDS: dict[str, Lazy] = {
         "sim.cli.alerts:alerts_app",
         "The seed's alerts: export Prometheus rules, evaluate them over a run.",
     ),
+    "export": Lazy(
+        "sim.cli.export:export_app",
+        "Export a run's series in formats other tools read (OpenMetrics for Prometheus).",
+    ),
 }
 """Every command but ``version``, in the order ``fragsim --help`` lists them; each
 summary is the first sentence of the command's own help (a test holds them equal)."""
