@@ -124,13 +124,66 @@ def export_command(
     scenario: ScenarioOpt = None,
     scrape_interval_s: ScrapeOpt = DEFAULT_SCRAPE_INTERVAL_S,
     trend_window_s: WindowOpt = DEFAULT_TREND_WINDOW_S,
+    for_s: Annotated[
+        float,
+        typer.Option(
+            "--for",
+            help="How long a gauge threshold must hold before its alert fires, seconds "
+            "(at least the scrape interval).",
+        ),
+    ] = 300.0,
+    failure_window_s: Annotated[
+        float,
+        typer.Option(
+            "--failure-window",
+            help="The failure rule's increase() range, seconds (at least two scrape intervals).",
+        ),
+    ] = 300.0,
+    runbook_url: Annotated[
+        str,
+        typer.Option(help="Each rule's runbook_url annotation; {alert} becomes its name."),
+    ] = "https://runbooks.example.com/fragsim/{alert}",
+    metrics: Annotated[
+        str,
+        typer.Option(help="Metric names: fragsim, or vllm (vLLM's where they exist)."),
+    ] = "fragsim",
+    instance_label: Annotated[
+        str,
+        typer.Option(help="The label naming a node: replica (fragsim's), pod or instance."),
+    ] = "replica",
 ) -> None:
     """Write the seed's alerts as a Prometheus alerting-rules file."""
     from sim.fleet.alerts import ALERTS
-    from sim.fleet.prometheus import alert_rules, rules_yaml
+    from sim.fleet.prometheus import INSTANCE_LABELS, RuleOptions, alert_rules, rules_yaml
 
     _check_times(scrape_interval_s, trend_window_s)
-    text = rules_yaml(alert_rules(_thresholds(scenario), scrape_interval_s, trend_window_s))
+    for value, name, least in (
+        (for_s, "--for", scrape_interval_s),
+        (failure_window_s, "--failure-window", 2 * scrape_interval_s),
+    ):
+        if not (math.isfinite(value) and least <= value <= MAX_INTERVAL_S):
+            raise typer.BadParameter(
+                f"got {value:g}, expected seconds in [{least:g}, {MAX_INTERVAL_S:g}]",
+                param_hint=name,
+            )
+    if metrics not in ("fragsim", "vllm"):
+        raise typer.BadParameter(
+            f"got {metrics!r}, expected fragsim or vllm", param_hint="--metrics"
+        )
+    if instance_label not in INSTANCE_LABELS:
+        raise typer.BadParameter(
+            f"got {instance_label!r}, expected one of {', '.join(INSTANCE_LABELS)}",
+            param_hint="--instance-label",
+        )
+    options = RuleOptions(
+        for_s=for_s,
+        failure_window_s=failure_window_s,
+        runbook_url=runbook_url,
+        metrics="vllm" if metrics == "vllm" else "fragsim",
+        instance_label=instance_label,
+    )
+    rules = alert_rules(_thresholds(scenario), scrape_interval_s, trend_window_s, options)
+    text = rules_yaml(rules, options)
     _write(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     typer.echo(f"wrote {len(ALERTS)} alerting rules to {out}")
 

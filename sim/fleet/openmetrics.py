@@ -73,6 +73,7 @@ REPLICA_METRICS: tuple[Family, ...] = (
     Family(
         "fragsim_kv_capacity_tokens", "gauge", "tokens", "KV-cache capacity.", "capacity_tokens"
     ),
+    Family("fragsim_kv_used_tokens", "gauge", "tokens", "KV slots holding tokens.", "used_tokens"),
     Family("fragsim_kv_free_tokens", "gauge", "tokens", "Free KV slots.", "free_tokens"),
     Family(
         "fragsim_kv_largest_free_extent_tokens",
@@ -80,6 +81,9 @@ REPLICA_METRICS: tuple[Family, ...] = (
         "tokens",
         "Largest usable free KV extent.",
         "largest_free_extent_tokens",
+    ),
+    Family(
+        "fragsim_kv_free_extents", "gauge", "", "Number of free KV extents.", "free_extent_count"
     ),
     Family(
         "fragsim_node_uptime_seconds",

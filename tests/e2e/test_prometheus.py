@@ -1,7 +1,8 @@
 """A fleet run in the real Prometheus tools (the Debian package ``prometheus``, which
 ``make test`` installs; skipped, saying why, where ``promtool`` is absent):
 ``fragsim export openmetrics`` is backfilled by ``promtool tsdb create-blocks-from
-openmetrics`` with every sample kept."""
+openmetrics`` with every sample kept; ``fragsim alerts export``'s rules, over fragsim's
+metric names and vLLM's, pass ``promtool check rules``."""
 
 from __future__ import annotations
 
@@ -15,12 +16,9 @@ from typer.testing import CliRunner
 from sim.cli import app
 
 PROMTOOL = shutil.which("promtool")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        PROMTOOL is None, reason="promtool not installed (Debian package prometheus; make test)"
-    ),
-]
+pytestmark = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (Debian package prometheus; make test)"
+)
 
 runner = CliRunner()
 
@@ -63,6 +61,7 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_promtool_backfills_every_exported_sample(fleet_run: Path, tmp_path: Path) -> None:
     metrics = tmp_path / "run.om"
     result = runner.invoke(app, ["export", "openmetrics", str(fleet_run), "-o", str(metrics)])
@@ -85,3 +84,20 @@ def test_promtool_backfills_every_exported_sample(fleet_run: Path, tmp_path: Pat
     # the block table: ULID, min, max, duration, samples, chunks, series, size
     rows = [row.split() for row in done.stdout.splitlines() if row[:1].isdigit()]
     assert rows and sum(int(row[-4]) for row in rows) == len(samples)
+
+
+@pytest.mark.parametrize(
+    ("metrics", "label"), [("fragsim", "replica"), ("vllm", "pod"), ("vllm", "instance")]
+)
+def test_exported_rules_pass_promtool_check_rules(tmp_path: Path, metrics: str, label: str) -> None:
+    rules = tmp_path / "rules.yaml"
+    args = ["--metrics", metrics, "--instance-label", label, "--runbook-url", "https://x/{alert}"]
+    result = runner.invoke(app, ["alerts", "export", "-o", str(rules), *args])
+    assert result.exit_code == 0, result.output
+    checked = _promtool("check", "rules", str(rules))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 4 rules found" in checked.stdout
+    text = rules.read_text()
+    assert f"sum by ({label})" in text and "https://x/severe_fragmentation" in text
+    assert ("vllm:num_preemptions_total" in text) == (metrics == "vllm")
+    assert " offset " not in text and "for: 0s" not in text and "for: 5m" in text

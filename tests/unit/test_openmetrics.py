@@ -41,6 +41,7 @@ def _timeseries() -> pd.DataFrame:
                     "used_tokens": 100 * replica,
                     "free_tokens": 1000 - 100 * replica,
                     "largest_free_extent_tokens": 500,
+                    "free_extent_count": 2,
                     "largest_contiguous_free_block_ratio": 500 / (1000 - 100 * replica),
                     "running_requests": replica,
                     "waiting_requests": 2,
@@ -144,6 +145,17 @@ def test_replicas_by_state_from_the_fleet_table_and_bytes_when_given(tmp_path: P
     assert "fragsim_kv_free_bytes" not in _export(run)
 
 
+def test_every_rule_metric_but_the_node_computed_correlation_is_exported(tmp_path: Path) -> None:
+    from sim.fleet.prometheus import METRICS
+
+    text = _export(_run_dir(tmp_path))
+    samples = {line.split("{")[0] for line in text.splitlines() if not line.startswith("#")}
+    wanted = {name for _, name, _, _ in METRICS} - {
+        "fragsim_node_uptime_vs_fragmentation_correlation"
+    }
+    assert wanted <= samples
+
+
 def test_number_and_stamp() -> None:
     assert [om.number(v) for v in (3.0, 0.5, float("nan"), float("inf"), -float("inf"))] == [
         "3",
@@ -202,3 +214,36 @@ def test_bad_input_is_one_error_line_and_nothing_written(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--metrics", "tgi"], "--metrics"),
+        (["--instance-label", "node"], "--instance-label"),
+        (["--for", "10"], "--for"),
+        (["--failure-window", "45"], "--failure-window"),
+    ],
+)
+def test_alerts_export_refuses_bad_rule_options(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    out = tmp_path / "rules.yaml"
+    result = runner.invoke(app, ["alerts", "export", "-o", str(out), *args])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
+    assert not out.exists()
+
+
+def test_rule_durations_are_written_in_their_largest_units() -> None:
+    from sim.fleet.prometheus import duration
+
+    assert [duration(s) for s in (30, 300, 3600, 5400, 1.5, 86400)] == [
+        "30s",
+        "5m",
+        "1h",
+        "1h30m",
+        "1s500ms",
+        "1d",
+    ]
