@@ -151,6 +151,16 @@ def export_command(
         str,
         typer.Option(help="The label naming a node: replica (fragsim's), pod or instance."),
     ] = "replica",
+    tests: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write promtool unit tests of the rules, generated from --run "
+            "(promtool test rules FILE).",
+        ),
+    ] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option("--run", help="The run folder --tests are generated from.")
+    ] = None,
 ) -> None:
     """Write the seed's alerts as a Prometheus alerting-rules file."""
     from sim.fleet.alerts import ALERTS
@@ -182,10 +192,62 @@ def export_command(
         metrics="vllm" if metrics == "vllm" else "fragsim",
         instance_label=instance_label,
     )
-    rules = alert_rules(_thresholds(scenario), scrape_interval_s, trend_window_s, options)
+    if (tests is None) != (run_dir is None):
+        raise typer.BadParameter("--tests and --run go together", param_hint="--tests")
+    if tests is not None and options.metrics != "fragsim":
+        raise typer.BadParameter(
+            "tests are generated over fragsim's metric names", param_hint="--metrics"
+        )
+    thresholds = _thresholds(scenario)
+    rules = alert_rules(thresholds, scrape_interval_s, trend_window_s, options)
     text = rules_yaml(rules, options)
+    tests_text = None
+    if tests is not None and run_dir is not None:
+        tests_text = _rule_tests(rules, run_dir, tests, out, thresholds, options)(
+            scrape_interval_s, trend_window_s
+        )
     _write(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     typer.echo(f"wrote {len(ALERTS)} alerting rules to {out}")
+    if tests is not None and tests_text is not None:
+        _write(tests, lambda tmp: tmp.write_text(tests_text, encoding="utf-8"))
+        typer.echo(f"wrote promtool tests to {tests}")
+
+
+def _rule_tests(
+    rules: dict[str, Any],
+    run_dir: Path,
+    tests: Path,
+    out: Path,
+    thresholds: AlertThresholds,
+    options: Any,
+) -> Callable[[float, float], str]:
+    """The promtool test file's text for ``rules`` from the run in ``run_dir``
+    (:mod:`sim.fleet.prometheus_tests`), once given the scrape interval and window."""
+    import os
+
+    from sim.fleet.prometheus_tests import rule_tests, tests_file
+    from sim.results.runfolder import RunFolderError, read_run
+
+    try:
+        result = read_run(run_dir)
+    except RunFolderError as e:
+        raise fail(str(e)) from None
+    rule_file = os.path.relpath(out.absolute(), tests.absolute().parent)
+
+    def text(scrape_interval_s: float, trend_window_s: float) -> str:
+        found, untested = rule_tests(
+            rules,
+            result.timeseries,
+            result.events,
+            result.summary,
+            thresholds,
+            scrape_interval_s,
+            trend_window_s,
+            options,
+        )
+        return tests_file(rule_file, found, untested, scrape_interval_s)
+
+    return text
 
 
 @alerts_app.command("show")

@@ -212,8 +212,8 @@ def _description(
         f"{node}: preempted while less than {1 - th.high_free_share:g} of KV cache was in "
         f"use in the last {window} (vLLM's nearest sign of the seed's fragmentation)."
         if options.metrics == "vllm"
-        else f"{node}: {{{{ $value }}}} allocation failure(s) in the last {window} while more "
-        f"than {th.high_free_share * 100:g}% of KV memory was free: the seed's sign of "
+        else f"{node}: allocation failure(s) in the last {window} while more than "
+        f"{th.high_free_share * 100:g}% of KV memory was free: the seed's sign of "
         "fragmentation rather than a capacity shortage."
     )
     return {

@@ -101,3 +101,76 @@ def test_exported_rules_pass_promtool_check_rules(tmp_path: Path, metrics: str, 
     assert f"sum by ({label})" in text and "https://x/severe_fragmentation" in text
     assert ("vllm:num_preemptions_total" in text) == (metrics == "vllm")
     assert " offset " not in text and "for: 0s" not in text and "for: 5m" in text
+
+
+@pytest.mark.slow
+def test_generated_promtool_tests_pass_and_fail_on_a_changed_rule(
+    fleet_run: Path, tmp_path: Path
+) -> None:
+    rules, tests = tmp_path / "rules.yaml", tmp_path / "tests" / "rules_test.yaml"
+    tests.parent.mkdir()
+    args = ["-o", str(rules), "--tests", str(tests), "--run", str(fleet_run), "--for", "30"]
+    result = runner.invoke(app, ["alerts", "export", *args])
+    assert result.exit_code == 0, result.output
+    text = tests.read_text()
+    assert "- ../rules.yaml" in text
+    assert "name: fragmentation_driven_allocation_failure on replica" in text
+    done = _promtool("test", "rules", str(tests))
+    assert done.returncode == 0, done.stdout + done.stderr
+    # the same tests over a rule that asks for more failures than happened: they fail
+    changed = rules.read_text().replace("[5m])) > 0", "[5m])) > 1000")
+    assert changed != rules.read_text()
+    rules.write_text(changed)
+    assert _promtool("test", "rules", str(tests)).returncode != 0
+
+
+def test_tests_need_a_run_and_fragsims_names(tmp_path: Path) -> None:
+    for args in (["--tests", "t.yaml"], ["--run", "r", "--tests", "t.yaml", "--metrics", "vllm"]):
+        result = runner.invoke(app, ["alerts", "export", "-o", str(tmp_path / "r.yaml"), *args])
+        assert result.exit_code == 2 and result.stderr.startswith("error: "), result.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_gauge_rules_get_tests_that_promtool_passes(tmp_path: Path) -> None:
+    import pandas as pd
+    import yaml
+
+    from sim.fleet.prometheus import RuleOptions, alert_rules, rules_yaml
+    from sim.fleet.prometheus_tests import rule_tests, tests_file
+    from sim.results.seed_alerts import AlertThresholds
+
+    # one replica sampled every 30 s: the ratio falls to 0.45 from 600 s to 1200 s
+    times = [30.0 * k for k in range(60)]
+    ratio = [0.45 if 600 <= t < 1200 else 0.9 for t in times]
+    ts = pd.DataFrame(
+        {
+            "time_s": times,
+            "replica": 0,
+            "trigger": "periodic",
+            "up": True,
+            "uptime_s": times,
+            "largest_contiguous_free_block_ratio": ratio,
+        }
+    )
+    events = pd.DataFrame({"time_s": [], "replica": [], "kind": [], "free_share": []})
+    options = RuleOptions(for_s=120.0, instance_label="pod")
+    rules = alert_rules(AlertThresholds(), 30.0, 3600.0, options)
+    found, untested = rule_tests(rules, ts, events, {}, AlertThresholds(), 30.0, 3600.0, options)
+    assert sorted(untested) == sorted(
+        ["fragmentation_driven_allocation_failure", "node_uptime_vs_fragmentation_correlation"]
+    )
+    (tests_path := tmp_path / "t.yaml").write_text(tests_file("r.yaml", found, untested, 30.0))
+    (tmp_path / "r.yaml").write_text(rules_yaml(rules, options))
+    done = _promtool("test", "rules", str(tests_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    severe = yaml.safe_load(tests_path.read_text())["tests"][0]
+    # the episode starts at scrape 20 (600 s), the test two scrapes earlier; for: 2m is
+    # 4 scrapes: pending at 2m30s, firing at 3m
+    assert [c["eval_time"] for c in severe["alert_rule_test"]] == ["2m30s", "3m"]
+    assert severe["alert_rule_test"][0]["exp_alerts"] == []
+    (fired,) = severe["alert_rule_test"][1]["exp_alerts"]
+    assert fired["exp_labels"] == {"pod": "0", "pool": "default", "severity": "critical"}
+    assert (
+        "Replica 0: largest_contiguous_free_block_ratio is 0.45 (< 0.5)"
+        in (fired["exp_annotations"]["description"])
+    )
