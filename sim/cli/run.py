@@ -29,6 +29,7 @@ from sim.cli import interrupt
 from sim.cli.output import Cell, FormatOption, print_table, terminal_width
 from sim.cli.progress import progress, sim_time_amounts
 from sim.errors import clip, os_error_line, short
+from sim.results.labels import WASTE_LABELS
 from sim.scenario.builtin import DEMO, builtin_names, describe_builtin, resolve_scenario
 from sim.scenario.fields import MAX_SEED
 
@@ -125,7 +126,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, object]]:
     for stat in ("min", "mean"):
         rows.append((f"largest_contiguous_free_block_ratio {stat}", _num(ratio[stat], ".3f")))
     for name, share in mem["waste_breakdown"].items():
-        rows.append((f"waste: {name.replace('_', ' ')}", _num(share, ".1%")))
+        rows.append((f"waste: {WASTE_LABELS.get(name, name)}", _num(share, ".1%")))
     for name in ("ttft", "tpot", "e2e"):
         p = summary["latency_s"][name]
         rows += [(f"{name} {q} (s)", _num(p[q], ".3f")) for q in ("p50", "p99")]
