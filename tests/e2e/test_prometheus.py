@@ -2,13 +2,16 @@
 ``make test`` installs; skipped, saying why, where ``promtool`` is absent):
 ``fragsim export openmetrics`` is backfilled by ``promtool tsdb create-blocks-from
 openmetrics`` with every sample kept; ``fragsim alerts export``'s rules, over fragsim's
-metric names and vLLM's, pass ``promtool check rules``."""
+metric names and vLLM's, pass ``promtool check rules``; the promtool tests generated from
+a run (``--tests``) pass, and fail on a changed rule; and the real server, holding the
+backfilled run and the rules, evaluates each rule where fragsim's alerts.parquet fired."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -174,3 +177,109 @@ def test_gauge_rules_get_tests_that_promtool_passes(tmp_path: Path) -> None:
         "Replica 0: largest_contiguous_free_block_ratio is 0.45 (< 0.5)"
         in (fired["exp_annotations"]["description"])
     )
+
+
+PROMETHEUS = shutil.which("prometheus")
+ORIGIN_S = 1_704_067_200  # export openmetrics' default origin
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> Any:
+    """The JSON the server answers at ``url`` (on 127.0.0.1)."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+def _starts(instants: list[float]) -> list[float]:
+    """The first instant of each run of consecutive 30 s scrapes."""
+    return [t for i, t in enumerate(instants) if i == 0 or t - instants[i - 1] > 30.0 + 1e-6]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package)")
+def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
+    fleet_run: Path, tmp_path: Path
+) -> None:
+    """Backfill the run, start the server on 127.0.0.1 with the exported rules, and
+    evaluate each rule's expression over the run through the HTTP API (a server
+    evaluates rules only on its live clock): each alert starts on the same replicas in
+    the same scrape windows as in alerts.parquet, within one evaluation interval."""
+    import time
+    import urllib.parse
+
+    import pandas as pd
+    import yaml
+
+    metrics, rules, data = tmp_path / "run.om", tmp_path / "rules.yaml", tmp_path / "data"
+    assert (
+        runner.invoke(app, ["export", "openmetrics", str(fleet_run), "-o", str(metrics)]).exit_code
+        == 0
+    )
+    args = ["-o", str(rules), "--for", "30", "--failure-window", "60"]
+    assert runner.invoke(app, ["alerts", "export", *args]).exit_code == 0
+    assert (
+        _promtool("tsdb", "create-blocks-from", "openmetrics", str(metrics), str(data)).returncode
+        == 0
+    )
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        yaml.safe_dump({"global": {"evaluation_interval": "30s"}, "rule_files": [str(rules)]})
+    )
+    port = _free_port()
+    assert PROMETHEUS is not None
+    server = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=100y",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                _get(base + "/api/v1/status/buildinfo")
+                break
+            except OSError:
+                time.sleep(0.1)
+        loaded = _get(base + "/api/v1/rules")["data"]
+        exprs = {r["name"]: r["query"] for g in loaded["groups"] for r in g["rules"]}
+        assert len(exprs) == 4
+        alerts = pd.read_parquet(fleet_run / "alerts.parquet")
+        span_s = float(pd.read_parquet(fleet_run / "timeseries.parquet")["time_s"].max())
+        checked = 0
+        for name, expr in exprs.items():
+            query = urllib.parse.urlencode(
+                {"query": expr, "start": ORIGIN_S, "end": ORIGIN_S + span_s, "step": "30"}
+            )
+            found = _get(f"{base}/api/v1/query_range?{query}")["data"]["result"]
+            ours = alerts[(alerts["alert"] == name) & (alerts["state"] == "firing")]
+            theirs: dict[int, list[float]] = {
+                int(s["metric"]["replica"]): _starts([float(t) - ORIGIN_S for t, _ in s["values"]])
+                for s in found
+            }
+            mine = {int(r): list(g["time_s"]) for r, g in ours.groupby("replica")}
+            assert set(theirs) == set(mine), name
+            for replica, starts in mine.items():
+                assert len(starts) == len(theirs[replica]), (name, replica, starts, theirs[replica])
+                for a, b in zip(starts, theirs[replica], strict=True):
+                    assert abs(a - b) <= 30.0, (name, replica, starts, theirs[replica])
+                checked += len(starts)
+        assert checked > 0
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
