@@ -150,6 +150,13 @@ def load_otlp_log(path: str | Path) -> PostmortemLog:
     path = Path(path)
     folder = path if path.is_dir() else path.parent
     files = _span_files(path) if path.is_dir() else [path]
+    mixed = [p for p in (folder / "requests.csv", folder / "requests.parquet") if p.exists()]
+    if path.is_dir() and mixed:
+        raise LogError(
+            path,
+            f"both OTLP JSON spans ({files[0].name}) and {mixed[0].name}",
+            expected="one log format per folder",
+        )
     spans = [s for f in files for s in _read_spans(f)]
     if not spans:
         raise LogError(path, "no spans", expected="at least one span")

@@ -124,6 +124,9 @@ def test_format_detection(tmp_path: Path) -> None:
     spans = write(tmp_path / "spans.jsonl", line("a", [span("r1", 0, 1)]))
     assert is_otlp_log(spans) and is_otlp_log(tmp_path) and not is_otlp_log(csv_dir)
     assert not is_otlp_log(csv_dir / "requests.csv") and not is_otlp_log(tmp_path / "nope")
+    write(csv_dir / "spans.json", line("a", [span("r1", 0, 1)]))
+    with pytest.raises(LogError, match=r"both OTLP JSON spans \(spans\.json\) and requests\.csv"):
+        load_otlp_log(csv_dir)
 
 
 @pytest.mark.parametrize(
