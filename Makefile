@@ -11,7 +11,7 @@ NDEPS := $(NATIVE)/.deps
 # Everything the package installs (copies, not links): any change rebuilds it.
 SOURCES := setup.py pyproject.toml $(shell find sim policies traces reports gpu_backend -type f -not -path '*/__pycache__/*' -not -name '*.pyc')
 
-.PHONY: demo test test-pure bench native lint clean chromium docs
+.PHONY: demo test test-pure bench native lint clean chromium prometheus docs
 
 # Headless Chromium for the report's browser test (tests/e2e/test_report_browser.py):
 # installed from the distribution's packages when missing; the test skips, saying why,
@@ -58,8 +58,15 @@ chromium:
 	  ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends chromium) \
 	  >/dev/null 2>&1 || echo "chromium not installed: the report's browser test will skip"
 
+# promtool and the Prometheus server for tests/e2e/test_prometheus.py (the Debian
+# package prometheus), installed like Chromium; those tests skip, saying why, without it.
+prometheus:
+	@command -v promtool >/dev/null 2>&1 || \
+	  ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends prometheus) \
+	  >/dev/null 2>&1 || echo "prometheus not installed: the Prometheus tests will skip"
+
 # Where no C compiler is at hand: lint and the suite on the pure build only.
-test-pure: $(STAMP) chromium
+test-pure: $(STAMP) chromium prometheus
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	FRAGSIM_EXPECT_BUILD=pure $(BIN)/pytest -q

@@ -198,6 +198,11 @@ def alert_rows(result: RunResult) -> list[dict[str, Any]]:
             held.append(f"{a['count']:,}")
         if a.get("spearman_rho") is not None:
             held.append(f"ρ {a['spearman_rho']:+.2f}")
+        elif a and not held:
+            # a statistic the summary keeps under the alert's name (the run-wide rho)
+            run_wide = (s.get("memory") or {}).get(name) or {}
+            if run_wide.get("spearman_rho") is not None:
+                held.append(f"not over the whole run (ρ {run_wide['spearman_rho']:+.2f})")
         mine = firing[firing["alert"] == name] if firing is not None else None
         held_on = len(a["replicas"]) if "replicas" in a else None
         if mine is not None:

@@ -38,6 +38,7 @@ from reports.timeline import alert_timeline, failures_over_time
 from reports.uptime import ratio_vs_uptime
 from reports.usage import latency_cdfs, waste_breakdown
 from sim.results.io import RunResult, read_result
+from sim.results.labels import WASTE_LABELS
 from traces.writers import atomic_path
 
 FIGURES: tuple[Callable[[RunResult, ReportOptions], go.Figure | None], ...] = (
@@ -172,7 +173,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     ratio = mem["largest_contiguous_free_block_ratio"]
     rows.append(("largest / free ratio min / mean", f"{_f(ratio['min'])} / {_f(ratio['mean'])}"))
     for name, share in mem["waste_breakdown"].items():
-        rows.append((f"waste: {name.replace('_', ' ')}", _f(share, ".1%")))
+        rows.append((f"waste: {WASTE_LABELS.get(name, name)}", _f(share, ".1%")))
     for name in ("ttft", "tpot", "e2e"):
         p = summary["latency_s"][name]
         rows.append((f"{name} p50 / p99 (s)", f"{_f(p['p50'])} / {_f(p['p99'])}"))

@@ -187,7 +187,7 @@ def _fleet_alerts(fig: go.Figure, alerts: pd.DataFrame, end_s: float, div: float
     labels = []
     for name in names:
         mine = firing[firing["alert"] == name]
-        what = f"{len(mine):,} firings, {mine['replica'].nunique():,} replicas"
+        what = f"{_count(len(mine), 'firing')}, {_count(mine['replica'].nunique(), 'replica')}"
         labels.append(esc(f"{name} ({severity.get(name, '')}): {what}"))
     z = np.array([replicas[n] for n in names], dtype=float)
     fires = np.array([windows.counts[n] for n in names])
@@ -210,6 +210,10 @@ def _fleet_alerts(fig: go.Figure, alerts: pd.DataFrame, end_s: float, div: float
     )
     fig.update_yaxes(autorange="reversed")
     return len(names)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _first_held(fig: go.Figure, summary: dict[str, object], div: float) -> int:

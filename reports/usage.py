@@ -105,7 +105,7 @@ def waste_breakdown(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS)
     fig.update_layout(**base_layout(title, 420))
     fig.update_layout(legend={"traceorder": "reversed"})
     fig.update_yaxes(title_text="% of KV capacity", range=[0, 100])
-    fig.update_xaxes(title_text=unit)
+    fig.update_xaxes(title_text=unit, range=[0, max_time_s(result.timeseries) / div])
     return fig
 
 

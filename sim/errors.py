@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # an annotation only: the command line starts without pydantic
+    from pydantic import ValidationError
 
 MAX_MESSAGE = 500
 """The longest message a validation error line carries (the value quoted aside)."""

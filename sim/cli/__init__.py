@@ -1,6 +1,14 @@
 """The ``fragsim`` command line. Subcommands live beside their subject
 (``sim/cli/trace.py`` for traces); this module wires them together.
 
+Commands load on demand (:data:`COMMANDS`): ``fragsim run ...`` imports ``sim.cli.run``
+and nothing of the other commands; ``fragsim --help`` lists every command from the
+summaries here without importing any. Command modules keep their module-level imports
+light (standard library, typer, rich, pydantic at most) and import pandas, numpy,
+pyarrow, plotly, the engine and torch inside the functions that use them, so that
+``--help``, usage errors and light commands (``scenarios``, ``hardware``) start in well
+under a second.
+
 Errors a user can cause (bad files, bad fields, bad options, a missing command) exit
 with status 2 and one ``error: ...`` line per problem; nothing is half-written. Ctrl-C
 prints ``interrupted; nothing written`` (or, once a run was written, ``interrupted;
@@ -12,26 +20,142 @@ from __future__ import annotations
 
 from sim.cli import interrupt
 
-interrupt.guard_startup()  # before the imports below: they take over a second
+interrupt.guard_startup()  # before the imports below
 
+import importlib  # noqa: E402
 import sys  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from typing import Any  # noqa: E402
+from collections.abc import Iterator, MutableMapping, Sequence  # noqa: E402
+from typing import Any, NamedTuple  # noqa: E402
 
 import typer  # noqa: E402
-from typer.core import TyperGroup  # noqa: E402
+from typer.core import TyperCommand, TyperGroup  # noqa: E402
 
-from sim.cli.alerts import alerts_app  # noqa: E402
-from sim.cli.compare import compare_command  # noqa: E402
-from sim.cli.gpu import calibrate_command, gpu_bench_command, validate_command  # noqa: E402
-from sim.cli.info import allocators_command, hardware_command  # noqa: E402
-from sim.cli.plan import plan_command  # noqa: E402
-from sim.cli.postmortem import postmortem_command  # noqa: E402
-from sim.cli.report import report_command  # noqa: E402
-from sim.cli.run import demo_command, run_command, scenarios_command  # noqa: E402
-from sim.cli.sweep import sweep_command  # noqa: E402
-from sim.cli.trace import trace_app  # noqa: E402
 from sim.errors import clip, os_error_line  # noqa: E402
+
+
+class Lazy(NamedTuple):
+    """A command loaded on demand: ``module:attribute`` (a command function or a
+    ``typer.Typer`` group) and the one-line summary ``fragsim --help`` lists."""
+
+    target: str
+    summary: str
+
+
+COMMANDS: dict[str, Lazy] = {
+    "run": Lazy("sim.cli.run:run_command", "Simulate SCENARIO and write its results to OUT/."),
+    "scenarios": Lazy(
+        "sim.cli.run:scenarios_command", "List the built-in scenarios (run any of them by name)."
+    ),
+    "demo": Lazy(
+        "sim.cli.run:demo_command",
+        "The main job on built-in defaults: the fleet seed's worked example, its paged "
+        "counterfactual and a daily-restart mitigation, compared.",
+    ),
+    "compare": Lazy(
+        "sim.cli.compare:compare_command",
+        "Compare runs against a baseline: what each saves or costs ($, replica-hours, "
+        "failures, p99 latency), ranked by $ saved, ties by fewer allocation failures.",
+    ),
+    "postmortem": Lazy(
+        "sim.cli.postmortem:postmortem_command",
+        "Replay LOG_DIR's traffic and node events, match its failures, run counterfactuals.",
+    ),
+    "report": Lazy(
+        "sim.cli.report:report_command",
+        "Build one self-contained HTML report over RUN_DIR... or one postmortem folder.",
+    ),
+    "hardware": Lazy(
+        "sim.cli.info:hardware_command",
+        "List model and GPU presets, or show one replica's KV budget term by term.",
+    ),
+    "allocators": Lazy(
+        "sim.cli.info:allocators_command",
+        "List the allocator policies a scenario can name, with their parameters.",
+    ),
+    "sweep": Lazy(
+        "sim.cli.sweep:sweep_command",
+        "Run a sweep: a base scenario x a grid or list of overrides x replications.",
+    ),
+    "plan": Lazy(
+        "sim.cli.plan:plan_command",
+        "Find the fewest replicas meeting every SLO, per variant, and what each costs.",
+    ),
+    "calibrate": Lazy(
+        "sim.cli.gpu:calibrate_command",
+        "Measure a grid of steps on the device and write a fragsim-latency/1 file.",
+    ),
+    "validate": Lazy(
+        "sim.cli.gpu:validate_command",
+        "Replay TRACE on the device and compare it with the calibrated simulator.",
+    ),
+    "gpu-bench": Lazy(
+        "sim.cli.gpu:gpu_bench_command",
+        "Paged-decode bandwidth against a device copy, the torch reference and SDPA (JSON).",
+    ),
+    "trace": Lazy(
+        "sim.cli.trace:trace_app", "Read, check, describe, convert and synthesise traces."
+    ),
+    "alerts": Lazy(
+        "sim.cli.alerts:alerts_app",
+        "The seed's alerts: export Prometheus rules, evaluate them over a run.",
+    ),
+    "export": Lazy(
+        "sim.cli.export:export_app",
+        "Export a run's series in formats other tools read (OpenMetrics for Prometheus).",
+    ),
+}
+"""Every command but ``version``, in the order ``fragsim --help`` lists them; each
+summary is the first sentence of the command's own help (a test holds them equal)."""
+
+
+def load_command(name: str) -> Any:
+    """The click command of :data:`COMMANDS` ``name``, built from its module."""
+    module, _, attr = COMMANDS[name].target.partition(":")
+    obj = getattr(importlib.import_module(module), attr)
+    holder = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    if isinstance(obj, typer.Typer):
+        # `fragsim trace` alone is a usage error ("missing command"), not the help
+        holder.add_typer(obj, name=name, no_args_is_help=False)
+    else:
+        holder.command(name)(obj)
+    return typer.main.get_group(holder).commands[name]
+
+
+class LazyCommands(MutableMapping[str, Any]):
+    """A group's commands: the eager ones typer built, and :data:`COMMANDS`, imported on
+    first access (or, while the group formats its help, a stand-in that carries only
+    the summary)."""
+
+    def __init__(self, eager: MutableMapping[str, Any]) -> None:
+        self._loaded: dict[str, Any] = dict(eager)
+        self.listing = False
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._loaded:
+            return self._loaded[name]
+        if name not in COMMANDS:
+            raise KeyError(name)
+        if self.listing:
+            return TyperCommand(name=name, help=COMMANDS[name].summary)
+        self._loaded[name] = load_command(name)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from COMMANDS
+        yield from (n for n in self._loaded if n not in COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS) + sum(1 for n in self._loaded if n not in COMMANDS)
+
+    def __contains__(self, name: object) -> bool:
+        return name in COMMANDS or name in self._loaded
+
 
 INTERRUPTED = interrupt.INTERRUPTED
 
@@ -42,7 +166,22 @@ class OneLineErrors(TyperGroup):
     ``fragsim trace`` alone) is one ``error:`` line, not a boxed panel or the help; an
     error from the file system that no command caught (a name too long, a folder that
     may not be searched) is one ``error: FILE: REASON`` line; both exit with status 2.
-    Ctrl-C is one line and status 130 (:mod:`sim.cli.interrupt`)."""
+    Ctrl-C is one line and status 130 (:mod:`sim.cli.interrupt`). Commands load on
+    demand (:class:`LazyCommands`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = LazyCommands(self.commands)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """The help, listing the commands by their summaries (nothing imported)."""
+        commands = self.commands
+        assert isinstance(commands, LazyCommands)
+        commands.listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            commands.listing = False
 
     def main(
         self,
@@ -118,21 +257,12 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.add_typer(trace_app, name="trace", no_args_is_help=False)
-app.add_typer(alerts_app, name="alerts", no_args_is_help=False)
-app.command("run")(run_command)
-app.command("scenarios")(scenarios_command)
-app.command("demo")(demo_command)
-app.command("compare")(compare_command)
-app.command("postmortem")(postmortem_command)
-app.command("report")(report_command)
-app.command("hardware")(hardware_command)
-app.command("allocators")(allocators_command)
-app.command("sweep")(sweep_command)
-app.command("plan")(plan_command)
-app.command("calibrate")(calibrate_command)
-app.command("validate")(validate_command)
-app.command("gpu-bench")(gpu_bench_command)
+
+
+@app.callback()
+def _group() -> None:
+    """Makes ``app`` a group although only ``version`` is registered with typer (the
+    others are :data:`COMMANDS`)."""
 
 
 @app.command("version")

@@ -3,6 +3,12 @@
 
 Every user error (a bad scenario, run folder or option) prints one ``error: ...`` line
 on stderr and exits with status 2; files are written atomically (nothing half-written).
+
+``show`` prints, in ``--format``, one row per alert (firings, replicas, first and last
+firing) -- or the transitions themselves with ``--all`` / ``--limit N`` -- with times
+since the run's start as ``2d 03:14:05`` (and in seconds in csv/json); ``-o FILE``
+writes every transition as CSV, ``time`` beside ``time_s``. Progress (reading,
+evaluating, diagnosing) goes to stderr.
 """
 
 from __future__ import annotations
@@ -10,23 +16,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from sim.cli.output import Cell, FormatOption, clock_text, print_table
+from sim.cli.progress import progress
 from sim.cli.run import fail
 from sim.errors import clip, os_error_line
-from sim.fleet.alerts import (
-    ALERTS,
-    DEFAULT_SCRAPE_INTERVAL_S,
-    DEFAULT_TREND_WINDOW_S,
-    diagnose_failures,
-    evaluate_alerts,
-)
-from sim.results.seed_alerts import AlertThresholds
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sim.results.seed_alerts import AlertThresholds
 
 alerts_app = typer.Typer(
     help="The seed's alerts: export Prometheus rules, evaluate them over a run.",
@@ -38,6 +40,11 @@ MAX_SCRAPES = 5_000_000
 MAX_WINDOW_SCRAPES = 100_000
 """The most scrapes in the uptime-trend window."""
 MAX_INTERVAL_S = 86_400.0 * 365
+DEFAULT_SCRAPE_INTERVAL_S = 30.0
+"""``sim.fleet.alerts.DEFAULT_SCRAPE_INTERVAL_S`` (a test holds them equal): the option
+defaults are read without importing the alert engine."""
+DEFAULT_TREND_WINDOW_S = 3600.0
+"""``sim.fleet.alerts.DEFAULT_TREND_WINDOW_S`` (a test holds them equal)."""
 
 ScenarioOpt = Annotated[
     Path | None,
@@ -65,6 +72,8 @@ WindowOpt = Annotated[
 
 
 def _thresholds(scenario: Path | None) -> AlertThresholds:
+    from sim.results.seed_alerts import AlertThresholds
+
     if scenario is None:
         return AlertThresholds()
     from sim.scenario.builtin import resolve_scenario
@@ -115,82 +124,274 @@ def export_command(
     scenario: ScenarioOpt = None,
     scrape_interval_s: ScrapeOpt = DEFAULT_SCRAPE_INTERVAL_S,
     trend_window_s: WindowOpt = DEFAULT_TREND_WINDOW_S,
+    for_s: Annotated[
+        float,
+        typer.Option(
+            "--for",
+            help="How long a gauge threshold must hold before its alert fires, seconds "
+            "(at least the scrape interval).",
+        ),
+    ] = 300.0,
+    failure_window_s: Annotated[
+        float,
+        typer.Option(
+            "--failure-window",
+            help="The failure rule's increase() range, seconds (at least two scrape intervals).",
+        ),
+    ] = 300.0,
+    runbook_url: Annotated[
+        str,
+        typer.Option(help="Each rule's runbook_url annotation; {alert} becomes its name."),
+    ] = "https://runbooks.example.com/fragsim/{alert}",
+    metrics: Annotated[
+        str,
+        typer.Option(help="Metric names: fragsim, or vllm (vLLM's where they exist)."),
+    ] = "fragsim",
+    instance_label: Annotated[
+        str,
+        typer.Option(help="The label naming a node: replica (fragsim's), pod or instance."),
+    ] = "replica",
+    tests: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write promtool unit tests of the rules, generated from --run "
+            "(promtool test rules FILE).",
+        ),
+    ] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option("--run", help="The run folder --tests are generated from.")
+    ] = None,
 ) -> None:
     """Write the seed's alerts as a Prometheus alerting-rules file."""
-    from sim.fleet.prometheus import alert_rules, rules_yaml
+    from sim.fleet.alerts import ALERTS
+    from sim.fleet.prometheus import INSTANCE_LABELS, RuleOptions, alert_rules, rules_yaml
 
     _check_times(scrape_interval_s, trend_window_s)
-    text = rules_yaml(alert_rules(_thresholds(scenario), scrape_interval_s, trend_window_s))
+    for value, name, least in (
+        (for_s, "--for", scrape_interval_s),
+        (failure_window_s, "--failure-window", 2 * scrape_interval_s),
+    ):
+        if not (math.isfinite(value) and least <= value <= MAX_INTERVAL_S):
+            raise typer.BadParameter(
+                f"got {value:g}, expected seconds in [{least:g}, {MAX_INTERVAL_S:g}]",
+                param_hint=name,
+            )
+    if metrics not in ("fragsim", "vllm"):
+        raise typer.BadParameter(
+            f"got {metrics!r}, expected fragsim or vllm", param_hint="--metrics"
+        )
+    if instance_label not in INSTANCE_LABELS:
+        raise typer.BadParameter(
+            f"got {instance_label!r}, expected one of {', '.join(INSTANCE_LABELS)}",
+            param_hint="--instance-label",
+        )
+    options = RuleOptions(
+        for_s=for_s,
+        failure_window_s=failure_window_s,
+        runbook_url=runbook_url,
+        metrics="vllm" if metrics == "vllm" else "fragsim",
+        instance_label=instance_label,
+    )
+    if (tests is None) != (run_dir is None):
+        raise typer.BadParameter("--tests and --run go together", param_hint="--tests")
+    if tests is not None and options.metrics != "fragsim":
+        raise typer.BadParameter(
+            "tests are generated over fragsim's metric names", param_hint="--metrics"
+        )
+    thresholds = _thresholds(scenario)
+    rules = alert_rules(thresholds, scrape_interval_s, trend_window_s, options)
+    text = rules_yaml(rules, options)
+    tests_text = None
+    if tests is not None and run_dir is not None:
+        tests_text = _rule_tests(rules, run_dir, tests, out, thresholds, options)(
+            scrape_interval_s, trend_window_s
+        )
     _write(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     typer.echo(f"wrote {len(ALERTS)} alerting rules to {out}")
+    if tests is not None and tests_text is not None:
+        _write(tests, lambda tmp: tmp.write_text(tests_text, encoding="utf-8"))
+        typer.echo(f"wrote promtool tests to {tests}")
+
+
+def _rule_tests(
+    rules: dict[str, Any],
+    run_dir: Path,
+    tests: Path,
+    out: Path,
+    thresholds: AlertThresholds,
+    options: Any,
+) -> Callable[[float, float], str]:
+    """The promtool test file's text for ``rules`` from the run in ``run_dir``
+    (:mod:`sim.fleet.prometheus_tests`), once given the scrape interval and window."""
+    import os
+
+    from sim.fleet.prometheus_tests import rule_tests, tests_file
+    from sim.results.runfolder import RunFolderError, read_run
+
+    try:
+        result = read_run(run_dir)
+    except RunFolderError as e:
+        raise fail(str(e)) from None
+    rule_file = os.path.relpath(out.absolute(), tests.absolute().parent)
+
+    def text(scrape_interval_s: float, trend_window_s: float) -> str:
+        found, untested = rule_tests(
+            rules,
+            result.timeseries,
+            result.events,
+            result.summary,
+            thresholds,
+            scrape_interval_s,
+            trend_window_s,
+            options,
+        )
+        return tests_file(rule_file, found, untested, scrape_interval_s)
+
+    return text
 
 
 @alerts_app.command("show")
 def show_command(
     run_dir: Annotated[Path, typer.Argument(help="A run's output folder (fragsim run -o).")],
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Also write the alert log as CSV.")
+        Path | None,
+        typer.Option("--out", "-o", help="Also write every transition as CSV (time, time_s)."),
     ] = None,
     scenario: ScenarioOpt = None,
     scrape_interval_s: ScrapeOpt = DEFAULT_SCRAPE_INTERVAL_S,
     trend_window_s: WindowOpt = DEFAULT_TREND_WINDOW_S,
+    fmt: FormatOption = "table",
+    all_rows: Annotated[
+        bool, typer.Option("--all", help="List every transition instead of one row per alert.")
+    ] = False,
+    limit: Annotated[
+        int | None,
+        typer.Option(min=1, help="List the first N transitions instead of one row per alert."),
+    ] = None,
 ) -> None:
-    """Evaluate the seed's alerts over a run, as Prometheus scraping it would, and list
-    when each fired and resolved; then the diagnosis of its failed requests."""
+    """Evaluate the seed's alerts over a run, as Prometheus scraping it would: per alert,
+    how often and when it fired (every transition with --all); then the diagnosis of
+    the run's failed requests."""
     import pandas as pd
 
+    from sim.fleet.alerts import ALERTS, diagnose_failures, evaluate_alerts
     from sim.results.io import read_result
 
     _check_times(scrape_interval_s, trend_window_s)
     thresholds = _thresholds(scenario)
     _check_run_dir(run_dir)
-    try:
-        result = read_result(run_dir)
-        ts, events, requests = result.timeseries, result.events, result.requests
-        span_s = float(ts["time_s"].max() - ts["time_s"].min()) if len(ts) else 0.0
-    except (OSError, ValueError, KeyError) as e:
-        raise fail(f"{clip(str(run_dir))}: not a readable fragsim run: {_reason(e)}") from None
-    if span_s / scrape_interval_s > MAX_SCRAPES:
-        raise typer.BadParameter(
-            f"got {scrape_interval_s:g}: the run's {span_s:g} s would be more than "
-            f"{MAX_SCRAPES:,} scrapes",
-            param_hint="--scrape-interval",
-        )
-    try:
-        log = evaluate_alerts(
-            ts,
-            events,
-            scrape_interval_s=scrape_interval_s,
-            thresholds=thresholds,
-            trend_window_s=trend_window_s,
-        )
-        diagnosis = diagnose_failures(requests, events, thresholds)
-    except KeyError as e:
-        raise fail(f"{clip(str(run_dir))}: not a fragsim run: missing column {e}") from None
+    with progress("alerts show", 3, what="steps") as p:
+        p.update(0, note="reading the run")
+        try:
+            result = read_result(run_dir)
+            ts, events, requests = result.timeseries, result.events, result.requests
+            span_s = float(ts["time_s"].max() - ts["time_s"].min()) if len(ts) else 0.0
+        except (OSError, ValueError, KeyError) as e:
+            raise fail(f"{clip(str(run_dir))}: not a readable fragsim run: {_reason(e)}") from None
+        if span_s / scrape_interval_s > MAX_SCRAPES:
+            raise typer.BadParameter(
+                f"got {scrape_interval_s:g}: the run's {span_s:g} s would be more than "
+                f"{MAX_SCRAPES:,} scrapes",
+                param_hint="--scrape-interval",
+            )
+        try:
+            p.update(1, note="evaluating the alerts")
+            log = evaluate_alerts(
+                ts,
+                events,
+                scrape_interval_s=scrape_interval_s,
+                thresholds=thresholds,
+                trend_window_s=trend_window_s,
+            )
+            p.update(2, note="diagnosing the failed requests")
+            diagnosis = diagnose_failures(requests, events, thresholds)
+            p.update(3, note="")
+        except KeyError as e:
+            raise fail(f"{clip(str(run_dir))}: not a fragsim run: missing column {e}") from None
+    log.insert(
+        list(log.columns).index("time_s") + 1, "time", [clock_text(t) for t in log["time_s"]]
+    )
     if out is not None:
         _write(out, lambda tmp: log.to_csv(tmp, index=False))
-    console = Console()
-    console.print(_table(log, run_dir))
-    for spec in ALERTS:
-        if (log["alert"] == spec.name).any():
-            console.print(f"{spec.name}: {spec.response}", markup=False, highlight=False)
+    title = f"alerts over {clip(str(run_dir))}"
+    if all_rows or limit is not None:
+        shown = log if all_rows or limit is None else log.head(limit)
+        print_transitions(shown, f"{title} ({len(shown):,} of {len(log):,} transitions)", fmt)
+    else:
+        print_alert_summary(log, [(a.name, a.severity) for a in ALERTS], title, fmt)
+    if fmt in ("table", "markdown"):
+        for spec in ALERTS:
+            if (log["alert"] == spec.name).any():
+                typer.echo(f"{spec.name}: {spec.response}")
+        typer.echo(_diagnosis_line(diagnosis, thresholds.high_free_share, pd))
+        if not all_rows and len(log) > (limit or 0):
+            typer.echo(
+                f"{len(log):,} transitions: --all or --limit N lists them, -o FILE writes "
+                "them as CSV"
+            )
+    if out is not None:
+        typer.echo(f"wrote {len(log):,} alert log rows to {out}", err=True)
+
+
+def _diagnosis_line(diagnosis: Any, high_free_share: float, pd: Any) -> str:
     counts = pd.Series(diagnosis["diagnosis"]).value_counts().sort_index()
     shown = ", ".join(f"{name}: {n:,}" for name, n in counts.items())
     high = int(diagnosis["at_high_free_memory"].sum())
-    share = f"{thresholds.high_free_share:.0%}"
-    console.print(
-        f"failed requests: {len(diagnosis):,}"
-        + (
-            f" (by diagnosis: {shown}); overlapping that split, {high:,} of them failed at "
-            f"> {share} free memory (any diagnosis)"
-            if len(diagnosis)
-            else ""
-        ),
-        markup=False,
-        highlight=False,
+    share = f"{high_free_share:.0%}"
+    return f"failed requests: {len(diagnosis):,}" + (
+        f" (by diagnosis: {shown}); overlapping that split, {high:,} of them failed at "
+        f"> {share} free memory (any diagnosis)"
+        if len(diagnosis)
+        else ""
     )
-    if out is not None:
-        typer.echo(f"wrote {len(log):,} alert log rows to {out}")
+
+
+def print_alert_summary(
+    log: pd.DataFrame, alerts: list[tuple[str, str]], title: str, fmt: str
+) -> None:
+    """One row per alert (every one, in the seed's order): severity, times it fired,
+    replicas it fired on, first and last firing (``2d 03:14:05``; seconds in csv/json)."""
+    machine = fmt in ("csv", "json")
+    rows = []
+    for name, severity in alerts:
+        fired = log[(log["alert"] == name) & (log["state"] == "firing")]
+        times = fired["time_s"]
+        first = float(times.min()) if len(times) else None
+        last = float(times.max()) if len(times) else None
+        row: list[object] = [name, severity, len(fired), fired["replica"].nunique()]
+        if machine:
+            row += [first, last, *(None if t is None else clock_text(t) for t in (first, last))]
+        else:
+            row += [None if t is None else Cell(t, clock_text(t)) for t in (first, last)]
+        rows.append(row)
+    columns = ["alert", "severity", "firings", "replicas"]
+    if machine:
+        columns += ["first_firing_s", "last_firing_s", "first_firing", "last_firing"]
+    else:
+        columns += ["first firing", "last firing"]
+    print_table(title, columns, rows, fmt)
+
+
+def print_transitions(log: pd.DataFrame, title: str, fmt: str) -> None:
+    """The alert log's rows: when (``2d 03:14:05``; seconds too in csv/json), on which
+    replica, which alert, firing or resolved, the value that crossed."""
+    machine = fmt in ("csv", "json")
+    columns = ["time", "replica", "alert", "state", "value", "severity"]
+    if machine:
+        columns = ["time_s", *columns]
+    rows = []
+    records: list[dict[Any, Any]] = log.to_dict("records")
+    for row in records:
+        cells: list[object] = [
+            row["time"],
+            int(row["replica"]),
+            row["alert"],
+            row["state"],
+            Cell(float(row["value"]), f"{row['value']:.3g}"),
+            row["severity"],
+        ]
+        rows.append([float(row["time_s"]), *cells] if machine else cells)
+    print_table(title, columns, rows, fmt)
 
 
 def _check_run_dir(run_dir: Path) -> None:
@@ -211,22 +412,3 @@ def _reason(e: BaseException) -> str:
     if isinstance(e, OSError):
         return os_error_line(e)
     return clip(" ".join(str(e).split()) or type(e).__name__)
-
-
-def _table(log: object, run_dir: Path) -> Table:
-    import pandas as pd
-
-    assert isinstance(log, pd.DataFrame)
-    t = Table("time_s", "replica", "severity", "state", "value")
-    t.add_column("alert", overflow="fold")
-    t.title = escape(f"alerts over {clip(str(run_dir))} ({len(log):,} transitions)")
-    for row in log.itertuples(index=False):
-        t.add_row(
-            f"{row.time_s:,.1f}",
-            str(row.replica),
-            str(row.severity),
-            str(row.state),
-            f"{row.value:.3g}",
-            str(row.alert),
-        )
-    return t

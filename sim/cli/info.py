@@ -1,18 +1,20 @@
-"""``fragsim hardware`` and ``fragsim allocators``: what a scenario can name."""
+"""``fragsim hardware`` and ``fragsim allocators``: what a scenario can name. Tables in
+``--format`` (``sim.cli.output``); the presets and the allocator registry load inside
+the commands."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import textwrap
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
-from rich.console import Console
-from rich.table import Table
 
-from policies.allocators.registry import ALLOCATORS
+from sim.cli.output import Cell, FormatOption, TableData, print_tables, terminal_width
 from sim.cli.run import fail
 from sim.errors import MAX_MESSAGE, clip, short
-from sim.hardware import GPU_PRICE_SOURCE, GPUS, MODELS, HardwareConfig, kv_bytes_per_token
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 OPTIONS = {
     "model": "--model",
@@ -31,9 +33,13 @@ def hardware_command(
     tp: Annotated[int, typer.Option("--tp", min=1, help="Tensor parallelism.")] = 1,
     memory_utilization: Annotated[float, typer.Option(help="Share of GPU memory used.")] = 0.9,
     max_seq_tokens: Annotated[int | None, typer.Option(help="Override max sequence.")] = None,
+    fmt: FormatOption = "table",
 ) -> None:
     """List model and GPU presets, or show one replica's KV budget term by term."""
-    console = Console()
+    from pydantic import ValidationError
+
+    from sim.hardware import HardwareConfig
+
     if model is None:
         given = [
             f"--{name.replace('_', '-')}" if name != "tp" else "--tp"
@@ -45,41 +51,7 @@ def hardware_command(
                 f"fragsim hardware: {', '.join(given)} "
                 f"{'applies' if len(given) == 1 else 'apply'} only with --model"
             )
-        t = Table(
-            "model",
-            "layers",
-            "KV heads",
-            "head dim",
-            "KV bytes/token",
-            "params",
-            "max seq",
-            title="model presets",
-        )
-        for m in MODELS.values():
-            kv = kv_bytes_per_token(m)
-            t.add_row(
-                m.name,
-                str(m.num_layers),
-                str(m.num_kv_heads),
-                str(m.head_dim),
-                f"{kv:,}",
-                f"{m.num_params / 1e9:.2f} B",
-                f"{m.max_seq_tokens:,}",
-            )
-        console.print(t)
-        g = Table(
-            "gpu", "memory", "HBM GB/s", "dense bf16 TFLOP/s", "$/GPU-hour", title="GPU presets"
-        )
-        g.caption = f"$/GPU-hour: {GPU_PRICE_SOURCE}; fleet pools are priced from it"
-        for spec in GPUS.values():
-            g.add_row(
-                spec.name,
-                f"{spec.memory_bytes / 2**30:.0f} GiB",
-                f"{spec.hbm_bytes_per_s / 1e9:,.0f}",
-                f"{spec.dense_bf16_flops / 1e12:,.0f}",
-                f"{spec.usd_per_hour:.2f}",
-            )
-        console.print(g)
+        print_presets(fmt)
         return
     try:
         config = HardwareConfig(
@@ -98,6 +70,48 @@ def hardware_command(
     typer.echo(f"  {'replica $/hour':<28} {config.replica_usd_per_hour:.2f}")
 
 
+def print_presets(fmt: str) -> None:
+    """The model and GPU presets, two tables in ``fmt``; with ``table`` and ``markdown``,
+    where the GPU prices come from."""
+    from sim.hardware import GPU_PRICE_SOURCE, GPUS, MODELS, kv_bytes_per_token
+
+    models = [
+        (
+            m.name,
+            m.num_layers,
+            m.num_kv_heads,
+            m.head_dim,
+            kv_bytes_per_token(m),
+            Cell(m.num_params / 1e9, f"{m.num_params / 1e9:.2f}"),
+            m.max_seq_tokens,
+        )
+        for m in MODELS.values()
+    ]
+    gpus = [
+        (
+            spec.name,
+            Cell(spec.memory_bytes / 2**30, f"{spec.memory_bytes / 2**30:.0f}"),
+            Cell(spec.hbm_bytes_per_s / 1e9, f"{spec.hbm_bytes_per_s / 1e9:,.0f}"),
+            Cell(spec.dense_bf16_flops / 1e12, f"{spec.dense_bf16_flops / 1e12:,.0f}"),
+            Cell(spec.usd_per_hour, f"{spec.usd_per_hour:.2f}"),
+        )
+        for spec in GPUS.values()
+    ]
+    model_columns = ("model", "layers", "KV heads", "head dim", "KV bytes/token", "params (B)")
+    gpu_columns = ("gpu", "memory (GiB)", "HBM GB/s", "dense bf16 TFLOP/s", "$/GPU-hour")
+    print_tables(
+        [
+            TableData("model presets", (*model_columns, "max seq"), models),
+            TableData("GPU presets", gpu_columns, gpus),
+        ],
+        fmt,
+    )
+    if fmt in ("table", "markdown"):
+        note = f"$/GPU-hour: {GPU_PRICE_SOURCE}; fleet pools are priced from it"
+        width = terminal_width() if fmt == "table" else 10**6
+        typer.echo("\n" + textwrap.fill(note, width, break_on_hyphens=False))
+
+
 def option_errors(e: ValidationError) -> list[str]:
     """One line per problem, naming the option that set the field (a budget that leaves
     no KV memory names the options that make it)."""
@@ -114,9 +128,11 @@ def option_errors(e: ValidationError) -> list[str]:
     return lines
 
 
-def allocators_command() -> None:
+def allocators_command(fmt: FormatOption = "table") -> None:
     """List the allocator policies a scenario can name, with their parameters."""
-    t = Table("kind", "parameters (default)", "what it models", title="allocator policies")
+    from policies.allocators.registry import ALLOCATORS
+
+    rows = []
     for kind, cls in ALLOCATORS.items():
         params = []
         for name, field in cls.model_fields.items():
@@ -125,5 +141,6 @@ def allocators_command() -> None:
             default: Any = field.default
             params.append(f"{name}={default!r}")
         doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
-        t.add_row(kind, "\n".join(params) or "—", doc)
-    Console().print(t)
+        rows.append((kind, "\n".join(params) or "—", doc))
+    columns = ("kind", "parameters (default)", "what it models")
+    print_tables([TableData("allocator policies", columns, rows)], fmt)

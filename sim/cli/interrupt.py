@@ -3,13 +3,15 @@
 Python's default handler raises ``KeyboardInterrupt`` wherever the program is. The
 command line handles it in three phases:
 
-* **startup** -- importing the command's modules (pandas, pyarrow, pydantic, the
-  engine: over a second) before any command runs. ``sim.cli`` installs
-  :func:`exit_at_once` first thing, so an interrupt there prints the line and ends the
-  process at once (nothing was written, nothing needs cleaning up);
+* **startup** -- importing the command line (typer, rich) before any command runs.
+  ``sim.cli`` installs :func:`exit_at_once` first thing, so an interrupt there prints
+  the line and ends the process at once (nothing was written, nothing needs cleaning
+  up);
 * **a command** -- ``sim.cli``'s group restores Python's default handler before the
-  command runs; the ``KeyboardInterrupt`` unwinds the command (a results writer removes
-  its temporaries on the way) and the group prints :func:`message`;
+  command's module is loaded (commands load on demand, and import pandas, pyarrow and
+  the engine inside their functions); the ``KeyboardInterrupt`` unwinds the command (a
+  results writer removes its temporaries on the way) and the group prints
+  :func:`message`;
 * **the exit** -- once the command has returned, an interrupt is ignored: there is
   nothing left to stop.
 

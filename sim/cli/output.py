@@ -12,16 +12,17 @@ API (stable; other command modules build on it):
   as ``value`` in ``csv``/``json`` (a cost: ``Cell(1234.5, "$1,234.50")``). A plain
   object is its own value; its text is ``str()`` of it, except ``None`` and NaN
   (``—``), ints (``1,234``) and floats (``1,234.57``: six significant digits).
-* ``print_table(title, columns, rows, fmt="table", *, width=None)`` -- one table on
-  stdout:
+* ``print_table(title, columns, rows, fmt="table", *, width=None, keys=1)`` -- one
+  table on stdout:
 
   - ``table``: a rich table that fits ``width`` (default: stdout's terminal width, else
     ``$COLUMNS``, else 80). When the columns do not fit side by side they are split into
-    several tables of consecutive columns, each repeating the first (key) column and
-    titled ``TITLE (columns i-j of n)``; a cell is never cut short with "…" (prose
-    wraps at spaces; only a single value wider than the whole line folds onto a next
-    line).
-  - ``csv``: a header row and one row per row (``None``/NaN empty); no title.
+    several tables of consecutive columns, each repeating the first ``keys`` (key)
+    columns and titled ``TITLE (columns i-j of n)``; a cell is never cut short with "…"
+    (headers and prose wrap at spaces; only a single value wider than the whole line
+    folds onto a next line).
+  - ``csv``: a header row and one row per row (``None``/NaN empty; texts without the
+    indentation a table shows); no title.
   - ``json``: a list of objects keyed by column name (``None``/NaN ``null``); no title.
   - ``markdown``: the title as a ``### TITLE`` line, then a pipe table.
 * ``print_tables(tables, fmt)`` -- several ``TableData`` as one document: ``table`` and
@@ -29,6 +30,8 @@ API (stable; other command modules build on it):
   ``{title: [rows...]}``; ``csv`` prints each table as a ``# TITLE`` line, its rows,
   and a blank line between tables.
 * ``terminal_width()`` -- the width ``print_table`` fits to by default.
+* ``clock_text(seconds)`` -- a time since the start of a run as ``2d 03:14:05``
+  (``0d 00:00:07.5`` with a fraction of a second).
 """
 
 from __future__ import annotations
@@ -90,6 +93,22 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
 
 
+def clock_text(seconds: float) -> str:
+    """Seconds since a run's start as days and a clock: ``2d 03:14:05``; a fraction of
+    a second is kept to the millisecond (``0d 00:00:07.5``); negative times get a
+    ``-``; NaN is a dash."""
+    if not math.isfinite(seconds):
+        return PLACEHOLDER
+    sign = "-" if seconds < 0 else ""
+    ms = round(abs(seconds) * 1000)
+    whole, frac = divmod(ms, 1000)
+    days, rest = divmod(whole, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{sign}{days}d {hours:02d}:{minutes:02d}:{secs:02d}"
+    return text + (f".{frac:03d}".rstrip("0") if frac else "")
+
+
 def print_table(
     title: str | None,
     columns: Sequence[str],
@@ -97,11 +116,12 @@ def print_table(
     fmt: str = "table",
     *,
     width: int | None = None,
+    keys: int = 1,
 ) -> None:
     """Print one table on stdout in ``fmt`` (see the module docstring)."""
     _check(columns, rows, fmt)
     if fmt == "table":
-        _print_rich(title, columns, rows, width or terminal_width())
+        _print_rich(title, columns, rows, width or terminal_width(), keys)
     elif fmt == "csv":
         sys.stdout.write(_csv(columns, rows))
     elif fmt == "json":
@@ -160,9 +180,11 @@ def cell_text(cell: object) -> str:
 def cell_value(cell: object) -> object:
     """The value a cell writes in ``csv`` and ``json``: a JSON scalar (NaN is None)."""
     value = _plain(cell.value if isinstance(cell, Cell) else cell)
-    if value is None or isinstance(value, bool | int | float | str):
+    if isinstance(value, str):
+        return value.strip()  # no indentation the table shows
+    if value is None or isinstance(value, bool | int | float):
         return value
-    return str(value)
+    return str(value).strip()
 
 
 def _plain(value: object) -> object:
@@ -218,10 +240,19 @@ def _natural(texts: Sequence[str]) -> int:
     return max((len(line) for t in texts for line in t.split("\n")), default=0)
 
 
-def _narrowest(texts: Sequence[str]) -> int:
-    """The width below which a column's prose would fold inside a word."""
-    words = max((len(w) for t in texts for w in t.split()), default=0)
-    return max(words, min(_natural(texts), MIN_WRAP_WIDTH))
+def _longest_word(texts: Sequence[str]) -> int:
+    return max((len(w) for t in texts for w in t.split()), default=0)
+
+
+def _narrowest(header: str, cells: Sequence[str], numeric: bool) -> int:
+    """The width below which a column would fold inside a word: its header may wrap
+    at spaces; numbers never wrap; prose wraps at spaces, not narrower than
+    :data:`MIN_WRAP_WIDTH`."""
+    if numeric:
+        body = _natural(cells)
+    else:
+        body = max(_longest_word(cells), min(_natural(cells), MIN_WRAP_WIDTH))
+    return max(_longest_word([header]), body)
 
 
 def _table_width(widths: Sequence[int]) -> int:
@@ -230,53 +261,92 @@ def _table_width(widths: Sequence[int]) -> int:
     return sum(widths) + 3 * len(widths) + 1
 
 
-def column_groups(natural: Sequence[int], narrowest: Sequence[int], width: int) -> list[list[int]]:
-    """Column indices per printed table: all at once when they fit side by side (prose
-    wrapped down to ``narrowest``); else consecutive groups, each starting with column
-    0, filled greedily while their natural widths fit; a column that fits with column 0
-    only through wrapping gets a group of its own."""
+def column_groups(
+    natural: Sequence[int], narrowest: Sequence[int], width: int, keys: int = 1
+) -> list[list[int]]:
+    """Column indices per printed table: all at once when they fit side by side
+    (headers and prose wrapped down to ``narrowest``); else as few groups of
+    consecutive columns as fit at their natural widths, each led by the ``keys`` key
+    columns and balanced (the widest group as narrow as it can be). A column that fits
+    beside the keys only by wrapping gets a group of its own."""
     n = len(natural)
-    if n <= 1 or _table_width(narrowest) <= width:
+    keys = max(1, min(keys, n))
+    if n <= keys or _table_width(narrowest) <= width:
         return [list(range(n))]
+    most = _pack(natural, width, keys)
+    for cap in range(_table_width([*natural[:keys], max(natural[keys:])]), width):
+        groups = _pack(natural, cap, keys)
+        if len(groups) <= len(most):
+            return groups
+    return most
+
+
+def fit_widths(natural: Sequence[int], narrowest: Sequence[int], width: int) -> list[int]:
+    """Column widths for a table of ``width``: natural ones when they fit; else the
+    widest columns that can wrap are narrowed first, one character at a time, never
+    below ``narrowest`` (only a table that does not fit even then is wider)."""
+    widths = list(natural)
+    excess = _table_width(widths) - width
+    while excess > 0:
+        slack = [(w, i) for i, w in enumerate(widths) if w > narrowest[i]]
+        if not slack:
+            break
+        _, i = max(slack)
+        widths[i] -= 1
+        excess -= 1
+    return widths
+
+
+def _pack(natural: Sequence[int], width: int, keys: int) -> list[list[int]]:
+    """Greedy groups of consecutive columns, each led by the key columns, in ``width``."""
+    lead = list(range(keys))
     groups: list[list[int]] = []
-    group = [0]
-    for i in range(1, n):
-        if len(group) > 1 and _table_width([natural[j] for j in [*group, i]]) > width:
+    group = list(lead)
+    for i in range(keys, len(natural)):
+        if len(group) > keys and _table_width([natural[j] for j in [*group, i]]) > width:
             groups.append(group)
-            group = [0]
+            group = list(lead)
         group.append(i)
     groups.append(group)
     return groups
 
 
 def _print_rich(
-    title: str | None, columns: Sequence[str], rows: Sequence[Sequence[object]], width: int
+    title: str | None,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    width: int,
+    keys: int,
 ) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     texts = [[cell_text(c) for c in row] for row in rows]
-    by_column = [[columns[i], *(r[i] for r in texts)] for i in range(len(columns))]
-    natural = [_natural(c) for c in by_column]
-    narrowest = [_narrowest(c) for c in by_column]
-    right = [_numeric(c[1:]) for c in by_column]
-    groups = column_groups(natural, narrowest, width)
+    cells = [[r[i] for r in texts] for i in range(len(columns))]
+    right = [_numeric(c) for c in cells]
+    natural = [_natural([h, *c]) for h, c in zip(columns, cells, strict=True)]
+    narrowest = [_narrowest(h, c, r) for h, c, r in zip(columns, cells, right, strict=True)]
+    groups = column_groups(natural, narrowest, width, keys)
     tty = sys.stdout.isatty()  # styled; else plain text without trailing blanks
     buf = io.StringIO()
     console = Console(file=sys.stdout if tty else buf, width=width, highlight=False)
     for k, group in enumerate(groups):
         name = title
         if len(groups) > 1:
-            span = f"columns {group[1] + 1}-{group[-1] + 1} of {len(columns)}"
+            span = f"columns {group[keys] + 1}-{group[-1] + 1} of {len(columns)}"
             name = f"{title} ({span})" if title else span
-        t = Table(title=None if name is None else Text(name), title_justify="left")
-        for i in group:
-            t.add_column(Text(columns[i]), justify="right" if right[i] else "left", overflow="fold")
+        t = Table()
+        widths = fit_widths([natural[i] for i in group], [narrowest[i] for i in group], width)
+        for i, w in zip(group, widths, strict=True):
+            justify: Literal["right", "left"] = "right" if right[i] else "left"
+            t.add_column(Text(columns[i]), justify=justify, overflow="fold", width=w)
         for row in texts:
             t.add_row(*(Text(row[i]) for i in group))
         if k:
             console.print()
+        if name:
+            console.print(Text(name))
         console.print(t, markup=False)
     if not tty:
         sys.stdout.write("".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines()))

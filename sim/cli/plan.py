@@ -2,22 +2,27 @@
 best_fit -o OUT/``: per variant, the fewest replicas that meet every SLO, with
 replica-hours, cost and each variant's cost over the cheapest's (``sim.sweep.plan``).
 Runs go to ``OUT/runs/`` (a rerun reuses them); tables: ``OUT/plan.{parquet,csv}``,
-``OUT/plan_points.parquet``, ``OUT/runs.parquet``."""
+``OUT/plan_points.parquet``, ``OUT/runs.parquet``.
+
+stdout: the plan, one row per variant (``--format``; csv and json print every column
+of ``plan.csv``). stderr: progress counting evaluations -- simulation runs, each
+replica count tried times its replications -- against the most the search can need,
+then the output path (also with ``--quiet``)."""
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
 import yaml
-from rich.console import Console
-from rich.table import Table
 
 from sim.cli import interrupt
+from sim.cli.output import Cell, FormatOption, print_table
+from sim.cli.progress import progress
 from sim.cli.run import fail
 from sim.cli.sweep import (
     QuietOption,
@@ -25,12 +30,15 @@ from sim.cli.sweep import (
     WorkersOption,
     check_sweep_dir,
     note_kept,
-    progress_bar,
+    param_cell,
+    variant_columns,
 )
 from sim.errors import clip
-from sim.scenario.schema import ScenarioError
-from sim.sweep.slo import SloError, parse_slo
-from traces.errors import TraceError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sim.sweep.execute import Executor, Outcome, Progress, Task
 
 
 def parse_range(text: str) -> tuple[int, int]:
@@ -80,12 +88,15 @@ def plan_command(
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
     quiet: QuietOption = False,
+    fmt: FormatOption = "table",
 ) -> None:
     """Find the fewest replicas meeting every SLO, per variant, and what each costs."""
-    from sim.sweep.execute import Executor
+    from sim.scenario.schema import ScenarioError
     from sim.sweep.plan import check_plan, plan
+    from sim.sweep.slo import SloError, parse_slo
     from sim.sweep.spec import load_base
     from sim.sweep.summary import write_frame
+    from traces.errors import TraceError
 
     try:
         slos = [parse_slo(s) for s in slo]
@@ -101,7 +112,11 @@ def plan_command(
         raise fail(str(e)) from None
     check_sweep_dir(out)
     try:
-        with progress_bar(quiet, "plan") as update, Executor(out, workers, scheduler) as ex:
+        most = len(variants_of(axes)) * most_evaluated(lo, hi) * replications
+        with (
+            progress("plan", most, what="evaluations", amounts=_at_most, quiet=quiet) as p,
+            counting_executor(out, workers, scheduler, p) as ex,
+        ):
             result = plan(
                 base,
                 slos,
@@ -112,8 +127,8 @@ def plan_command(
                 replications=replications,
                 autoscale=autoscale,
                 source=source,
-                progress=update,
             )
+            p.update(p.done, total=p.done)  # the search is over: nothing more to run
         write_frame(result.plan, out / "plan.parquet")
         write_frame(result.plan, out / "plan.csv")
         write_frame(result.points, out / "plan_points.parquet")
@@ -127,8 +142,10 @@ def plan_command(
         raise
     interrupt.note_written(clip(str(out)))
     if not quiet:
-        Console().print(plan_table(result.plan, [p for p, _ in axes], f"plan ({', '.join(slo)})"))
-        typer.echo(f"wrote {out}/ (plan.parquet, plan.csv, plan_points.parquet, runs.parquet)")
+        print_plan(result.plan, [path for path, _ in axes], f"plan ({', '.join(slo)})", fmt)
+    typer.echo(
+        f"wrote {out}/ (plan.parquet, plan.csv, plan_points.parquet, runs.parquet)", err=True
+    )
     unmet = result.plan[~result.plan["meets_slos"]]
     for _, row in unmet.iterrows():
         variant = ", ".join(f"{p}={row[p]}" for p, _ in axes) or "the scenario"
@@ -141,31 +158,88 @@ def plan_command(
         raise typer.Exit(1)
 
 
-def plan_table(frame: pd.DataFrame, params: list[str], title: str) -> Table:
-    """One row per variant: n*, points evaluated, replica-hours, cost, cost over the
-    cheapest variant's."""
-    t = Table(
-        *(params or ["variant"]),
-        "replicas",
-        "evaluated",
-        "replica-hours",
-        "cost ($)",
-        "vs cheapest",
-        title=title,
-    )
+def variants_of(axes: list[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
+    """Every combination of the axes' values (one empty variant without axes)."""
+    from sim.sweep.plan import variants
+
+    return variants(axes)
+
+
+def most_evaluated(lo: int, hi: int) -> int:
+    """The most replica counts the search (``sim.sweep.plan.replica_search``) tries for
+    one variant, over every answer it may find in ``lo..hi`` or none."""
+    from sim.sweep.plan import replica_search
+
+    most = 0
+    for answer in range(lo, hi + 2):  # hi + 1: no count meets the SLOs
+        search, tried = replica_search(lo, hi), 0
+        try:
+            probe = next(search)
+            while True:
+                tried += 1
+                probe = search.send(probe >= answer)
+        except StopIteration:
+            most = max(most, tried)
+    return most
+
+
+def _at_most(done: float, total: float | None) -> str:
+    if total is None:
+        return f"{done:,.0f}"
+    return f"{done:,.0f} of {'at most ' if done < total else ''}{total:,.0f}"
+
+
+def counting_executor(out: Path, workers: int | None, scheduler: str | None, p: Any) -> Executor:
+    """An executor whose every run of tasks reports to ``p`` the runs done over the
+    whole search (the search calls it once per round of replica counts)."""
+    from sim.sweep.execute import Executor
+
+    class Counting(Executor):
+        finished = 0
+        failed = 0
+
+        def run(self, tasks: Sequence[Task], progress: Progress | None = None) -> list[Outcome]:
+            def relay(done: int, running: int, failed: int, total: int) -> None:
+                n = self.finished + self.failed + done + failed
+                p.update(n, note=f"{running} running, {self.failed + failed} failed")
+
+            outcomes = super().run(tasks, relay)
+            bad = sum(1 for o in outcomes if o.summary is None)
+            self.finished += len(outcomes) - bad
+            self.failed += bad
+            return outcomes
+
+    return Counting(out, workers, scheduler)
+
+
+def print_plan(frame: pd.DataFrame, params: list[str], title: str, fmt: str) -> None:
+    """One row per variant (``path=value, ...``): the fewest replicas meeting the SLOs,
+    the counts evaluated, replica-hours, cost and cost over the cheapest variant's;
+    with ``csv``/``json`` every column of ``plan.csv``."""
+    import pandas as pd
+
+    if fmt in ("csv", "json"):
+        print_table(None, list(frame.columns), frame.astype(object).to_numpy().tolist(), fmt)
+        return
+    rows = []
     for _, row in frame.iterrows():
         n = row["replicas"]
-        cells = [str(row[p]) for p in params] or ["base"]
         vs = row["cost_vs_cheapest"]
-        t.add_row(
-            *cells,
-            "none in range" if pd.isna(n) else str(int(n)),
-            str(int(row["evaluated"])),
-            _f(row["replica_hours_mean"]),
-            _f(row["cost_usd_mean"]),
-            "—" if math.isnan(vs) else f"{vs:+.1%}",
+        rows.append(
+            (
+                *([param_cell(row[p]) for p in params] or ["the scenario"]),
+                Cell(
+                    None if pd.isna(n) else int(n), "none in range" if pd.isna(n) else str(int(n))
+                ),
+                int(row["evaluated"]),
+                Cell(row["replica_hours_mean"], _f(row["replica_hours_mean"])),
+                Cell(row["cost_usd_mean"], _f(row["cost_usd_mean"])),
+                Cell(vs, "—" if math.isnan(vs) else f"{vs:+.1%}"),
+            )
         )
-    return t
+    keys = variant_columns(params)
+    columns = (*keys, "replicas", "counts tried", "replica-hours", "cost ($)", "vs cheapest")
+    print_table(title, columns, rows, fmt, keys=len(keys))
 
 
 def _f(v: float) -> str:

@@ -61,7 +61,11 @@ def _load(name: str) -> Scenario:
 
 def postmortem_command(
     log_dir: Annotated[
-        Path, typer.Argument(help="Folder with requests.csv|parquet and nodes.csv|parquet.")
+        Path,
+        typer.Argument(
+            help="Folder with requests.csv|parquet and nodes.csv|parquet, or OTLP JSON "
+            "spans: a *.json/*.jsonl file or a folder of them (docs/postmortem.md)."
+        ),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
     scenario: Annotated[
@@ -93,6 +97,7 @@ def postmortem_command(
     """Replay LOG_DIR's traffic and node events, match its failures, run counterfactuals."""
     from sim.cli.compare import unique_names
     from sim.cli.run import check_output_dir, fail
+    from sim.fleet.otlp_log import is_otlp_log, load_otlp_log
     from sim.fleet.postmortem import postmortem_record
     from sim.fleet.postmortem_log import LogError, load_postmortem_log
     from sim.scenario.schema import ScenarioError
@@ -100,7 +105,7 @@ def postmortem_command(
     if no_counterfactuals and counterfactual:
         raise fail("--no-counterfactuals and --counterfactual: choose one")
     try:
-        log = load_postmortem_log(log_dir)
+        log = load_otlp_log(log_dir) if is_otlp_log(log_dir) else load_postmortem_log(log_dir)
     except LogError as e:
         raise fail(str(e)) from None
     base = _load(scenario)
@@ -186,7 +191,10 @@ def _write_all(
         _write(out / "match.csv", lambda p: done.match.table.to_csv(p, index=False))
         _write(out / "compare.csv", lambda p: frame.to_csv(p, index=False))
         _write(out / "replicas.csv", lambda p: done.replicas.to_csv(p, index=False))
-        _write(out / "postmortem.json", lambda p: p.write_text(json.dumps(record, indent=2) + "\n"))
+        from sim.results.io import undefined_as_null  # undefined statistics: null
+
+        text = json.dumps(undefined_as_null(record), indent=2, allow_nan=False) + "\n"
+        _write(out / "postmortem.json", lambda p: p.write_text(text))
     except (TraceError, FileExistsError) as e:
         raise fail(str(e)) from None
     if report:

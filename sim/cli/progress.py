@@ -12,7 +12,7 @@ API (stable; other command modules build on it)::
 * stderr is a terminal: a rich bar (label, bar, percentage, amounts, note, elapsed),
   left on screen at the end unless ``transient=True``.
 * stderr is not a terminal (a CI log, ``2> file``): one plain line every
-  ``interval_s`` (10 s) of wall time, from a background thread so that a line comes
+  ``interval_s`` of wall time (default 10 s, or ``$FRAGSIM_PROGRESS_INTERVAL_S``), from a background thread so that a line comes
   even while no update arrives, and one line at the end -- only when the work took at
   least ``interval_s``, so quick commands print nothing::
 
@@ -31,6 +31,8 @@ chosen from the total). :func:`elapsed_text` formats wall time (``5s``, ``1m12s`
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 import threading
 import time
@@ -39,7 +41,9 @@ from contextlib import contextmanager
 from typing import TextIO
 
 INTERVAL_S = 10.0
-"""Seconds between two plain progress lines."""
+"""Seconds between two plain progress lines, unless ``$FRAGSIM_PROGRESS_INTERVAL_S``
+says otherwise."""
+INTERVAL_ENV = "FRAGSIM_PROGRESS_INTERVAL_S"
 
 Amounts = Callable[[float, float | None], str]
 
@@ -87,6 +91,7 @@ class Progress:
         self.amounts = amounts
         self.done = 0.0
         self.note = ""
+        self.updated = False
         self._stream = stream
         self._interval_s = interval_s
         self._start = time.monotonic()
@@ -97,6 +102,7 @@ class Progress:
         """Record ``done`` (and a new ``total``, a new ``note``); cheap to call often."""
         with self._lock:
             self.done = done
+            self.updated = True
             if total is not None:
                 self.total = total
             if note is not None:
@@ -138,12 +144,15 @@ def progress(
     amounts: Amounts = count_amounts,
     quiet: bool = False,
     transient: bool = False,
-    interval_s: float = INTERVAL_S,
+    interval_s: float | None = None,
     stream: TextIO | None = None,
     terminal: bool | None = None,
 ) -> Iterator[Progress]:
     """Show the progress of the work in the block (module docstring). ``stream``
-    defaults to stderr; ``terminal`` to whether it is one."""
+    defaults to stderr; ``terminal`` to whether it is one; ``interval_s`` to
+    :func:`default_interval_s`."""
+    if interval_s is None:
+        interval_s = default_interval_s()
     out = sys.stderr if stream is None else stream
     p = Progress(label, total, what, amounts, out, interval_s)
     if quiet:
@@ -154,6 +163,15 @@ def progress(
     else:
         with _lines(p, interval_s):
             yield p
+
+
+def default_interval_s() -> float:
+    """``$FRAGSIM_PROGRESS_INTERVAL_S`` when it is a number > 0, else :data:`INTERVAL_S`."""
+    try:
+        value = float(os.environ.get(INTERVAL_ENV, ""))
+    except ValueError:
+        return INTERVAL_S
+    return value if math.isfinite(value) and value > 0 else INTERVAL_S
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -171,7 +189,8 @@ def _lines(p: Progress, interval_s: float) -> Iterator[None]:
 
     def tick() -> None:
         while not stop.wait(interval_s):
-            p._write(p.line())
+            if p.updated:  # nothing to say before the first update
+                p._write(p.line())
 
     thread = threading.Thread(target=tick, name="fragsim-progress", daemon=True)
     thread.start()
@@ -182,7 +201,7 @@ def _lines(p: Progress, interval_s: float) -> Iterator[None]:
     finally:
         stop.set()
         thread.join()
-        if p.elapsed_s() >= interval_s:
+        if p.updated and p.elapsed_s() >= interval_s:
             p._write(p.line(final=ok))
 
 

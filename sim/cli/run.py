@@ -1,35 +1,44 @@
-"""``fragsim run SCENARIO -o OUT/``: simulate a scenario and write its results."""
+"""``fragsim run SCENARIO -o OUT/``: simulate a scenario and write its results; also
+``fragsim scenarios`` and ``fragsim demo``, and the pieces other commands share
+(:func:`fail`, :func:`prepare`, :func:`simulate`, :func:`write_results`).
+
+What goes where: stdout carries the answer (the summary table, in ``--format``);
+stderr carries progress (``sim.cli.progress``), warnings, errors and where the results
+went (``wrote OUT/ (...)``, ``report: OUT/report.html``) -- printed also with
+``--quiet``, so ``-f csv > file`` stays clean and the output path is always shown.
+Module-level imports stay light: the engine, pandas and the scenario schema load inside
+the functions that use them (``fragsim run --help`` and a missing scenario file answer
+in well under a second).
+"""
 
 from __future__ import annotations
 
-import sys
 import tempfile
+import textwrap
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from sim.cli import interrupt
-from sim.cli.report import write_report_of
-from sim.cli.trace import show_trace_warnings
-from sim.cost import check_run_cost
+from sim.cli.output import Cell, FormatOption, print_table, terminal_width
+from sim.cli.progress import progress, sim_time_amounts
 from sim.errors import clip, os_error_line, short
-from sim.fleet.compare import compare_frame, comparison_table
-from sim.parts import Parts, run_parts
-from sim.results.io import RunResult, check_replaceable, summary_json
-from sim.runner import run
+from sim.results.labels import WASTE_LABELS
 from sim.scenario.builtin import DEMO, builtin_names, describe_builtin, resolve_scenario
 from sim.scenario.fields import MAX_SEED
-from sim.scenario.schema import Scenario, ScenarioError, ScenarioWarning, load_scenario
-from sim.scenario.workload import load_workload
+
+if TYPE_CHECKING:  # the engine, pandas and pydantic models load inside the commands
+    import pandas as pd
+
+    from sim.parts import Parts
+    from sim.results.io import RunResult
+    from sim.scenario.schema import Scenario
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -56,6 +65,8 @@ def check_output_dir(out: Path) -> None:
     holds other files, a parent is a file, the nearest existing folder refuses a new
     folder (tried: a read-only file system refuses even root), or the file system
     refuses the name (too long, a folder that may not be searched)."""
+    from sim.results.io import check_replaceable
+
     try:
         check_replaceable(out)
         for parent in out.parents:
@@ -73,99 +84,114 @@ def check_output_dir(out: Path) -> None:
 def simulate(
     scenario: Scenario, requests: pd.DataFrame, *, quiet: bool, parts: list[Parts] | None = None
 ) -> RunResult:
-    """Run with a rich progress bar over simulated time (on stderr). The run's scenario
-    warnings are not repeated: :func:`prepare` printed them."""
-    with warnings.catch_warnings():
+    """Run, showing progress over simulated time on stderr (``sim.cli.progress``: a bar
+    on a terminal, a line every 10 s elsewhere; nothing with ``quiet``). The run's
+    scenario warnings are not repeated: :func:`prepare` printed them."""
+    from sim.runner import run
+    from sim.scenario.schema import ScenarioWarning
+
+    with (
+        warnings.catch_warnings(),
+        progress(
+            f"run {scenario.name}",
+            what="simulated time",
+            amounts=sim_time_amounts,
+            quiet=quiet,
+            transient=True,
+        ) as p,
+    ):
         warnings.simplefilter("ignore", ScenarioWarning)
-        return _simulate(scenario, requests, quiet=quiet, parts=parts)
+        # the run drains past end_s (its last arrival) when requests are still in flight
+        result = run(
+            scenario,
+            requests,
+            progress=lambda now_s, end_s: p.update(now_s, max(now_s, end_s)),
+            parts=parts,
+        )
+        p.update(p.done, p.done)  # every request ended: the run is whole, not 95 % of a bound
+        return result
 
 
-def _simulate(
-    scenario: Scenario, requests: pd.DataFrame, *, quiet: bool, parts: list[Parts] | None = None
-) -> RunResult:
-    if quiet or not sys.stderr.isatty():
-        return run(scenario, requests, parts=parts)
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[sim]}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as bar:
-        task = bar.add_task(scenario.name, total=1.0, sim="")
-
-        def report(now_s: float, end_s: float) -> None:
-            bar.update(
-                task, completed=min(now_s / end_s, 1.0), sim=f"simulated {now_s / 3600:.1f} h"
-            )
-
-        return run(scenario, requests, progress=report, parts=parts)
+SUMMARY_COLUMNS = ("metric", "value")
 
 
-def print_summary(summary: dict[str, Any], console: Console) -> None:
-    """The headline numbers of a run as a table, then its alerts."""
-    from sim.results.summary import alert_lines
-
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, object]]:
+    """The headline numbers of a run, one value per row (``metric``, ``value``)."""
     req, fails, mem = summary["requests"], summary["failures"], summary["memory"]
-    t = Table(title=f"{summary['scenario']} — allocator {summary['allocator']}", show_header=False)
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    t.add_row("requests", f"{req['total']:,}")
-    for status, n in req["by_status"].items():
-        t.add_row(f"  {status}", f"{n:,}")
-    t.add_row("allocation failures", f"{fails['allocation_failures']:,}")
-    for cause, n in fails["by_cause"].items():
-        t.add_row(f"  {cause}", f"{n:,}")
-    t.add_row("  of which at > 25 % free (any cause)", f"{fails['at_high_free_memory']:,}")
-    t.add_row("preemptions / restarts", f"{fails['preemptions']:,} / {fails['restarts']:,}")
+    rows: list[tuple[str, object]] = [("requests", req["total"])]
+    rows += [(f"  {status}", n) for status, n in req["by_status"].items()]
+    rows.append(("allocation failures", fails["allocation_failures"]))
+    rows += [(f"  {cause}", n) for cause, n in fails["by_cause"].items()]
+    rows.append(("  of which at > 25 % free (any cause)", fails["at_high_free_memory"]))
+    rows += [("preemptions", fails["preemptions"]), ("restarts", fails["restarts"])]
     ratio = mem["largest_contiguous_free_block_ratio"]
-    t.add_row(
-        "largest_contiguous_free_block_ratio min / mean",
-        f"{_f(ratio['min'])} / {_f(ratio['mean'])}",
-    )
+    for stat in ("min", "mean"):
+        rows.append((f"largest_contiguous_free_block_ratio {stat}", _num(ratio[stat], ".3f")))
     for name, share in mem["waste_breakdown"].items():
-        t.add_row(f"waste: {name.replace('_', ' ')}", "—" if share is None else f"{share:.1%}")
+        rows.append((f"waste: {WASTE_LABELS.get(name, name)}", _num(share, ".1%")))
     for name in ("ttft", "tpot", "e2e"):
         p = summary["latency_s"][name]
-        t.add_row(f"{name} p50 / p99 (s)", f"{_f(p['p50'])} / {_f(p['p99'])}")
-    t.add_row("output tokens/s", f"{summary['throughput']['output_tokens_per_s']:.1f}")
+        rows += [(f"{name} {q} (s)", _num(p[q], ".3f")) for q in ("p50", "p99")]
+    rate = summary["throughput"]["output_tokens_per_s"]
+    rows.append(("output tokens/s", _num(rate, ",.1f")))
     cache = summary.get("prefix_cache")
     if cache and cache["cached_prompt_tokens"]:
-        t.add_row(
-            "prefix cache: prompt tokens hit",
-            f"{cache['share_of_prompt_tokens']:.1%} ({cache['requests_with_hits']:,} requests)",
+        rows.append(
+            ("prefix cache: prompt tokens hit", _num(cache["share_of_prompt_tokens"], ".1%"))
         )
+        rows.append(("prefix cache: requests with hits", cache["requests_with_hits"]))
     fleet = summary.get("fleet")
     if fleet is not None:
-        _fleet_rows(t, fleet)
-    console.print(t)
-    for line in alert_lines(summary):
-        console.print(line, markup=False, highlight=False)
+        rows += _fleet_rows(fleet)
+    return rows
 
 
-def _fleet_rows(t: Table, fleet: dict[str, Any]) -> None:
+def _fleet_rows(fleet: dict[str, Any]) -> list[tuple[str, object]]:
     r = fleet["replicas"]
-    t.add_row(
-        "fleet: replicas initial / mean / peak",
-        f"{r['initial']} / {r['mean']:.2f} / {r['peak']}",
-    )
-    t.add_row(
-        "  replica-hours / avoidable",
-        f"{fleet['replica_hours']:,.1f} / {fleet['avoidable_replica_hours']:,.1f}",
-    )
-    t.add_row(
-        "  cost $ / avoidable $",
-        f"{fleet['cost_usd']:,.2f} / {fleet['avoidable_cost_usd']:,.2f}",
-    )
-    t.add_row("  $ per 1M output tokens", f"{fleet['cost_per_million_output_tokens_usd']:.2f}")
-    t.add_row("  scale-ups / scale-downs", f"{fleet['scale_ups']:,} / {fleet['scale_downs']:,}")
-    restarts = ", ".join(f"{k} {v:,}" for k, v in fleet["restarts"].items()) or "none"
-    t.add_row("  restarts by cause / crashes", f"{restarts} / {fleet['crashes']:,}")
+    rows: list[tuple[str, object]] = [
+        ("fleet: replicas initial", r["initial"]),
+        ("  replicas mean", _num(r["mean"], ".2f")),
+        ("  replicas peak", r["peak"]),
+        ("  replica-hours", _num(fleet["replica_hours"], ",.1f")),
+        ("  avoidable replica-hours", _num(fleet["avoidable_replica_hours"], ",.1f")),
+        ("  cost ($)", _num(fleet["cost_usd"], ",.2f")),
+        ("  avoidable cost ($)", _num(fleet["avoidable_cost_usd"], ",.2f")),
+        ("  $ per 1M output tokens", _num(fleet["cost_per_million_output_tokens_usd"], ".2f")),
+        ("  scale-ups", fleet["scale_ups"]),
+        ("  scale-downs", fleet["scale_downs"]),
+    ]
+    rows += [(f"  restarts: {cause}", n) for cause, n in fleet["restarts"].items()]
+    rows.append(("  crashes", fleet["crashes"]))
+    return rows
 
 
-def _f(v: object) -> str:
-    return "—" if v is None else f"{v:.3f}"
+def _num(value: float | None, spec: str) -> Cell:
+    """A number shown with ``spec`` (``None`` as a dash), written as is."""
+    return Cell(value, "—" if value is None else format(value, spec))
+
+
+def print_summary(summary: dict[str, Any], fmt: str = "table") -> None:
+    """The headline numbers of a run as a table on stdout, then (``table`` and
+    ``markdown``) its alerts, one line each."""
+    from sim.results.summary import alert_lines
+
+    title = f"{summary['scenario']} — allocator {summary['allocator']}"
+    print_table(title, SUMMARY_COLUMNS, summary_rows(summary), fmt)
+    if fmt in ("table", "markdown"):
+        lines = alert_lines(summary)
+        if lines and fmt == "markdown":
+            typer.echo("")
+        width = terminal_width() if fmt == "table" else 10**6
+        for line in lines:
+            text = f"- {line}" if fmt == "markdown" else line
+            typer.echo(textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False))
+
+
+def say_written(out: Path, files: list[str] | tuple[str, ...], html: Path | None) -> None:
+    """Where the results went, on stderr: ``wrote OUT/ (FILES)`` and ``report: PATH``."""
+    typer.echo(f"wrote {out}/ ({', '.join(files)})", err=True)
+    if html is not None:
+        typer.echo(f"report: {html}", err=True)
 
 
 def run_command(
@@ -180,17 +206,28 @@ def run_command(
         int | None, typer.Option(min=0, max=MAX_SEED, help="Override the scenario's seed.")
     ] = None,
     mode: Annotated[str | None, typer.Option(help="Override the mode: fast or exact.")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or table.")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the summary JSON.")] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="No progress or table (the output path still)."),
+    ] = False,
+    fmt: FormatOption = "table",
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the whole summary.json instead of the table.")
+    ] = False,
     report: Annotated[
         bool, typer.Option("--report/--no-report", help="Also write OUT/report.html.")
     ] = True,
 ) -> None:
-    """Simulate SCENARIO and write requests/timeseries/events Parquet + summary.json
-    (a fleet's fleet/alerts Parquet too) and OUT/report.html (unless --no-report)."""
+    """Simulate SCENARIO and write its results to OUT/.
+
+    OUT/ gets requests/timeseries/events Parquet and summary.json (a fleet's
+    fleet/alerts Parquet too) and report.html (unless --no-report). stdout: the summary
+    table (--format) or summary.json (--json); stderr: progress and the output path."""
     if mode is not None and mode not in ("fast", "exact"):
         raise typer.BadParameter(f"got {short(mode)}, expected fast or exact", param_hint="--mode")
     scenario, requests, parts, source = prepare(scenario_path, seed=seed, mode=mode)
+    from sim.scenario.schema import ScenarioError  # loaded by prepare
+
     check_output_dir(out)
     try:
         result = simulate(scenario, requests, quiet=quiet, parts=parts)
@@ -200,30 +237,12 @@ def run_command(
     write_results(result, out, report=report)
     html = out / "report.html" if report else None
     if json_out:
+        from sim.results.io import summary_json
+
         typer.echo(summary_json(result.summary), nl=False)
     elif not quiet:
-        print_summary(result.summary, Console())
-        typer.echo(f"wrote {out}/ ({', '.join(result.files)})")
-        if html is not None:
-            typer.echo(f"report: {html}")
-
-
-def warn_out_of_range(scenario: Scenario, result: RunResult, source: Path) -> None:
-    """One ``warning:`` line naming the scenario and the calibration file when the run
-    evaluated a calibrated latency model outside the range it was measured over."""
-    report = result.summary["latency"]
-    calls = report.get("out_of_range_calls")
-    if not calls:
-        return
-    path = getattr(scenario.latency, "path", None)
-    err.print(
-        f"warning: {clip(str(source))}: field latency.path: {clip(str(path))}: the "
-        f"calibrated latency model was evaluated outside its validity range {calls:,} "
-        f"times (first at prefill_tokens, decode_seqs, kv_tokens = "
-        f"{report['first_out_of_range']}); its times there are extrapolated",
-        markup=False,
-        highlight=False,
-    )
+        print_summary(result.summary, fmt)
+    say_written(out, result.files, html)
 
 
 def report_into(out: Path) -> Callable[[Path], None]:
@@ -245,6 +264,24 @@ def report_into(out: Path) -> Callable[[Path], None]:
             raise fail(f"{clip(str(out))}/report.html: {clip(str(e))}") from None
 
     return write
+
+
+def warn_out_of_range(scenario: Scenario, result: RunResult, source: Path) -> None:
+    """One ``warning:`` line naming the scenario and the calibration file when the run
+    evaluated a calibrated latency model outside the range it was measured over."""
+    report = result.summary["latency"]
+    calls = report.get("out_of_range_calls")
+    if not calls:
+        return
+    path = getattr(scenario.latency, "path", None)
+    err.print(
+        f"warning: {clip(str(source))}: field latency.path: {clip(str(path))}: the "
+        f"calibrated latency model was evaluated outside its validity range {calls:,} "
+        f"times (first at prefill_tokens, decode_seqs, kv_tokens = "
+        f"{report['first_out_of_range']}); its times there are extrapolated",
+        markup=False,
+        highlight=False,
+    )
 
 
 def write_results(result: RunResult, out: Path, *, report: bool = False) -> None:
@@ -269,10 +306,16 @@ def prepare(
     that can refuse it, before anything is simulated. Returns the scenario file too (the
     ``source`` every error line names); a user error prints and raises ``typer.Exit(2)``.
     """
+    source = resolve_scenario(scenario_arg)
+    check_scenario_exists(source)
+    from sim.cli.trace import show_trace_warnings
+    from sim.cost import check_run_cost
+    from sim.parts import run_parts
     from sim.scenario.retention import warn_unused_retention
+    from sim.scenario.schema import ScenarioError, load_scenario
+    from sim.scenario.workload import load_workload
     from traces import TraceError
 
-    source = resolve_scenario(scenario_arg)
     try:
         with show_trace_warnings(), show_scenario_warnings(source):
             scenario = load_scenario(source)
@@ -296,10 +339,29 @@ def prepare(
     return scenario, requests, parts, source
 
 
+def check_scenario_exists(source: Path) -> None:
+    """Refuse a scenario file that does not exist before the scenario schema (and the
+    engine behind it) is imported, with the line ``load_scenario`` gives."""
+    try:
+        source.stat()
+    except FileNotFoundError:
+        name = clip(str(source))
+        if source.suffix in (".yaml", ".yml"):
+            raise fail(f"{name}: cannot read: no such file") from None
+        raise fail(
+            f"{name}: no such scenario file or built-in scenario; built-in: "
+            f"{', '.join(builtin_names())} (fragsim scenarios describes them)"
+        ) from None
+    except (OSError, ValueError):  # load_scenario words the rest
+        pass
+
+
 @contextmanager
 def show_scenario_warnings(source: Path) -> Iterator[None]:
     """Within the block, print every :class:`ScenarioWarning` as one
     ``warning: SOURCE: ...`` line on stderr; other warnings keep their handling."""
+    from sim.scenario.schema import ScenarioWarning
+
     previous = warnings.showwarning
 
     def show(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
@@ -314,32 +376,49 @@ def show_scenario_warnings(source: Path) -> Iterator[None]:
         yield
 
 
-def scenarios_command() -> None:
+def scenarios_command(fmt: FormatOption = "table") -> None:
     """List the built-in scenarios (run any of them by name)."""
-    t = Table("name", "what it models")
-    for name in builtin_names():
-        t.add_row(name, describe_builtin(name))
-    Console().print(t)
+    rows = [(name, describe_builtin(name)) for name in builtin_names()]
+    print_table("built-in scenarios", ("name", "what it models"), rows, fmt)
 
 
 def demo_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")] = Path("out/demo"),
     no_report: Annotated[bool, typer.Option("--no-report", help="No OUT/report.html.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress or tables (the output path still).")
+    ] = False,
+    fmt: FormatOption = "table",
 ) -> None:
-    """The main job on built-in defaults: the fleet seed's worked example (six days of
-    bimodal traffic on a contiguous best-fit replica), its paged counterfactual and a
-    daily-restart mitigation; writes each run under OUT and compares them."""
-    console = Console()
+    """The main job on built-in defaults: the fleet seed's worked example, its paged
+    counterfactual and a daily-restart mitigation, compared.
+
+    The worked example is six days of bimodal traffic on a contiguous best-fit replica.
+    Each run is written to OUT/NAME/; stdout gets each run's summary and the comparison
+    (one column per run, named by its folder; csv and json: the comparison only),
+    stderr the progress and OUT."""
+    from sim.fleet.compare import COLUMNS, compare_frame, formatted
+
     for name in DEMO:
         check_output_dir(out / name)
     summaries = []
     for name in DEMO:
         scenario, requests, parts, _ = prepare(Path(name))
-        result = simulate(scenario, requests, quiet=False, parts=parts)
+        result = simulate(scenario, requests, quiet=quiet, parts=parts)
         write_results(result, out / name)
-        print_summary(result.summary, console)
+        if not quiet and fmt in ("table", "markdown"):
+            print_summary(result.summary, fmt)
         summaries.append(result.summary)
-    console.print(comparison_table(compare_frame(summaries)))
-    console.print(f"results in {out}/")
+    frame = compare_frame(summaries)
+    rows = [
+        (label, *(Cell(v, formatted(column, v)) for v in frame[column].tolist()))
+        for column, label in COLUMNS[1:]
+    ]
+    if not quiet:
+        print_table("comparison", ("metric", *DEMO), rows, fmt)
+    html = None
     if not no_report:
-        typer.echo(f"report: {write_report_of([out / n for n in DEMO], out / 'report.html')}")
+        from sim.cli.report import write_report_of
+
+        html = write_report_of([out / n for n in DEMO], out / "report.html")
+    say_written(out, [*DEMO], html)

@@ -2,26 +2,32 @@
 overrides, with replications over seeds, on a local process pool (``--workers``) or a
 Dask cluster (``--scheduler tcp://HOST:PORT``); each run lands in ``OUT/runs/ID/`` as it
 finishes, a rerun resumes, and the tables ``OUT/summary.{parquet,csv}`` and
-``OUT/runs.parquet`` are written at the end (``sim.sweep``)."""
+``OUT/runs.parquet`` are written at the end (``sim.sweep``).
+
+stdout: the summary, one row per point of the sweep with each headline metric's mean
+± the half-width of its 95 % interval over the replications (``--format``; csv and
+json print the whole summary table, every column of ``summary.csv``). stderr: progress
+(runs done of all, running, failed: ``sim.cli.progress``), warnings and the output
+path (also with ``--quiet``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sim.cli import interrupt
+from sim.cli.output import Cell, FormatOption, print_table
+from sim.cli.progress import progress
 from sim.cli.run import fail
 from sim.errors import clip
-from sim.scenario.schema import ScenarioError
-from sim.sweep.execute import Progress as ProgressFn
-from traces.errors import TraceError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SWEEP_ENTRIES = {"runs", "failed", "runs.parquet", "summary.parquet", "summary.csv"}
 PLAN_ENTRIES = {"plan.parquet", "plan.csv", "plan_points.parquet"}
@@ -34,7 +40,11 @@ SchedulerOption = Annotated[
     str | None,
     typer.Option(help="Dask scheduler address (tcp://HOST:PORT): run on that cluster."),
 ]
-QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")]
+QuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress or table (the output path still).")
+]
+ProgressFn = Callable[[int, int, int, int], None]
+"""``progress(done, running, failed, total)`` (``sim.sweep.execute.Progress``)."""
 
 
 def check_sweep_dir(out: Path) -> None:
@@ -58,28 +68,13 @@ def check_sweep_dir(out: Path) -> None:
 
 
 @contextmanager
-def progress_bar(quiet: bool, what: str) -> Iterator[ProgressFn]:
-    """A rich bar on stderr: runs done of all, running, failed."""
-    bar = Progress(
-        TextColumn(f"{what} [progress.description]{{task.description}}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        disable=quiet,
-        transient=False,
-    )
-    task = bar.add_task("", total=None)
+def progress_bar(quiet: bool, what: str, noun: str = "runs") -> Iterator[ProgressFn]:
+    """Progress on stderr (``sim.cli.progress``): runs done of all, running, failed."""
+    with progress(what, what=noun, quiet=quiet) as p:
 
-    def update(done: int, running: int, failed: int, total: int) -> None:
-        bar.update(
-            task,
-            completed=done + failed,
-            total=total,
-            description=f"{running} running, {failed} failed",
-        )
+        def update(done: int, running: int, failed: int, total: int) -> None:
+            p.update(done + failed, total, note=f"{running} running, {failed} failed")
 
-    with bar:
         yield update
 
 
@@ -89,10 +84,13 @@ def sweep_command(
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
     quiet: QuietOption = False,
+    fmt: FormatOption = "table",
 ) -> None:
     """Run a sweep: a base scenario x a grid or list of overrides x replications."""
+    from sim.scenario.schema import ScenarioError
     from sim.sweep.run import run_sweep
     from sim.sweep.spec import load_sweep
+    from traces.errors import TraceError
 
     try:
         sweep = load_sweep(sweep_file)
@@ -110,12 +108,14 @@ def sweep_command(
     interrupt.note_written(clip(str(out)))
     report = write_report(result.summary, sweep.params, out, sweep.tasks[0].scenario.name)
     if not quiet:
-        skipped = sum(o.skipped for o in result.outcomes)
-        typer.echo(
-            f"wrote {out}/ ({len(result.outcomes)} runs: {skipped} from an earlier sweep, "
-            f"{len(result.failed)} failed; summary.parquet, summary.csv, runs.parquet"
-            f"{', report.html' if report else ''})"
-        )
+        print_summary(result.summary, sweep.params, fmt)
+    skipped = sum(o.skipped for o in result.outcomes)
+    typer.echo(
+        f"wrote {out}/ ({len(result.outcomes)} runs: {skipped} from an earlier sweep, "
+        f"{len(result.failed)} failed; summary.parquet, summary.csv, runs.parquet"
+        f"{', report.html' if report else ''})",
+        err=True,
+    )
     for o in result.failed:
         last = (o.error or "").strip().splitlines()[-1:] or [""]
         typer.echo(f"warning: run {o.task.id} failed: {clip(last[0])}", err=True)
@@ -132,6 +132,84 @@ def note_kept(out: Path) -> None:
             f"{clip(str(out))}/runs/ ({kept:,} finished run{'s' if kept > 1 else ''} kept; "
             "rerun the same command to resume)"
         )
+
+
+SHOWN_METRICS: tuple[tuple[str, str], ...] = (
+    ("failure_rate", "failure rate"),
+    ("allocation_failures", "alloc. failures"),
+    ("failures_at_high_free", "at > 25 % free"),
+    ("replica_hours", "replica-hours"),
+    ("cost_usd", "cost ($)"),
+    ("ttft_p99_s", "TTFT p99 (s)"),
+    ("e2e_p99_s", "e2e p99 (s)"),
+)
+"""The metrics the terminal summary shows (summary.csv has every one), with labels."""
+
+
+def print_summary(summary: pd.DataFrame, params: list[str], fmt: str) -> None:
+    """The sweep's summary on stdout: with ``table``/``markdown`` one row per point
+    (its parameters as ``path=value``), the runs that finished and
+    :data:`SHOWN_METRICS` as ``mean ± half-width of the 95 % interval`` (a metric no
+    run has is left out); with ``csv``/``json`` every column of ``summary.csv``."""
+    if fmt in ("csv", "json"):
+        print_table(None, list(summary.columns), summary.to_numpy().tolist(), fmt)
+        return
+    varied = [p for p in params if summary[p].nunique(dropna=False) > 1] or params
+    keys = variant_columns(varied)
+    shown = [(m, label) for m, label in SHOWN_METRICS if summary[f"{m}_mean"].notna().any()]
+    rows = []
+    for _, row in summary.iterrows():
+        variant = [param_cell(row[p]) for p in varied] or [f"point {row['point']}"]
+        cells: list[object] = [*variant, Cell(int(row["replications"]), _runs(row))]
+        for m, _ in shown:
+            mean, low, high = (float(row[f"{m}_{s}"]) for s in ("mean", "ci95_low", "ci95_high"))
+            cells.append(Cell(mean, plus_minus(mean, low, high)))
+        rows.append(cells)
+    columns = [*keys, "runs", *(label for _, label in shown)]
+    title = "sweep summary (mean ± 95 % CI half-width)"
+    print_table(title, columns, rows, fmt, keys=len(keys))
+
+
+def variant_columns(params: list[str]) -> list[str]:
+    """The key columns of a table over variants: one per parameter, labelled with its
+    unit (``sim.sweep.labels``); ``variant`` without parameters."""
+    from sim.sweep.labels import param_label
+
+    return [param_label(p) for p in params] or ["variant"]
+
+
+def param_cell(value: Any) -> Any:
+    """A parameter's value as a cell: numbers and text as they are, the rest (a list of
+    pools) as its text."""
+    return value if isinstance(value, str | int | float | bool) else str(value)
+
+
+def _runs(row: Any) -> str:
+    failed = int(row["failed_runs"])
+    return f"{int(row['replications'])}" + (f" ({failed} failed)" if failed else "")
+
+
+def plus_minus(mean: float, low: float, high: float) -> str:
+    """``12.3 ± 0.4``: a mean and the half-width of its interval (the mean alone
+    without an interval; a dash without a mean)."""
+    if math.isnan(mean):
+        return "—"
+    half = (high - low) / 2
+    if math.isnan(half):
+        return _number(mean)
+    return f"{_number(mean)} ± {_number(half)}"
+
+
+def _number(v: float) -> str:
+    """Three or four significant digits, thousands separated."""
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1 or a == 0:
+        return f"{v:.2f}"
+    return f"{v:.3g}"
 
 
 def write_report(summary: pd.DataFrame, params: list[str], out: Path, title: str) -> bool:

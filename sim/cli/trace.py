@@ -27,8 +27,8 @@ import typer
 import yaml
 from pydantic import ValidationError
 from rich.console import Console
-from rich.table import Table
 
+from sim.cli.output import Cell, Format, FormatOption, TableData, format_option, print_tables
 from sim.errors import clip as _clip
 from sim.errors import short as _short
 from sim.errors import validation_lines
@@ -143,8 +143,9 @@ def _check_seed(source: object, seed: int) -> None:
     from sim.scenario.fields import MAX_SEED
 
     if not 0 <= seed <= MAX_SEED:
+        bound = ">= 0" if seed < 0 else f"<= {MAX_SEED} (a seed is below 2^63)"
         raise SpecError(
-            [f"{source}: option --seed: got {_short(seed)}: expected an integer in 0..{MAX_SEED}"]
+            [f"{source}: option --seed: got {_short(seed)}: expected an integer {bound}"]
         )
 
 
@@ -193,33 +194,41 @@ def _fmt(value: object, digits: int = 1) -> str:
     return str(value)
 
 
-def render_summary(title: str, summary: dict[str, Any], console: Console | None = None) -> None:
-    """Print a :func:`traces.describe` summary as rich tables."""
-    console = console or Console()
-    console.print(title, style="bold", markup=False)
-    top = Table(show_header=False)
-    top.add_column("metric")
-    top.add_column("value", justify="right")
+def render_summary(title: str, summary: dict[str, Any], fmt: str = "table") -> None:
+    """Print a :func:`traces.describe` summary as two tables (``sim.cli.output``): the
+    trace's headline numbers, and its token-length percentiles."""
     rate = summary["rate_per_s"]
-    top.add_row("requests", _fmt(summary["rows"]))
-    top.add_row("span", f"{_fmt(summary['span_s'])} s")
-    top.add_row("rate", "-" if rate is None else f"{rate:,.3f} req/s")
-    top.add_row("num_samples (mean)", _fmt(summary["num_samples_mean"], 2))
-    top.add_row("beam_width (mean)", _fmt(summary["beam_width_mean"], 2))
     ratio, hit = summary["prefix_reuse_token_ratio"], summary["prefix_hit_fraction_mean"]
-    top.add_row(
-        "prefix reuse (input tokens)", "no prefix hashes" if ratio is None else f"{ratio:.1%}"
+    top: list[tuple[str, object]] = [
+        ("requests", Cell(summary["rows"], _fmt(summary["rows"]))),
+        ("span (s)", Cell(summary["span_s"], _fmt(summary["span_s"]))),
+        ("rate (req/s)", Cell(rate, "-" if rate is None else f"{rate:,.3f}")),
+        (
+            "num_samples (mean)",
+            Cell(summary["num_samples_mean"], _fmt(summary["num_samples_mean"], 2)),
+        ),
+        (
+            "beam_width (mean)",
+            Cell(summary["beam_width_mean"], _fmt(summary["beam_width_mean"], 2)),
+        ),
+        (
+            "prefix reuse (input tokens)",
+            Cell(ratio, "no prefix hashes" if ratio is None else f"{ratio:.1%}"),
+        ),
+        ("prefix hit per request (mean)", Cell(hit, "-" if hit is None else f"{hit:.1%}")),
+    ]
+    stats = ("mean", "min", "p50", "p90", "p99", "max")
+    lengths = [
+        (name, *(Cell(summary[name][k], _fmt(summary[name][k])) for k in stats))
+        for name in ("prompt_tokens", "output_tokens")
+    ]
+    print_tables(
+        [
+            TableData(title, ("metric", "value"), top),
+            TableData("token lengths", ("tokens", *stats), lengths),
+        ],
+        fmt,
     )
-    top.add_row("prefix hit per request (mean)", "-" if hit is None else f"{hit:.1%}")
-    console.print(top)
-    lengths = Table(title="token lengths")
-    lengths.add_column("")
-    for key in ("mean", "min", "p50", "p90", "p99", "max"):
-        lengths.add_column(key, justify="right")
-    for name in ("prompt_tokens", "output_tokens"):
-        s = summary[name]
-        lengths.add_row(name, *(_fmt(s[k]) for k in ("mean", "min", "p50", "p90", "p99", "max")))
-    console.print(lengths)
 
 
 @trace_app.command()
@@ -227,10 +236,20 @@ def describe(
     file: Annotated[Path, typer.Argument(help="Trace file (CSV, JSONL or Parquet).")],
     format: FormatOpt = None,
     strict: StrictOpt = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the whole summary as one JSON object.")
+    ] = False,
     rate: RateOpt = None,
     seed: ArrivalSeedOpt = None,
     keep_failed: KeepFailedOpt = False,
+    out_format: Annotated[
+        Format,
+        format_option(
+            "--output-format",
+            help="Tables as table (fits the terminal), csv, json or markdown "
+            "(-f/--format names the input's format).",
+        ),
+    ] = "table",
 ) -> None:
     """Rows, span, rate, length percentiles and prefix reuse (streamed: bounded memory)."""
     import traces
@@ -250,7 +269,7 @@ def describe(
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:
-        render_summary(f"{file} ({fmt})", summary)
+        render_summary(f"{file} ({fmt})", summary, out_format)
 
 
 @trace_app.command()
@@ -407,6 +426,7 @@ def synth(
 @trace_app.command()
 def presets(
     as_json: Annotated[bool, typer.Option("--json", help="Print the specs as JSON.")] = False,
+    fmt: FormatOption = "table",
 ) -> None:
     """List the synthetic workload presets."""
     from traces.synth import PRESETS
@@ -414,10 +434,10 @@ def presets(
     if as_json:
         typer.echo(json.dumps({k: v.model_dump(mode="json") for k, v in PRESETS.items()}, indent=2))
         return
-    table = Table(title="synthetic presets")
-    for col in ("name", "arrival", "lengths", "size"):
-        table.add_column(col)
+    rows = []
     for name, spec in PRESETS.items():
         size = f"{spec.duration_s:,.0f} s" if spec.duration_s else f"{spec.num_requests:,} requests"
-        table.add_row(name, spec.arrival.kind, spec.lengths.kind, size)
-    Console().print(table)
+        rows.append((name, spec.arrival.kind, spec.lengths.kind, size))
+    print_tables(
+        [TableData("synthetic presets", ("name", "arrival", "lengths", "size"), rows)], fmt
+    )

@@ -75,7 +75,7 @@ def compare_row(summary: dict[str, Any]) -> dict[str, Any]:
         "replica_hours": hours,
         "avoidable_replica_hours": avoidable,
         "cost_usd": cost,
-        "cost_per_million_output_tokens_usd": per_m,
+        "cost_per_million_output_tokens_usd": _number(per_m),  # null: undefined
         "ttft_p99_s": _number(summary["latency_s"]["ttft"]["p99"]),
         "e2e_p99_s": _number(summary["latency_s"]["e2e"]["p99"]),
     }

@@ -2,7 +2,7 @@
 policy, the autoscaler, node lifecycle times and faults (validated at the edge, frozen
 past it). A scenario without it simulates one replica, as before.
 
-Defaults and where they come from (README "Fleet"):
+Defaults and where they come from (docs/fleet.md, "Nodes and their lifecycle"):
 
 * Node to serving, 240 +/- 30 s: provisioning (a GPU node joining the cluster and the
   serving pod scheduled: 180 +/- 30 s) then the model load (60 +/- 10 s for 8B-class

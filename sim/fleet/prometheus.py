@@ -2,58 +2,68 @@
 evaluates over a run, written in PromQL over the metrics of :data:`METRICS`, so the
 rules validated in simulation are the rules deployed.
 
-Metrics. A serving node that exports these (one series per node; fragsim's ``replica``
-is the ``replica`` label) can run the rules unchanged. Each gauge is the timeseries
-column of the same meaning; the failure histogram is the event log's allocation
-failures (``admission_failure`` / ``growth_failure``) observed at their free share; the
-correlation gauge is the seed's metric ``node_uptime_vs_fragmentation_correlation``,
-which the node computes itself (below):
+Metrics. A serving node that exports these (one series per node, labelled by the
+routing label, ``replica`` by default) can run the rules unchanged;
+``fragsim export openmetrics`` writes a run's own (:mod:`sim.fleet.openmetrics`; the
+correlation gauge excepted). Each gauge is the timeseries column of the same meaning;
+the failure counter counts the allocation failures (``admission_failure`` /
+``growth_failure``) whose free share exceeded ``high_free_share`` (the exporter applies
+the threshold); the correlation gauge is the seed's metric
+``node_uptime_vs_fragmentation_correlation``, which the node computes itself (below):
 
-======================================================  ========================================
-Prometheus metric                                       fragsim column
-======================================================  ========================================
-``fragsim_largest_contiguous_free_block_ratio``         ``largest_contiguous_free_block_ratio``
-``fragsim_kv_capacity_tokens``                          ``capacity_tokens``
-``fragsim_kv_used_tokens``                              ``used_tokens``
-``fragsim_kv_free_tokens``                              ``free_tokens``
-``fragsim_kv_largest_free_extent_tokens``               ``largest_free_extent_tokens``
-``fragsim_kv_free_extents``                             ``free_extent_count``
-``fragsim_node_uptime_seconds``                         ``uptime_s``
-``fragsim_running_requests``                            ``running_requests``
-``fragsim_waiting_requests``                            ``waiting_requests``
-``fragsim_preemptions_total``                           ``preemptions_total``
-``fragsim_allocation_failure_free_share`` (histogram)   events: ``free_share`` by ``cause``
-``fragsim_node_uptime_vs_fragmentation_correlation``    Spearman rho, ``sim.fleet.alerts``
-======================================================  ========================================
+=============================================================  ============================  =========================================
+Prometheus metric                                              vLLM's (``--metrics vllm``)   fragsim column
+=============================================================  ============================  =========================================
+``fragsim_largest_contiguous_free_block_ratio``                (none)                        ``largest_contiguous_free_block_ratio``
+``fragsim_kv_capacity_tokens``                                 (none)                        ``capacity_tokens``
+``fragsim_kv_used_tokens``                                     ``vllm:gpu_cache_usage_perc``  ``used_tokens`` (vLLM: a share of capacity)
+``fragsim_kv_free_tokens``                                     (none)                        ``free_tokens``
+``fragsim_kv_largest_free_extent_tokens``                      (none)                        ``largest_free_extent_tokens``
+``fragsim_kv_free_extents``                                    (none)                        ``free_extent_count``
+``fragsim_node_uptime_seconds``                                (none)                        ``uptime_s``
+``fragsim_running_requests``                                   ``vllm:num_requests_running``  ``running_requests``
+``fragsim_waiting_requests``                                   ``vllm:num_requests_waiting``  ``waiting_requests``
+``fragsim_preemptions_total``                                  ``vllm:num_preemptions_total``  ``preemptions_total``
+``fragsim_allocation_failures_at_high_free_memory_total``      (none)                        events above ``high_free_share``
+``fragsim_node_uptime_vs_fragmentation_correlation``           (none)                        Spearman rho, ``sim.fleet.alerts``
+=============================================================  ============================  =========================================
 
-The histogram must have a bucket at ``high_free_share`` (``le="0.25"`` by default): the
-failures above the threshold are ``_count - _bucket{le="0.25"}`` (``le`` is <=, so this
-is exactly "exceeds 25 %"). The node must export the ratio as NaN when nothing is free
-(PromQL comparisons with NaN are false: no alert, as in simulation). Create the
-histogram's series for both causes at 0 when the process starts: a series born within a
-scrape window has no earlier value to subtract, and its first failures would not fire.
+Rules (Alertmanager conventions): one group ``fragsim`` evaluated every scrape
+interval; labels ``severity`` ``critical`` (the seed's ``high``) or ``warning``
+(``medium``); annotations ``summary``, ``description``, ``runbook_url`` (a template:
+``{alert}`` becomes the alert's name) and the seed's ``response``; durations written
+``30s``, ``5m``, ``1h``.
 
-Rules (group interval = the scrape interval, ``for: 0s``: fire at the first evaluation
-the condition holds, as the simulation does):
-
-* the failure rule counts failures between this scrape and the previous one
-  (``X - X offset I``); a counter reset (a restarted process) within that window hides
-  that window's failures, where the simulation still counts them;
+* the failure rule is ``increase(FAILURES[W]) > 0`` over the counter (``W``: the
+  failure window, at least two scrape intervals so that the range holds two samples;
+  ``increase`` handles a counter reset). It fires while a failure happened in the last
+  ``W`` and has no ``for:`` (a failure is an event, not a level). With
+  ``--metrics vllm`` it reads ``increase(vllm:num_preemptions_total[W]) > 0 and
+  vllm:gpu_cache_usage_perc < 1 - high_free_share``: vLLM preempts when a sequence
+  cannot grow, and its gauge tells a preemption at high free memory (vLLM exports no
+  failure counter and no contiguity, so the ratio rules keep fragsim's names: the
+  rules file's header says which);
+* the ratio rules threshold the gauge with a ``for:`` (default 5m): one low reading
+  does not page;
 * the uptime rule thresholds ``fragsim_node_uptime_vs_fragmentation_correlation``:
   Spearman's rho of (uptime, 1 - ratio) over the node's own readings, one every scrape
-  interval, in the last ``W`` s (the rule also asks uptime >= ``W``: a restart within the
-  window never fires it) (:func:`sim.results.seed_alerts.spearman_rho`: average ranks of the readings, Pearson's
-  r of the ranks; NaN when a reading's ratio is NaN, when fewer than two readings, or
-  when either series is constant), as the simulation computes it at each scrape. The
-  node computes it because PromQL has no ranks: a rule over ``avg_over_time`` /
-  ``stddev_over_time`` could compute only Pearson's r, a second statistic beside the
-  summary's and the reports'.
+  interval, in the last ``T`` s (the rule also asks uptime >= ``T``: a restart within the
+  window never fires it) (:func:`sim.results.seed_alerts.spearman_rho`: average ranks of
+  the readings, Pearson's r of the ranks; NaN when a reading's ratio is NaN, when fewer
+  than two readings, or when either series is constant), as the simulation computes it
+  at each scrape. The node computes it because PromQL has no ranks: a rule over
+  ``avg_over_time`` / ``stddev_over_time`` could compute only Pearson's r, a second
+  statistic beside the summary's and the reports'.
+
+The ``for:`` and the failure window make Prometheus fire later and longer than
+``fragsim alerts show``, which fires at the first scrape a condition holds.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -92,11 +102,10 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("waiting_requests", "fragsim_waiting_requests", "gauge", "Requests queued."),
     ("preemptions_total", "fragsim_preemptions_total", "counter", "Preemptions so far."),
     (
-        "free_share",
-        "fragsim_allocation_failure_free_share",
-        "histogram",
-        "Allocation failures (label cause: fragmentation/capacity), observed at the share "
-        "of KV memory free when they happened.",
+        "high_free_failures",
+        "fragsim_allocation_failures_at_high_free_memory_total",
+        "counter",
+        "Allocation failures while more than high_free_share of KV memory was free.",
     ),
     (
         "node_uptime_vs_fragmentation_correlation",
@@ -111,13 +120,52 @@ lists it as a table)."""
 
 METRIC = {column: name for column, name, _, _ in METRICS}
 
+VLLM_METRICS: dict[str, str] = {
+    "fragsim_kv_used_tokens": "vllm:gpu_cache_usage_perc",
+    "fragsim_running_requests": "vllm:num_requests_running",
+    "fragsim_waiting_requests": "vllm:num_requests_waiting",
+    "fragsim_preemptions_total": "vllm:num_preemptions_total",
+}
+"""fragsim metric -> vLLM's metric of the nearest meaning (``vllm:gpu_cache_usage_perc``
+is a share of capacity, not tokens)."""
 
-def _seconds(value_s: float) -> str:
-    """A PromQL duration: whole milliseconds, ``30s``, ``1500ms``."""
+SEVERITIES: dict[str, str] = {"high": "critical", "medium": "warning"}
+"""The seed's severity -> Alertmanager's."""
+
+MetricNames = Literal["fragsim", "vllm"]
+INSTANCE_LABELS = ("replica", "pod", "instance")
+
+
+@dataclass(frozen=True)
+class RuleOptions:
+    """How the rules are written: ``for_s`` on gauge thresholds, the failure rule's
+    window, the runbook URL template (``{alert}``: the alert's name), whose metric names
+    and which label names a node (what Alertmanager routes and groups on)."""
+
+    for_s: float = 300.0
+    failure_window_s: float = 300.0
+    runbook_url: str = "https://runbooks.example.com/fragsim/{alert}"
+    metrics: MetricNames = "fragsim"
+    instance_label: str = "replica"
+
+
+DEFAULT_OPTIONS = RuleOptions()
+
+
+def duration(value_s: float) -> str:
+    """A Prometheus duration in its largest whole units: ``5m``, ``1h``, ``1h30m``,
+    ``30s``, ``1500ms``."""
     ms = round(value_s * 1000)
     if ms <= 0:
         raise ValueError(f"a duration must be >= 1 ms, got {value_s} s")
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms >= size:
+            parts.append(f"{ms // size}{unit}")
+            ms %= size
+    if ms:
+        parts.append(f"{ms}ms")
+    return "".join(parts)
 
 
 def _number(value: float) -> str:
@@ -128,40 +176,48 @@ def expressions(
     thresholds: AlertThresholds,
     scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
     trend_window_s: float = DEFAULT_TREND_WINDOW_S,
+    options: RuleOptions = DEFAULT_OPTIONS,
 ) -> dict[str, str]:
     """Alert name -> its PromQL expression."""
-    interval = _seconds(scrape_interval_s)
     ratio = METRIC["largest_contiguous_free_block_ratio"]
     uptime = METRIC["uptime_s"]
-    hist = METRIC["free_share"]
-    le = f'{{le="{thresholds.high_free_share:g}"}}'
-
-    def new(series: str) -> str:
-        return f"sum by (replica) ({series} - {series} offset {interval})"
-
-    frag = f"(1 - {ratio})"
+    window = duration(max(options.failure_window_s, 2 * scrape_interval_s))
+    by = f"sum by ({options.instance_label})"
+    if options.metrics == "vllm":
+        preempted = f"{by} (increase({VLLM_METRICS['fragsim_preemptions_total']}[{window}])) > 0"
+        used = VLLM_METRICS["fragsim_kv_used_tokens"]
+        limit = _number(1.0 - thresholds.high_free_share)
+        failure = f"{preempted} and on ({options.instance_label}) {by} ({used}) < {limit}"
+    else:
+        failure = f"{by} (increase({METRIC['high_free_failures']}[{window}])) > 0"
     rho = METRIC["node_uptime_vs_fragmentation_correlation"]
     return {
-        FRAGMENTATION_FAILURE.name: f"{new(hist + '_count')} - {new(hist + '_bucket' + le)} > 0",
+        FRAGMENTATION_FAILURE.name: failure,
         SEVERE_FRAGMENTATION.name: f"{ratio} < {_number(thresholds.ratio_severe)}",
         HIGH_FRAGMENTATION.name: f"{ratio} < {_number(thresholds.ratio_alert)}",
         UPTIME_CORRELATION.name: (
             f"{rho} >= {_number(thresholds.uptime_rho_alert)}"
-            f" and {frag} > {_number(1.0 - thresholds.ratio_alert)}"
+            f" and (1 - {ratio}) > {_number(1.0 - thresholds.ratio_alert)}"
             f" and {uptime} >= {_number(trend_window_s)}"
         ),
     }
 
 
-def _description(spec: AlertSpec, th: AlertThresholds, trend_window_s: float) -> str:
-    node = "Replica {{ $labels.replica }}"
+def _description(
+    spec: AlertSpec, th: AlertThresholds, trend_window_s: float, options: RuleOptions
+) -> str:
+    node = f"Replica {{{{ $labels.{options.instance_label} }}}}"
+    window = duration(options.failure_window_s)
+    failure = (
+        f"{node}: preempted while less than {1 - th.high_free_share:g} of KV cache was in "
+        f"use in the last {window} (vLLM's nearest sign of the seed's fragmentation)."
+        if options.metrics == "vllm"
+        else f"{node}: allocation failure(s) in the last {window} while more than "
+        f"{th.high_free_share * 100:g}% of KV memory was free: the seed's sign of "
+        "fragmentation rather than a capacity shortage."
+    )
     return {
-        FRAGMENTATION_FAILURE.name: (
-            f"{node}: {{{{ $value }}}} allocation failure(s) since the last scrape while "
-            f"more than {th.high_free_share * 100:g}% of KV memory was free: the seed's sign "
-            "of fragmentation rather than a capacity shortage (the histogram's cause label "
-            "tells a request larger than all free memory apart)."
-        ),
+        FRAGMENTATION_FAILURE.name: failure,
         SEVERE_FRAGMENTATION.name: (
             f"{node}: largest_contiguous_free_block_ratio is {{{{ $value }}}} "
             f"(< {th.ratio_severe:g}): severe fragmentation."
@@ -172,7 +228,7 @@ def _description(spec: AlertSpec, th: AlertThresholds, trend_window_s: float) ->
         ),
         UPTIME_CORRELATION.name: (
             f"{node}: fragmentation rises with uptime (Spearman rho = {{{{ $value }}}} "
-            f">= {th.uptime_rho_alert:g} over {trend_window_s:g} s) and is past "
+            f">= {th.uptime_rho_alert:g} over {duration(trend_window_s)}) and is past "
             f"{1 - th.ratio_alert:g}."
         ),
     }[spec.name]
@@ -182,35 +238,46 @@ def alert_rules(
     thresholds: AlertThresholds = DEFAULT_THRESHOLDS,
     scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
     trend_window_s: float = DEFAULT_TREND_WINDOW_S,
+    options: RuleOptions = DEFAULT_OPTIONS,
 ) -> dict[str, Any]:
     """The rules file as a mapping: one group ``fragsim`` evaluated every scrape, one
-    rule per alert of :data:`~sim.fleet.alerts.ALERTS`."""
-    exprs = expressions(thresholds, scrape_interval_s, trend_window_s)
-    rules = [
-        {
-            "alert": spec.name,
-            "expr": exprs[spec.name],
-            "for": "0s",
-            "labels": {"severity": spec.severity},
-            "annotations": {
-                "summary": spec.summary,
-                "description": _description(spec, thresholds, trend_window_s),
-                "response": spec.response,
-            },
+    rule per alert of :data:`~sim.fleet.alerts.ALERTS` (module docstring)."""
+    exprs = expressions(thresholds, scrape_interval_s, trend_window_s, options)
+    rules = []
+    for spec in ALERTS:
+        rule: dict[str, Any] = {"alert": spec.name, "expr": exprs[spec.name]}
+        if spec is not FRAGMENTATION_FAILURE:  # a gauge threshold: held for a while
+            rule["for"] = duration(max(options.for_s, scrape_interval_s))
+        rule["labels"] = {"severity": SEVERITIES[spec.severity]}
+        rule["annotations"] = {
+            "summary": spec.summary,
+            "description": _description(spec, thresholds, trend_window_s, options),
+            "runbook_url": options.runbook_url.replace("{alert}", spec.name),
+            "response": spec.response,
         }
-        for spec in ALERTS
-    ]
+        rules.append(rule)
     return {
-        "groups": [{"name": "fragsim", "interval": _seconds(scrape_interval_s), "rules": rules}]
+        "groups": [{"name": "fragsim", "interval": duration(scrape_interval_s), "rules": rules}]
     }
 
 
-def rules_yaml(rules: dict[str, Any]) -> str:
+def rules_yaml(rules: dict[str, Any], options: RuleOptions = DEFAULT_OPTIONS) -> str:
     """The rules mapping as YAML text (keys in the order given, block style), under a
     comment naming the metrics the nodes must export."""
-    head = ["# fragsim: the fleet seed's alerts. Each node must export (label replica):"]
-    head += [f"#   {name} ({kind}): {text}" for _, name, kind, text in METRICS]
-    head.append("# See sim/fleet/prometheus.py for the histogram's buckets and the gauge's window.")
+    label = options.instance_label
+    head = [f"# fragsim: the fleet seed's alerts. Each node must export (label {label}):"]
+    used = " ".join(str(r["expr"]) for g in rules["groups"] for r in g["rules"])
+    for _, name, kind, text in METRICS:
+        shown = VLLM_METRICS.get(name, name) if options.metrics == "vllm" else name
+        if shown == VLLM_METRICS["fragsim_kv_used_tokens"]:
+            text = "KV-cache usage, a share of capacity (0 to 1)."
+        if shown in used:
+            head.append(f"#   {shown} ({kind}): {text}")
+    if options.metrics == "vllm":
+        head.append(
+            "# vLLM exports no contiguity: the ratio and uptime rules keep fragsim's names."
+        )
+    head.append("# See sim/fleet/prometheus.py for the rules' windows and the correlation gauge.")
     body = yaml.safe_dump(rules, sort_keys=False, allow_unicode=True, width=1000)
     return "\n".join(head) + "\n" + body
 

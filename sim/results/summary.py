@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from sim.results.labels import WASTE_LABELS
 from sim.results.seed_alerts import (
     ALERTS,
     BY_NAME,
@@ -89,12 +90,7 @@ def summarize(
     ratio = periodic["largest_contiguous_free_block_ratio"]
     shares = {
         name: None if periodic.empty else float(periodic[f"share_{name}"].mean())
-        for name in (
-            "token_states",
-            "reservation",
-            "internal_fragmentation",
-            "external_fragmentation_free",
-        )
+        for name in WASTE_LABELS
     }
     summary: dict[str, Any] = {
         "requests": {"total": len(requests), "by_status": counts},

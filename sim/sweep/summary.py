@@ -50,7 +50,8 @@ METRICS: tuple[str, ...] = (
 
 
 def metrics(summary: dict[str, Any]) -> dict[str, float]:
-    """A run's metrics (:data:`METRICS`) from its summary; NaN where it has none."""
+    """A run's metrics (:data:`METRICS`) from its summary; NaN where it has none (a
+    summary read back from ``summary.json`` writes an undefined statistic as null)."""
     row = compare_row(summary)
     latency = summary["latency_s"]
     total = row["requests"]
@@ -60,7 +61,7 @@ def metrics(summary: dict[str, Any]) -> dict[str, float]:
         for q in ("p50", "p99"):
             value = latency[name][q]
             row[f"{name}_{q}_s"] = math.nan if value is None else float(value)
-    return {m: float(row[m]) for m in METRICS}
+    return {m: math.nan if row[m] is None else float(row[m]) for m in METRICS}
 
 
 def param_value(value: Any) -> Any:

@@ -131,6 +131,19 @@ def test_every_summary_of_a_degenerate_run_is_strict_json(
             assert summary["fleet"]["cost_per_million_output_tokens_usd"] is None
 
 
+def test_a_sweep_of_runs_with_undefined_statistics_resumes(tmp_path: Path) -> None:
+    """A resumed sweep reads its runs' summaries back: their nulls are NaN in its tables."""
+    write(tmp_path, FLEET | {"duration_s": 1e-8}, "base.yaml")
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"base": "base.yaml", "replications": 2}))
+    out = tmp_path / "out"
+    for _ in range(2):
+        result = invoke("sweep", path, "-o", out, "--workers", "1", "-q")
+        assert result.exit_code == 0, (result.output, result.exception)
+    runs = pd.read_parquet(out / "runs.parquet")
+    assert runs["cost_per_million_output_tokens_usd"].isna().all()
+
+
 # -- class 3: sweeps that set the seed -----------------------------------------------------
 
 

@@ -155,3 +155,12 @@ def test_progress_line_words() -> None:
         assert p.line().startswith("sweep: 5 runs, 3 running, 1 failed, ")
     assert [elapsed_text(s) for s in (5, 72, 7_380)] == ["5s", "1m12s", "2h03m"]
     assert sim_time_amounts(90, 600) == "1.5 of 10.0 min"
+
+
+def test_plan_progress_bound_is_the_most_counts_the_search_tries() -> None:
+    from sim.cli.plan import _at_most, most_evaluated
+
+    # 1..16: gallop 1, 2, 4, 8, 16, then bisect 8..16 three times when 9..16 is the answer
+    assert most_evaluated(1, 16) == 8
+    assert most_evaluated(5, 5) == 1 and most_evaluated(1, 2) == 2
+    assert _at_most(4, 32) == "4 of at most 32" and _at_most(16, 16) == "16 of 16"

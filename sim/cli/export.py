@@ -1,0 +1,156 @@
+"""``fragsim export openmetrics RUN_DIR -o FILE``: a run's timeseries as OpenMetrics text
+with timestamps, to backfill into a real Prometheus
+(``promtool tsdb create-blocks-from openmetrics FILE DATA_DIR``); the format is
+:mod:`sim.fleet.openmetrics`'s.
+
+A folder that is not a readable run, or a bad option, is one ``error: ...`` line and
+exit status 2; the file is written atomically (nothing half-written).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sim.cli.run import fail
+from sim.errors import clip
+
+export_app = typer.Typer(
+    help="Export a run's series in formats other tools read (OpenMetrics for Prometheus).",
+    no_args_is_help=True,
+)
+
+DEFAULT_ORIGIN = "2024-01-01T00:00:00Z"
+"""``sim.fleet.openmetrics.DEFAULT_ORIGIN_S`` as the option writes it (a test holds
+them equal)."""
+
+NEEDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "timeseries": (
+        "time_s",
+        "replica",
+        "uptime_s",
+        "capacity_tokens",
+        "used_tokens",
+        "free_tokens",
+        "free_extent_count",
+        "largest_free_extent_tokens",
+        "largest_contiguous_free_block_ratio",
+        "running_requests",
+        "waiting_requests",
+        "preemptions_total",
+    ),
+    "events": ("time_s", "replica", "kind", "free_share"),
+    "fleet": ("time_s", "provisioning", "loading", "warming", "active", "draining", "down"),
+}
+"""The columns the export reads from each table."""
+
+
+def parse_origin(text: str) -> float:
+    """``--origin``: an ISO 8601 instant (``2024-01-01T00:00:00Z``; a time zone is
+    required) or Unix seconds -> Unix seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = _iso_seconds(text)
+    if not (math.isfinite(value) and 0 <= value <= 253_402_300_799):
+        raise typer.BadParameter(
+            f"got {text!r}, expected an instant from 1970 to 9999", param_hint="--origin"
+        )
+    return value
+
+
+def _iso_seconds(text: str) -> float:
+    from datetime import datetime
+
+    try:
+        instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(
+            f"got {text!r}, expected an ISO 8601 instant with a time zone "
+            "(2024-01-01T00:00:00Z) or Unix seconds",
+            param_hint="--origin",
+        ) from None
+    if instant.tzinfo is None:
+        raise typer.BadParameter(
+            f"got {text!r}: no time zone (write Z for UTC)", param_hint="--origin"
+        )
+    return instant.timestamp()
+
+
+def _check_tables(run_dir: Path) -> None:
+    """Fail unless each table the export reads holds the columns it needs."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for name, columns in NEEDED_COLUMNS.items():
+        path = run_dir / f"{name}.parquet"
+        if name == "fleet" and not path.exists():
+            continue
+        try:
+            present = set(pq.read_schema(path).names)
+        except (pa.ArrowException, OSError) as e:
+            reason = clip(" ".join(str(e).split()), 200)
+            raise fail(f"{clip(str(path))}: not a readable Parquet file: {reason}") from None
+        missing = [c for c in columns if c not in present]
+        if missing:
+            raise fail(f"{clip(str(path))}: not the {name} table: no column {', '.join(missing)}")
+
+
+@export_app.command("openmetrics")
+def openmetrics_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run's output folder (fragsim run -o).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="OpenMetrics text file to write.")],
+    origin: Annotated[
+        str,
+        typer.Option(
+            help="Wall-clock instant of simulated time 0 (ISO 8601 with a time zone, or "
+            "Unix seconds)."
+        ),
+    ] = DEFAULT_ORIGIN,
+    high_free_share: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Allocation failures count as 'at high free memory' above this free share.",
+        ),
+    ] = 0.25,
+    kv_bytes_per_token: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="KV bytes per token (fragsim hardware shows it): also write free and "
+            "largest free memory in bytes.",
+        ),
+    ] = None,
+) -> None:
+    """Write a run's per-replica timeseries (and its fleet's replicas by state) as
+    OpenMetrics text with timestamps, for promtool tsdb create-blocks-from openmetrics."""
+    from sim.fleet.openmetrics import write_openmetrics
+    from sim.results.runfolder import RunFolderError, check_run_folder, read_summary
+    from traces import TraceError
+    from traces.writers import atomic_path
+
+    origin_s = parse_origin(origin)
+    try:
+        folder = check_run_folder(run_dir)
+        summary = read_summary(folder / "summary.json")
+    except RunFolderError as e:
+        raise fail(str(e)) from None
+    _check_tables(folder)
+    try:
+        with atomic_path(out) as tmp, tmp.open("w", encoding="utf-8", newline="\n") as f:
+            write_openmetrics(
+                f,
+                folder,
+                summary,
+                origin_s=origin_s,
+                high_free_share=high_free_share,
+                kv_bytes_per_token=kv_bytes_per_token,
+            )
+    except TraceError as e:
+        raise fail(str(e)) from None
+    typer.echo(f"wrote {out}", err=True)

@@ -1,0 +1,305 @@
+"""A run's timeseries as OpenMetrics text with timestamps, for backfilling a real
+Prometheus (``promtool tsdb create-blocks-from openmetrics FILE DATA_DIR``).
+
+Time. Simulated second ``t`` is the wall-clock instant ``origin + t`` (``origin``: a
+Unix time in seconds, default :data:`DEFAULT_ORIGIN_S` = 2024-01-01T00:00:00Z, fixed so
+the same run gives the same bytes). Timestamps are written in seconds with three
+decimals: Prometheus stores milliseconds, so two samples of one series in the same
+millisecond are one sample (the first row at that instant is kept).
+
+Series. Each per-replica metric of :data:`REPLICA_METRICS` has one series per replica
+with labels ``replica`` (fragsim's replica id) and ``pool`` (the node pool: the
+summary's pools in order hold the initial replicas, by their counts; later replicas
+are the autoscaler's, in the summary's ``fleet.scale_pool`` when it names one, else
+the first pool, fragsim's default; a single-replica run has pool ``default``). Every
+row of ``timeseries.parquet`` is one sample of each. The counter
+``fragsim_allocation_failures_at_high_free_memory`` counts a replica's allocation
+failures (``admission_failure`` / ``growth_failure`` events) whose free share exceeded
+``high_free_share`` at or before each of its samples. From ``fleet.parquet`` (fleet
+runs only), ``fragsim_fleet_replicas{state=...}`` counts the replicas in each
+lifecycle state. With ``kv_bytes_per_token`` (the run folder does not record it),
+free and largest free memory are also written in bytes.
+
+Layout. Each metric family is written whole (``# HELP``, ``# TYPE``, ``# UNIT``, then
+its samples: families are never interleaved); within a family the samples follow
+the table's order (time, then replica), so each series is in time order; the file
+ends with ``# EOF``. A family's samples are read from the Parquet file batch by batch
+(:data:`BATCH_ROWS` rows, only the columns it needs): memory does not grow with the
+run's length.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    import numpy as np
+
+DEFAULT_ORIGIN_S = 1_704_067_200
+"""2024-01-01T00:00:00Z: simulated time 0 in the exported timestamps."""
+BATCH_ROWS = 65_536
+"""Rows read from a Parquet file at a time."""
+FAILURE_KINDS = ("admission_failure", "growth_failure")
+"""``sim.fleet.alerts.FAILURE_KINDS`` (a test holds them equal)."""
+LIFECYCLE_STATES = ("provisioning", "loading", "warming", "active", "draining", "down")
+"""The state columns of ``fleet.parquet``."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family: its OpenMetrics name (without ``_total`` for a counter), type,
+    unit (``""``: none) and help, and the timeseries column it reads (times ``scale``)."""
+
+    name: str
+    kind: str
+    unit: str
+    help: str
+    column: str
+    scale: int = 1
+
+
+REPLICA_METRICS: tuple[Family, ...] = (
+    Family(
+        "fragsim_largest_contiguous_free_block_ratio",
+        "gauge",
+        "ratio",
+        "Largest usable free KV extent / total free KV memory (NaN when nothing is free).",
+        "largest_contiguous_free_block_ratio",
+    ),
+    Family(
+        "fragsim_kv_capacity_tokens", "gauge", "tokens", "KV-cache capacity.", "capacity_tokens"
+    ),
+    Family("fragsim_kv_used_tokens", "gauge", "tokens", "KV slots holding tokens.", "used_tokens"),
+    Family("fragsim_kv_free_tokens", "gauge", "tokens", "Free KV slots.", "free_tokens"),
+    Family(
+        "fragsim_kv_largest_free_extent_tokens",
+        "gauge",
+        "tokens",
+        "Largest usable free KV extent.",
+        "largest_free_extent_tokens",
+    ),
+    Family(
+        "fragsim_kv_free_extents", "gauge", "", "Number of free KV extents.", "free_extent_count"
+    ),
+    Family(
+        "fragsim_node_uptime_seconds",
+        "gauge",
+        "seconds",
+        "Time since the last restart.",
+        "uptime_s",
+    ),
+    Family("fragsim_running_requests", "gauge", "", "Requests in the batch.", "running_requests"),
+    Family("fragsim_waiting_requests", "gauge", "", "Requests queued.", "waiting_requests"),
+    Family("fragsim_preemptions", "counter", "", "Preemptions so far.", "preemptions_total"),
+)
+"""The per-replica families read straight from ``timeseries.parquet``."""
+
+BYTE_METRICS: tuple[Family, ...] = (
+    Family("fragsim_kv_free_bytes", "gauge", "bytes", "Free KV memory.", "free_tokens"),
+    Family(
+        "fragsim_kv_largest_free_extent_bytes",
+        "gauge",
+        "bytes",
+        "Largest usable free KV extent.",
+        "largest_free_extent_tokens",
+    ),
+)
+"""Written when the KV bytes per token are given (``scale`` = bytes per token)."""
+
+FAILURES = Family(
+    "fragsim_allocation_failures_at_high_free_memory",
+    "counter",
+    "",
+    "Allocation failures while more than the high-free share of KV memory was free.",
+    "",
+)
+REPLICAS_BY_STATE = Family(
+    "fragsim_fleet_replicas", "gauge", "", "Replicas in each lifecycle state.", ""
+)
+
+
+def escape(value: str) -> str:
+    """A label value as OpenMetrics writes it (backslash, quote and newline escaped)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def number(value: float) -> str:
+    """A sample value: integers without a point, ``NaN``, ``+Inf``, ``-Inf``."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if float(value).is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return repr(float(value))
+
+
+def timestamps_ms(times_s: np.ndarray, origin_s: float) -> np.ndarray:
+    """Simulated seconds -> integer Unix milliseconds."""
+    import numpy as np
+
+    return np.rint((np.asarray(times_s, dtype=float) + origin_s) * 1000.0).astype(np.int64)
+
+
+def stamp(ms: int) -> str:
+    """Unix milliseconds as OpenMetrics seconds with three decimals."""
+    return f"{ms // 1000}.{ms % 1000:03d}"
+
+
+def pool_of(summary: dict[str, Any]) -> Callable[[int], str]:
+    """Replica id -> its pool's name (module docstring)."""
+    fleet = summary.get("fleet")
+    if not isinstance(fleet, dict) or not fleet.get("pools"):
+        return lambda _replica: "default"
+    pools = [(str(p["name"]), int(p["count"])) for p in fleet["pools"]]
+    bounds: list[tuple[int, str]] = []
+    end = 0
+    for name, count in pools:
+        end += count
+        bounds.append((end, name))
+    scale_pool = str(fleet.get("scale_pool") or pools[0][0])
+
+    def pool(replica: int) -> str:
+        for end_id, name in bounds:
+            if replica < end_id:
+                return name
+        return scale_pool
+
+    return pool
+
+
+def _header(out: TextIO, family: Family) -> None:
+    out.write(f"# HELP {family.name} {family.help}\n# TYPE {family.name} {family.kind}\n")
+    if family.unit:
+        out.write(f"# UNIT {family.name} {family.unit}\n")
+
+
+def _batches(path: Path, columns: Sequence[str]) -> Iterator[dict[str, np.ndarray]]:
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as f:
+        for batch in f.iter_batches(batch_size=BATCH_ROWS, columns=list(columns)):
+            yield {c: batch.column(c).to_numpy(zero_copy_only=False) for c in columns}
+
+
+class _Labels:
+    """``{replica="3",pool="a100"}`` per replica, built once each."""
+
+    def __init__(self, pool: Callable[[int], str]) -> None:
+        self._pool = pool
+        self._text: dict[int, str] = {}
+
+    def __call__(self, replica: int) -> str:
+        text = self._text.get(replica)
+        if text is None:
+            text = f'{{replica="{replica}",pool="{escape(self._pool(replica))}"}}'
+            self._text[replica] = text
+        return text
+
+
+def _replica_family(
+    out: TextIO,
+    family: Family,
+    timeseries: Path,
+    origin_s: float,
+    labels: _Labels,
+    value_at: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
+) -> None:
+    """One per-replica family: a sample per timeseries row, the first row of a replica
+    at each millisecond."""
+    _header(out, family)
+    sample = family.name + ("_total" if family.kind == "counter" else "")
+    columns = ["time_s", "replica"] + ([family.column] if value_at is None else [])
+    last_ms: dict[int, int] = {}
+    for batch in _batches(timeseries, columns):
+        values = batch[family.column] * family.scale if value_at is None else value_at(batch)
+        for replica, ms, value in zip(
+            batch["replica"].tolist(),
+            timestamps_ms(batch["time_s"], origin_s).tolist(),
+            values.tolist(),
+            strict=True,
+        ):
+            before = last_ms.get(replica)
+            if before is not None and ms <= before:
+                continue
+            last_ms[replica] = ms
+            out.write(f"{sample}{labels(replica)} {number(value)} {stamp(ms)}\n")
+
+
+def high_free_failures(events: Path, high_free_share: float) -> dict[int, np.ndarray]:
+    """Replica -> the sorted times of its allocation failures above ``high_free_share``
+    (read batch by batch; only the failures are kept)."""
+    import numpy as np
+
+    found: dict[int, list[np.ndarray]] = {}
+    columns = ["time_s", "replica", "kind", "free_share"]
+    for batch in _batches(events, columns):
+        kind = batch["kind"].astype(str)
+        hit = np.isin(kind, FAILURE_KINDS) & (batch["free_share"] > high_free_share)
+        for replica in np.unique(batch["replica"][hit]).tolist():
+            mine = hit & (batch["replica"] == replica)
+            found.setdefault(int(replica), []).append(batch["time_s"][mine].astype(float))
+    return {r: np.sort(np.concatenate(parts)) for r, parts in found.items()}
+
+
+def _failure_counts(failures: dict[int, np.ndarray]) -> Callable[[dict[str, np.ndarray]], Any]:
+    import numpy as np
+
+    def counts(batch: dict[str, np.ndarray]) -> np.ndarray:
+        result = np.zeros(len(batch["time_s"]), dtype=np.int64)
+        for replica, times in failures.items():
+            mine = batch["replica"] == replica
+            if mine.any():
+                result[mine] = np.searchsorted(times, batch["time_s"][mine], side="right")
+        return result
+
+    return counts
+
+
+def _fleet_family(out: TextIO, fleet: Path, origin_s: float) -> None:
+    _header(out, REPLICAS_BY_STATE)
+    for state in LIFECYCLE_STATES:
+        last = -1
+        for batch in _batches(fleet, ["time_s", state]):
+            for ms, value in zip(
+                timestamps_ms(batch["time_s"], origin_s).tolist(),
+                batch[state].tolist(),
+                strict=True,
+            ):
+                if ms <= last:
+                    continue
+                last = ms
+                out.write(
+                    f'{REPLICAS_BY_STATE.name}{{state="{state}"}} {number(value)} {stamp(ms)}\n'
+                )
+
+
+def write_openmetrics(
+    out: TextIO,
+    run_dir: Path,
+    summary: dict[str, Any],
+    *,
+    origin_s: float = DEFAULT_ORIGIN_S,
+    high_free_share: float = 0.25,
+    kv_bytes_per_token: int | None = None,
+) -> None:
+    """Write the run in ``run_dir`` (already checked, its ``summary`` read) to ``out``
+    as the module docstring says."""
+    labels = _Labels(pool_of(summary))
+    timeseries = run_dir / "timeseries.parquet"
+    for family in REPLICA_METRICS:
+        _replica_family(out, family, timeseries, origin_s, labels)
+    if kv_bytes_per_token is not None:
+        for family in BYTE_METRICS:
+            scaled = Family(**{**family.__dict__, "scale": kv_bytes_per_token})
+            _replica_family(out, scaled, timeseries, origin_s, labels)
+    failures = high_free_failures(run_dir / "events.parquet", high_free_share)
+    _replica_family(out, FAILURES, timeseries, origin_s, labels, _failure_counts(failures))
+    fleet = run_dir / "fleet.parquet"
+    if fleet.exists():
+        _fleet_family(out, fleet, origin_s)
+    out.write("# EOF\n")

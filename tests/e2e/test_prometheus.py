@@ -1,0 +1,285 @@
+"""A fleet run in the real Prometheus tools (the Debian package ``prometheus``, which
+``make test`` installs; skipped, saying why, where ``promtool`` is absent):
+``fragsim export openmetrics`` is backfilled by ``promtool tsdb create-blocks-from
+openmetrics`` with every sample kept; ``fragsim alerts export``'s rules, over fragsim's
+metric names and vLLM's, pass ``promtool check rules``; the promtool tests generated from
+a run (``--tests``) pass, and fail on a changed rule; and the real server, holding the
+backfilled run and the rules, evaluates each rule where fragsim's alerts.parquet fired."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from sim.cli import app
+
+PROMTOOL = shutil.which("promtool")
+pytestmark = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (Debian package prometheus; make test)"
+)
+
+runner = CliRunner()
+
+# Two pools, best-fit on a bimodal trace: allocation failures at high free memory, an
+# autoscaler that adds replicas, ~10 minutes simulated in a few seconds.
+FLEET = {
+    "name": "prom-fleet",
+    "mode": "fast",
+    "workload": {
+        "preset": "bimodal",
+        "synth": {"duration_s": 600.0, "arrival": {"kind": "poisson", "rate_per_s": 0.5}},
+    },
+    "hardware": {"model": "llama-2-7b", "gpu": "a100-80gb", "max_seq_tokens": 32768},
+    "allocator": {"kind": "best_fit"},
+    "latency": {"kind": "roofline"},
+    "metrics": {"sample_interval_s": 10.0},
+    "fleet": {
+        "pools": [{"name": "a", "count": 1}, {"name": "b", "count": 1}],
+        "router": {"kind": "least_outstanding"},
+        "autoscaler": {"kind": "naive"},
+        "lifecycle": {"provision": {"mean_s": 100.0}, "load": {"mean_s": 20.0}, "warmup_s": 10.0},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def fleet_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from sim.runner import run
+    from sim.scenario.schema import parse_scenario
+
+    out = tmp_path_factory.mktemp("prom") / "run"
+    run(parse_scenario(FLEET)).write(out)
+    return out
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run(
+        [PROMTOOL, *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.mark.slow
+def test_promtool_backfills_every_exported_sample(fleet_run: Path, tmp_path: Path) -> None:
+    metrics = tmp_path / "run.om"
+    result = runner.invoke(app, ["export", "openmetrics", str(fleet_run), "-o", str(metrics)])
+    assert result.exit_code == 0, result.output
+    lines = metrics.read_text().splitlines()
+    samples = [line for line in lines if not line.startswith("#")]
+    assert 'pool="b"' in metrics.read_text() and 'fragsim_fleet_replicas{state="active"}' in (
+        metrics.read_text()
+    )
+    failures = [
+        line
+        for line in samples
+        if line.startswith("fragsim_allocation_failures_at_high_free_memory_total")
+    ]
+    assert max(float(line.split(" ")[1]) for line in failures) > 0
+    done = _promtool(
+        "tsdb", "create-blocks-from", "openmetrics", str(metrics), str(tmp_path / "db")
+    )
+    assert done.returncode == 0, done.stderr
+    # the block table: ULID, min, max, duration, samples, chunks, series, size
+    rows = [row.split() for row in done.stdout.splitlines() if row[:1].isdigit()]
+    assert rows and sum(int(row[-4]) for row in rows) == len(samples)
+
+
+@pytest.mark.parametrize(
+    ("metrics", "label"), [("fragsim", "replica"), ("vllm", "pod"), ("vllm", "instance")]
+)
+def test_exported_rules_pass_promtool_check_rules(tmp_path: Path, metrics: str, label: str) -> None:
+    rules = tmp_path / "rules.yaml"
+    args = ["--metrics", metrics, "--instance-label", label, "--runbook-url", "https://x/{alert}"]
+    result = runner.invoke(app, ["alerts", "export", "-o", str(rules), *args])
+    assert result.exit_code == 0, result.output
+    checked = _promtool("check", "rules", str(rules))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 4 rules found" in checked.stdout
+    text = rules.read_text()
+    assert f"sum by ({label})" in text and "https://x/severe_fragmentation" in text
+    assert ("vllm:num_preemptions_total" in text) == (metrics == "vllm")
+    assert " offset " not in text and "for: 0s" not in text and "for: 5m" in text
+
+
+@pytest.mark.slow
+def test_generated_promtool_tests_pass_and_fail_on_a_changed_rule(
+    fleet_run: Path, tmp_path: Path
+) -> None:
+    rules, tests = tmp_path / "rules.yaml", tmp_path / "tests" / "rules_test.yaml"
+    tests.parent.mkdir()
+    args = ["-o", str(rules), "--tests", str(tests), "--run", str(fleet_run), "--for", "30"]
+    result = runner.invoke(app, ["alerts", "export", *args])
+    assert result.exit_code == 0, result.output
+    text = tests.read_text()
+    assert "- ../rules.yaml" in text
+    assert "name: fragmentation_driven_allocation_failure on replica" in text
+    done = _promtool("test", "rules", str(tests))
+    assert done.returncode == 0, done.stdout + done.stderr
+    # the same tests over a rule that asks for more failures than happened: they fail
+    changed = rules.read_text().replace("[5m])) > 0", "[5m])) > 1000")
+    assert changed != rules.read_text()
+    rules.write_text(changed)
+    assert _promtool("test", "rules", str(tests)).returncode != 0
+
+
+def test_tests_need_a_run_and_fragsims_names(tmp_path: Path) -> None:
+    for args in (["--tests", "t.yaml"], ["--run", "r", "--tests", "t.yaml", "--metrics", "vllm"]):
+        result = runner.invoke(app, ["alerts", "export", "-o", str(tmp_path / "r.yaml"), *args])
+        assert result.exit_code == 2 and result.stderr.startswith("error: "), result.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_gauge_rules_get_tests_that_promtool_passes(tmp_path: Path) -> None:
+    import pandas as pd
+    import yaml
+
+    from sim.fleet.prometheus import RuleOptions, alert_rules, rules_yaml
+    from sim.fleet.prometheus_tests import rule_tests, tests_file
+    from sim.results.seed_alerts import AlertThresholds
+
+    # one replica sampled every 30 s: the ratio falls to 0.45 from 600 s to 1200 s
+    times = [30.0 * k for k in range(60)]
+    ratio = [0.45 if 600 <= t < 1200 else 0.9 for t in times]
+    ts = pd.DataFrame(
+        {
+            "time_s": times,
+            "replica": 0,
+            "trigger": "periodic",
+            "up": True,
+            "uptime_s": times,
+            "largest_contiguous_free_block_ratio": ratio,
+        }
+    )
+    events = pd.DataFrame({"time_s": [], "replica": [], "kind": [], "free_share": []})
+    options = RuleOptions(for_s=120.0, instance_label="pod")
+    rules = alert_rules(AlertThresholds(), 30.0, 3600.0, options)
+    found, untested = rule_tests(rules, ts, events, {}, AlertThresholds(), 30.0, 3600.0, options)
+    assert sorted(untested) == sorted(
+        ["fragmentation_driven_allocation_failure", "node_uptime_vs_fragmentation_correlation"]
+    )
+    (tests_path := tmp_path / "t.yaml").write_text(tests_file("r.yaml", found, untested, 30.0))
+    (tmp_path / "r.yaml").write_text(rules_yaml(rules, options))
+    done = _promtool("test", "rules", str(tests_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    severe = yaml.safe_load(tests_path.read_text())["tests"][0]
+    # the episode starts at scrape 20 (600 s), the test two scrapes earlier; for: 2m is
+    # 4 scrapes: pending at 2m30s, firing at 3m
+    assert [c["eval_time"] for c in severe["alert_rule_test"]] == ["2m30s", "3m"]
+    assert severe["alert_rule_test"][0]["exp_alerts"] == []
+    (fired,) = severe["alert_rule_test"][1]["exp_alerts"]
+    assert fired["exp_labels"] == {"pod": "0", "pool": "default", "severity": "critical"}
+    assert (
+        "Replica 0: largest_contiguous_free_block_ratio is 0.45 (< 0.5)"
+        in (fired["exp_annotations"]["description"])
+    )
+
+
+PROMETHEUS = shutil.which("prometheus")
+ORIGIN_S = 1_704_067_200  # export openmetrics' default origin
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> Any:
+    """The JSON the server answers at ``url`` (on 127.0.0.1)."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+def _starts(instants: list[float]) -> list[float]:
+    """The first instant of each run of consecutive 30 s scrapes."""
+    return [t for i, t in enumerate(instants) if i == 0 or t - instants[i - 1] > 30.0 + 1e-6]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package)")
+def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
+    fleet_run: Path, tmp_path: Path
+) -> None:
+    """Backfill the run, start the server on 127.0.0.1 with the exported rules, and
+    evaluate each rule's expression over the run through the HTTP API (a server
+    evaluates rules only on its live clock): each alert starts on the same replicas in
+    the same scrape windows as in alerts.parquet, within one evaluation interval."""
+    import time
+    import urllib.parse
+
+    import pandas as pd
+    import yaml
+
+    metrics, rules, data = tmp_path / "run.om", tmp_path / "rules.yaml", tmp_path / "data"
+    assert (
+        runner.invoke(app, ["export", "openmetrics", str(fleet_run), "-o", str(metrics)]).exit_code
+        == 0
+    )
+    args = ["-o", str(rules), "--for", "30", "--failure-window", "60"]
+    assert runner.invoke(app, ["alerts", "export", *args]).exit_code == 0
+    assert (
+        _promtool("tsdb", "create-blocks-from", "openmetrics", str(metrics), str(data)).returncode
+        == 0
+    )
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        yaml.safe_dump({"global": {"evaluation_interval": "30s"}, "rule_files": [str(rules)]})
+    )
+    port = _free_port()
+    assert PROMETHEUS is not None
+    server = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=100y",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                _get(base + "/api/v1/status/buildinfo")
+                break
+            except OSError:
+                time.sleep(0.1)
+        loaded = _get(base + "/api/v1/rules")["data"]
+        exprs = {r["name"]: r["query"] for g in loaded["groups"] for r in g["rules"]}
+        assert len(exprs) == 4
+        alerts = pd.read_parquet(fleet_run / "alerts.parquet")
+        span_s = float(pd.read_parquet(fleet_run / "timeseries.parquet")["time_s"].max())
+        checked = 0
+        for name, expr in exprs.items():
+            query = urllib.parse.urlencode(
+                {"query": expr, "start": ORIGIN_S, "end": ORIGIN_S + span_s, "step": "30"}
+            )
+            found = _get(f"{base}/api/v1/query_range?{query}")["data"]["result"]
+            ours = alerts[(alerts["alert"] == name) & (alerts["state"] == "firing")]
+            theirs: dict[int, list[float]] = {
+                int(s["metric"]["replica"]): _starts([float(t) - ORIGIN_S for t, _ in s["values"]])
+                for s in found
+            }
+            mine = {int(r): list(g["time_s"]) for r, g in ours.groupby("replica")}
+            assert set(theirs) == set(mine), name
+            for replica, starts in mine.items():
+                assert len(starts) == len(theirs[replica]), (name, replica, starts, theirs[replica])
+                for a, b in zip(starts, theirs[replica], strict=True):
+                    assert abs(a - b) <= 30.0, (name, replica, starts, theirs[replica])
+                checked += len(starts)
+        assert checked > 0
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
