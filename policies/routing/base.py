@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
+from mypy_extensions import mypyc_attr
+
 
 @dataclass(frozen=True, slots=True)
 class RouteRequest:
@@ -67,8 +69,11 @@ class RouterView(Protocol):
     def kv_usage(self) -> float: ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Router:
-    """A routing policy. Subclasses implement :meth:`choose` (see the module docstring)."""
+    """A routing policy. Subclasses implement :meth:`choose` (see the module docstring).
+    Compiled with the engine (the routers of ``load`` and ``simple`` too); a router
+    defined elsewhere subclasses it as usual."""
 
     name: ClassVar[str] = "custom"
     """What a run's summary calls this router when it replaces the scenario's (a router
