@@ -198,11 +198,13 @@ def _with_routes(req: pd.DataFrame, ids: np.ndarray, fleet: Fleet) -> pd.DataFra
     added to ``req`` itself (returned)."""
     order = np.argsort(ids, kind="stable")
     first = fleet.first_replica[order]
+    # "routed" or "refused" by the first placement, then the few placed otherwise (by
+    # id: the sorted ids' positions), with no Python object per request.
+    route = np.where(first >= 0, "routed", "refused").astype(object)
     kinds = fleet.route_kind
-    route = [
-        kinds.get(int(i), "routed" if f >= 0 else "refused")
-        for i, f in zip(ids[order].tolist(), first.tolist(), strict=True)
-    ]
+    if kinds:
+        keys = np.fromiter(kinds.keys(), dtype=np.int64, count=len(kinds))
+        route[np.searchsorted(ids[order], keys)] = list(kinds.values())
     # ``req`` is the recorder's fresh frame, owned here: the columns go in place (a
     # copy would hold a second requests table at the run's memory peak).
     req["first_replica"] = first
