@@ -200,7 +200,7 @@ def _with_routes(req: pd.DataFrame, ids: np.ndarray, fleet: Fleet) -> pd.DataFra
     first = fleet.first_replica[order]
     # "routed" or "refused" by the first placement, then the few placed otherwise (by
     # id: the sorted ids' positions), with no Python object per request.
-    route = np.where(first >= 0, "routed", "refused").astype(object)
+    route = np.array(["refused", "routed"], dtype=object)[(first >= 0).astype(np.intp)]
     kinds = fleet.route_kind
     if kinds:
         keys = np.fromiter(kinds.keys(), dtype=np.int64, count=len(kinds))
