@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from support.allocators import assert_covers_registry, build_allocator, config_id, registry_configs
 from support.scheduler import SchedulerDriver
 
-from sim.engine.batch import Group, SchedulerConfig
+from sim.engine.batch import ClientRetry, Group, SchedulerConfig
 
 POLICIES = registry_configs(
     {"kind": "paged", "block_size_tokens": 4},
@@ -90,7 +90,7 @@ def test_ticks_change_nothing(
         max_num_batched_tokens=512,
         chunked_prefill=chunked,
         preemption=preemption,  # type: ignore[arg-type]
-        retry_attempts=1,
+        retry=ClientRetry(1),
         max_seq_tokens=4096,
         swap_s_per_token=1e-6,
         copy_s_per_token=1e-7,
@@ -122,7 +122,7 @@ def test_ticks_change_nothing_on_long_tight_runs(policy: dict[str, Any], preempt
         max_num_seqs=32,
         max_num_batched_tokens=1024,
         preemption=preemption,  # type: ignore[arg-type]
-        retry_attempts=2,
+        retry=ClientRetry(2),
         max_seq_tokens=4096,
         swap_s_per_token=1e-6,
         copy_s_per_token=1e-7,

@@ -202,15 +202,23 @@ def test_a_decode_run_counts_out_of_range_like_stepping(decode: int, kv: int, n:
     assert (run.steps, run.first) == (stepped.steps, stepped.first)
 
 
+def _state(model: object) -> dict[str, object]:
+    """A model's attributes (a compiled class has slots, not ``__dict__``)."""
+    if hasattr(model, "__dict__"):
+        return dict(vars(model))
+    names = [n for n in dir(model) if not n.startswith("__")]
+    return {n: v for n in names if not callable(v := getattr(model, n))}
+
+
 def test_only_a_model_with_a_validity_range_is_counted_and_no_model_keeps_state() -> None:
     """A model is pure: evaluating it changes nothing on it (one model serves every
     replica of a pool and every run); only a calibrated one has a range to count."""
     for model in [*_models(), _Foreign(RooflineLatency(LLAMA7, A100))]:
-        before = dict(vars(model))
+        before = _state(model)
         model.step_time_s(9000, 300, 10**9)
         model.decode_run_s(300, 10**9, 50)
         model.steps_within_s(300, 10**9, 1.0, 50)
-        assert vars(model) == before
+        assert _state(model) == before
         counts = isinstance(model, CalibratedLatency)
         assert (OutOfRange.for_model(model) is not None) is counts
 
