@@ -9,7 +9,6 @@ the one run that must be killed.
 from __future__ import annotations
 
 import copy
-import json
 import shutil
 import signal
 import subprocess
@@ -22,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from support.hostile import refused, strict_json
 from typer.testing import CliRunner, Result
 
 from sim.cli import app
@@ -58,26 +58,12 @@ def with_fleet(**fields: Any) -> dict[str, Any]:
     return data
 
 
-def refused(result: Result, starts: str, *, code: int = 2) -> str:
-    """The one ``error:`` line of a refusal (asserting there is exactly one, and no
-    traceback)."""
-    assert result.exit_code == code, (result.output, result.exception)
-    assert result.exception is None or isinstance(result.exception, SystemExit)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, lines
-    assert lines[0].startswith(f"error: {starts}"), lines[0]
-    return lines[0]
-
-
 def no_temporaries(folder: Path) -> None:
     assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]
 
 
-def strict_json(path: Path) -> dict[str, Any]:
-    def refuse(text: str) -> None:
-        raise AssertionError(f"{path}: {text} is not JSON")
-
-    data: dict[str, Any] = json.loads(path.read_text(), parse_constant=refuse)
+def strict_json_file(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = strict_json(path.read_text(), path)
     return data
 
 
@@ -124,7 +110,7 @@ def test_every_summary_of_a_degenerate_run_is_strict_json(
     out = tmp_path / "out"
     result = invoke("run", write(tmp_path, data), "-o", out, "-q", "--no-report")
     assert result.exit_code == 0, (result.output, result.exception)
-    summary = strict_json(out / "summary.json")
+    summary = strict_json_file(out / "summary.json")
     if case == "nothing arrives":
         assert summary["latency_s"]["ttft"]["p99"] is None
         if fleet:

@@ -16,13 +16,13 @@ within a time bound: no value makes the run's cost grow without bound.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import time
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.hostile import error_lines, put, strict_json
 
 from sim.results.io import summary_json
 from sim.runner import run
@@ -80,15 +80,6 @@ FIELDS: list[tuple[str, ...]] = [
 TIME_BOUND_S = 30.0
 
 
-def put(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    node: Any = data
-    for key in path[:-1]:
-        if not isinstance(node.get(key), dict):
-            node[key] = {}
-        node = node[key]
-    node[path[-1]] = value
-
-
 @st.composite
 def fleets(draw: st.DrawFn) -> dict[str, Any]:
     data = copy.deepcopy(BASE)
@@ -98,10 +89,6 @@ def fleets(draw: st.DrawFn) -> dict[str, Any]:
     for _ in range(draw(st.integers(1, 3))):
         put(data, draw(st.sampled_from(FIELDS)), draw(st.sampled_from(HOSTILE)))
     return data
-
-
-def _refuse(text: str) -> None:
-    raise AssertionError(f"{text} in a summary")
 
 
 @given(data=fleets())
@@ -115,9 +102,8 @@ def test_hostile_fleet_timing(data: dict[str, Any]) -> None:
     try:
         result = run(parse_scenario(data))
     except ScenarioError as e:
-        lines = str(e).splitlines()
-        assert lines and all(line.startswith(("field ", "<scenario>: field ")) for line in lines)
+        error_lines(str(e).splitlines(), ("field ", "<scenario>: field "))
     else:
-        json.loads(summary_json(result.summary), parse_constant=_refuse)
+        strict_json(summary_json(result.summary), "the summary")
         assert result.summary["requests"]["total"] == len(result.requests)
     assert time.perf_counter() - start < TIME_BOUND_S, data
