@@ -39,7 +39,7 @@ from plotly.offline import get_plotlyjs
 
 from reports.common import base_layout, esc
 from reports.html import STYLE, figure_html, write_html
-from sim.sweep.labels import metric_label, param_label
+from sim.sweep.labels import mean_cell, mean_ci_cell, metric_label, param_label
 
 TABLE_METRICS: tuple[str, ...] = (
     "failure_rate",
@@ -72,20 +72,6 @@ def varied(summary: pd.DataFrame, params: Sequence[str]) -> list[str]:
     return [p for p in params if summary[p].astype(str).nunique() > 1]
 
 
-def number(value: float) -> str:
-    """A mean for a cell: about three significant digits, thousands separated."""
-    if math.isnan(value):
-        return "—"
-    size = abs(value)
-    if size >= 100:
-        return f"{value:,.0f}"
-    if size >= 10:
-        return f"{value:.1f}"
-    if size >= 1 or size == 0:
-        return f"{value:.2f}"
-    return f"{value:.3g}"
-
-
 def cells(summary: pd.DataFrame, metric: str) -> list[str]:
     """``mean ± half-interval`` of ``metric`` per row (the mean alone without an
     interval): ``metric`` is a base name, its columns ``METRIC_mean`` and
@@ -103,9 +89,7 @@ def cells(summary: pd.DataFrame, metric: str) -> list[str]:
         else nan
     )
     return [
-        number(m)
-        if math.isnan(lo) or math.isnan(hi) or math.isnan(m)
-        else f"{number(m)} ± {number((hi - lo) / 2)}"
+        mean_ci_cell(m, lo, hi)
         for m, lo, hi in zip(mean.tolist(), low.tolist(), high.tolist(), strict=True)
     ]
 
@@ -221,7 +205,8 @@ def _grid(
             given.setdefault((i, j), t)
     z = np.where(count > 0, total / np.maximum(count, 1), np.nan)
     text = [
-        [given.get((i, j), number(float(z[i, j]))) for j in range(len(xs))] for i in range(len(ys))
+        [given.get((i, j), mean_cell(float(z[i, j]))) for j in range(len(xs))]
+        for i in range(len(ys))
     ]
     return xs, ys, z, text
 

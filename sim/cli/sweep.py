@@ -12,7 +12,6 @@ path (also with ``--quiet``)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -154,6 +153,8 @@ def print_summary(summary: pd.DataFrame, params: list[str], fmt: str) -> None:
     if fmt in ("csv", "json"):
         print_table(None, list(summary.columns), summary.to_numpy().tolist(), fmt)
         return
+    from sim.sweep.labels import mean_ci_cell
+
     varied = [p for p in params if summary[p].nunique(dropna=False) > 1] or params
     keys = variant_columns(varied)
     shown = [(m, label) for m, label in SHOWN_METRICS if summary[f"{m}_mean"].notna().any()]
@@ -163,7 +164,7 @@ def print_summary(summary: pd.DataFrame, params: list[str], fmt: str) -> None:
         cells: list[object] = [*variant, Cell(int(row["replications"]), _runs(row))]
         for m, _ in shown:
             mean, low, high = (float(row[f"{m}_{s}"]) for s in ("mean", "ci95_low", "ci95_high"))
-            cells.append(Cell(mean, plus_minus(mean, low, high)))
+            cells.append(Cell(mean, mean_ci_cell(mean, low, high)))
         rows.append(cells)
     columns = [*keys, "runs", *(label for _, label in shown)]
     title = "sweep summary (mean ± 95 % CI half-width)"
@@ -187,29 +188,6 @@ def param_cell(value: Any) -> Any:
 def _runs(row: Any) -> str:
     failed = int(row["failed_runs"])
     return f"{int(row['replications'])}" + (f" ({failed} failed)" if failed else "")
-
-
-def plus_minus(mean: float, low: float, high: float) -> str:
-    """``12.3 ± 0.4``: a mean and the half-width of its interval (the mean alone
-    without an interval; a dash without a mean)."""
-    if math.isnan(mean):
-        return "—"
-    half = (high - low) / 2
-    if math.isnan(half):
-        return _number(mean)
-    return f"{_number(mean)} ± {_number(half)}"
-
-
-def _number(v: float) -> str:
-    """Three or four significant digits, thousands separated."""
-    a = abs(v)
-    if a >= 1000:
-        return f"{v:,.0f}"
-    if a >= 10:
-        return f"{v:.1f}"
-    if a >= 1 or a == 0:
-        return f"{v:.2f}"
-    return f"{v:.3g}"
 
 
 def write_report(summary: pd.DataFrame, params: list[str], out: Path, title: str) -> bool:

@@ -7,9 +7,14 @@ name (the one before a trailing ``kind``), prefixed by the section that holds it
 (``arrival``, ``restart``...; list indices and the ``synth`` / ``fleet`` levels skipped),
 underscores as spaces, and the unit its suffix names in parentheses
 (``fleet.restart.every_s`` -> ``restart every (s)``).
+
+A mean over replications is written by :func:`mean_ci_cell` (``12.3 ± 0.4``) in the
+terminal's sweep summary and in the sweep report alike.
 """
 
 from __future__ import annotations
+
+import math
 
 METRIC_LABELS: dict[str, str] = {
     "requests": "requests",
@@ -88,3 +93,27 @@ def _with_unit(name: str) -> str:
         if name.endswith(suffix) and len(name) > len(suffix):
             return f"{name.removesuffix(suffix).replace('_', ' ')} ({unit})"
     return name.replace("_", " ")
+
+
+def mean_cell(value: float) -> str:
+    """A mean for a table cell: about three significant digits, thousands separated
+    (``1,234``, ``123``, ``12.3``, ``1.23``, ``0.0123``); a dash for NaN."""
+    if math.isnan(value):
+        return "—"
+    size = abs(value)
+    if size >= 100:
+        return f"{value:,.0f}"
+    if size >= 10:
+        return f"{value:.1f}"
+    if size >= 1 or size == 0:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def mean_ci_cell(mean: float, low: float, high: float) -> str:
+    """``12.3 ± 0.4``: a mean and the half-width of its interval ``low..high`` (the mean
+    alone where either bound is NaN; a dash where the mean is)."""
+    half = (high - low) / 2
+    if math.isnan(mean) or math.isnan(half):
+        return mean_cell(mean)
+    return f"{mean_cell(mean)} ± {mean_cell(half)}"

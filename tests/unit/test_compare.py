@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from sim.fleet.compare import DELTA_METRICS, compare_frame, delta_text, usd, with_deltas
-from sim.sweep.labels import metric_label, param_label
+from sim.sweep.labels import mean_ci_cell, metric_label, param_label
 
 
 def summary(
@@ -140,3 +140,12 @@ def test_labels_carry_units() -> None:
     assert param_label("fleet.pools.1.usd_per_gpu_hour") == "pools usd per gpu hour"
     assert metric_label("cost_usd_mean") == "cost ($)"
     assert metric_label("queue_wait_s") == "queue wait (s)"
+
+
+def test_a_mean_cell_has_its_half_interval_when_it_has_one() -> None:
+    """The one formatter of the terminal's sweep summary and the sweep report."""
+    nan = math.nan
+    assert mean_ci_cell(104.0, 93.6, 114.4) == "104 ± 10.4"
+    assert mean_ci_cell(1234.5, 1234.5, 1234.5) == "1,234 ± 0.00"
+    assert mean_ci_cell(0.01234, nan, nan) == "0.0123"
+    assert mean_ci_cell(nan, 1.0, 2.0) == "—"
