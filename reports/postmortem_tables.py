@@ -36,6 +36,18 @@ def html_table(
     return f'<table class="{cls}">{head}{body}</table>'
 
 
+def capped_table(
+    header: list[str], body: list[list[str]], total: int, rest: str, left: tuple[int, ...] = ()
+) -> str:
+    """:func:`html_table` of the first :data:`MAX_ROWS` rows of ``body`` (escaped cells;
+    ``total`` rows in all, ``body`` may hold only the first ones) and, where rows are left
+    out, a line saying how many and where they are (``N more {rest}``)."""
+    shown = body[:MAX_ROWS]
+    more = total - len(shown)
+    note = f"<p>{more:,} more {rest}</p>" if more else ""
+    return html_table(header, shown, left=left) + note
+
+
 def _score(value: Any) -> str:
     return (
         "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
@@ -106,8 +118,6 @@ def node_table(pm: Postmortem) -> str:
         [esc(name), esc(pool), esc(up), esc(fid), *(f"{c:,}" for c in counts)]
         for _, name, pool, up, fid, counts in rows[:MAX_ROWS]
     ]
-    more = len(rows) - len(body)
-    note = f"<p>{more:,} more nodes (none with more failures) in replicas.csv</p>" if more else ""
     header = [
         "node (log)",
         "pool",
@@ -117,7 +127,7 @@ def node_table(pm: Postmortem) -> str:
         "replayed",
         "reproduced",
     ]
-    return html_table(header, body) + note
+    return capped_table(header, body, len(rows), "nodes (none with more failures) in replicas.csv")
 
 
 # -- counterfactuals --------------------------------------------------------------------------
@@ -221,8 +231,6 @@ def unmatched_table(pm: Postmortem) -> str:
         ]
         for r in m.head(MAX_ROWS).itertuples(index=False)
     ]
-    more = len(m) - len(body)
-    note = f"<p>{more:,} more rows in match.csv</p>" if more else ""
     header = [
         "request",
         "node",
@@ -233,4 +241,4 @@ def unmatched_table(pm: Postmortem) -> str:
         "replayed at (s)",
         "why not matched",
     ]
-    return html_table(header, body, left=(len(header) - 1,)) + note
+    return capped_table(header, body, len(m), "rows in match.csv", left=(len(header) - 1,))

@@ -113,3 +113,13 @@ def test_a_folder_that_is_not_a_postmortem(tmp_path: Path) -> None:
     (folder / "match.csv").write_text("request_id,replica\n1,a\n")
     with pytest.raises(ReportError, match=r"match\.csv: no recorded_time_s"):
         rp.read_postmortem(folder)
+
+
+def test_a_capped_table_says_how_many_rows_it_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reports import postmortem_tables as tables
+
+    monkeypatch.setattr(tables, "MAX_ROWS", 2)
+    body = [[str(i)] for i in range(5)]
+    html = tables.capped_table(["n"], body, 5, "rows in match.csv")
+    assert html.count("<td>") == 2 and html.endswith("<p>3 more rows in match.csv</p>")
+    assert "more" not in tables.capped_table(["n"], body[:2], 2, "rows in match.csv")
