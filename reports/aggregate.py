@@ -12,6 +12,7 @@ plotly (tested on their own). Each returns a bounded table whatever the run's si
 * :func:`uptime_trend` -- Spearman rho of (uptime, fragmentation ``1 - ratio``) and a
   least-squares line of the ratio on uptime, over all samples.
 * :func:`window_counts` -- events counted per time window of a readable width.
+* :func:`window_index` -- the window a time falls in (every binning here goes through it).
 
 Samples: the periodic samples of replicas that are up (failure-time samples would weight
 the instants of failures; a replica that is down has no pool).
@@ -62,6 +63,15 @@ def quantile_window_s(samples: pd.DataFrame, max_windows: int = MAX_WINDOWS) -> 
     return window_width_s(max(span, 1e-9), per_window)
 
 
+def window_index(times_s: np.ndarray, width_s: float, windows: int | None = None) -> np.ndarray:
+    """The window of ``width_s`` (from t = 0) each time falls in, ``floor(t / width_s)``
+    as int64; with ``windows`` clipped to ``0 .. windows - 1`` (the windows covering the
+    run: a time on its end falls in the last one). A window's middle is
+    ``(index + 0.5) * width_s``."""
+    index = (np.asarray(times_s, dtype=float) // width_s).astype(np.int64)
+    return index if windows is None else np.clip(index, 0, windows - 1)
+
+
 def fleet_quantiles(
     samples: pd.DataFrame, columns: tuple[str, ...], width_s: float
 ) -> pd.DataFrame:
@@ -73,7 +83,7 @@ def fleet_quantiles(
     out_columns += [f"{c}_{q}" for c in columns for q, _ in QUANTILES]
     if samples.empty:
         return pd.DataFrame(columns=out_columns, dtype=float)
-    key = (as_float(samples["time_s"]) // width_s).astype(np.int64)
+    key = window_index(as_float(samples["time_s"]), width_s)
     frame = pd.DataFrame({"key": key, "replica": samples["replica"].to_numpy()})
     for c in columns:
         frame[c] = as_float(samples[c])
@@ -218,6 +228,5 @@ def window_counts(times_s: dict[str, np.ndarray], end_s: float, max_windows: int
     starts = np.arange(n) * width
     counts = {}
     for name, times in times_s.items():
-        which = np.clip((np.asarray(times, dtype=float) // width).astype(np.int64), 0, n - 1)
-        counts[name] = np.bincount(which, minlength=n)
+        counts[name] = np.bincount(window_index(times, width, n), minlength=n)
     return Windows(width, starts, counts)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from reports.aggregate import Windows, allocation_failures, window_counts
+from reports.aggregate import Windows, allocation_failures, window_counts, window_index
 from reports.common import (
     CAPACITY_COLOUR,
     DEFAULT_OPTIONS,
@@ -133,9 +133,9 @@ def alert_windows(
     starts = {str(n): as_float(g["start_s"]) for n, g in spans.groupby("alert", sort=True)}
     windows = window_counts(starts, end_s, max_windows)
     n, width = len(windows.starts_s), windows.width_s
-    first = np.clip((as_float(spans["start_s"]) // width).astype(np.int64), 0, n - 1)
+    first = window_index(as_float(spans["start_s"]), width, n)
     ends = np.maximum(as_float(spans["end_s"]) - 1e-9, 0.0)
-    last = np.clip((ends // width).astype(np.int64), first, n - 1)
+    last = np.maximum(window_index(ends, width, n), first)
     lengths = last - first + 1
     offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     covered = pd.DataFrame(

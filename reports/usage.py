@@ -16,7 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from reports.aggregate import RATIO, quantile_window_s, up_samples
+from reports.aggregate import RATIO, quantile_window_s, up_samples, window_index
 from reports.common import (
     DEFAULT_OPTIONS,
     ReportOptions,
@@ -60,7 +60,7 @@ def waste_shares(
     weights = as_float(samples["capacity_tokens"])
     weighted = parts[columns].mul(weights, axis=0)
     weighted["capacity"] = weights
-    key = (as_float(samples["time_s"]) // width_s).astype(np.int64)
+    key = window_index(as_float(samples["time_s"]), width_s)
     sums = weighted.groupby(key, sort=True).sum()
     shares = sums[columns].div(sums["capacity"].replace(0, np.nan), axis=0)
     means = parts[columns].mean().to_numpy(dtype=float)

@@ -15,6 +15,7 @@ from reports.aggregate import (
     uptime_bins,
     uptime_trend,
     window_counts,
+    window_index,
     worst_replicas,
 )
 from reports.downsample import window_label, window_width_s
@@ -168,3 +169,9 @@ def test_the_fourth_waste_share_splits_into_its_two_parts() -> None:
     assert np.allclose(shares[:, 3] + shares[:, 4], 0.6)  # the DESIGN share, unchanged
     assert np.allclose(shares[:, 4], 0.6 * 0.75)  # in the largest extent: ratio-weighted
     assert means[3] + means[4] == pytest.approx(0.6)
+
+
+def test_a_time_falls_in_the_window_that_holds_it() -> None:
+    times = np.array([-1.0, 0.0, 9.99, 10.0, 30.0])
+    assert window_index(times, 10.0).tolist() == [-1, 0, 0, 1, 3]
+    assert window_index(times, 10.0, 3).tolist() == [0, 0, 0, 1, 2]  # the run's end: the last
