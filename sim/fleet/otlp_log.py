@@ -22,18 +22,10 @@ timed-out; anything else: failed); else it is ok. The replay asks each request f
 ``gen_ai.usage.completion_tokens`` output tokens (for a span that failed, what it
 reported: the log cannot tell what the client asked for).
 
-Nodes, without a nodes file. The node of a span is its resource's ``k8s.pod.name``, else
-``host.name``, else ``service.instance.id``. Restart rule: a node whose spans come from
-several instances (``service.instance.id``) was restarted once per change; the instances
-are ordered by first span start, and the restart is at the start of the last span of
-the instance before: the last request it took (a restarting node drains: it takes no new
-request and finishes those it holds, so the old instance's spans may end after the
-restart). ``detail`` names both instances. An instance with a span starting after its successor's first span is an
-error (two instances at once are two nodes, not a restart). Every node is in the initial
-fleet with zero uptime, pool ``default``: spans cannot tell when a node came up (its
-load and warm-up precede its first request), how long it had been up, nor a scale-down
-from an idle node. A nodes file gives those; with one, the node events are the file's
-(the spans' restarts are not added) and every span's node must be in it.
+Nodes. :mod:`sim.fleet.otlp_nodes` infers each node's start, stop and restarts from
+its spans (the node: ``k8s.pod.name``, else ``host.name``, else ``service.instance.id``;
+the instance: ``service.instance.id``) and merges them with the nodes file where one is
+given (the file wins; a conflict is an error naming its line and field).
 
 Errors are one :class:`~sim.fleet.postmortem_log.LogError` line naming the file, line and
 attribute (or JSON field), what was expected and what was found.
@@ -48,18 +40,19 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
+from sim.fleet.otlp_nodes import NodesFile, Span, span_fleet
 from sim.fleet.postmortem_log import (
     NODES,
+    Fleet,
     LogError,
     PostmortemLog,
-    _Fleet,
-    _fleet,
-    _node_times,
-    _read,
-    _requests,
+    index_requests,
+    node_events,
+    node_pools,
+    node_times,
+    read_table,
 )
 from traces.errors import TraceError
 from traces.validate import ReadContext
@@ -132,19 +125,6 @@ def _span_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in SPAN_SUFFIXES)
 
 
-@dataclass(frozen=True)
-class _Span:
-    where: tuple[Path, int]
-    start_ns: int
-    end_ns: int
-    request: str
-    prompt_tokens: int
-    output_tokens: int
-    status: str
-    node: str
-    instance: str
-
-
 def load_otlp_log(path: str | Path) -> PostmortemLog:
     """Read, check and index an OTLP JSON log (module docstring)."""
     path = Path(path)
@@ -166,15 +146,14 @@ def load_otlp_log(path: str | Path) -> PostmortemLog:
     try:
         if len(nodes) > 1:
             raise LogError(folder, "both nodes.csv and nodes.parquet", expected="at most one")
+        nodes_file = None
         if nodes:
-            node_ctx, table = _read(nodes[0], NODES, "time_s")
-            time_s = _node_times(node_ctx, table, origin_ns)
-            fleet = _fleet(node_ctx, table, time_s)
-            _check_nodes(spans, fleet.names, nodes[0].name)
-            source = nodes[0].name
-        else:
-            fleet, source = _span_fleet(spans, origin_ns), "the spans"
-        return _log(path, spans, origin_ns, fleet, source)
+            node_ctx, table = read_table(nodes[0], NODES, "time_s")
+            time_s = node_times(node_ctx, table, origin_ns)
+            events = node_events(node_ctx, table, time_s)
+            nodes_file = NodesFile(nodes[0].name, events, node_pools(node_ctx, table))
+        fleet = span_fleet(spans, origin_ns, nodes_file)
+        return _log(path, spans, origin_ns, fleet)
     except LogError:
         raise
     except TraceError as exc:
@@ -190,7 +169,7 @@ def load_otlp_log(path: str | Path) -> PostmortemLog:
         ) from None
 
 
-def _read_spans(path: Path) -> list[_Span]:
+def _read_spans(path: Path) -> list[Span]:
     try:
         from google.protobuf import json_format
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -243,7 +222,7 @@ def _drop_ids(doc: dict[str, Any]) -> None:
                             link.pop("spanId", None)
 
 
-def _spans_of(message: Any, where: tuple[Path, int]) -> list[_Span]:
+def _spans_of(message: Any, where: tuple[Path, int]) -> list[Span]:
     out = []
     for rs in message.resource_spans:
         res = _attributes(rs.resource.attributes, RESOURCE_ATTRIBUTES, where, "resource ")
@@ -255,7 +234,7 @@ def _spans_of(message: Any, where: tuple[Path, int]) -> list[_Span]:
     return out
 
 
-def _span(span: Any, where: tuple[Path, int], node: str, instance: str) -> _Span:
+def _span(span: Any, where: tuple[Path, int], node: str, instance: str) -> Span:
     path, line = where
     start, end = int(span.start_time_unix_nano), int(span.end_time_unix_nano)
     if start <= 0:
@@ -275,7 +254,7 @@ def _span(span: Any, where: tuple[Path, int], node: str, instance: str) -> _Span
     error = attrs.get("error.type")
     failed = span.status.code == STATUS_CODE_ERROR or error is not None
     status = "ok" if not failed else "timed-out" if str(error).lower() in TIMED_OUT else "failed"
-    return _Span(
+    return Span(
         where,
         start,
         end,
@@ -325,67 +304,7 @@ def _attributes(
     return found
 
 
-def _span_fleet(spans: list[_Span], origin_ns: int) -> _Fleet:
-    """Nodes and restarts by the module docstring's rule (the spans are in file order)."""
-    names = list(dict.fromkeys(s.node for s in spans))
-    ids = {n: k for k, n in enumerate(names)}
-    by_instance: dict[tuple[str, str], list[_Span]] = {}
-    for s in spans:
-        by_instance.setdefault((s.node, s.instance), []).append(s)
-    rows: list[tuple[float, int, str]] = []
-    for node in names:
-        runs = sorted(
-            (min(s.start_ns for s in v), inst, v)
-            for (n, inst), v in by_instance.items()
-            if n == node
-        )
-        for (_, old, before), (first_ns, new, _) in itertools.pairwise(runs):
-            late = [s for s in before if s.start_ns > first_ns]
-            if late:
-                path, line = late[0].where
-                raise LogError(
-                    path,
-                    f"instance {old!r} of node {node!r} has a span after its successor "
-                    f"{new!r} started",
-                    line=line,
-                    field="service.instance.id",
-                    expected="one instance of a node at a time (else give nodes distinct "
-                    "k8s.pod.name / host.name)",
-                    got=old,
-                )
-            last_ns = max(s.start_ns for s in before)
-            rows.append(((last_ns - origin_ns) / 1e9, ids[node], f"instance {old} -> {new}"))
-    rows.sort(key=lambda r: r[0])
-    events = pd.DataFrame(
-        {
-            "time_s": np.array([r[0] for r in rows], np.float64),
-            "replica": np.array([r[1] for r in rows], np.int64),
-            "event": np.array(["restart"] * len(rows), dtype=object),
-            "detail": np.array([r[2] for r in rows], dtype=object),
-        }
-    )
-    n = len(names)
-    return _Fleet(names, ["default"] * n, np.zeros(n), np.ones(n, bool), events)
-
-
-def _check_nodes(spans: list[_Span], names: list[str], nodes_file: str) -> None:
-    known = set(names)
-    for s in spans:
-        if s.node not in known:
-            shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-            raise LogError(
-                s.where[0],
-                "a span's node is not in the nodes file",
-                line=s.where[1],
-                field="k8s.pod.name / host.name / service.instance.id",
-                expected=f"a replica of {nodes_file} ({shown})",
-                got=s.node,
-            )
-
-
-def _log(
-    path: Path, spans: list[_Span], origin_ns: int, fleet: _Fleet, source: str
-) -> PostmortemLog:
+def _log(path: Path, spans: list[Span], origin_ns: int, fleet: Fleet) -> PostmortemLog:
     """The requests table the CSV reader would build, then its indexing."""
     order = sorted(range(len(spans)), key=lambda i: (spans[i].request, spans[i].start_ns, i))
     attempt = np.zeros(len(spans), np.int64)
@@ -405,4 +324,4 @@ def _log(
         }
     )
     arrival_s = table.column("arrival_s").to_numpy()
-    return _requests(ReadContext(path, line_base=None), table, arrival_s, fleet, source)
+    return index_requests(ReadContext(path, line_base=None), table, arrival_s, fleet, "the spans")

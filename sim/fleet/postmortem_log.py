@@ -36,13 +36,22 @@ a ``ValueError``) naming the file, the line (CSV: 1-based, the header is line 1)
 traces readers do the reading (:func:`traces.readers.iter_raw`: a CSV pyarrow cannot
 parse is located by :mod:`traces.locate`), and the checks are those of
 :mod:`traces.validate`.
+
+Building blocks, for readers of other formats (:mod:`sim.fleet.otlp_log`):
+:func:`read_table` reads a file of either format, :func:`node_times` its node times,
+:func:`node_events` / :func:`node_pools` its nodes' rows, :func:`fleet_of` checks any
+list of :class:`NodeEvent` (each carrying its own error) into a :class:`Fleet`, and
+:func:`index_requests` turns a requests table on that fleet into the
+:class:`PostmortemLog`.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import pandas as pd
@@ -186,16 +195,24 @@ def load_postmortem_log(log_dir: str | Path) -> PostmortemLog:
     """Read, check and index a LOG_DIR (see the module docstring for the rules)."""
     try:
         req_path, node_path = find_log_files(log_dir)
-        req_ctx, req = _read(req_path, REQUESTS, "arrival_s")
-        node_ctx, nodes = _read(node_path, NODES, "time_s")
+        req_ctx, req = read_table(req_path, REQUESTS, "arrival_s")
+        node_ctx, nodes = read_table(node_path, NODES, "time_s")
         arrival_s, origin_ns = _arrivals(req_ctx, req)
-        time_s = _node_times(node_ctx, nodes, origin_ns)
-        fleet = _fleet(node_ctx, nodes, time_s)
-        return _requests(req_ctx, req, arrival_s, fleet, node_path.name)
+        fleet = read_fleet(node_ctx, nodes, node_times(node_ctx, nodes, origin_ns))
+        return index_requests(req_ctx, req, arrival_s, fleet, node_path.name)
     except LogError:
         raise
     except TraceError as exc:
         raise _log_error(exc, exc.expected) from None
+
+
+def read_fleet(ctx: ReadContext, t: pa.Table, time_s: np.ndarray) -> Fleet:
+    """A nodes table's fleet alone: :func:`node_events`, :func:`node_pools`, then
+    :func:`fleet_of` with the replicas in order of first appearance."""
+    events = node_events(ctx, t, time_s)
+    pools = node_pools(ctx, t)
+    names = list(dict.fromkeys(e.replica for e in events))
+    return fleet_of(events, names, [pools.get(n, DEFAULT_POOL) for n in names])
 
 
 def _log_error(exc: TraceError, expected: str | None) -> LogError:
@@ -211,7 +228,10 @@ def _log_error(exc: TraceError, expected: str | None) -> LogError:
     )
 
 
-def _read(path: Path, fmt: Format, time_col: str) -> tuple[ReadContext, pa.Table]:
+def read_table(path: Path, fmt: Format, time_col: str) -> tuple[ReadContext, pa.Table]:
+    """A whole CSV/Parquet file of ``fmt`` (the requests or nodes format) and the context
+    its errors are located by: columns checked, exactly one of ``time_col`` and
+    ``timestamp``, at least one data row."""
     header = read_header(path)
     if header.container not in fmt.containers:
         raise TraceError(path, f"a {header.container} file", expected="CSV or Parquet")
@@ -250,7 +270,7 @@ def _arrivals(ctx: ReadContext, t: pa.Table) -> tuple[np.ndarray, int | None]:
     return (ns - origin) / 1e9, origin
 
 
-def _node_times(ctx: ReadContext, t: pa.Table, origin_ns: int | None) -> np.ndarray:
+def node_times(ctx: ReadContext, t: pa.Table, origin_ns: int | None) -> np.ndarray:
     """Seconds from the log start per node row (negative: before it), each within
     ``MAX_ARRIVAL_S`` of the log start (an uptime or a span the fleet accepts)."""
     if "time_s" in t.column_names:
@@ -308,12 +328,38 @@ def _where(ctx: ReadContext, i: int) -> str:
 
 
 @dataclass(frozen=True)
-class _Fleet:
+class Fleet:
+    """The log's nodes, by dense replica id, and their events (what
+    :class:`PostmortemLog` carries of them)."""
+
     names: list[str]
     pools: list[str]
     uptime_s: np.ndarray
+    """float64: seconds up at the log start (0 where not ``up_at_start``)."""
     up_at_start: np.ndarray
     events: pd.DataFrame
+    """``time_s``, ``replica`` (dense id), ``event`` (and ``detail`` where any event has
+    one), sorted by time (ties in input order); the initial fleet's starts are not in it."""
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """One node lifecycle event, from wherever it was read (a nodes file's row, or a
+    reader's inference), carrying its own error: :func:`fleet_of` checks the events in
+    turn and a problem is that row's one-line error."""
+
+    time_s: float
+    """Seconds from the log start; <= 0 only for a ``start`` (the initial fleet)."""
+    replica: str
+    event: str
+    """One of :data:`EVENTS` (lower case)."""
+    detail: str | None
+    """Free text; None where the source has no detail at all."""
+    error: Callable[..., TraceError]
+    """``error(message, field=..., expected=..., got=...)``: the error at this event's
+    source (its file and line or row)."""
+    fields: tuple[str, str] = ("event", "time_s")
+    """(event field, time field): the names the source gives the two, for errors."""
 
 
 _NEXT: Final = {  # event -> (states it may follow, state after it)
@@ -325,7 +371,11 @@ _NEXT: Final = {  # event -> (states it may follow, state after it)
 }
 
 
-def _fleet(ctx: ReadContext, t: pa.Table, time_s: np.ndarray) -> _Fleet:
+def node_events(ctx: ReadContext, t: pa.Table, time_s: np.ndarray) -> list[NodeEvent]:
+    """The rows of a nodes table (``read_table(path, NODES, "time_s")``, times from
+    :func:`node_times`) as events, in file order: replica and event present, events
+    known, only a ``start`` before the log start. Their order in time is
+    :func:`fleet_of`'s to check."""
     names = _text(ctx, t, "replica")
     raw = _text(ctx, t, "event")
     events = np.char.lower(raw.astype(str))
@@ -335,10 +385,10 @@ def _fleet(ctx: ReadContext, t: pa.Table, time_s: np.ndarray) -> _Fleet:
         raise ctx.error(
             i, "unknown event", field="event", expected=f"one of {', '.join(EVENTS)}", got=raw[i]
         )
+    field = "time_s" if "time_s" in t.column_names else "timestamp"
     bad = (time_s < 0) & (events != "start")
     if bad.any():
         i = int(np.argmax(bad))
-        field = "time_s" if "time_s" in t.column_names else "timestamp"
         raise ctx.error(
             i,
             f"{events[i]} before the log start",
@@ -347,45 +397,31 @@ def _fleet(ctx: ReadContext, t: pa.Table, time_s: np.ndarray) -> _Fleet:
             got=float(time_s[i]),
             as_written=field == "time_s",
         )
-    order = list(dict.fromkeys(names))
-    ids = np.array([order.index(n) for n in names], np.int64) if order else np.zeros(0, np.int64)
-    pools = _pools(ctx, t, names, ids, len(order))
-    rows = np.lexsort((np.arange(len(ids)), time_s))
-    state = ["gone"] * len(order)
-    uptime_s = np.zeros(len(order))
-    initial = np.zeros(len(ids), bool)
-    for i in rows:
-        r, ev = int(ids[i]), str(events[i])
-        after, to = _NEXT[ev]
-        if state[r] not in after:
-            raise ctx.error(
-                int(i),
-                f"{ev} of replica {names[i]!r} at {time_s[i]:g} s, when it is {state[r]}",
-                field="event",
-                expected=f"{ev} only when the node is {' or '.join(after)}",
-                got=ev,
-            )
-        state[r] = to
-        if ev == "start" and time_s[i] <= 0:
-            initial[i], uptime_s[r] = True, -float(time_s[i])
-    up_at_start = np.zeros(len(order), bool)
-    up_at_start[ids[initial]] = True
-    keep = rows[~initial[rows]]
-    frame = {"time_s": time_s[keep], "replica": ids[keep], "event": events[keep].astype(object)}
-    if "detail" in t.column_names:
-        frame["detail"] = _text(ctx, t, "detail", required=False)[keep]
-    return _Fleet(order, pools, uptime_s, up_at_start, pd.DataFrame(frame))
+    details = _text(ctx, t, "detail", required=False) if "detail" in t.column_names else None
+    return [
+        NodeEvent(
+            float(time_s[i]),
+            str(names[i]),
+            str(events[i]),
+            None if details is None else str(details[i]),
+            functools.partial(ctx.error, i),
+            ("event", field),
+        )
+        for i in range(len(names))
+    ]
 
 
-def _pools(ctx: ReadContext, t: pa.Table, names: np.ndarray, ids: np.ndarray, n: int) -> list[str]:
+def node_pools(ctx: ReadContext, t: pa.Table) -> dict[str, str]:
+    """Replica -> pool of a nodes table, for the replicas it gives one (at most one each)."""
     if "pool" not in t.column_names:
-        return [DEFAULT_POOL] * n
+        return {}
+    names = _text(ctx, t, "replica")
     pool = _text(ctx, t, "pool", required=False)
-    first: dict[int, int] = {}
+    first: dict[str, int] = {}
     for i, p in enumerate(pool):
         if not p:
             continue
-        j = first.setdefault(int(ids[i]), i)
+        j = first.setdefault(str(names[i]), i)
         if pool[j] != p:
             raise ctx.error(
                 i,
@@ -394,12 +430,54 @@ def _pools(ctx: ReadContext, t: pa.Table, names: np.ndarray, ids: np.ndarray, n:
                 expected=f"one pool per replica ({pool[j]!r}, {_where(ctx, j)})",
                 got=p,
             )
-    return [str(pool[first[r]]) if r in first else DEFAULT_POOL for r in range(n)]
+    return {name: str(pool[i]) for name, i in first.items()}
 
 
-def _requests(
-    ctx: ReadContext, t: pa.Table, arrival_s: np.ndarray, fleet: _Fleet, nodes_file: str
+def fleet_of(events: Sequence[NodeEvent], names: Sequence[str], pools: Sequence[str]) -> Fleet:
+    """The fleet of ``names`` (dense ids in this order; ``pools`` aligned) from
+    ``events``: sorted by time (ties in list order), then each replica's events must
+    make sense in turn (the module docstring's lifecycle), else the offending event's
+    error. A ``start`` at ``time_s <= 0`` puts its replica in the initial fleet, up for
+    ``-time_s`` seconds; a replica without one is not up at the log start."""
+    ids = {n: k for k, n in enumerate(names)}
+    rows = sorted(range(len(events)), key=lambda i: (events[i].time_s, i))
+    state = ["gone"] * len(names)
+    uptime_s = np.zeros(len(names))
+    up_at_start = np.zeros(len(names), bool)
+    keep = []
+    for i in rows:
+        e = events[i]
+        r = ids[e.replica]
+        after, to = _NEXT[e.event]
+        if state[r] not in after:
+            raise e.error(
+                f"{e.event} of replica {e.replica!r} at {e.time_s:g} s, when it is {state[r]}",
+                field=e.fields[0],
+                expected=f"{e.event} only when the node is {' or '.join(after)}",
+                got=e.event,
+            )
+        state[r] = to
+        if e.event == "start" and e.time_s <= 0:
+            up_at_start[r], uptime_s[r] = True, -e.time_s
+        else:
+            keep.append(e)
+    frame: dict[str, Any] = {
+        "time_s": np.array([e.time_s for e in keep], np.float64),
+        "replica": np.array([ids[e.replica] for e in keep], np.int64),
+        "event": np.array([e.event for e in keep], dtype=object),
+    }
+    if any(e.detail is not None for e in events):
+        frame["detail"] = np.array([e.detail or "" for e in keep], dtype=object)
+    return Fleet(list(names), list(pools), uptime_s, up_at_start, pd.DataFrame(frame))
+
+
+def index_requests(
+    ctx: ReadContext, t: pa.Table, arrival_s: np.ndarray, fleet: Fleet, nodes_file: str
 ) -> PostmortemLog:
+    """The :class:`PostmortemLog` of a requests table (``read_table(path, REQUESTS,
+    "arrival_s")``, or a table of the same columns) with ``arrival_s`` per row (seconds
+    from the log start) on ``fleet``: counts, replicas (names of ``fleet``, else an error
+    naming ``nodes_file``), statuses, ids and retries checked; errors name ``ctx``'s rows."""
     n = t.num_rows
     prompt = counts(ctx, t, "prompt_tokens", minimum=1)
     output = counts(ctx, t, "output_tokens", minimum=0)
