@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from policies.allocators.config import AllocatorConfig
 from policies.allocators.registry import ALLOCATORS, parse_allocator
@@ -216,7 +224,9 @@ class Scenario(_Strict):
     )
     workload: WorkloadConfig
     hardware: HardwareConfig = HardwareConfig()
-    allocator: AllocatorConfig = Field(description="Allocator policy: {kind: ..., ...}.")
+    allocator: SerializeAsAny[AllocatorConfig] = Field(
+        description="Allocator policy: {kind: ..., ...}."
+    )  # dumped as its kind's class: growth_factor and the like kept (sweeps, keys)
     scheduler: SchedulerOptions = SchedulerOptions()
     latency: LatencyConfig = RooflineLatencyConfig()
     restart: RestartOptions | None = None

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from policies.allocators.registry import ALLOCATORS, parse_allocator
 from sim.scenario.builtin import builtin_names
-from sim.scenario.schema import ScenarioError, load_scenario
+from sim.scenario.schema import ScenarioError, load_scenario, parse_scenario
 from sim.sweep.execute import Executor
 from sim.sweep.overrides import OverrideError, apply_overrides, build_scenario, set_path
 from sim.sweep.run import run_sweep
-from sim.sweep.spec import expand, grid_points, load_base, load_sweep
+from sim.sweep.spec import expand, grid_points, load_base, load_sweep, scenario_key
 from sim.sweep.summary import METRICS, ci95
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sweeps"
@@ -70,6 +71,26 @@ def test_an_invalid_value_names_the_file_the_override_and_the_field() -> None:
     )
     with pytest.raises(ScenarioError, match=r"override allocator\.kind=nope: field allocator"):
         build_scenario(base, {"allocator.kind": "nope"}, "s.yaml")
+
+
+def test_an_allocators_own_fields_survive_the_base_and_the_key() -> None:
+    """A base's ``growth_factor`` (a field of the kind's class, not of the base allocator
+    config) is kept in the base mapping and tells the scenarios' keys apart."""
+    data = small_base() | {"allocator": {"kind": "best_fit", "growth_factor": 1.5}}
+    base = load_base(data, Path.cwd(), "test")
+    assert base["allocator"] == {"kind": "best_fit", "growth_factor": 1.5}
+    scenario = build_scenario(base, {}, "test")
+    assert scenario.allocator.model_dump() == parse_allocator(data["allocator"]).model_dump()
+    other = build_scenario(base, {"allocator.growth_factor": 2.0}, "test")
+    assert scenario_key(scenario) != scenario_key(other)
+
+
+@pytest.mark.parametrize("kind", sorted(ALLOCATORS))
+def test_a_scenario_dump_holds_every_field_of_its_allocator(kind: str) -> None:
+    scenario = build_scenario(small_base() | {"allocator": {"kind": kind}}, {}, "test")
+    dumped = scenario.model_dump(mode="json")["allocator"]
+    assert set(dumped) == set(ALLOCATORS[kind].model_fields)
+    assert parse_scenario(scenario.model_dump(mode="json")) == scenario
 
 
 @pytest.mark.parametrize("name", builtin_names())
