@@ -228,15 +228,46 @@ def _alerts_html(summary: dict[str, Any]) -> str:
     return f'<ul class="alerts">{"".join(items)}</ul>'
 
 
-def read_runs(run_dirs: Sequence[str | Path]) -> list[tuple[str, RunResult]]:
+def read_runs(
+    run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
+) -> list[tuple[str, RunResult]]:
     """Each run directory read by the one reader of a run folder (``read_result``),
-    named by its folder; :class:`ReportError` naming the file and what is wrong."""
+    named by ``names`` (default: :func:`run_names`); :class:`ReportError` naming the file
+    and what is wrong."""
     from sim.results.runfolder import RunFolderError
 
+    if names is None:
+        names = run_names(run_dirs)
+    if len(names) != len(run_dirs):
+        raise ValueError(f"{len(names)} names for {len(run_dirs)} runs")
     try:
-        return [(Path(d).resolve().name or str(d), read_result(d)) for d in run_dirs]
+        return [(name, read_result(d)) for name, d in zip(names, run_dirs, strict=True)]
     except RunFolderError as e:
         raise ReportError(str(e)) from None
+
+
+def run_names(run_dirs: Sequence[str | Path]) -> list[str]:
+    """Each run's folder name; where runs share one, with as many of its parent folders as
+    tell it from the others (``a/run``, ``b/run``); the same folder given again gets
+    `` (2)``, `` (3)``..."""
+    paths = [Path(d).resolve() for d in run_dirs]
+
+    def tail(path: Path, depth: int) -> str:
+        return "/".join(path.parts[-depth:]) if path.name else str(path)
+
+    names = []
+    for path in paths:
+        others = {p for p in paths if p != path}
+        depth = 1
+        while depth < len(path.parts) and tail(path, depth) in {tail(p, depth) for p in others}:
+            depth += 1
+        names.append(tail(path, depth))
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            names[i] = f"{name} ({seen[name]})"
+    return names
 
 
 class ReportError(Exception):
@@ -255,13 +286,16 @@ def check_run_dir(run_dir: str | Path) -> Path:
 
 
 def write_report(
-    run_dirs: Sequence[str | Path], out: str | Path, options: ReportOptions = DEFAULT_OPTIONS
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
+    options: ReportOptions = DEFAULT_OPTIONS,
+    names: Sequence[str] | None = None,
 ) -> Path:
     """Read the runs in ``run_dirs`` and write their report to ``out`` atomically (a
-    temporary beside it, moved into place when complete). Raises :class:`ReportError`
-    for a directory that is not a run, ``traces.TraceError`` when ``out`` cannot be
-    written."""
-    runs = read_runs([check_run_dir(d) for d in run_dirs])
+    temporary beside it, moved into place when complete); ``names``: the runs' names
+    (default: :func:`run_names`). Raises :class:`ReportError` for a directory that is
+    not a run, ``traces.TraceError`` when ``out`` cannot be written."""
+    runs = read_runs([check_run_dir(d) for d in run_dirs], names)
     return write_html(build_report(runs, options=options), out)
 
 

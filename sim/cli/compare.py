@@ -102,7 +102,8 @@ def compare_command(
     if not no_report:
         from sim.cli.report import write_report_of
 
-        report = write_report_of([dirs[n] for n in frame["run"]], out / "report.html")
+        order = [str(n) for n in frame["run"]]  # the table's names: unique
+        report = write_report_of([dirs[n] for n in order], out / "report.html", names=order)
     if not quiet:
         print_comparison(frame, fmt)
     ran = [names[i] for i in sorted(prepared)]

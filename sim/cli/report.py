@@ -20,9 +20,11 @@ import typer
 from sim.errors import clip
 
 
-def write_report_of(run_dirs: Sequence[Path], out: Path, top_k: int = 3) -> Path:
+def write_report_of(
+    run_dirs: Sequence[Path], out: Path, top_k: int = 3, names: Sequence[str] | None = None
+) -> Path:
     """Write the report of ``run_dirs`` to ``out`` (``top_k``: worst replicas drawn one by
-    one in a fleet's figures); a user error (a folder that is not a run, a path that
+    one in a fleet's figures; ``names``: the runs' names, default their folders'); a user error (a folder that is not a run, a path that
     cannot be written) prints one ``error:`` line and raises the exit-2 exception.
     plotly is imported here, only by the commands that report."""
     from reports import ReportError, ReportOptions, write_report
@@ -30,7 +32,7 @@ def write_report_of(run_dirs: Sequence[Path], out: Path, top_k: int = 3) -> Path
     from traces.errors import TraceError
 
     try:
-        return write_report(run_dirs, out, ReportOptions(top_k=top_k))
+        return write_report(run_dirs, out, ReportOptions(top_k=top_k), names)
     except ReportError as e:
         raise fail(clip(str(e))) from None
     except TraceError as e:

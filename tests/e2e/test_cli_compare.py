@@ -7,6 +7,8 @@ error line and exit 2."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -160,3 +162,25 @@ def test_runs_of_different_spans_are_compared_with_a_warning(runs: Path, tmp_pat
         "compare", str(runs / "paged"), str(runs / LONG), "-o", str(tmp_path / "o"), "--no-report"
     )
     assert "warning" not in stderr
+
+
+def test_runs_in_folders_of_one_name_have_sections_of_their_own(runs: Path, tmp_path: Path) -> None:
+    """Two runs of one scenario in folders of one name (``a/run``, ``b/run``): the
+    report's sections are named as the table's rows, each once."""
+    for parent in ("a", "b"):
+        shutil.copytree(runs / "paged", tmp_path / parent / "run")
+    out = tmp_path / "out"
+    fragsim("compare", str(tmp_path / "a" / "run"), str(tmp_path / "b" / "run"), "-o", str(out))
+    assert pd.read_csv(out / "compare.csv")["run"].tolist() == ["run", "run-2"]
+    html = (out / "report.html").read_text()
+    sections = re.findall(r"<h2>(.*?)</h2>", html)
+    assert sections == ["comparison", "run", "run-2"], sections
+    assert re.findall(r"<h3>(.*?): alerts</h3>", html) == ["run", "run-2"]
+
+
+def test_a_report_names_runs_in_folders_of_one_name_by_their_parents(tmp_path: Path) -> None:
+    from reports.html import run_names
+
+    a, b = tmp_path / "a" / "run", tmp_path / "b" / "run"
+    assert run_names([a, b, tmp_path / "c"]) == ["a/run", "b/run", "c"]
+    assert run_names([a, a]) == ["run", "run (2)"]
