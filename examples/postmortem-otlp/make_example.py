@@ -4,19 +4,22 @@ Collector file exporter's OTLP JSON (one ``ExportTraceServiceRequest`` per line)
 
 Not production data. The "production" run is that of ``examples/postmortem`` (its
 ``make_example.py``: the ``seed-postmortem`` stack on ``node-a``, ``node-b``, ``node-c``
-with 2.5 % slower GPUs), shortened to :data:`DURATION_S` with the routine restart of
-``node-a`` at :data:`RESTART_S`. Each attempt is one
+with 2.5 % slower GPUs), shortened to :data:`DURATION_S`, with three node events: a
+fourth node ``node-d`` added at :data:`SCALE_UP_S`, the routine restart of ``node-a`` at
+:data:`RESTART_S` and ``node-c`` removed at :data:`SCALE_DOWN_S`. Each attempt is one
 span: ``gen_ai.request.id`` (``req-<id>``; a retry is a second span of the same id),
 prompt and completion tokens, the latencies where the attempt ran (queue, time to first
-token, end to end), ``finish_reasons`` ``["stop"]`` / ``["length"]``; a failed attempt
-has status ERROR and ``error.type`` ``oom``. The span starts at the attempt's arrival
-(from :data:`ORIGIN_NS`); a finished attempt ends at its finish, a failed one at its
-failure (the retry's arrival less the back-off, or the failure event). The resource is
-the node: ``host.name`` and ``service.instance.id`` ``<node>-<k>`` (k: restarts so
-far), so the restart is also visible in the spans. One export request per node and
-:data:`BATCH_S` of arrivals, in time order. ``nodes.csv`` gives what spans cannot tell:
-the nodes' uptimes and the restart's cause (the CSV example's), with ``timestamp``s on
-the spans' clock (the log starts at the first span, 1.4 s after the run's start).
+token, end to end), ``finish_reasons`` ``["length"]``; a failed attempt has status ERROR
+and ``error.type`` ``oom``. The span starts at the attempt's arrival (from
+:data:`ORIGIN_NS`); a finished attempt ends at its finish, a failed one at its failure
+(the retry's arrival less the back-off, or the failure event). The resource is the
+node: ``host.name`` and ``service.instance.id`` ``<node>-<k>`` (k: restarts so far), so
+the restart is also visible in the spans, and so are ``node-d``'s start and ``node-c``'s
+stop (first and last spans). One export request per node, instance and :data:`BATCH_S`
+of arrivals, in time order. ``nodes.csv`` gives what spans cannot tell: the initial
+nodes' uptimes, the restart's and the scale-down's causes (not ``node-d``'s start: the
+spans tell it), with ``timestamp``s on the spans' clock (the log starts at the first
+span, 1.4 s after the run's start).
 
 Run ``python examples/postmortem-otlp/make_example.py [OUT_DIR]`` (default: this
 folder); the same script gives the same bytes.
@@ -38,7 +41,12 @@ if TYPE_CHECKING:
 
 ORIGIN_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z: the log start
 DURATION_S = 1200.0
+SCALE_UP_S = 300.0
 RESTART_S = 600.0
+SCALE_DOWN_S = 900.0
+NAMES = ("node-a", "node-b", "node-c", "node-d")
+"""The nodes by fleet id: the CSV example's three, then the one added."""
+FAILURE_KINDS = ("admission_failure", "growth_failure")
 BATCH_S = 60.0
 """Seconds of arrivals per export request (the Collector batches like this)."""
 HERE = Path(__file__).resolve().parent
@@ -130,19 +138,58 @@ def _span(r: Any) -> dict[str, Any]:
     return span
 
 
-def simulate(csv_example: dict[str, Any]) -> tuple[Any, ClientRetry]:
-    """The CSV example's production fleet over :data:`DURATION_S`, restarting ``node-a``
-    at :data:`RESTART_S`: a :class:`sim.RunResult` and its clients' retries."""
+def simulate(
+    csv_example: dict[str, Any], mem_efficiency: float | None = None
+) -> tuple[Any, ClientRetry]:
+    """The CSV example's production fleet over :data:`DURATION_S` with the module
+    docstring's node events (``mem_efficiency``: the GPUs' instead of the example's): a
+    :class:`sim.RunResult` and its clients' retries."""
     import sim
     from sim.fleet.fleet import NodeAction
     from sim.runner import run
 
     data = csv_example["production_scenario"]().model_dump(exclude_none=True)
     data["workload"]["synth"]["duration_s"] = DURATION_S
+    data["fleet"]["max_replicas"] = len(NAMES)
+    if mem_efficiency is not None:
+        data["latency"]["mem_efficiency"] = mem_efficiency
     scenario = sim.parse_scenario(data)
-    restart = NodeAction(RESTART_S, "restart", replica_id=0, cause="routine restart")
-    result = run(scenario, sim.load_workload(scenario), script=[restart])
+    script = [
+        NodeAction(SCALE_UP_S, "scale_up", pool_index=0, cause="autoscaler: queue"),
+        NodeAction(RESTART_S, "restart", replica_id=0, cause="routine restart"),
+        NodeAction(SCALE_DOWN_S, "scale_down", replica_id=2, cause="autoscaler: idle"),
+    ]
+    result = run(scenario, sim.load_workload(scenario), script=script)
     return result, scenario.scheduler.client_retry()
+
+
+def attempt_rows(result: Any, retry: ClientRetry) -> pd.DataFrame:
+    """One row per attempt (the CSV example's ``attempt_rows`` on :data:`NAMES`): a
+    failed attempt is an allocation failure event of its request; the retry after
+    failure k arrives ``retry.delay_s(k + 1)`` later, on the same node."""
+    req, ev = result.requests, result.events
+    fails = ev[ev["kind"].isin(FAILURE_KINDS)].sort_values(["request_id", "time_s"])
+    fail_times = fails.groupby("request_id")["time_s"].apply(list).to_dict()
+    rows = []
+    for r in req.itertuples(index=False):
+        failed = r.status != "ok"
+        times = fail_times.get(r.request_id, [])
+        assert len(times) == r.retries + failed, f"request {r.request_id}: attempts and events"
+        assert r.first_replica == r.replica, "a retry left its node: not a pinned retry"
+        retries = [t + retry.delay_s(k + 1) for k, t in enumerate(times[: r.retries])]
+        for attempt, t in enumerate([r.arrival_s, *retries]):
+            status = "oom" if failed or attempt < r.retries else "ok"
+            name = NAMES[r.replica]
+            rows.append((r.request_id, attempt, t, r.prompt_tokens, r.output_tokens, name, status))
+    cols = ["request_id", "attempt", "arrival_s", "prompt_tokens", "output_tokens", "replica"]
+    out = pd.DataFrame(rows, columns=[*cols, "status"])
+    return out.sort_values(["arrival_s", "request_id", "attempt"], kind="stable")
+
+
+def spans_of(result: Any, retry: ClientRetry) -> tuple[pd.DataFrame, list[str]]:
+    """The run's attempts as span rows (:func:`span_rows`) and as OTLP JSON lines."""
+    rows = span_rows(attempt_rows(result, retry), result, retry)
+    return rows, otlp_lines(rows, {"node-a": [RESTART_S]})
 
 
 def _iso(run_s: float) -> str:
@@ -152,16 +199,14 @@ def _iso(run_s: float) -> str:
 
 def write_example(out_dir: Path) -> None:
     csv_example = runpy.run_path(str(CSV_EXAMPLE))
-    result, retry = simulate(csv_example)
-    attempts = csv_example["attempt_rows"](result, retry)
-    rows = span_rows(attempts, result, retry)
-    lines = otlp_lines(rows, {"node-a": [RESTART_S]})
+    _, lines = spans_of(*simulate(csv_example))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "spans.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     nodes = ["timestamp,replica,event,pool,detail"]
     for name, up in zip(csv_example["REPLICAS"], csv_example["UPTIME_S"], strict=True):
         nodes.append(f"{_iso(-up)},{name},start,main,")
     nodes.append(f"{_iso(RESTART_S)},node-a,restart,main,routine restart")
+    nodes.append(f"{_iso(SCALE_DOWN_S)},node-c,scale_down,main,autoscaler: idle")
     (out_dir / "nodes.csv").write_text("\n".join(nodes) + "\n", encoding="utf-8")
 
 

@@ -19,16 +19,19 @@ Inferred from the spans (times in seconds from the log start, the earliest span 
 - **stop**: a node whose last span ends more than :data:`EDGE_S` before the log end (the
   latest span end) is scaled down at that end; otherwise it is up to the end of the log.
 - **restart**: a node whose spans come from several instances was restarted once per
-  change; the instances are ordered by first span start, and the restart is at the
-  start of the previous instance's last span, the last request it took (a restarting
-  node drains: it takes no new request and finishes those it holds, so the old
-  instance's spans may end after the restart; ``detail`` names both instances). An
-  instance with a span starting after its successor's first span is an error (two
-  instances at once are two nodes). Pool: ``default``.
+  change; the instances are ordered by first span start, and the restart is when the
+  previous instance had finished its requests: the end of its last span to end, but
+  :data:`START_LEAD_S` before the new instance's first span if that is earlier (never
+  before the old instance's last span start). A node restarted there in a replay has
+  nothing left to drain, then loads and warms up, as the real one did after its drain.
+  ``detail`` names both instances. An instance with a span starting after its
+  successor's first span is an error (two instances at once are two nodes). Pool:
+  ``default``.
 
 Merged with a nodes file (the CSV log's nodes format), the file wins and adds what
 spans cannot tell (uptimes, pools, scale events, restarts and crashes by cause); every
-row of it is kept, and per node the spans add only:
+row of it is kept; a node it does not name is in its pool where it names only one
+(else in ``default``); and per node the spans add only:
 
 - their start, when the file's first event of the node is not a ``start`` /
   ``scale_up`` (at the earlier of the inferred start and that first event);
@@ -135,7 +138,9 @@ def span_fleet(spans: Sequence[Span], origin_ns: int, nodes: NodesFile | None = 
         later += _restarts(node, own, known, sec)
     events = starts + list(file_events) + later
     pools = nodes.pools if nodes is not None else {}
-    fleet = fleet_of(events, names, [pools.get(n, DEFAULT_POOL) for n in names])
+    only = set(pools.values())
+    default = only.pop() if len(only) == 1 else DEFAULT_POOL
+    fleet = fleet_of(events, names, [pools.get(n, default) for n in names])
     _check_spans_up(spans, events, sec)
     return fleet
 
@@ -177,8 +182,10 @@ def _restarts(
             used.add(why[0])
             continue
         first = min(after, key=lambda s: s.start_ns)
+        done_s = sec(max(s.end_ns for s in before))
+        t_s = max(sec(last.start_ns), min(done_s, sec(first_ns) - START_LEAD_S))
         detail = f"instance {old} -> {new}"
-        out.append(_inferred(first, sec(last.start_ns), "restart", detail, "service.instance.id"))
+        out.append(_inferred(first, t_s, "restart", detail, "service.instance.id"))
     return out
 
 

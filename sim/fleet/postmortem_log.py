@@ -458,7 +458,7 @@ def fleet_of(events: Sequence[NodeEvent], names: Sequence[str], pools: Sequence[
             )
         state[r] = to
         if e.event == "start" and e.time_s <= 0:
-            up_at_start[r], uptime_s[r] = True, -e.time_s
+            up_at_start[r], uptime_s[r] = True, abs(e.time_s)
         else:
             keep.append(e)
     frame: dict[str, Any] = {

@@ -77,7 +77,7 @@ def test_spans_become_attempts_requests_and_nodes(tmp_path: Path) -> None:
     assert log.attempts["attempt"].tolist() == [0, 0, 0, 1]
 
 
-def test_an_instance_change_on_a_host_is_a_restart_at_the_old_instances_last_start(
+def test_an_instance_change_on_a_host_is_a_restart_when_the_old_instance_is_done(
     tmp_path: Path,
 ) -> None:
     f = write(
@@ -89,7 +89,7 @@ def test_an_instance_change_on_a_host_is_a_restart_at_the_old_instances_last_sta
     log = load_otlp_log(f)
     assert log.replica_names == ["h", "g"]
     assert log.node_events.to_dict("records") == [
-        {"time_s": 2.0, "replica": 0, "event": "restart", "detail": "instance h-0 -> h-1"}
+        {"time_s": 9.0, "replica": 0, "event": "restart", "detail": "instance h-0 -> h-1"}
     ]
 
 

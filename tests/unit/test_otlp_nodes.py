@@ -86,7 +86,11 @@ def test_a_new_instance_on_a_node_is_a_restart_and_without_a_node_name_a_new_nod
     spans = [line("h-0", [(0, 4), (200, 260)], host="h"), line("h-1", [(400, 1000)], host="h")]
     log = load(tmp_path / "host", *spans)
     assert log.replica_names == ["h"] and log.up_at_start.tolist() == [True]
-    assert events(log) == [[200.0, "h", "restart", "instance h-0 -> h-1"]]
+    assert events(log) == [[260.0, "h", "restart", "instance h-0 -> h-1"]]  # h-0's last end
+    # An old span still running when the new instance serves: just before the new one.
+    overlap = [line("h-0", [(0, 4), (100, 300)], host="h"), line("h-1", [(250, 1000)], host="h")]
+    log = load(tmp_path / "overlap", *overlap)
+    assert events(log) == [[250 - START_LEAD_S, "h", "restart", "instance h-0 -> h-1"]]
     # The same spans without host.name: each instance is a node of its own.
     bare = [line("h-0", [(0, 4), (200, 260)]), line("h-1", [(400, 1000)])]
     log = load(tmp_path / "bare", *bare)
@@ -108,11 +112,11 @@ def test_the_nodes_file_wins_a_restart_both_describe(tmp_path: Path) -> None:
     """The file's restart of ``h`` inside the change's window (400 s .. 600 s, widened by
     TOLERANCE_S) is the change: one restart, the file's time and cause; its restart at
     100 s is one the spans cannot tell; ``b`` (not in the file) keeps its inferred
-    start and stop; the file's uptime and pool are kept."""
+    start and stop and joins the file's only pool; the file's uptime is kept."""
     late_s = 600 + TOLERANCE_S - 1
     nodes = "time_s,replica,event,pool,detail\n-7200,h,start,main,\n100,h,restart,main,oom\n"
     log = load(tmp_path, *SPANS, nodes=nodes + f"{late_s},h,restart,main,upgrade\n")
-    assert log.replica_names == ["h", "b"] and log.pools == ["main", "default"]
+    assert log.replica_names == ["h", "b"] and log.pools == ["main", "main"]  # its only pool
     assert log.initial_uptime_s.tolist() == [7200.0, 0.0]
     assert events(log) == [
         [100.0, "h", "restart", "oom"],
@@ -122,7 +126,7 @@ def test_the_nodes_file_wins_a_restart_both_describe(tmp_path: Path) -> None:
     ]
     # A restart of the file outside the window is another restart: both are kept.
     log = load(tmp_path, *SPANS, nodes=nodes + "900,h,restart,main,upgrade\n")
-    assert [e[0] for e in events(log) if e[2] == "restart"] == [100.0, 400.0, 900.0]
+    assert [e[0] for e in events(log) if e[2] == "restart"] == [100.0, 430.0, 900.0]
 
 
 def test_the_nodes_file_adds_scale_events_the_spans_cannot_tell(tmp_path: Path) -> None:
@@ -136,7 +140,7 @@ def test_the_nodes_file_adds_scale_events_the_spans_cannot_tell(tmp_path: Path) 
         [200.0, "x", "scale_up", ""],
         [300 - START_LEAD_S, "b", "start", "first span"],
         [350.0, "b", "restart", ""],
-        [400.0, "h", "restart", "instance h-0 -> h-1"],
+        [430.0, "h", "restart", "instance h-0 -> h-1"],
         [500.0, "b", "scale_down", "last span"],
         [700.0, "x", "scale_down", ""],
     ]
