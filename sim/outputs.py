@@ -44,9 +44,7 @@ def single_result(
     traffic: SingleReplica = done.traffic
     ts_df, ev_df = done.recorder.frames()
     req_df = done.records.frame()
-    pools = [
-        pool_report(scenario, part.allocator.kind, part.kv_capacity_tokens, traffic.out_of_range)
-    ]
+    pools = [pool_report(scenario, part, traffic.out_of_range)]
     summary = run_summary(
         scenario,
         (req_df, ts_df, ev_df),
@@ -84,7 +82,7 @@ def fleet_result(
     req_df = _with_diagnosis(req_df, diagnosis)
     ev_df = _with_alerts(ev_df, alerts)
     pools = [
-        pool_report(scenario, part.allocator.kind, part.kv_capacity_tokens, counted)
+        pool_report(scenario, part, counted)
         for part, counted in zip(parts, fleet.out_of_range, strict=True)
     ]
     summary = run_summary(
@@ -112,10 +110,11 @@ def run_summary(
     the scenario's identity, its pools (:func:`pool_report`, one per pool: one for a
     single replica) and ``engine`` = (steps, wake-ups) counters.
 
-    ``allocator``, ``kv_capacity_tokens`` and ``latency`` describe the replicas: the
-    pool's values when every pool has the same; otherwise the allocator kinds joined by
-    `` + `` in pool order, a null capacity, and the latency model's kind with the
-    out-of-range steps of every pool (each pool's own are in ``fleet.pools``)."""
+    ``allocator``, ``kv_capacity_tokens``, ``kv_bytes_per_token`` and ``latency``
+    describe the replicas: the pool's values when every pool has the same; otherwise the
+    allocator kinds joined by `` + `` in pool order, a null capacity (and bytes per
+    token where they differ), and the latency model's kind with the out-of-range steps
+    of every pool (each pool's own are in ``fleet.pools``)."""
     req_df, ts_df, ev_df = frames
     summary = summarize(req_df, ts_df, ev_df, end_s=end_s, thresholds=scenario.metrics.thresholds())
     if scenario.duration_s is not None:
@@ -126,6 +125,8 @@ def run_summary(
     capacities = {p["kv_capacity_tokens"] for p in pools}
     summary["allocator"] = " + ".join(kinds)
     summary["kv_capacity_tokens"] = capacities.pop() if len(capacities) == 1 else None
+    per_token = {p["kv_bytes_per_token"] for p in pools}
+    summary["kv_bytes_per_token"] = per_token.pop() if len(per_token) == 1 else None
     summary["latency"] = _combined_latency([p["latency"] for p in pools])
     summary["engine"] = {
         "mode": scenario.mode,
@@ -136,11 +137,11 @@ def run_summary(
     return summary
 
 
-def pool_report(
-    scenario: Scenario, allocator: str, capacity_tokens: int, out_of_range: OutOfRange | None
-) -> dict[str, Any]:
+def pool_report(scenario: Scenario, part: Parts, out_of_range: OutOfRange | None) -> dict[str, Any]:
     """One pool's replicas as the summary describes them: allocator kind, KV capacity
-    per replica, the latency model used, and for a model with a validity range the
+    per replica, KV bytes per token of a replica (all its tensor-parallel GPUs
+    together: a replica's free memory in bytes is its free tokens times this), the
+    latency model used, and for a model with a validity range the
     steps the run simulated outside it (``out_of_range_calls``: steps, not calls) and
     the first such ``(prefill_tokens, decode_seqs, kv_tokens)``."""
     latency: dict[str, Any] = {"kind": scenario.latency.kind}
@@ -148,7 +149,12 @@ def pool_report(
         first = out_of_range.first
         latency["out_of_range_calls"] = int(out_of_range.steps)
         latency["first_out_of_range"] = None if first is None else [int(v) for v in first]
-    return {"allocator": allocator, "kv_capacity_tokens": capacity_tokens, "latency": latency}
+    return {
+        "allocator": part.allocator.kind,
+        "kv_capacity_tokens": part.kv_capacity_tokens,
+        "kv_bytes_per_token": part.spec.kv_bytes_per_token,
+        "latency": latency,
+    }
 
 
 def _combined_latency(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -229,7 +235,10 @@ def fleet_summary(
     pools: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """The summary's ``fleet`` section; ``pools`` are the pools' reports
-    (:func:`pool_report`: allocator, KV capacity, latency model), in pool order."""
+    (:func:`pool_report`: allocator, KV capacity, KV bytes per token, latency model), in
+    pool order; each pool lists its ``replicas``: the initial ones and those the
+    autoscaler (or a postmortem's node events) added to it, by the pool each node was
+    made in."""
     config = fleet.config
     nodes = fleet.nodes
     hours = sum(n.billed_s(end_s) for n in nodes) / 3600.0

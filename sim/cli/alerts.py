@@ -88,7 +88,7 @@ def _thresholds(scenario: Path | None) -> AlertThresholds:
         raise fail(os_error_line(e), source) from None
 
 
-def _check_times(scrape_interval_s: float, trend_window_s: float) -> None:
+def check_times(scrape_interval_s: float, trend_window_s: float) -> None:
     if not (math.isfinite(scrape_interval_s) and 1e-3 <= scrape_interval_s <= MAX_INTERVAL_S):
         raise typer.BadParameter(
             f"got {scrape_interval_s:g}, expected seconds in [0.001, {MAX_INTERVAL_S:g}]",
@@ -166,7 +166,7 @@ def export_command(
     from sim.fleet.alerts import ALERTS
     from sim.fleet.prometheus import INSTANCE_LABELS, RuleOptions, alert_rules, rules_yaml
 
-    _check_times(scrape_interval_s, trend_window_s)
+    check_times(scrape_interval_s, trend_window_s)
     for value, name, least in (
         (for_s, "--for", scrape_interval_s),
         (failure_window_s, "--failure-window", 2 * scrape_interval_s),
@@ -277,7 +277,7 @@ def show_command(
     from sim.fleet.alerts import ALERTS, diagnose_failures, evaluate_alerts
     from sim.results.io import read_result
 
-    _check_times(scrape_interval_s, trend_window_s)
+    check_times(scrape_interval_s, trend_window_s)
     thresholds = _thresholds(scenario)
     _check_run_dir(run_dir)
     with progress("alerts show", 3, what="steps") as p:

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from sim.cli.alerts import DEFAULT_SCRAPE_INTERVAL_S, DEFAULT_TREND_WINDOW_S, check_times
 from sim.cli.run import fail
 from sim.errors import clip
 
@@ -31,6 +32,8 @@ NEEDED_COLUMNS: dict[str, tuple[str, ...]] = {
     "timeseries": (
         "time_s",
         "replica",
+        "trigger",
+        "up",
         "uptime_s",
         "capacity_tokens",
         "used_tokens",
@@ -122,19 +125,37 @@ def openmetrics_command(
         int | None,
         typer.Option(
             min=1,
-            help="KV bytes per token (fragsim hardware shows it): also write free and "
-            "largest free memory in bytes.",
+            help="KV bytes per token of a replica, overriding what the run's summary "
+            "records (runs written before fragsim recorded it: fragsim hardware shows "
+            "it): free and largest free memory in bytes.",
         ),
     ] = None,
+    scrape_interval_s: Annotated[
+        float,
+        typer.Option(
+            "--scrape-interval",
+            help="Scrape interval of the uptime-correlation gauge, seconds: the run's "
+            "fleet.alerts.scrape_interval_s, as given to fragsim alerts export.",
+        ),
+    ] = DEFAULT_SCRAPE_INTERVAL_S,
+    trend_window_s: Annotated[
+        float,
+        typer.Option(
+            "--trend-window",
+            help="Window of the uptime-correlation gauge, seconds (>= the scrape "
+            "interval), as given to fragsim alerts export.",
+        ),
+    ] = DEFAULT_TREND_WINDOW_S,
 ) -> None:
     """Write a run's per-replica timeseries (and its fleet's replicas by state) as
     OpenMetrics text with timestamps, for promtool tsdb create-blocks-from openmetrics."""
-    from sim.fleet.openmetrics import write_openmetrics
+    from sim.fleet.openmetrics import kv_bytes_per_token_of, write_openmetrics
     from sim.results.runfolder import RunFolderError, check_run_folder, read_summary
     from traces import TraceError
     from traces.writers import atomic_path
 
     origin_s = parse_origin(origin)
+    check_times(scrape_interval_s, trend_window_s)
     try:
         folder = check_run_folder(run_dir)
         summary = read_summary(folder / "summary.json")
@@ -150,7 +171,16 @@ def openmetrics_command(
                 origin_s=origin_s,
                 high_free_share=high_free_share,
                 kv_bytes_per_token=kv_bytes_per_token,
+                scrape_interval_s=scrape_interval_s,
+                trend_window_s=trend_window_s,
             )
     except TraceError as e:
         raise fail(str(e)) from None
+    if kv_bytes_per_token is None and kv_bytes_per_token_of(summary) is None:
+        typer.echo(
+            f"note: {clip(str(folder / 'summary.json'))} records no KV bytes per token (a "
+            "run written before fragsim recorded it): memory written in tokens only; pass "
+            "--kv-bytes-per-token N (fragsim hardware shows it) to write bytes",
+            err=True,
+        )
     typer.echo(f"wrote {out}", err=True)

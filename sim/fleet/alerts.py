@@ -34,7 +34,9 @@ from the scenario's ``metrics``: :class:`~sim.results.seed_alerts.AlertThreshold
   level) and the current U >= W (no restart within the window). A NaN ratio in the
   window, or a constant U or F, gives no rho: it does not fire. The exported rule
   (:mod:`sim.fleet.prometheus`) reads rho from the node's gauge of the seed's metric
-  name: PromQL has no ranks. Value: rho.
+  name: PromQL has no ranks; ``fragsim export openmetrics`` writes that gauge with
+  :func:`uptime_correlation` at every scrape with data (:mod:`sim.fleet.openmetrics`).
+  Value: rho.
 
 Log. Prometheus semantics with ``for: 0s``: an alert *fires* at the first scrape its
 condition holds and is *resolved* at the first scrape it no longer does (no data
@@ -126,6 +128,11 @@ def high_free_failures(
     return np.bincount(window, minlength=len(times)).astype(float)
 
 
+def trend_window_scrapes(trend_window_s: float, scrape_interval_s: float) -> int:
+    """How many scrape instants the uptime-trend window ``W`` spans (at least one)."""
+    return max(1, math.floor(trend_window_s / scrape_interval_s + 1e-9))
+
+
 def uptime_correlation(
     scrapes: pd.DataFrame, window_scrapes: int, rows: np.ndarray | None = None
 ) -> np.ndarray:
@@ -176,7 +183,7 @@ def conditions(
     ratio = s["ratio"].to_numpy()
     uptime = s["uptime_s"].to_numpy()
     failures = high_free_failures(events, times, replica, thresholds.high_free_share)
-    window = max(1, math.floor(trend_window_s / scrape_interval_s + 1e-9))
+    window = trend_window_scrapes(trend_window_s, scrape_interval_s)
     with np.errstate(invalid="ignore"):
         # rho is ranked only where the cheap conditions hold, and one scrape after
         # (where a firing alert resolves, its value is still rho)

@@ -8,24 +8,44 @@ decimals: Prometheus stores milliseconds, so two samples of one series in the sa
 millisecond are one sample (the first row at that instant is kept).
 
 Series. Each per-replica metric of :data:`REPLICA_METRICS` has one series per replica
-with labels ``replica`` (fragsim's replica id) and ``pool`` (the node pool: the
-summary's pools in order hold the initial replicas, by their counts; later replicas
-are the autoscaler's, in the summary's ``fleet.scale_pool`` when it names one, else
-the first pool, fragsim's default; a single-replica run has pool ``default``). Every
-row of ``timeseries.parquet`` is one sample of each. The counter
+with labels ``replica`` (fragsim's replica id) and ``pool`` (the node pool the replica
+was made in: the summary's ``fleet.pools[].replicas``, which list the autoscaler's
+replicas in the pool it added them to; a run folder written before those lists: the
+pools in order hold the initial replicas, by their counts, and later replicas the
+first pool, fragsim's default scale pool; a single-replica run has pool
+``default``). Every row of ``timeseries.parquet`` is one sample of each. The counter
 ``fragsim_allocation_failures_at_high_free_memory`` counts a replica's allocation
 failures (``admission_failure`` / ``growth_failure`` events) whose free share exceeded
 ``high_free_share`` at or before each of its samples. From ``fleet.parquet`` (fleet
 runs only), ``fragsim_fleet_replicas{state=...}`` counts the replicas in each
-lifecycle state. With ``kv_bytes_per_token`` (the run folder does not record it),
-free and largest free memory are also written in bytes.
+lifecycle state. Free and largest free memory are also written in bytes, at the KV
+bytes per token of a replica the summary records for its pool (``kv_bytes_per_token``;
+``fleet.pools[].kv_bytes_per_token`` where pools differ), or the number given, which
+overrides it; a run folder that records none (written before fragsim did) gets no
+byte families unless the number is given.
+
+Correlation. ``fragsim_node_uptime_vs_fragmentation_correlation`` is the seed's
+uptime-trend statistic as ``fragsim alerts`` evaluates it
+(:func:`sim.fleet.alerts.uptime_correlation`, the function that writes
+``alerts.parquet``): at each scrape instant ``t_k = t_0 + k * scrape_interval_s`` of
+the run (:func:`sim.fleet.alerts.scrape_times`) where a replica reports
+(:func:`sim.fleet.alerts.scraped`: up, between its first and final samples), Spearman's
+rho of (uptime, 1 - ratio) over its scrapes of the last ``trend_window_s``; NaN where
+there is no rho (a NaN ratio in the window, fewer than two scrapes, a constant series)
+and at the first scrape after each stretch a replica reports (where a live exporter's
+series would go stale: a rule reading it stops at once rather than after Prometheus's
+5-minute look-back). The exported rule ``node_uptime_vs_fragmentation_correlation``
+(:mod:`sim.fleet.prometheus`) thresholds it: PromQL has no ranks. The scrape interval
+and trend window must be the run's (``fleet.alerts.scrape_interval_s``; the window is
+fragsim's 1 h) for the gauge to fire where ``alerts.parquet`` does.
 
 Layout. Each metric family is written whole (``# HELP``, ``# TYPE``, ``# UNIT``, then
 its samples: families are never interleaved); within a family the samples follow
 the table's order (time, then replica), so each series is in time order; the file
 ends with ``# EOF``. A family's samples are read from the Parquet file batch by batch
 (:data:`BATCH_ROWS` rows, only the columns it needs): memory does not grow with the
-run's length.
+run's length, except for the correlation, which holds the periodic samples' uptime and
+ratio (and one replica's scrapes at a time), as the run's own alert evaluation did.
 """
 
 from __future__ import annotations
@@ -52,14 +72,13 @@ LIFECYCLE_STATES = ("provisioning", "loading", "warming", "active", "draining", 
 @dataclass(frozen=True)
 class Family:
     """One metric family: its OpenMetrics name (without ``_total`` for a counter), type,
-    unit (``""``: none) and help, and the timeseries column it reads (times ``scale``)."""
+    unit (``""``: none) and help, and the timeseries column it reads (``""``: none)."""
 
     name: str
     kind: str
     unit: str
     help: str
     column: str
-    scale: int = 1
 
 
 REPLICA_METRICS: tuple[Family, ...] = (
@@ -108,7 +127,28 @@ BYTE_METRICS: tuple[Family, ...] = (
         "largest_free_extent_tokens",
     ),
 )
-"""Written when the KV bytes per token are given (``scale`` = bytes per token)."""
+"""Written when the KV bytes per token are known (times each replica's bytes per token)."""
+
+UPTIME_CORRELATION = Family(
+    "fragsim_node_uptime_vs_fragmentation_correlation",
+    "gauge",
+    "",
+    "Spearman rho of (uptime, 1 - largest_contiguous_free_block_ratio) over this "
+    "replica's scrapes of the last trend window (NaN: no rho).",
+    "",
+)
+"""The seed's ``node_uptime_vs_fragmentation_correlation`` at each scrape (module
+docstring); named as :data:`sim.fleet.prometheus.METRICS` names it (a test holds them
+equal)."""
+CORRELATION_COLUMNS = (
+    "time_s",
+    "replica",
+    "trigger",
+    "up",
+    "uptime_s",
+    "largest_contiguous_free_block_ratio",
+)
+"""The timeseries columns the correlation reads (:func:`sim.fleet.alerts.scraped`)."""
 
 FAILURES = Family(
     "fragsim_allocation_failures_at_high_free_memory",
@@ -150,26 +190,55 @@ def stamp(ms: int) -> str:
     return f"{ms // 1000}.{ms % 1000:03d}"
 
 
-def pool_of(summary: dict[str, Any]) -> Callable[[int], str]:
-    """Replica id -> its pool's name (module docstring)."""
+def _pool_index(summary: dict[str, Any]) -> Callable[[int], int] | None:
+    """Replica id -> the index of its pool in the summary's ``fleet.pools``; None for a
+    single-replica run (module docstring)."""
     fleet = summary.get("fleet")
     if not isinstance(fleet, dict) or not fleet.get("pools"):
-        return lambda _replica: "default"
-    pools = [(str(p["name"]), int(p["count"])) for p in fleet["pools"]]
-    bounds: list[tuple[int, str]] = []
+        return None
+    pools = fleet["pools"]
+    if all(isinstance(p.get("replicas"), list) for p in pools):
+        member = {int(r): i for i, p in enumerate(pools) for r in p["replicas"]}
+        return lambda replica: member.get(replica, 0)
+    ends: list[int] = []
     end = 0
-    for name, count in pools:
-        end += count
-        bounds.append((end, name))
-    scale_pool = str(fleet.get("scale_pool") or pools[0][0])
+    for p in pools:
+        end += int(p["count"])
+        ends.append(end)
 
-    def pool(replica: int) -> str:
-        for end_id, name in bounds:
-            if replica < end_id:
-                return name
-        return scale_pool
+    def index(replica: int) -> int:
+        return next((i for i, end_id in enumerate(ends) if replica < end_id), 0)
 
-    return pool
+    return index
+
+
+def pool_of(summary: dict[str, Any]) -> Callable[[int], str]:
+    """Replica id -> its pool's name (module docstring)."""
+    index = _pool_index(summary)
+    if index is None:
+        return lambda _replica: "default"
+    names = [str(p["name"]) for p in summary["fleet"]["pools"]]
+    return lambda replica: names[index(replica)]
+
+
+def kv_bytes_per_token_of(summary: dict[str, Any]) -> Callable[[int], int] | None:
+    """Replica id -> the KV bytes per token the summary records for its pool (the
+    pool's own where pools record one, else the run's); None where the summary records
+    none (a run folder written before fragsim recorded it)."""
+    index = _pool_index(summary)
+    pools = summary["fleet"]["pools"] if index is not None else []
+    if index is not None and all(_positive_int(p.get("kv_bytes_per_token")) for p in pools):
+        per_pool = [int(p["kv_bytes_per_token"]) for p in pools]
+        return lambda replica: per_pool[index(replica)]
+    run_wide = summary.get("kv_bytes_per_token")
+    if isinstance(run_wide, int) and _positive_int(run_wide):
+        per_token = run_wide
+        return lambda _replica: per_token
+    return None
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _header(out: TextIO, family: Family) -> None:
@@ -213,10 +282,10 @@ def _replica_family(
     at each millisecond."""
     _header(out, family)
     sample = family.name + ("_total" if family.kind == "counter" else "")
-    columns = ["time_s", "replica"] + ([family.column] if value_at is None else [])
+    columns = ["time_s", "replica"] + ([family.column] if family.column else [])
     last_ms: dict[int, int] = {}
     for batch in _batches(timeseries, columns):
-        values = batch[family.column] * family.scale if value_at is None else value_at(batch)
+        values = batch[family.column] if value_at is None else value_at(batch)
         for replica, ms, value in zip(
             batch["replica"].tolist(),
             timestamps_ms(batch["time_s"], origin_s).tolist(),
@@ -278,6 +347,74 @@ def _fleet_family(out: TextIO, fleet: Path, origin_s: float) -> None:
                 )
 
 
+def _per_replica(column: str, factor: Callable[[int], int]) -> Callable[[dict[str, Any]], Any]:
+    """A batch's ``column`` times each row's replica's ``factor``."""
+    import numpy as np
+
+    def values(batch: dict[str, np.ndarray]) -> np.ndarray:
+        replicas = batch["replica"]
+        unique, where = np.unique(replicas, return_inverse=True)
+        scale = np.array([factor(int(r)) for r in unique.tolist()], dtype=np.int64)
+        return batch[column] * scale[where]
+
+    return values
+
+
+def _time_span(timeseries: Path) -> tuple[float, float] | None:
+    """The first and last sample instants of the table (None when it has no rows)."""
+    first, last = math.inf, -math.inf
+    for batch in _batches(timeseries, ["time_s"]):
+        if len(batch["time_s"]):
+            first = min(first, float(batch["time_s"].min()))
+            last = max(last, float(batch["time_s"].max()))
+    return None if first > last else (first, last)
+
+
+def _correlation_family(
+    out: TextIO,
+    timeseries: Path,
+    origin_s: float,
+    labels: _Labels,
+    scrape_interval_s: float,
+    trend_window_s: float,
+) -> None:
+    """The correlation gauge (module docstring): each replica's series whole, in time
+    order, replica by replica."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from sim.fleet.alerts import scrape_times, scraped, trend_window_scrapes, uptime_correlation
+
+    _header(out, UPTIME_CORRELATION)
+    span = _time_span(timeseries)
+    if span is None:
+        return
+    times = scrape_times(pd.DataFrame({"time_s": list(span)}), scrape_interval_s)
+    stamps = timestamps_ms(times, origin_s).tolist()
+    window = trend_window_scrapes(trend_window_s, scrape_interval_s)
+    kept = pq.read_table(
+        timeseries,
+        columns=list(CORRELATION_COLUMNS),
+        filters=[("trigger", "in", ["periodic", "final"])],
+    ).to_pandas()
+    kept["trigger"] = kept["trigger"].astype(str)
+    for replica, rows in kept.groupby("replica", sort=True):
+        scrapes = scraped(rows, times, int(replica))
+        has = scrapes["has_data"].to_numpy(dtype=bool)
+        rho = uptime_correlation(scrapes, window, has)
+        written = has | np.concatenate([[False], has[:-1]])
+        text = labels(int(replica))
+        last = -1
+        for k in np.flatnonzero(written).tolist():
+            ms = stamps[k]
+            if ms <= last:
+                continue
+            last = ms
+            value = float(rho[k]) if has[k] else math.nan
+            out.write(f"{UPTIME_CORRELATION.name}{text} {number(value)} {stamp(ms)}\n")
+
+
 def write_openmetrics(
     out: TextIO,
     run_dir: Path,
@@ -286,20 +423,31 @@ def write_openmetrics(
     origin_s: float = DEFAULT_ORIGIN_S,
     high_free_share: float = 0.25,
     kv_bytes_per_token: int | None = None,
-) -> None:
+    scrape_interval_s: float = 30.0,
+    trend_window_s: float = 3600.0,
+) -> bool:
     """Write the run in ``run_dir`` (already checked, its ``summary`` read) to ``out``
-    as the module docstring says."""
+    as the module docstring says; ``kv_bytes_per_token`` overrides the summary's.
+    ``scrape_interval_s`` and ``trend_window_s`` are the correlation's (defaults:
+    :data:`sim.fleet.alerts.DEFAULT_SCRAPE_INTERVAL_S` and
+    :data:`~sim.fleet.alerts.DEFAULT_TREND_WINDOW_S`, a test holds them equal). True
+    when memory was also written in bytes."""
     labels = _Labels(pool_of(summary))
     timeseries = run_dir / "timeseries.parquet"
     for family in REPLICA_METRICS:
         _replica_family(out, family, timeseries, origin_s, labels)
+    per_token = kv_bytes_per_token_of(summary)
     if kv_bytes_per_token is not None:
+        per_token = lambda _replica: kv_bytes_per_token  # noqa: E731
+    if per_token is not None:
         for family in BYTE_METRICS:
-            scaled = Family(**{**family.__dict__, "scale": kv_bytes_per_token})
-            _replica_family(out, scaled, timeseries, origin_s, labels)
+            scaled = _per_replica(family.column, per_token)
+            _replica_family(out, family, timeseries, origin_s, labels, scaled)
     failures = high_free_failures(run_dir / "events.parquet", high_free_share)
     _replica_family(out, FAILURES, timeseries, origin_s, labels, _failure_counts(failures))
+    _correlation_family(out, timeseries, origin_s, labels, scrape_interval_s, trend_window_s)
     fleet = run_dir / "fleet.parquet"
     if fleet.exists():
         _fleet_family(out, fleet, origin_s)
     out.write("# EOF\n")
+    return per_token is not None

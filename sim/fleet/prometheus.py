@@ -4,12 +4,13 @@ rules validated in simulation are the rules deployed.
 
 Metrics. A serving node that exports these (one series per node, labelled by the
 routing label, ``replica`` by default) can run the rules unchanged;
-``fragsim export openmetrics`` writes a run's own (:mod:`sim.fleet.openmetrics`; the
-correlation gauge excepted). Each gauge is the timeseries column of the same meaning;
+``fragsim export openmetrics`` writes a run's own, the correlation gauge included
+(:mod:`sim.fleet.openmetrics`). Each gauge is the timeseries column of the same meaning;
 the failure counter counts the allocation failures (``admission_failure`` /
 ``growth_failure``) whose free share exceeded ``high_free_share`` (the exporter applies
 the threshold); the correlation gauge is the seed's metric
-``node_uptime_vs_fragmentation_correlation``, which the node computes itself (below):
+``node_uptime_vs_fragmentation_correlation``, which a node computes itself (below) and
+the export computes as ``fragsim alerts`` evaluates it:
 
 =============================================================  ============================  =========================================
 Prometheus metric                                              vLLM's (``--metrics vllm``)   fragsim column

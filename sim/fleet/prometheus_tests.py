@@ -13,7 +13,10 @@ before each scrape) from scrape ``k - 2`` on, one per evaluation interval:
 * a gauge rule (``for: F``, ``n = ceil(F / I)`` scrapes) needs the condition to hold
   at scrapes ``k .. k + n`` (with data at every scrape of the test): at ``k + n`` the
   alert fires with the labels of the series, the severity and the annotations rendered
-  with the value scraped then; one scrape earlier it is still pending (no alert);
+  with the value scraped then; one scrape earlier it is still pending (no alert). The
+  uptime rule's series are the ratio, the uptime and the correlation gauge as
+  ``fragsim export openmetrics`` writes it (:func:`sim.fleet.alerts.uptime_correlation`
+  at every scrape with data: the function that evaluates the alert);
 * the failure rule reads the counter of failures above the high-free share at each
   scrape (the export's counter, cumulated over the scrape windows ``(t_{j-1}, t_j]``);
   an episode at ``k >= 1`` fires at ``k`` (``increase`` over two samples) and not at
@@ -82,7 +85,14 @@ def rule_tests(
     firing long enough) and the names of the rules without a test."""
     import numpy as np
 
-    from sim.fleet.alerts import conditions, high_free_failures, scrape_times, scraped
+    from sim.fleet.alerts import (
+        conditions,
+        high_free_failures,
+        scrape_times,
+        scraped,
+        trend_window_scrapes,
+        uptime_correlation,
+    )
 
     times = scrape_times(timeseries, scrape_interval_s)
     pool = pool_of(summary)
@@ -101,10 +111,11 @@ def rule_tests(
         has = s["has_data"].to_numpy()
         labels = {label: str(replica), "pool": pool(replica)}
         counter = np.cumsum(high_free_failures(events, times, replica, thresholds.high_free_share))
+        window = trend_window_scrapes(trend_window_s, scrape_interval_s)
         gauges = {
             RATIO: s["ratio"].to_numpy(),
             UPTIME: s["uptime_s"].to_numpy(),
-            RHO: found[next(n for n in found if "uptime" in n)][1],
+            RHO: uptime_correlation(s, window, has),  # as fragsim export openmetrics writes it
         }
         for name in list(todo):
             rule = todo[name]

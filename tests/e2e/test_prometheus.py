@@ -8,11 +8,14 @@ backfilled run and the rules, evaluates each rule where fragsim's alerts.parquet
 
 from __future__ import annotations
 
+import json
+import math
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -25,21 +28,27 @@ pytestmark = pytest.mark.skipif(
 
 runner = CliRunner()
 
-# Two pools, best-fit on a bimodal trace: allocation failures at high free memory, an
-# autoscaler that adds replicas, ~10 minutes simulated in a few seconds.
+# Two pools up an hour already, best-fit on a bimodal trace: allocation failures at high
+# free memory, fragmentation rising with uptime (the uptime alert fires: its window is an
+# hour), an autoscaler that adds replicas to the second pool, ~10 minutes simulated in a
+# few seconds.
 FLEET = {
     "name": "prom-fleet",
     "mode": "fast",
     "workload": {
         "preset": "bimodal",
-        "synth": {"duration_s": 600.0, "arrival": {"kind": "poisson", "rate_per_s": 0.5}},
+        "synth": {"duration_s": 600.0, "arrival": {"kind": "poisson", "rate_per_s": 1.0}},
     },
     "hardware": {"model": "llama-2-7b", "gpu": "a100-80gb", "max_seq_tokens": 32768},
     "allocator": {"kind": "best_fit"},
     "latency": {"kind": "roofline"},
     "metrics": {"sample_interval_s": 10.0},
     "fleet": {
-        "pools": [{"name": "a", "count": 1}, {"name": "b", "count": 1}],
+        "pools": [
+            {"name": "a", "count": 1, "initial_uptime_s": 3600.0},
+            {"name": "b", "count": 1, "initial_uptime_s": 3600.0},
+        ],
+        "scale_pool": "b",
         "router": {"kind": "least_outstanding"},
         "autoscaler": {"kind": "naive"},
         "lifecycle": {"provision": {"mean_s": 100.0}, "load": {"mean_s": 20.0}, "warmup_s": 10.0},
@@ -69,11 +78,17 @@ def test_promtool_backfills_every_exported_sample(fleet_run: Path, tmp_path: Pat
     metrics = tmp_path / "run.om"
     result = runner.invoke(app, ["export", "openmetrics", str(fleet_run), "-o", str(metrics)])
     assert result.exit_code == 0, result.output
-    lines = metrics.read_text().splitlines()
+    text = metrics.read_text()
+    lines = text.splitlines()
     samples = [line for line in lines if not line.startswith("#")]
-    assert 'pool="b"' in metrics.read_text() and 'fragsim_fleet_replicas{state="active"}' in (
-        metrics.read_text()
-    )
+    assert 'fragsim_fleet_replicas{state="active"}' in text and "fragsim_kv_free_bytes{" in text
+    assert "fragsim_node_uptime_vs_fragmentation_correlation{" in text
+    summary = json.loads((fleet_run / "summary.json").read_text())
+    a, b = summary["fleet"]["pools"]
+    assert summary["fleet"]["scale_ups"] > 0 and len(b["replicas"]) > 1
+    for pool in (a, b):  # the autoscaler's replicas in the pool it added them to
+        for replica in pool["replicas"]:
+            assert f'{{replica="{replica}",pool="{pool["name"]}"}}' in text
     failures = [
         line
         for line in samples
@@ -118,6 +133,7 @@ def test_generated_promtool_tests_pass_and_fail_on_a_changed_rule(
     text = tests.read_text()
     assert "- ../rules.yaml" in text
     assert "name: fragmentation_driven_allocation_failure on replica" in text
+    assert "name: node_uptime_vs_fragmentation_correlation on replica" in text
     done = _promtool("test", "rules", str(tests))
     assert done.returncode == 0, done.stdout + done.stderr
     # the same tests over a rule that asks for more failures than happened: they fail
@@ -135,7 +151,6 @@ def test_tests_need_a_run_and_fragsims_names(tmp_path: Path) -> None:
 
 
 def test_gauge_rules_get_tests_that_promtool_passes(tmp_path: Path) -> None:
-    import pandas as pd
     import yaml
 
     from sim.fleet.prometheus import RuleOptions, alert_rules, rules_yaml
@@ -205,6 +220,23 @@ def _starts(instants: list[float]) -> list[float]:
     return [t for i, t in enumerate(instants) if i == 0 or t - instants[i - 1] > 30.0 + 1e-6]
 
 
+def _held_starts(rows: pd.DataFrame, hold_s: float) -> list[float]:
+    """The starts of one alert's episodes on one replica (its ``alerts.parquet`` rows,
+    in time order) once each is held ``hold_s`` past its resolution, as a rule over
+    ``increase(...[W])`` holds a failure for ``W`` (``hold_s`` = ``W`` - one scrape):
+    episodes that then touch are one."""
+    starts: list[float] = []
+    held_until = -math.inf
+    for time_s, state in zip(rows["time_s"], rows["state"], strict=True):
+        if state == "firing":
+            if time_s > held_until:
+                starts.append(float(time_s))
+            held_until = math.inf
+        else:
+            held_until = float(time_s) + hold_s
+    return starts
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package)")
 def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
@@ -213,11 +245,13 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
     """Backfill the run, start the server on 127.0.0.1 with the exported rules, and
     evaluate each rule's expression over the run through the HTTP API (a server
     evaluates rules only on its live clock): each alert starts on the same replicas in
-    the same scrape windows as in alerts.parquet, within one evaluation interval."""
+    the same scrape windows as in alerts.parquet, within one evaluation interval (the
+    failure rule's episodes held for its increase() window, 60 s: a failure fires it
+    for two scrapes, where fragsim's log fires it for the one scrape window). The
+    uptime rule reads the exported correlation gauge."""
     import time
     import urllib.parse
 
-    import pandas as pd
     import yaml
 
     metrics, rules, data = tmp_path / "run.om", tmp_path / "rules.yaml", tmp_path / "data"
@@ -261,25 +295,28 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
         assert len(exprs) == 4
         alerts = pd.read_parquet(fleet_run / "alerts.parquet")
         span_s = float(pd.read_parquet(fleet_run / "timeseries.parquet")["time_s"].max())
-        checked = 0
+        checked: dict[str, int] = {}
         for name, expr in exprs.items():
             query = urllib.parse.urlencode(
                 {"query": expr, "start": ORIGIN_S, "end": ORIGIN_S + span_s, "step": "30"}
             )
             found = _get(f"{base}/api/v1/query_range?{query}")["data"]["result"]
-            ours = alerts[(alerts["alert"] == name) & (alerts["state"] == "firing")]
+            ours = alerts[alerts["alert"] == name].sort_values("time_s", kind="stable")
+            hold_s = 30.0 if name == "fragmentation_driven_allocation_failure" else 0.0
             theirs: dict[int, list[float]] = {
                 int(s["metric"]["replica"]): _starts([float(t) - ORIGIN_S for t, _ in s["values"]])
                 for s in found
             }
-            mine = {int(r): list(g["time_s"]) for r, g in ours.groupby("replica")}
+            mine = {int(r): _held_starts(g, hold_s) for r, g in ours.groupby("replica")}
             assert set(theirs) == set(mine), name
             for replica, starts in mine.items():
                 assert len(starts) == len(theirs[replica]), (name, replica, starts, theirs[replica])
                 for a, b in zip(starts, theirs[replica], strict=True):
                     assert abs(a - b) <= 30.0, (name, replica, starts, theirs[replica])
-                checked += len(starts)
-        assert checked > 0
+                checked[name] = checked.get(name, 0) + len(starts)
+        # the run fires the failure, approaching-threshold and uptime alerts (not the
+        # severe one: its ratio stays above 0.5)
+        assert set(checked) == set(exprs) - {"severe_fragmentation"}, checked
     finally:
         server.terminate()
         server.wait(timeout=30)

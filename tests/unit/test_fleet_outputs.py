@@ -126,6 +126,7 @@ def test_a_fleet_of_one_pool_names_it_at_the_top_as_a_single_replica_does() -> N
     (pool,) = summary["fleet"]["pools"]
     assert summary["allocator"] == pool["allocator"] == "static"
     assert summary["kv_capacity_tokens"] == pool["kv_capacity_tokens"] == 4096
+    assert summary["kv_bytes_per_token"] == pool["kv_bytes_per_token"] > 0
     assert summary["latency"] == pool["latency"] == {"kind": "constant"}
 
 

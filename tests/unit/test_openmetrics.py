@@ -1,7 +1,10 @@
 """`sim.fleet.openmetrics` over a run folder written by hand: every family's header,
 samples with labels and timestamps from the origin, the failure counter, replicas by
-state, one sample per series per millisecond, the file's end; and `fragsim export
-openmetrics`'s errors (one line, status 2, nothing written) and determinism."""
+state, one sample per series per millisecond, the file's end, the uptime-correlation
+gauge as the alerts evaluate it, bytes at the summary's KV bytes per token, pools from
+the summary's replica lists (a two-pool fleet that scales into its second pool); and
+`fragsim export openmetrics`'s errors (one line, status 2, nothing written), its note
+for a run that records no bytes per token, and determinism."""
 
 from __future__ import annotations
 
@@ -92,7 +95,8 @@ def _export(run: Path, **kwargs: object) -> str:
 def test_each_family_is_whole_with_its_header_and_the_file_ends_with_eof(tmp_path: Path) -> None:
     text = _export(_run_dir(tmp_path))
     assert text.endswith("\n# EOF\n")
-    names = [f.name for f in om.REPLICA_METRICS] + [om.FAILURES.name, om.REPLICAS_BY_STATE.name]
+    names = [f.name for f in om.REPLICA_METRICS]
+    names += [om.FAILURES.name, om.UPTIME_CORRELATION.name, om.REPLICAS_BY_STATE.name]
     helps = [line.split(" ")[2] for line in text.splitlines() if line.startswith("# HELP")]
     assert helps == names
     lines = text.splitlines()
@@ -145,15 +149,13 @@ def test_replicas_by_state_from_the_fleet_table_and_bytes_when_given(tmp_path: P
     assert "fragsim_kv_free_bytes" not in _export(run)
 
 
-def test_every_rule_metric_but_the_node_computed_correlation_is_exported(tmp_path: Path) -> None:
-    from sim.fleet.prometheus import METRICS
+def test_every_metric_the_rules_read_is_exported(tmp_path: Path) -> None:
+    from sim.fleet.prometheus import METRIC, METRICS
 
     text = _export(_run_dir(tmp_path))
     samples = {line.split("{")[0] for line in text.splitlines() if not line.startswith("#")}
-    wanted = {name for _, name, _, _ in METRICS} - {
-        "fragsim_node_uptime_vs_fragmentation_correlation"
-    }
-    assert wanted <= samples
+    assert {name for _, name, _, _ in METRICS} <= samples
+    assert METRIC["node_uptime_vs_fragmentation_correlation"] == om.UPTIME_CORRELATION.name
 
 
 def test_number_and_stamp() -> None:
@@ -168,11 +170,16 @@ def test_number_and_stamp() -> None:
 
 
 def test_defaults_held_equal() -> None:
+    import inspect
+
     from sim.cli.export import DEFAULT_ORIGIN, parse_origin
-    from sim.fleet.alerts import FAILURE_KINDS
+    from sim.fleet.alerts import DEFAULT_SCRAPE_INTERVAL_S, DEFAULT_TREND_WINDOW_S, FAILURE_KINDS
 
     assert parse_origin(DEFAULT_ORIGIN) == om.DEFAULT_ORIGIN_S
     assert om.FAILURE_KINDS == FAILURE_KINDS
+    defaults = inspect.signature(om.write_openmetrics).parameters
+    assert defaults["scrape_interval_s"].default == DEFAULT_SCRAPE_INTERVAL_S
+    assert defaults["trend_window_s"].default == DEFAULT_TREND_WINDOW_S
 
 
 runner = CliRunner()

@@ -1,0 +1,210 @@
+"""`fragsim export openmetrics`'s series beyond the timeseries columns: the
+uptime-correlation gauge (the alert evaluation's rho at every scrape a replica reports,
+NaN where it stops), memory in bytes at the KV bytes per token the summary records (per
+pool; the flag overrides; a note naming the flag where a run records none), and pools
+from the summary's replica lists -- a two-pool fleet that scales into its second pool
+labels the new replicas by it."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from sim.cli import app
+from sim.fleet import openmetrics as om
+from sim.results.runfolder import SUMMARY_SECTIONS
+
+runner = CliRunner()
+
+BASE_SUMMARY: dict[str, Any] = {
+    k: ({} if kind is dict else [] if kind is list else "x") for k, kind in SUMMARY_SECTIONS.items()
+}
+
+
+def _write_run(tmp_path: Path, ts: pd.DataFrame, summary: dict[str, Any]) -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    columns = ("capacity_tokens", "used_tokens", "free_extent_count", "running_requests")
+    full = ts.assign(**{c: 0 for c in columns if c not in ts})
+    full = full.assign(**{c: 0 for c in ("waiting_requests", "preemptions_total") if c not in full})
+    full.to_parquet(run / "timeseries.parquet")
+    events = {"time_s": [], "replica": [], "kind": [], "free_share": []}
+    pd.DataFrame(events).astype({"replica": "int64", "kind": object}).to_parquet(
+        run / "events.parquet"
+    )
+    pd.DataFrame({"request_id": [1], "replica": [0]}).to_parquet(run / "requests.parquet")
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+def _samples(text: str, family: str) -> list[tuple[str, float, float]]:
+    """(labels, value, seconds since the origin 1000) of each sample of ``family``."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(family + "{"):
+            head, value, stamp = line.rsplit(" ", 2)
+            out.append((head[len(family) :], float(value), round(float(stamp) - 1000, 3)))
+    return out
+
+
+def _trend_timeseries() -> pd.DataFrame:
+    """One replica sampled every 30 s for 30 min, up 1 h at the start, fragmentation
+    rising with a wobble; down (restarting) from 600 s to 690 s, then up from 0."""
+    times = np.arange(0.0, 1800.0 + 1, 30.0)
+    up = ~((times >= 600) & (times < 720))
+    uptime = np.where(times < 600, 3600.0 + times, np.maximum(times - 690.0, 0.0))
+    ratio = 0.9 - 0.4 * times / 1800 + 0.05 * np.sin(times / 50)
+    return pd.DataFrame(
+        {
+            "time_s": times,
+            "replica": 0,
+            "trigger": ["periodic"] * (len(times) - 1) + ["final"],
+            "up": up,
+            "uptime_s": uptime,
+            "free_tokens": 1000,
+            "largest_free_extent_tokens": (1000 * ratio).astype(int),
+            "largest_contiguous_free_block_ratio": ratio,
+        }
+    )
+
+
+def test_the_correlation_gauge_is_the_alerts_rho_at_every_scrape_the_replica_reports(
+    tmp_path: Path,
+) -> None:
+    from scipy.stats import spearmanr
+
+    from sim.fleet.alerts import conditions, scrape_times
+    from sim.results.seed_alerts import AlertThresholds
+
+    ts = _trend_timeseries()
+    run = _write_run(tmp_path, ts, BASE_SUMMARY)
+    out = io.StringIO()
+    om.write_openmetrics(out, run, BASE_SUMMARY, origin_s=1000, trend_window_s=300.0)
+    got = _samples(out.getvalue(), om.UPTIME_CORRELATION.name)
+    at = {t: v for _, v, t in got}
+    # every scrape it reports, and the first one it does not (NaN): none during the
+    # restart after that, none after the final sample
+    want_times = [t for t in range(0, 1801, 30) if not 630 <= t < 720]
+    assert sorted(at) == want_times
+    assert math.isnan(at[600.0]) and all(lab == '{replica="0",pool="default"}' for lab, _, _ in got)
+    # rho over the window's (uptime, 1 - ratio): the 10 scrapes of the last 300 s
+    window = ts[(ts["time_s"] > 1200) & (ts["time_s"] <= 1500)]
+    rho, _ = spearmanr(window["uptime_s"], 1 - window["largest_contiguous_free_block_ratio"])
+    assert at[1500.0] == pytest.approx(float(rho), rel=1e-12) and -1 < rho < 1
+    # the value the alert evaluation ranks wherever it ranks one (alerts.parquet's)
+    times = scrape_times(ts, 30.0)
+    events = pd.read_parquet(run / "events.parquet")
+    _, value = conditions(ts, events, 0, times, AlertThresholds(), 300.0, 30.0)[
+        "node_uptime_vs_fragmentation_correlation"
+    ]
+    ranked = [(float(t), float(v)) for t, v in zip(times, value, strict=True) if not np.isnan(v)]
+    assert ranked and all(at[t] == v for t, v in ranked)
+
+
+def _three_replicas() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "time_s": [0.0, 0.0, 0.0],
+            "replica": [0, 1, 2],
+            "trigger": "periodic",
+            "up": True,
+            "uptime_s": 0.0,
+            "free_tokens": [100, 200, 300],
+            "largest_free_extent_tokens": [50, 50, 50],
+            "largest_contiguous_free_block_ratio": [0.5, 0.25, 1 / 6],
+        }
+    )
+
+
+def test_bytes_at_each_pools_bytes_per_token_and_the_flag_overrides(tmp_path: Path) -> None:
+    summary = BASE_SUMMARY | {
+        "kv_bytes_per_token": None,
+        "fleet": {
+            "pools": [
+                {"name": "a", "count": 1, "replicas": [0, 2], "kv_bytes_per_token": 4},
+                {"name": "b", "count": 1, "replicas": [1], "kv_bytes_per_token": 8},
+            ]
+        },
+    }
+    run = _write_run(tmp_path, _three_replicas(), summary)
+    out = io.StringIO()
+    assert om.write_openmetrics(out, run, summary, origin_s=1000)
+    free = _samples(out.getvalue(), "fragsim_kv_free_bytes")
+    assert free == [
+        ('{replica="0",pool="a"}', 400.0, 0.0),
+        ('{replica="1",pool="b"}', 1600.0, 0.0),
+        ('{replica="2",pool="a"}', 1200.0, 0.0),  # scaled up into pool a: its bytes
+    ]
+    out = io.StringIO()
+    om.write_openmetrics(out, run, summary, origin_s=1000, kv_bytes_per_token=3)
+    assert [v for _, v, _ in _samples(out.getvalue(), "fragsim_kv_free_bytes")] == [300, 600, 900]
+
+
+def test_a_run_that_records_no_bytes_per_token_gets_a_note_naming_the_flag(
+    tmp_path: Path,
+) -> None:
+    run = _write_run(tmp_path, _three_replicas(), BASE_SUMMARY)
+    out = tmp_path / "x.om"
+    result = runner.invoke(app, ["export", "openmetrics", str(run), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    (note,) = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
+    assert "records no KV bytes per token" in note and "--kv-bytes-per-token" in note
+    assert "fragsim_kv_free_bytes" not in out.read_text()
+    args = ["export", "openmetrics", str(run), "-o", str(out), "--kv-bytes-per-token", "2"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0 and "note: " not in result.stderr
+    assert 'fragsim_kv_free_bytes{replica="2",pool="default"} 600 ' in out.read_text()
+
+
+def test_a_two_pool_fleet_that_scales_labels_its_new_replicas_by_their_pool(
+    tmp_path: Path,
+) -> None:
+    from support.fleet import fleet_data, run_fleet_data
+    from support.scenarios import request_frame
+
+    autoscaler = {
+        "kind": "naive",
+        "interval_s": 10.0,
+        "step": 1,
+        "queue_threshold": 1,
+        "scale_up_cooldown_s": 0.0,
+        "scale_down_window_s": 50.0,
+    }
+    pools = [{"name": "a", "count": 1}, {"name": "b", "count": 1}]
+    data = fleet_data(
+        pools=pools,
+        autoscaler=autoscaler,
+        scale_pool="b",
+        max_replicas=4,
+        provision_s=20.0,
+        load_s=5.0,
+        warmup_s=5.0,
+        sample_interval_s=5.0,
+    )
+    df = request_frame([1.0 * i for i in range(80)], [3000] * 80, [500] * 80)
+    result = run_fleet_data(data, df)
+    result.write(tmp_path / "run")
+    a, b = result.summary["fleet"]["pools"]
+    assert result.summary["fleet"]["scale_ups"] >= 1
+    assert a["replicas"] == [0] and b["replicas"][0] == 1 and len(b["replicas"]) > 1
+    out = tmp_path / "run.om"
+    done = runner.invoke(app, ["export", "openmetrics", str(tmp_path / "run"), "-o", str(out)])
+    assert done.exit_code == 0 and "note: " not in done.stderr, done.output
+    text = out.read_text()
+    for replica in b["replicas"][1:]:  # the autoscaler's: in pool b, not the first pool
+        assert f'fragsim_kv_free_tokens{{replica="{replica}",pool="b"}}' in text
+        assert f'{{replica="{replica}",pool="a"}}' not in text
+    # bytes at the summary's bytes per token, with no flag
+    per_token = result.summary["kv_bytes_per_token"]
+    assert per_token == a["kv_bytes_per_token"] == b["kv_bytes_per_token"] > 0
+    first = result.timeseries.iloc[0]
+    line = f'fragsim_kv_free_bytes{{replica="{first["replica"]}",pool="a"}} '
+    assert line + f"{int(first['free_tokens']) * per_token} " in text
