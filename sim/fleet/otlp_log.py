@@ -89,7 +89,11 @@ ATTRIBUTES: Final[dict[str, Attribute]] = {
 }
 """Span attribute -> how it is read (the table in docs/postmortem.md)."""
 RESOURCE_ATTRIBUTES: Final[dict[str, Attribute]] = {
-    "service.instance.id": Attribute("string", True, "the instance (see the restart rule)"),
+    "service.instance.id": Attribute(
+        "string",
+        True,
+        "the instance (a new one on a node: a restart); the node without the two below",
+    ),
     "k8s.pod.name": Attribute("string", False, "`replica` (the node), first choice"),
     "host.name": Attribute("string", False, "`replica` (the node) without a pod name"),
 }

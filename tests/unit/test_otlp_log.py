@@ -164,7 +164,10 @@ def test_a_missing_or_mistyped_attribute_names_it_and_the_type(tmp_path: Path) -
 
 def test_the_attribute_table_is_in_the_docs() -> None:
     rows = {}
-    for text in DOCS.read_text().splitlines():
+    lines = DOCS.read_text().splitlines()
+    start = lines.index("| attribute | kind | required | read as |")
+    end = lines.index("", start)
+    for text in lines[start + 2 : end]:
         if m := re.match(r"\| `([\w.]+)`( \(resource\))? \|(.*)\|$", text):
             rows[m[1]] = (bool(m[2]), [c.strip() for c in m[3].split("|")])
     for table, resource in ((ATTRIBUTES, False), (RESOURCE_ATTRIBUTES, True)):
