@@ -98,6 +98,24 @@ def pools_of(summary: dict[str, Any]) -> dict[int, str]:
     return out
 
 
+def replica_names(frame: pd.DataFrame) -> dict[int, str]:
+    """Replica id -> the name a reader knows it by, where ``frame`` carries one (a
+    ``replica_name`` column: a postmortem's runs name nodes as the log does); empty
+    otherwise. Label a replica with :func:`replica_label`."""
+    if "replica_name" not in frame.columns or not len(frame):
+        return {}
+    pairs = frame[["replica", "replica_name"]].drop_duplicates("replica")
+    return {
+        int(r): str(n)
+        for r, n in zip(pairs["replica"].tolist(), pairs["replica_name"].tolist(), strict=True)
+    }
+
+
+def replica_label(names: dict[int, str], replica: int) -> str:
+    """``replica gpu-03`` (its name in ``names``, :func:`replica_names`) or ``replica 3``."""
+    return f"replica {names.get(int(replica), replica)}"
+
+
 def replicas_of(*frames: pd.DataFrame | None) -> list[int]:
     seen: set[int] = set()
     for f in frames:

@@ -9,7 +9,15 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from reports.aggregate import allocation_failures
-from reports.common import CAPACITY_COLOUR, FRAGMENTATION_COLOUR, RESTART_COLOUR, as_float, esc
+from reports.common import (
+    CAPACITY_COLOUR,
+    FRAGMENTATION_COLOUR,
+    RESTART_COLOUR,
+    as_float,
+    esc,
+    replica_label,
+    replica_names,
+)
 from reports.downsample import MAX_MARKERS, shown_label, stride_indices
 
 MAX_RESTART_LINES = 500
@@ -38,8 +46,9 @@ def add_failures(
         if not len(found):
             continue
         shown = found.iloc[stride_indices(len(found), MAX_MARKERS // len(CAUSES))]
+        names = replica_names(shown)
         text = [
-            esc(f"replica {r}: {kind} ({cause}), need {need:,} tokens, free {free:,}")
+            esc(f"{replica_label(names, r)}: {kind} ({cause}), need {need:,} tokens, free {free:,}")
             for r, kind, need, free in zip(
                 shown["replica"].tolist(),
                 shown["kind"].tolist(),
@@ -79,8 +88,9 @@ def add_restarts(
         return
     shown = restarts.iloc[stride_indices(len(restarts), MAX_RESTART_LINES)]
     t = as_float(shown["time_s"]) / div
+    names = replica_names(shown)
     text = [
-        esc(f"restart of replica {r}: {cause}")
+        esc(f"restart of {replica_label(names, r)}: {cause}")
         for r, cause in zip(shown["replica"].tolist(), shown["cause"].tolist(), strict=True)
     ]
     for i, (row, low, high) in enumerate(spans):

@@ -49,6 +49,8 @@ from reports.common import (
     max_time_s,
     pools_of,
     ratio_thresholds,
+    replica_label,
+    replica_names,
     replicas_of,
     time_unit,
 )
@@ -279,10 +281,12 @@ def _worst(
     (largest free extent / free then; x fragmentation, o capacity); one legend entry
     each."""
     fails = allocation_failures(events)
+    names = replica_names(samples)
     for rank, (replica, failures) in enumerate(worst):
         q = fleet_quantiles(samples[samples["replica"] == replica], (RATIO,), width_s)
         color = REPLICA_COLOURS[rank % len(REPLICA_COLOURS)]
-        name = esc(f"replica {replica} (worst #{rank + 1}: {failures:,} failures)")
+        label = esc(replica_label(names, replica))
+        name = f"{label} (worst #{rank + 1}: {failures:,} failures)"
         group = f"replica-{replica}"
         fig.add_trace(
             go.Scatter(
@@ -292,7 +296,7 @@ def _worst(
                 name=name,
                 legendgroup=group,
                 line={"color": color, "width": 1.1},
-                hovertemplate=f"minimum %{{y:.3f}}<extra>replica {replica}</extra>",
+                hovertemplate=f"minimum %{{y:.3f}}<extra>{label}</extra>",
             ),
             row=2,
             col=1,
@@ -312,7 +316,7 @@ def _worst(
                 showlegend=False,
                 marker={"color": color, "symbol": symbols, "size": 6},
                 text=[esc(str(c)) for c in mine["cause"].tolist()],
-                hovertemplate=f"%{{text}} failure at ratio %{{y:.3f}}<extra>replica {replica}</extra>",
+                hovertemplate=f"%{{text}} failure at ratio %{{y:.3f}}<extra>{label}</extra>",
             ),
             row=2,
             col=1,

@@ -4,6 +4,7 @@ printed match summary, and refusals (exit 2, one ``error:`` line, nothing writte
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -162,3 +163,17 @@ def test_an_unknown_counterfactual_is_refused_before_simulating(tmp_path: Path) 
     assert result.exit_code == 2
     assert result.output.startswith("error: ") and "no-such-scenario" in result.output
     assert not out.exists()
+
+
+def test_the_report_of_the_replay_names_nodes_as_the_log_does(tmp_path: Path) -> None:
+    """``fragsim report OUT/replay``: failures, restarts and the worst nodes by the log's
+    names (the frames' ``replica_name``), never by the engine's ids."""
+    out = tmp_path / "pm"
+    args = ["postmortem", str(EXAMPLE), "-o", str(out), "--no-counterfactuals", "-q"]
+    assert runner.invoke(app, [*args, "--no-report"]).exit_code == 0
+    html = tmp_path / "replay.html"
+    result = runner.invoke(app, ["report", str(out / "replay"), "-o", str(html)])
+    assert result.exit_code == 0, result.output
+    text = html.read_text()
+    assert not re.search(r"replica \d", text), re.findall(r".{40}replica \d.{40}", text)[:3]
+    assert all(f"replica {name}" in text for name in NAMES)
