@@ -4,7 +4,9 @@ with timestamps, to backfill into a real Prometheus
 :mod:`sim.fleet.openmetrics`'s.
 
 A folder that is not a readable run, or a bad option, is one ``error: ...`` line and
-exit status 2; the file is written atomically (nothing half-written).
+exit status 2; the file is written atomically (nothing half-written). A run whose
+summary records no KV bytes per token (written before fragsim recorded it) exports
+without bytes, with one ``note: ...`` line on stderr naming ``--kv-bytes-per-token``.
 """
 
 from __future__ import annotations
@@ -125,9 +127,9 @@ def openmetrics_command(
         int | None,
         typer.Option(
             min=1,
-            help="KV bytes per token of a replica, overriding what the run's summary "
-            "records (runs written before fragsim recorded it: fragsim hardware shows "
-            "it): free and largest free memory in bytes.",
+            help="KV bytes per token of a replica (all its GPUs), overriding what the "
+            "run's summary records; needed for bytes from runs written before fragsim "
+            "recorded it (fragsim hardware shows the per-GPU share).",
         ),
     ] = None,
     scrape_interval_s: Annotated[
