@@ -40,6 +40,9 @@ MAX_SCRAPES = 5_000_000
 MAX_WINDOW_SCRAPES = 100_000
 """The most scrapes in the uptime-trend window."""
 MAX_INTERVAL_S = 86_400.0 * 365
+MIN_SCRAPE_INTERVAL_S = 1.0
+"""``sim.fleet.config.MIN_SCRAPE_INTERVAL_S`` (a test holds them equal): the scrapes a
+fleet's ``alerts.scrape_interval_s`` allows, read without importing the fleet."""
 DEFAULT_SCRAPE_INTERVAL_S = 30.0
 """``sim.fleet.alerts.DEFAULT_SCRAPE_INTERVAL_S`` (a test holds them equal): the option
 defaults are read without importing the alert engine."""
@@ -59,7 +62,8 @@ ScrapeOpt = Annotated[
     float,
     typer.Option(
         "--scrape-interval",
-        help="Prometheus scrape and rule-evaluation interval, seconds (>= 0.001).",
+        help="Prometheus scrape and rule-evaluation interval, seconds (>= 1, as a "
+        "fleet's alerts.scrape_interval_s).",
     ),
 ]
 WindowOpt = Annotated[
@@ -89,9 +93,11 @@ def _thresholds(scenario: Path | None) -> AlertThresholds:
 
 
 def check_times(scrape_interval_s: float, trend_window_s: float) -> None:
-    if not (math.isfinite(scrape_interval_s) and 1e-3 <= scrape_interval_s <= MAX_INTERVAL_S):
+    low, high = MIN_SCRAPE_INTERVAL_S, MAX_INTERVAL_S
+    if not (math.isfinite(scrape_interval_s) and low <= scrape_interval_s <= high):
         raise typer.BadParameter(
-            f"got {scrape_interval_s:g}, expected seconds in [0.001, {MAX_INTERVAL_S:g}]",
+            f"got {scrape_interval_s:g}, expected seconds in [{low:g}, {high:g}] (at least "
+            f"{low:g} s, as a fleet's alerts.scrape_interval_s)",
             param_hint="--scrape-interval",
         )
     if not (math.isfinite(trend_window_s) and trend_window_s >= scrape_interval_s):

@@ -118,6 +118,12 @@ def test_bad_inputs_are_one_error_line_and_write_nothing(run_dir: Path, tmp_path
     assert_one_error(
         fragsim("alerts", "show", str(run_dir), "--scrape-interval", "0"), "--scrape-interval"
     )
+    for below_a_second in ("0.5", "0.001"):  # what a fleet's alerts.scrape_interval_s refuses
+        assert_one_error(
+            fragsim("alerts", "show", str(run_dir), "--scrape-interval", below_a_second),
+            "--scrape-interval",
+            "at least 1 s",
+        )
     assert_one_error(
         fragsim("alerts", "export", "-o", str(tmp_path / "r.yaml"), "--trend-window", "1"),
         "--trend-window",
