@@ -45,15 +45,13 @@ import pyarrow as pa
 from sim.fleet.otlp_nodes import NodesFile, Span, span_fleet
 from sim.fleet.postmortem_log import (
     NODES,
-    Fleet,
     LogError,
     PostmortemLog,
     index_requests,
-    node_events,
-    node_pools,
     node_times,
     read_table,
 )
+from sim.fleet.postmortem_nodes import Fleet, node_events, node_pools
 from traces.errors import TraceError
 from traces.validate import ReadContext
 

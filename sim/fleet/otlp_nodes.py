@@ -43,10 +43,11 @@ row of it is kept; a node it does not name is in its pool where it names only on
   differ); each file event explains at most one change, the earliest first. A restart
   both describe is the file's (its time and cause): none is counted twice.
 
-Conflicts. The merged events must follow the lifecycle (:func:`fleet_of`), and every
-span must start while its node is up or crashed by them (not before the file starts it,
-nor after the file scales it down); otherwise one error line names the nodes file's
-line (or the spans' line, for an inferred event) and field.
+Conflicts. The merged events must follow the lifecycle
+(:func:`sim.fleet.postmortem_nodes.fleet_of`), and every span must start while its node
+is up or crashed by them (not before the file starts it, nor after the file scales it
+down); otherwise one error line names the nodes file's line (or the spans' line, for
+an inferred event) and field.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from sim.fleet.postmortem_log import DEFAULT_POOL, Fleet, LogError, NodeEvent, fleet_of
+from sim.fleet.postmortem_log import LogError
+from sim.fleet.postmortem_nodes import DEFAULT_POOL, Fleet, NodeEvent, fleet_of
 
 EDGE_S: Final = 60.0
 """A node whose first span starts this close to the log start was up at it; one whose
@@ -86,8 +88,8 @@ class Span:
 
 @dataclass(frozen=True)
 class NodesFile:
-    """A nodes file beside the spans: its events (:func:`node_events`), in file order,
-    its replicas' pools and its name (for messages)."""
+    """A nodes file beside the spans: its events in file order
+    (:func:`sim.fleet.postmortem_nodes.node_events`), its replicas' pools and its name."""
 
     name: str
     events: list[NodeEvent]

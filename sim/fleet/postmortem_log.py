@@ -38,26 +38,24 @@ parse is located by :mod:`traces.locate`), and the checks are those of
 :mod:`traces.validate`.
 
 Building blocks, for readers of other formats (:mod:`sim.fleet.otlp_log`):
-:func:`read_table` reads a file of either format, :func:`node_times` its node times,
-:func:`node_events` / :func:`node_pools` its nodes' rows, :func:`fleet_of` checks any
-list of :class:`NodeEvent` (each carrying its own error) into a :class:`Fleet`, and
-:func:`index_requests` turns a requests table on that fleet into the
-:class:`PostmortemLog`.
+:func:`read_table` reads a file of either format, :func:`node_times` its node times
+(:mod:`sim.fleet.postmortem_nodes` turns its rows into node events and checks any list
+of them into a fleet), and :func:`index_requests` turns a requests table on a fleet into
+the :class:`PostmortemLog`.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sim.fleet.postmortem_nodes import TEXT, Fleet, read_fleet, row_name, text_cells
 from traces.bounds import MAX_ARRIVAL_S
 from traces.errors import TraceError
 from traces.formats import F64, I64, Format, check_columns, read_header
@@ -66,7 +64,6 @@ from traces.timestamps import EXPECTED as TIMESTAMP_EXPECTED
 from traces.timestamps import timestamps_ns
 from traces.validate import ReadContext, check_arrivals, check_finite, counts
 
-TEXT = pa.string()
 STATUSES: Final = {
     "ok": "ok",
     "oom": "failed",
@@ -77,8 +74,6 @@ STATUSES: Final = {
     "timed-out": "timed-out",
 }
 """Status as logged (lower case) -> normalised status."""
-EVENTS: Final = ("start", "restart", "scale_up", "scale_down", "crash")
-DEFAULT_POOL: Final = "default"
 EXPECTED: Final = {
     "prompt_tokens": "a whole number >= 1",
     "output_tokens": "a whole number >= 0",
@@ -206,15 +201,6 @@ def load_postmortem_log(log_dir: str | Path) -> PostmortemLog:
         raise _log_error(exc, exc.expected) from None
 
 
-def read_fleet(ctx: ReadContext, t: pa.Table, time_s: np.ndarray) -> Fleet:
-    """A nodes table's fleet alone: :func:`node_events`, :func:`node_pools`, then
-    :func:`fleet_of` with the replicas in order of first appearance."""
-    events = node_events(ctx, t, time_s)
-    pools = node_pools(ctx, t)
-    names = list(dict.fromkeys(e.replica for e in events))
-    return fleet_of(events, names, [pools.get(n, DEFAULT_POOL) for n in names])
-
-
 def _log_error(exc: TraceError, expected: str | None) -> LogError:
     return LogError(
         exc.path,
@@ -311,166 +297,6 @@ def _floats(t: pa.Table, name: str) -> np.ndarray:
     return np.asarray(pc.cast(t.column(name), F64).to_numpy(zero_copy_only=False), np.float64)
 
 
-def _text(ctx: ReadContext, t: pa.Table, name: str, required: bool = True) -> np.ndarray:
-    """Column ``name`` as trimmed str (object array; "" where blank or null)."""
-    col = pc.fill_null(pc.utf8_trim_whitespace(pc.cast(t.column(name), TEXT)), "")
-    values = np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
-    if required and (values == "").any():
-        i = int(np.argmax(values == ""))
-        raise ctx.error(i, "missing value", field=name, expected="a non-empty value")
-    return values
-
-
-def _where(ctx: ReadContext, i: int) -> str:
-    """``line L`` (CSV) or ``row R`` (Parquet) of chunk row ``i``, for a message."""
-    e = ctx.error(i, "")
-    return f"line {e.line}" if e.line is not None else f"row {e.row}"
-
-
-@dataclass(frozen=True)
-class Fleet:
-    """The log's nodes, by dense replica id, and their events (what
-    :class:`PostmortemLog` carries of them)."""
-
-    names: list[str]
-    pools: list[str]
-    uptime_s: np.ndarray
-    """float64: seconds up at the log start (0 where not ``up_at_start``)."""
-    up_at_start: np.ndarray
-    events: pd.DataFrame
-    """``time_s``, ``replica`` (dense id), ``event`` (and ``detail`` where any event has
-    one), sorted by time (ties in input order); the initial fleet's starts are not in it."""
-
-
-@dataclass(frozen=True)
-class NodeEvent:
-    """One node lifecycle event, from wherever it was read (a nodes file's row, or a
-    reader's inference), carrying its own error: :func:`fleet_of` checks the events in
-    turn and a problem is that row's one-line error."""
-
-    time_s: float
-    """Seconds from the log start; <= 0 only for a ``start`` (the initial fleet)."""
-    replica: str
-    event: str
-    """One of :data:`EVENTS` (lower case)."""
-    detail: str | None
-    """Free text; None where the source has no detail at all."""
-    error: Callable[..., TraceError]
-    """``error(message, field=..., expected=..., got=...)``: the error at this event's
-    source (its file and line or row)."""
-    fields: tuple[str, str] = ("event", "time_s")
-    """(event field, time field): the names the source gives the two, for errors."""
-
-
-_NEXT: Final = {  # event -> (states it may follow, state after it)
-    "start": (("gone", "crashed"), "up"),
-    "scale_up": (("gone", "crashed"), "up"),
-    "restart": (("up", "crashed"), "up"),
-    "crash": (("up",), "crashed"),
-    "scale_down": (("up", "crashed"), "gone"),
-}
-
-
-def node_events(ctx: ReadContext, t: pa.Table, time_s: np.ndarray) -> list[NodeEvent]:
-    """The rows of a nodes table (``read_table(path, NODES, "time_s")``, times from
-    :func:`node_times`) as events, in file order: replica and event present, events
-    known, only a ``start`` before the log start. Their order in time is
-    :func:`fleet_of`'s to check."""
-    names = _text(ctx, t, "replica")
-    raw = _text(ctx, t, "event")
-    events = np.char.lower(raw.astype(str))
-    bad = ~np.isin(events, EVENTS)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ctx.error(
-            i, "unknown event", field="event", expected=f"one of {', '.join(EVENTS)}", got=raw[i]
-        )
-    field = "time_s" if "time_s" in t.column_names else "timestamp"
-    bad = (time_s < 0) & (events != "start")
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ctx.error(
-            i,
-            f"{events[i]} before the log start",
-            field=field,
-            expected="a time >= 0 (only a start row may be negative: the node's uptime)",
-            got=float(time_s[i]),
-            as_written=field == "time_s",
-        )
-    details = _text(ctx, t, "detail", required=False) if "detail" in t.column_names else None
-    return [
-        NodeEvent(
-            float(time_s[i]),
-            str(names[i]),
-            str(events[i]),
-            None if details is None else str(details[i]),
-            functools.partial(ctx.error, i),
-            ("event", field),
-        )
-        for i in range(len(names))
-    ]
-
-
-def node_pools(ctx: ReadContext, t: pa.Table) -> dict[str, str]:
-    """Replica -> pool of a nodes table, for the replicas it gives one (at most one each)."""
-    if "pool" not in t.column_names:
-        return {}
-    names = _text(ctx, t, "replica")
-    pool = _text(ctx, t, "pool", required=False)
-    first: dict[str, int] = {}
-    for i, p in enumerate(pool):
-        if not p:
-            continue
-        j = first.setdefault(str(names[i]), i)
-        if pool[j] != p:
-            raise ctx.error(
-                i,
-                f"replica {names[i]!r} in a second pool",
-                field="pool",
-                expected=f"one pool per replica ({pool[j]!r}, {_where(ctx, j)})",
-                got=p,
-            )
-    return {name: str(pool[i]) for name, i in first.items()}
-
-
-def fleet_of(events: Sequence[NodeEvent], names: Sequence[str], pools: Sequence[str]) -> Fleet:
-    """The fleet of ``names`` (dense ids in this order; ``pools`` aligned) from
-    ``events``: sorted by time (ties in list order), then each replica's events must
-    make sense in turn (the module docstring's lifecycle), else the offending event's
-    error. A ``start`` at ``time_s <= 0`` puts its replica in the initial fleet, up for
-    ``-time_s`` seconds; a replica without one is not up at the log start."""
-    ids = {n: k for k, n in enumerate(names)}
-    rows = sorted(range(len(events)), key=lambda i: (events[i].time_s, i))
-    state = ["gone"] * len(names)
-    uptime_s = np.zeros(len(names))
-    up_at_start = np.zeros(len(names), bool)
-    keep = []
-    for i in rows:
-        e = events[i]
-        r = ids[e.replica]
-        after, to = _NEXT[e.event]
-        if state[r] not in after:
-            raise e.error(
-                f"{e.event} of replica {e.replica!r} at {e.time_s:g} s, when it is {state[r]}",
-                field=e.fields[0],
-                expected=f"{e.event} only when the node is {' or '.join(after)}",
-                got=e.event,
-            )
-        state[r] = to
-        if e.event == "start" and e.time_s <= 0:
-            up_at_start[r], uptime_s[r] = True, abs(e.time_s)
-        else:
-            keep.append(e)
-    frame: dict[str, Any] = {
-        "time_s": np.array([e.time_s for e in keep], np.float64),
-        "replica": np.array([ids[e.replica] for e in keep], np.int64),
-        "event": np.array([e.event for e in keep], dtype=object),
-    }
-    if any(e.detail is not None for e in events):
-        frame["detail"] = np.array([e.detail or "" for e in keep], dtype=object)
-    return Fleet(list(names), list(pools), uptime_s, up_at_start, pd.DataFrame(frame))
-
-
 def index_requests(
     ctx: ReadContext, t: pa.Table, arrival_s: np.ndarray, fleet: Fleet, nodes_file: str
 ) -> PostmortemLog:
@@ -534,7 +360,7 @@ def index_requests(
 
 def _replicas(ctx: ReadContext, t: pa.Table, names: list[str], nodes_file: str) -> np.ndarray:
     ids = {name: k for k, name in enumerate(names)}
-    text = _text(ctx, t, "replica")
+    text = text_cells(ctx, t, "replica")
     out = np.array([ids.get(str(v), -1) for v in text], np.int64)
     if (out < 0).any():
         i = int(np.argmax(out < 0))
@@ -550,7 +376,7 @@ def _replicas(ctx: ReadContext, t: pa.Table, names: list[str], nodes_file: str) 
 
 
 def _statuses(ctx: ReadContext, t: pa.Table) -> np.ndarray:
-    raw = _text(ctx, t, "status")
+    raw = text_cells(ctx, t, "status")
     text = np.char.lower(raw.astype(str))
     bad = ~np.isin(text, list(STATUSES))
     if bad.any():
@@ -590,7 +416,7 @@ def _ids(ctx: ReadContext, t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
             i,
             f"duplicate {what}",
             field="attempt" if has_attempt else "request_id",
-            expected=f"each once (first at {_where(ctx, j)})",
+            expected=f"each once (first at {row_name(ctx, j)})",
             got=int(attempt[i] if has_attempt else rid[i]),
         )
     return rid, attempt
@@ -610,7 +436,7 @@ def _check_retries(
             i,
             f"attempt {attempt[i]} of request {rid[i]} arrives before attempt {attempt[j]}",
             field=field,
-            expected=f"a time >= {arrival_s[j]:g} s ({_where(ctx, j)})",
+            expected=f"a time >= {arrival_s[j]:g} s ({row_name(ctx, j)})",
             got=float(arrival_s[i]),
             as_written=False,
         )
@@ -618,7 +444,7 @@ def _check_retries(
 
 def _sessions(ctx: ReadContext, t: pa.Table) -> pd.arrays.IntegerArray:
     """Integers as written; any other text numbered 0.. in order of first appearance."""
-    text = _text(ctx, t, "session_id", required=False)
+    text = text_cells(ctx, t, "session_id", required=False)
     blank = text == ""
     try:
         values = np.array([int(v) if v else 0 for v in text], np.int64)
