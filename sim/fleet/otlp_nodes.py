@@ -43,7 +43,8 @@ row of it is kept; a node it does not name is in its pool where it names only on
   differ); each file event explains at most one change, the earliest first. A restart
   both describe is the file's (its time and cause): none is counted twice.
 
-Conflicts. The merged events must follow the lifecycle
+Conflicts. A nodes file none of whose replicas has a span is refused (it names the
+nodes otherwise than the spans do). The merged events must follow the lifecycle
 (:func:`sim.fleet.postmortem_nodes.fleet_of`), and every span must start while its node
 is up or crashed by them (not before the file starts it, nor after the file scales it
 down); otherwise one error line names the nodes file's line (or the spans' line, for
@@ -117,6 +118,7 @@ def span_fleet(spans: Sequence[Span], origin_ns: int, nodes: NodesFile | None = 
 
     end_s = sec(max(s.end_ns for s in spans))
     file_events = nodes.events if nodes is not None else []
+    _check_names_meet(spans, file_events)
     names = list(dict.fromkeys([e.replica for e in file_events] + [s.node for s in spans]))
     by_node: dict[str, list[NodeEvent]] = {}
     for e in file_events:
@@ -145,6 +147,22 @@ def span_fleet(spans: Sequence[Span], origin_ns: int, nodes: NodesFile | None = 
     fleet = fleet_of(events, names, [pools.get(n, default) for n in names])
     _check_spans_up(spans, events, sec)
     return fleet
+
+
+def _check_names_meet(spans: Sequence[Span], file_events: list[NodeEvent]) -> None:
+    """A nodes file none of whose replicas has a span names nodes otherwise (pod names
+    where the spans give host names, say): refused, not read as twice the fleet."""
+    nodes = list(dict.fromkeys(s.node for s in spans))
+    if not file_events or not set(nodes).isdisjoint(e.replica for e in file_events):
+        return
+    shown = ", ".join(nodes[:8]) + (", ..." if len(nodes) > 8 else "")
+    raise file_events[0].error(
+        "no replica of the nodes file has spans",
+        field="replica",
+        expected=f"the spans' node names (k8s.pod.name, else host.name, else "
+        f"service.instance.id): {shown}",
+        got=file_events[0].replica,
+    )
 
 
 def _by_node(spans: Sequence[Span]) -> dict[str, list[Span]]:

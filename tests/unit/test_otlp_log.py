@@ -112,8 +112,8 @@ def test_a_nodes_file_beside_the_spans_gives_its_node_events(tmp_path: Path) -> 
     assert log.node_events[["time_s", "event", "detail"]].values.tolist() == [
         [30.0, "restart", "oom"]
     ]
-    (tmp_path / "nodes.csv").write_text("time_s,replica,event\n0,b,start\n")
-    log = load_otlp_log(tmp_path)  # a node only the spans know is added (test_otlp_nodes)
+    (tmp_path / "nodes.csv").write_text("time_s,replica,event\n0,b,start\n30,a,restart\n")
+    log = load_otlp_log(tmp_path)  # a's start is the spans' (test_otlp_nodes)
     assert log.replica_names == ["b", "a"] and log.up_at_start.tolist() == [True, True]
 
 

@@ -155,6 +155,9 @@ def test_the_nodes_file_adds_scale_events_the_spans_cannot_tell(tmp_path: Path) 
         # b started after its first span
         ("time_s,replica,event\n310,b,start\n", "line 2 (row 0): field 'time_s': start of "
          "replica 'b' at 310 s, after its span at 300 s (spans.jsonl line 3)"),
+        # the file names the nodes otherwise than the spans
+        ("time_s,replica,event\n-60,pod-h,start\n", "line 2 (row 0): field 'replica': no "
+         "replica of the nodes file has spans; expected the spans' node names"),
         # the file's own lifecycle, with the spans' events in it: h crashes twice
         ("time_s,replica,event\n100,h,crash\n150,h,crash\n", "line 3 (row 1): field 'event': "
          "crash of replica 'h' at 150 s, when it is crashed"),
