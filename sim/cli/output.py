@@ -177,6 +177,14 @@ def cell_text(cell: object) -> str:
     return str(value)
 
 
+def number_cell(value: float | None, spec: str) -> Cell:
+    """A number shown with ``spec``; ``None``, NaN and infinities (a statistic with
+    nothing to count) as :data:`PLACEHOLDER` in ``table``/``markdown``, empty in ``csv``
+    and ``null`` in ``json``."""
+    plain = _plain(value)
+    return Cell(value, PLACEHOLDER if plain is None else format(plain, spec))
+
+
 def cell_value(cell: object) -> object:
     """The value a cell writes in ``csv`` and ``json``: a JSON scalar (NaN is None)."""
     value = _plain(cell.value if isinstance(cell, Cell) else cell)

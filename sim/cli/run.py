@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from sim.cli import interrupt
-from sim.cli.output import Cell, FormatOption, print_table, terminal_width
+from sim.cli.output import Cell, FormatOption, number_cell, print_table, terminal_width
 from sim.cli.progress import progress, sim_time_amounts
 from sim.errors import clip, os_error_line, short
 from sim.results.labels import WASTE_LABELS
@@ -166,8 +166,9 @@ def _fleet_rows(fleet: dict[str, Any]) -> list[tuple[str, object]]:
 
 
 def _num(value: float | None, spec: str) -> Cell:
-    """A number shown with ``spec`` (``None`` as a dash), written as is."""
-    return Cell(value, "—" if value is None else format(value, spec))
+    """A number shown with ``spec`` (``None`` and NaN as a dash), written as is
+    (``sim.cli.output.number_cell``)."""
+    return number_cell(value, spec)
 
 
 def print_summary(summary: dict[str, Any], fmt: str = "table") -> None:

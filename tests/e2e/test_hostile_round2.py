@@ -117,6 +117,25 @@ def test_every_summary_of_a_degenerate_run_is_strict_json(
             assert summary["fleet"]["cost_per_million_output_tokens_usd"] is None
 
 
+@pytest.mark.parametrize("fmt", ["table", "markdown", "csv", "json"])
+def test_an_undefined_statistic_is_a_placeholder_in_the_terminal(tmp_path: Path, fmt: str) -> None:
+    """No tokens: $ per 1M output tokens is undefined -- a dash in the terminal's tables,
+    empty in csv, null in json; never ``nan``."""
+    data = copy.deepcopy(FLEET) | copy.deepcopy(DEGENERATE["nothing arrives"])
+    out = tmp_path / "out"
+    result = invoke("run", write(tmp_path, data), "-o", out, "--no-report", "-f", fmt)
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "nan" not in result.stdout.lower(), result.stdout
+    (row,) = [line for line in result.stdout.splitlines() if "per 1M output tokens" in line]
+    if fmt == "json":
+        rows = strict_json(result.stdout, "stdout")
+        assert {"metric": "$ per 1M output tokens", "value": None} in rows
+    elif fmt == "csv":
+        assert row.endswith("tokens,"), row
+    else:
+        assert row.replace("|", " ").replace("│", " ").split()[-1] == "—", row
+
+
 def test_a_sweep_of_runs_with_undefined_statistics_resumes(tmp_path: Path) -> None:
     """A resumed sweep reads its runs' summaries back: their nulls are NaN in its tables."""
     write(tmp_path, FLEET | {"duration_s": 1e-8}, "base.yaml")
