@@ -29,12 +29,13 @@ uptime-trend statistic as ``fragsim alerts`` evaluates it
 (:func:`sim.fleet.alerts.uptime_correlation`, the function that writes
 ``alerts.parquet``): at each scrape instant ``t_k = t_0 + k * scrape_interval_s`` of
 the run (:func:`sim.fleet.alerts.scrape_times`) where a replica reports
-(:func:`sim.fleet.alerts.scraped`: up, between its first and final samples), Spearman's
-rho of (uptime, 1 - ratio) over its scrapes of the last ``trend_window_s``; NaN where
-there is no rho (a NaN ratio in the window, fewer than two scrapes, a constant series)
-and at the first scrape after each stretch a replica reports (where a live exporter's
-series would go stale: a rule reading it stops at once rather than after Prometheus's
-5-minute look-back). The exported rule ``node_uptime_vs_fragmentation_correlation``
+(:func:`sim.fleet.alerts.scraped`: up, between its first and final samples; and not
+after its last periodic or final sample: a replica scaled down is sampled no more, and
+no row says it is gone), Spearman's rho of (uptime, 1 - ratio) over its scrapes of the
+last ``trend_window_s``; NaN where there is no rho (a NaN ratio in the window, fewer
+than two scrapes, a constant series) and at the first scrape after each stretch a
+replica reports (where a live exporter's series would go stale: a rule reading it
+stops at once rather than after Prometheus's 5-minute look-back). The exported rule ``node_uptime_vs_fragmentation_correlation``
 (:mod:`sim.fleet.prometheus`) thresholds it: PromQL has no ranks. The scrape interval
 and trend window must be the run's (``fleet.alerts.scrape_interval_s``; the window is
 fragsim's 1 h) for the gauge to fire where ``alerts.parquet`` does.
@@ -400,18 +401,25 @@ def _correlation_family(
     ).to_pandas()
     kept["trigger"] = kept["trigger"].astype(str)
     for replica, rows in kept.groupby("replica", sort=True):
-        scrapes = scraped(rows, times, int(replica))
-        has = scrapes["has_data"].to_numpy(dtype=bool)
-        rho = uptime_correlation(scrapes, window, has)
-        written = has | np.concatenate([[False], has[:-1]])
+        # its scrapes from its first sample to the first after its last (none has data
+        # before: the windows are the same as over the whole run)
+        first_s, last_s = float(rows["time_s"].min()), float(rows["time_s"].max())
+        lo = int(np.searchsorted(times, first_s, side="left"))
+        hi = min(len(times), int(np.searchsorted(times, last_s, side="right")) + 1)
+        scrapes = scraped(rows, times[lo:hi], int(replica))
+        # reporting: as the alerts read it, and not after its last sample (a replica
+        # scaled down is sampled no more; no row says it is gone)
+        live = scrapes["has_data"].to_numpy(dtype=bool) & (times[lo:hi] <= last_s)
+        rho = uptime_correlation(scrapes, window, live)
+        written = live | np.concatenate([[False], live[:-1]])
         text = labels(int(replica))
         last = -1
         for k in np.flatnonzero(written).tolist():
-            ms = stamps[k]
+            ms = stamps[lo + k]
             if ms <= last:
                 continue
             last = ms
-            value = float(rho[k]) if has[k] else math.nan
+            value = float(rho[k]) if live[k] else math.nan
             out.write(f"{UPTIME_CORRELATION.name}{text} {number(value)} {stamp(ms)}\n")
 
 

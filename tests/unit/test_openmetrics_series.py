@@ -109,6 +109,21 @@ def test_the_correlation_gauge_is_the_alerts_rho_at_every_scrape_the_replica_rep
     assert ranked and all(at[t] == v for t, v in ranked)
 
 
+def test_the_correlation_gauge_ends_at_a_scaled_down_replicas_last_sample(
+    tmp_path: Path,
+) -> None:
+    # replica 1 sampled to 300 s and then no more (scaled down: no row says so)
+    ts = _trend_timeseries()
+    gone = ts[ts["time_s"] <= 300].assign(replica=1, trigger="periodic")
+    run = _write_run(tmp_path, pd.concat([ts, gone], ignore_index=True), BASE_SUMMARY)
+    out = io.StringIO()
+    om.write_openmetrics(out, run, BASE_SUMMARY, origin_s=1000, trend_window_s=300.0)
+    got = _samples(out.getvalue(), om.UPTIME_CORRELATION.name)
+    mine = [(t, v) for labels, v, t in got if labels == '{replica="1",pool="default"}']
+    assert [t for t, _ in mine] == [float(t) for t in range(0, 331, 30)]
+    assert math.isnan(mine[-1][1]) and not math.isnan(mine[-2][1])
+
+
 def _three_replicas() -> pd.DataFrame:
     return pd.DataFrame(
         {
