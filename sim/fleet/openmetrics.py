@@ -13,7 +13,12 @@ was made in: the summary's ``fleet.pools[].replicas``, which list the autoscaler
 replicas in the pool it added them to; a run folder written before those lists: the
 pools in order hold the initial replicas, by their counts, and later replicas the
 first pool, fragsim's default scale pool; a single-replica run has pool
-``default``). Every row of ``timeseries.parquet`` is one sample of each. The counter
+``default``). Every row of ``timeseries.parquet`` is one sample of each counter, and
+every periodic or final row one sample of each gauge: the rows sampled at an
+allocation failure (``trigger`` ``failure``) are not in the gauges, since a scrape
+reads a gauge on its own clock and the alerts never see them
+(:func:`sim.fleet.alerts.scraped`) -- with them, a rule over the backfilled gauges
+would fire where ``alerts.parquet`` does not. The counter
 ``fragsim_allocation_failures_at_high_free_memory`` counts a replica's allocation
 failures (``admission_failure`` / ``growth_failure`` events) whose free share exceeded
 ``high_free_share`` at or before each of its samples. From ``fleet.parquet`` (fleet
@@ -66,6 +71,8 @@ BATCH_ROWS = 65_536
 """Rows read from a Parquet file at a time."""
 FAILURE_KINDS = ("admission_failure", "growth_failure")
 """``sim.fleet.alerts.FAILURE_KINDS`` (a test holds them equal)."""
+FAILURE_TRIGGER = "failure"
+"""The ``trigger`` of a timeseries row sampled at an allocation failure (not scraped)."""
 LIFECYCLE_STATES = ("provisioning", "loading", "warming", "active", "draining", "down")
 """The state columns of ``fleet.parquet``."""
 
@@ -279,20 +286,24 @@ def _replica_family(
     labels: _Labels,
     value_at: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
 ) -> None:
-    """One per-replica family: a sample per timeseries row, the first row of a replica
-    at each millisecond."""
+    """One per-replica family: a sample per timeseries row (a gauge: but the
+    failure-time rows), the first row of a replica at each millisecond."""
     _header(out, family)
     sample = family.name + ("_total" if family.kind == "counter" else "")
-    columns = ["time_s", "replica"] + ([family.column] if family.column else [])
+    columns = ["time_s", "replica", "trigger"] + ([family.column] if family.column else [])
+    gauge = family.kind == "gauge"
     last_ms: dict[int, int] = {}
     for batch in _batches(timeseries, columns):
         values = batch[family.column] if value_at is None else value_at(batch)
-        for replica, ms, value in zip(
+        for replica, ms, value, trigger in zip(
             batch["replica"].tolist(),
             timestamps_ms(batch["time_s"], origin_s).tolist(),
             values.tolist(),
+            batch["trigger"].tolist(),
             strict=True,
         ):
+            if gauge and trigger == FAILURE_TRIGGER:
+                continue
             before = last_ms.get(replica)
             if before is not None and ms <= before:
                 continue

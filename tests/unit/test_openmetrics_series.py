@@ -223,3 +223,20 @@ def test_a_two_pool_fleet_that_scales_labels_its_new_replicas_by_their_pool(
     first = result.timeseries.iloc[0]
     line = f'fragsim_kv_free_bytes{{replica="{first["replica"]}",pool="a"}} '
     assert line + f"{int(first['free_tokens']) * per_token} " in text
+
+
+def test_gauges_leave_out_the_samples_taken_at_failures_and_counters_keep_them(
+    tmp_path: Path,
+) -> None:
+    ts = _three_replicas()
+    at_failure = ts.iloc[[0]].assign(time_s=5.0, trigger="failure")
+    at_failure["largest_contiguous_free_block_ratio"] = 0.1
+    later = ts.iloc[[0]].assign(time_s=10.0)
+    run = _write_run(tmp_path, pd.concat([ts, at_failure, later], ignore_index=True), BASE_SUMMARY)
+    out = io.StringIO()
+    om.write_openmetrics(out, run, BASE_SUMMARY, origin_s=1000)
+    text = out.getvalue()
+    ratio = _samples(text, "fragsim_largest_contiguous_free_block_ratio")
+    assert [(t, v) for lab, v, t in ratio if 'replica="0"' in lab] == [(0.0, 0.5), (10.0, 0.5)]
+    counter = _samples(text, "fragsim_preemptions_total")
+    assert [t for lab, _, t in counter if 'replica="0"' in lab] == [0.0, 5.0, 10.0]
