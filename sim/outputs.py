@@ -9,7 +9,9 @@ A fleet run's outputs, beside a single replica's: ``requests`` gains ``first_rep
 ``timeseries`` has one row per replica per sample; ``events`` gains fleet rows
 (``restart``, ``crash``, ``scale-up``, ``scale-down``, ``drain-timeout``,
 ``route-refused``) whose ``cause`` says why; the ``fleet`` table has one row per sample
-(replicas by state, queue, bill so far); the summary gains a ``fleet`` section.
+(replicas by state, queue, bill so far); the summary gains a ``fleet`` section, whose
+``alerts`` records the ``scrape_interval_s`` and ``trend_window_s`` the alert rows were
+evaluated with (``fragsim export openmetrics`` and ``alerts export --run`` read them).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pandas as pd
 
 from sim.driver import Simulated
 from sim.engine.recorder import EventTable
-from sim.fleet.alerts import diagnose_failures, evaluate_alerts
+from sim.fleet.alerts import DEFAULT_TREND_WINDOW_S, diagnose_failures, evaluate_alerts
 from sim.latency.base import OutOfRange
 from sim.parts import Parts
 from sim.results.frames import frame
@@ -75,8 +77,9 @@ def fleet_result(
     if end_s / config.alerts.scrape_interval_s > bounds.MAX_SCRAPES:  # a long backlog
         what = "fleet.alerts.scrape_interval_s", bounds.MAX_SCRAPES, "scrapes"
         raise bounds.count_exceeded(*what, end_s)
+    scrape_s, trend_s = float(config.alerts.scrape_interval_s), DEFAULT_TREND_WINDOW_S
     alerts = evaluate_alerts(
-        ts_df, ev_df, scrape_interval_s=config.alerts.scrape_interval_s, thresholds=thresholds
+        ts_df, ev_df, scrape_interval_s=scrape_s, thresholds=thresholds, trend_window_s=trend_s
     )
     diagnosis = diagnose_failures(req_df, ev_df, thresholds)[["request_id", "diagnosis"]]
     req_df = _with_diagnosis(req_df, diagnosis)
@@ -92,6 +95,8 @@ def fleet_result(
     summary["fleet"] = fleet_summary(fleet, fleet_df, req_df, end_s, pools)
     if router is not None:
         summary["fleet"]["router"] = router.name
+    # what alerts.parquet was evaluated with: the exports' defaults (sim.cli.export)
+    summary["fleet"]["alerts"] = {"scrape_interval_s": scrape_s, "trend_window_s": trend_s}
     firing = alerts.loc[alerts["state"] == "firing", "alert"].value_counts()
     counts = {str(k): int(v) for k, v in firing.items()}
     summary["alerts"] = with_firings(summary["alerts"], counts, thresholds)
