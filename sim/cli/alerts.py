@@ -73,6 +73,22 @@ WindowOpt = Annotated[
         help="Window of the uptime-trend alert, seconds (>= the scrape interval).",
     ),
 ]
+RunScrapeOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--scrape-interval",
+        help="Prometheus scrape and rule-evaluation interval, seconds (>= 1); default: "
+        "the --run's (its summary's fleet.alerts), else 30.",
+    ),
+]
+RunWindowOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--trend-window",
+        help="Window of the uptime-trend alert, seconds (>= the scrape interval); "
+        "default: the --run's, else 3600.",
+    ),
+]
 
 
 def _thresholds(scenario: Path | None) -> AlertThresholds:
@@ -112,6 +128,54 @@ def check_times(scrape_interval_s: float, trend_window_s: float) -> None:
         )
 
 
+def run_times(
+    summary: dict[str, Any],
+    path: Path,
+    scrape_interval_s: float | None,
+    trend_window_s: float | None,
+) -> tuple[float, float, str | None]:
+    """The scrape interval and trend window for a run whose ``summary`` (read from
+    ``path``) is given: the flags where given, else what the summary records
+    (``fleet.alerts``: what its alerts.parquet was evaluated with), else the defaults;
+    and the ``note: ...`` line to print once the command succeeds for a fleet run
+    written before fragsim recorded them (None otherwise: a single replica's run has no
+    alerts, the defaults apply). Checked by :func:`check_times`; a recorded value that
+    is not a number is one error line."""
+    fleet = summary.get("fleet")
+    recorded = fleet.get("alerts") if isinstance(fleet, dict) else None
+    chosen = []
+    for given, key, default in (
+        (scrape_interval_s, "scrape_interval_s", DEFAULT_SCRAPE_INTERVAL_S),
+        (trend_window_s, "trend_window_s", DEFAULT_TREND_WINDOW_S),
+    ):
+        value = recorded.get(key) if isinstance(recorded, dict) else None
+        if given is not None:
+            value = given
+        elif value is None:
+            value = default
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise fail(f"{clip(str(path))}: field fleet.alerts.{key}: expected seconds")
+        chosen.append(float(value))
+    check_times(chosen[0], chosen[1])
+    if not isinstance(fleet, dict) or isinstance(recorded, dict):
+        return chosen[0], chosen[1], None
+    missing = [
+        flag
+        for given, flag in (
+            (scrape_interval_s, "--scrape-interval"),
+            (trend_window_s, "--trend-window"),
+        )
+        if given is None
+    ]
+    note = (
+        f"note: {clip(str(path))} records no alert scrape interval or trend window (a run "
+        f"written before fragsim recorded them): {chosen[0]:g} s and {chosen[1]:g} s; pass "
+        f"{' / '.join(missing)} if its alerts used others (the scenario's "
+        "fleet.alerts.scrape_interval_s)"
+    )
+    return chosen[0], chosen[1], note if missing else None
+
+
 def _write(path: Path, write: Callable[[Path], object]) -> None:
     """Run ``write(tmp)`` on a temporary beside ``path``, moved into place on success."""
     from traces import TraceError
@@ -128,8 +192,8 @@ def _write(path: Path, write: Callable[[Path], object]) -> None:
 def export_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Rules file to write (YAML).")],
     scenario: ScenarioOpt = None,
-    scrape_interval_s: ScrapeOpt = DEFAULT_SCRAPE_INTERVAL_S,
-    trend_window_s: WindowOpt = DEFAULT_TREND_WINDOW_S,
+    scrape_interval_s: RunScrapeOpt = None,
+    trend_window_s: RunWindowOpt = None,
     for_s: Annotated[
         float,
         typer.Option(
@@ -172,16 +236,6 @@ def export_command(
     from sim.fleet.alerts import ALERTS
     from sim.fleet.prometheus import INSTANCE_LABELS, RuleOptions, alert_rules, rules_yaml
 
-    check_times(scrape_interval_s, trend_window_s)
-    for value, name, least in (
-        (for_s, "--for", scrape_interval_s),
-        (failure_window_s, "--failure-window", 2 * scrape_interval_s),
-    ):
-        if not (math.isfinite(value) and least <= value <= MAX_INTERVAL_S):
-            raise typer.BadParameter(
-                f"got {value:g}, expected seconds in [{least:g}, {MAX_INTERVAL_S:g}]",
-                param_hint=name,
-            )
     if metrics not in ("fragsim", "vllm"):
         raise typer.BadParameter(
             f"got {metrics!r}, expected fragsim or vllm", param_hint="--metrics"
@@ -191,6 +245,22 @@ def export_command(
             f"got {instance_label!r}, expected one of {', '.join(INSTANCE_LABELS)}",
             param_hint="--instance-label",
         )
+    if (tests is None) != (run_dir is None):
+        raise typer.BadParameter("--tests and --run go together", param_hint="--tests")
+    if tests is not None and metrics != "fragsim":
+        raise typer.BadParameter(
+            "tests are generated over fragsim's metric names", param_hint="--metrics"
+        )
+    scrape_s, window_s, note = _export_times(run_dir, scrape_interval_s, trend_window_s)
+    for value, name, least in (
+        (for_s, "--for", scrape_s),
+        (failure_window_s, "--failure-window", 2 * scrape_s),
+    ):
+        if not (math.isfinite(value) and least <= value <= MAX_INTERVAL_S):
+            raise typer.BadParameter(
+                f"got {value:g}, expected seconds in [{least:g}, {MAX_INTERVAL_S:g}]",
+                param_hint=name,
+            )
     options = RuleOptions(
         for_s=for_s,
         failure_window_s=failure_window_s,
@@ -198,25 +268,43 @@ def export_command(
         metrics="vllm" if metrics == "vllm" else "fragsim",
         instance_label=instance_label,
     )
-    if (tests is None) != (run_dir is None):
-        raise typer.BadParameter("--tests and --run go together", param_hint="--tests")
-    if tests is not None and options.metrics != "fragsim":
-        raise typer.BadParameter(
-            "tests are generated over fragsim's metric names", param_hint="--metrics"
-        )
     thresholds = _thresholds(scenario)
-    rules = alert_rules(thresholds, scrape_interval_s, trend_window_s, options)
+    rules = alert_rules(thresholds, scrape_s, window_s, options)
     text = rules_yaml(rules, options)
     tests_text = None
     if tests is not None and run_dir is not None:
         tests_text = _rule_tests(rules, run_dir, tests, out, thresholds, options)(
-            scrape_interval_s, trend_window_s
+            scrape_s, window_s
         )
     _write(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     typer.echo(f"wrote {len(ALERTS)} alerting rules to {out}")
     if tests is not None and tests_text is not None:
         _write(tests, lambda tmp: tmp.write_text(tests_text, encoding="utf-8"))
         typer.echo(f"wrote promtool tests to {tests}")
+    if note is not None:
+        typer.echo(note, err=True)
+
+
+def _export_times(
+    run_dir: Path | None, scrape_interval_s: float | None, trend_window_s: float | None
+) -> tuple[float, float, str | None]:
+    """``export``'s scrape interval and trend window: the flags, else the ``--run``'s
+    (:func:`run_times`), else the defaults."""
+    if run_dir is None:
+        chosen = (
+            DEFAULT_SCRAPE_INTERVAL_S if scrape_interval_s is None else scrape_interval_s,
+            DEFAULT_TREND_WINDOW_S if trend_window_s is None else trend_window_s,
+        )
+        check_times(*chosen)
+        return (*chosen, None)
+    from sim.results.runfolder import RunFolderError, check_run_folder, read_summary
+
+    try:
+        path = check_run_folder(run_dir) / "summary.json"
+        summary = read_summary(path)
+    except RunFolderError as e:
+        raise fail(str(e)) from None
+    return run_times(summary, path, scrape_interval_s, trend_window_s)
 
 
 def _rule_tests(

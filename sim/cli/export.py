@@ -7,6 +7,10 @@ A folder that is not a readable run, or a bad option, is one ``error: ...`` line
 exit status 2; the file is written atomically (nothing half-written). A run whose
 summary records no KV bytes per token (written before fragsim recorded it) exports
 without bytes, with one ``note: ...`` line on stderr naming ``--kv-bytes-per-token``.
+The scrape interval and trend window are the run's (its summary's ``fleet.alerts``:
+what its ``alerts.parquet`` was evaluated with); the flags override them; a fleet run
+written before fragsim recorded them gets the defaults and one ``note: ...`` line
+(:func:`sim.cli.alerts.run_times`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from sim.cli.alerts import DEFAULT_SCRAPE_INTERVAL_S, DEFAULT_TREND_WINDOW_S, check_times
+from sim.cli.alerts import run_times
 from sim.cli.run import fail
 from sim.errors import clip
 
@@ -133,37 +137,40 @@ def openmetrics_command(
         ),
     ] = None,
     scrape_interval_s: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--scrape-interval",
-            help="Scrape interval of the uptime-correlation gauge, seconds: the run's "
-            "fleet.alerts.scrape_interval_s, as given to fragsim alerts export.",
+            help="Scrape interval of the counters and the uptime-correlation gauge, "
+            "seconds (>= 1); default: the run's (its summary's fleet.alerts), else 30.",
         ),
-    ] = DEFAULT_SCRAPE_INTERVAL_S,
+    ] = None,
     trend_window_s: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--trend-window",
             help="Window of the uptime-correlation gauge, seconds (>= the scrape "
-            "interval), as given to fragsim alerts export.",
+            "interval); default: the run's, else 3600.",
         ),
-    ] = DEFAULT_TREND_WINDOW_S,
+    ] = None,
 ) -> None:
     """Write a run's per-replica timeseries (and its fleet's replicas by state) as
     OpenMetrics text with timestamps, for promtool tsdb create-blocks-from openmetrics."""
     from sim.fleet.openmetrics import kv_bytes_per_token_of, write_openmetrics
+    from sim.fleet.openmetrics_counters import TooManyScrapes
     from sim.results.runfolder import RunFolderError, check_run_folder, read_summary
     from traces import TraceError
     from traces.writers import atomic_path
 
     origin_s = parse_origin(origin)
-    check_times(scrape_interval_s, trend_window_s)
     try:
         folder = check_run_folder(run_dir)
         summary = read_summary(folder / "summary.json")
     except RunFolderError as e:
         raise fail(str(e)) from None
     _check_tables(folder)
+    scrape_s, window_s, note = run_times(
+        summary, folder / "summary.json", scrape_interval_s, trend_window_s
+    )
     try:
         with atomic_path(out) as tmp, tmp.open("w", encoding="utf-8", newline="\n") as f:
             write_openmetrics(
@@ -173,11 +180,13 @@ def openmetrics_command(
                 origin_s=origin_s,
                 high_free_share=high_free_share,
                 kv_bytes_per_token=kv_bytes_per_token,
-                scrape_interval_s=scrape_interval_s,
-                trend_window_s=trend_window_s,
+                scrape_interval_s=scrape_s,
+                trend_window_s=window_s,
             )
     except TraceError as e:
         raise fail(str(e)) from None
+    except TooManyScrapes as e:
+        raise typer.BadParameter(str(e), param_hint="--scrape-interval") from None
     if kv_bytes_per_token is None and kv_bytes_per_token_of(summary) is None:
         typer.echo(
             f"note: {clip(str(folder / 'summary.json'))} records no KV bytes per token (a "
@@ -185,4 +194,6 @@ def openmetrics_command(
             "--kv-bytes-per-token N (fragsim hardware shows it) to write bytes",
             err=True,
         )
+    if note is not None:
+        typer.echo(note, err=True)
     typer.echo(f"wrote {out}", err=True)

@@ -13,15 +13,21 @@ was made in: the summary's ``fleet.pools[].replicas``, which list the autoscaler
 replicas in the pool it added them to; a run folder written before those lists: the
 pools in order hold the initial replicas, by their counts, and later replicas the
 first pool, fragsim's default scale pool; a single-replica run has pool
-``default``). Every row of ``timeseries.parquet`` is one sample of each counter, and
-every periodic or final row one sample of each gauge: the rows sampled at an
-allocation failure (``trigger`` ``failure``) are not in the gauges, since a scrape
-reads a gauge on its own clock and the alerts never see them
-(:func:`sim.fleet.alerts.scraped`) -- with them, a rule over the backfilled gauges
-would fire where ``alerts.parquet`` does not. The counter
-``fragsim_allocation_failures_at_high_free_memory`` counts a replica's allocation
-failures (``admission_failure`` / ``growth_failure`` events) whose free share exceeded
-``high_free_share`` at or before each of its samples. From ``fleet.parquet`` (fleet
+``default``). Every periodic or final row of ``timeseries.parquet`` is one sample of
+each gauge: the rows sampled at an allocation failure (``trigger`` ``failure``) are not
+in the gauges, since a scrape reads a gauge on its own clock and the alerts never see
+them (:func:`sim.fleet.alerts.scraped`) -- with them, a rule over the backfilled gauges
+would fire where ``alerts.parquet`` does not. A gauge sampled every ``sample_interval_s``
+reads in Prometheus as the alerts read it (the latest periodic sample at or before a
+scrape) while that interval is within Prometheus's 5-minute look-back; writing the
+gauges at every scrape would multiply the file for the same readings. The counters
+(``fragsim_preemptions``, and ``fragsim_allocation_failures_at_high_free_memory``,
+which counts a replica's allocation failures -- ``admission_failure`` /
+``growth_failure`` events -- whose free share exceeded ``high_free_share``) are written
+on the scrape clock instead (:mod:`sim.fleet.openmetrics_counters`): at each scrape
+instant of a replica, the value a Prometheus scraping every ``scrape_interval_s`` would
+have read, so ``increase()`` over the failure rule's window sees each failure
+``alerts.parquet`` counts, however sparsely the run was sampled. From ``fleet.parquet`` (fleet
 runs only), ``fragsim_fleet_replicas{state=...}`` counts the replicas in each
 lifecycle state. Free and largest free memory are also written in bytes, at the KV
 bytes per token of a replica the summary records for its pool (``kv_bytes_per_token``;
@@ -42,8 +48,9 @@ than two scrapes, a constant series) and at the first scrape after each stretch 
 replica reports (where a live exporter's series would go stale: a rule reading it
 stops at once rather than after Prometheus's 5-minute look-back). The exported rule ``node_uptime_vs_fragmentation_correlation``
 (:mod:`sim.fleet.prometheus`) thresholds it: PromQL has no ranks. The scrape interval
-and trend window must be the run's (``fleet.alerts.scrape_interval_s``; the window is
-fragsim's 1 h) for the gauge to fire where ``alerts.parquet`` does.
+and trend window must be the run's (the summary's ``fleet.alerts``, which
+``fragsim export openmetrics`` reads) for the counters and this gauge to fire where
+``alerts.parquet`` does.
 
 Layout. Each metric family is written whole (``# HELP``, ``# TYPE``, ``# UNIT``, then
 its samples: families are never interleaved); within a family the samples follow
@@ -51,7 +58,8 @@ the table's order (time, then replica), so each series is in time order; the fil
 ends with ``# EOF``. A family's samples are read from the Parquet file batch by batch
 (:data:`BATCH_ROWS` rows, only the columns it needs): memory does not grow with the
 run's length, except for the correlation, which holds the periodic samples' uptime and
-ratio (and one replica's scrapes at a time), as the run's own alert evaluation did.
+ratio (and one replica's scrapes at a time), as the run's own alert evaluation did, and
+the scrape clock's instants and the failure times.
 """
 
 from __future__ import annotations
@@ -64,6 +72,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from sim.fleet.openmetrics_counters import ScrapeClock
 
 DEFAULT_ORIGIN_S = 1_704_067_200
 """2024-01-01T00:00:00Z: simulated time 0 in the exported timestamps."""
@@ -249,13 +259,13 @@ def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _header(out: TextIO, family: Family) -> None:
+def header(out: TextIO, family: Family) -> None:
     out.write(f"# HELP {family.name} {family.help}\n# TYPE {family.name} {family.kind}\n")
     if family.unit:
         out.write(f"# UNIT {family.name} {family.unit}\n")
 
 
-def _batches(path: Path, columns: Sequence[str]) -> Iterator[dict[str, np.ndarray]]:
+def batches(path: Path, columns: Sequence[str]) -> Iterator[dict[str, np.ndarray]]:
     import pyarrow.parquet as pq
 
     with pq.ParquetFile(path) as f:
@@ -263,7 +273,7 @@ def _batches(path: Path, columns: Sequence[str]) -> Iterator[dict[str, np.ndarra
             yield {c: batch.column(c).to_numpy(zero_copy_only=False) for c in columns}
 
 
-class _Labels:
+class Labels:
     """``{replica="3",pool="a100"}`` per replica, built once each."""
 
     def __init__(self, pool: Callable[[int], str]) -> None:
@@ -283,17 +293,15 @@ def _replica_family(
     family: Family,
     timeseries: Path,
     origin_s: float,
-    labels: _Labels,
+    labels: Labels,
     value_at: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
 ) -> None:
-    """One per-replica family: a sample per timeseries row (a gauge: but the
-    failure-time rows), the first row of a replica at each millisecond."""
-    _header(out, family)
-    sample = family.name + ("_total" if family.kind == "counter" else "")
-    columns = ["time_s", "replica", "trigger"] + ([family.column] if family.column else [])
-    gauge = family.kind == "gauge"
+    """One per-replica gauge: a sample per periodic or final timeseries row, the first
+    row of a replica at each millisecond."""
+    header(out, family)
+    columns = ["time_s", "replica", "trigger", family.column]
     last_ms: dict[int, int] = {}
-    for batch in _batches(timeseries, columns):
+    for batch in batches(timeseries, columns):
         values = batch[family.column] if value_at is None else value_at(batch)
         for replica, ms, value, trigger in zip(
             batch["replica"].tolist(),
@@ -302,13 +310,13 @@ def _replica_family(
             batch["trigger"].tolist(),
             strict=True,
         ):
-            if gauge and trigger == FAILURE_TRIGGER:
+            if trigger == FAILURE_TRIGGER:
                 continue
             before = last_ms.get(replica)
             if before is not None and ms <= before:
                 continue
             last_ms[replica] = ms
-            out.write(f"{sample}{labels(replica)} {number(value)} {stamp(ms)}\n")
+            out.write(f"{family.name}{labels(replica)} {number(value)} {stamp(ms)}\n")
 
 
 def high_free_failures(events: Path, high_free_share: float) -> dict[int, np.ndarray]:
@@ -318,7 +326,7 @@ def high_free_failures(events: Path, high_free_share: float) -> dict[int, np.nda
 
     found: dict[int, list[np.ndarray]] = {}
     columns = ["time_s", "replica", "kind", "free_share"]
-    for batch in _batches(events, columns):
+    for batch in batches(events, columns):
         kind = batch["kind"].astype(str)
         hit = np.isin(kind, FAILURE_KINDS) & (batch["free_share"] > high_free_share)
         for replica in np.unique(batch["replica"][hit]).tolist():
@@ -327,25 +335,11 @@ def high_free_failures(events: Path, high_free_share: float) -> dict[int, np.nda
     return {r: np.sort(np.concatenate(parts)) for r, parts in found.items()}
 
 
-def _failure_counts(failures: dict[int, np.ndarray]) -> Callable[[dict[str, np.ndarray]], Any]:
-    import numpy as np
-
-    def counts(batch: dict[str, np.ndarray]) -> np.ndarray:
-        result = np.zeros(len(batch["time_s"]), dtype=np.int64)
-        for replica, times in failures.items():
-            mine = batch["replica"] == replica
-            if mine.any():
-                result[mine] = np.searchsorted(times, batch["time_s"][mine], side="right")
-        return result
-
-    return counts
-
-
 def _fleet_family(out: TextIO, fleet: Path, origin_s: float) -> None:
-    _header(out, REPLICAS_BY_STATE)
+    header(out, REPLICAS_BY_STATE)
     for state in LIFECYCLE_STATES:
         last = -1
-        for batch in _batches(fleet, ["time_s", state]):
+        for batch in batches(fleet, ["time_s", state]):
             for ms, value in zip(
                 timestamps_ms(batch["time_s"], origin_s).tolist(),
                 batch[state].tolist(),
@@ -372,37 +366,26 @@ def _per_replica(column: str, factor: Callable[[int], int]) -> Callable[[dict[st
     return values
 
 
-def _time_span(timeseries: Path) -> tuple[float, float] | None:
-    """The first and last sample instants of the table (None when it has no rows)."""
-    first, last = math.inf, -math.inf
-    for batch in _batches(timeseries, ["time_s"]):
-        if len(batch["time_s"]):
-            first = min(first, float(batch["time_s"].min()))
-            last = max(last, float(batch["time_s"].max()))
-    return None if first > last else (first, last)
-
-
 def _correlation_family(
     out: TextIO,
     timeseries: Path,
     origin_s: float,
-    labels: _Labels,
+    labels: Labels,
+    clock: ScrapeClock,
     scrape_interval_s: float,
     trend_window_s: float,
 ) -> None:
     """The correlation gauge (module docstring): each replica's series whole, in time
     order, replica by replica."""
     import numpy as np
-    import pandas as pd
     import pyarrow.parquet as pq
 
-    from sim.fleet.alerts import scrape_times, scraped, trend_window_scrapes, uptime_correlation
+    from sim.fleet.alerts import scraped, trend_window_scrapes, uptime_correlation
 
-    _header(out, UPTIME_CORRELATION)
-    span = _time_span(timeseries)
-    if span is None:
+    header(out, UPTIME_CORRELATION)
+    times = clock.times_s
+    if not len(times):
         return
-    times = scrape_times(pd.DataFrame({"time_s": list(span)}), scrape_interval_s)
     stamps = timestamps_ms(times, origin_s).tolist()
     window = trend_window_scrapes(trend_window_s, scrape_interval_s)
     kept = pq.read_table(
@@ -447,14 +430,28 @@ def write_openmetrics(
 ) -> bool:
     """Write the run in ``run_dir`` (already checked, its ``summary`` read) to ``out``
     as the module docstring says; ``kv_bytes_per_token`` overrides the summary's.
-    ``scrape_interval_s`` and ``trend_window_s`` are the correlation's (defaults:
-    :data:`sim.fleet.alerts.DEFAULT_SCRAPE_INTERVAL_S` and
-    :data:`~sim.fleet.alerts.DEFAULT_TREND_WINDOW_S`, a test holds them equal). True
-    when memory was also written in bytes."""
-    labels = _Labels(pool_of(summary))
+    ``scrape_interval_s`` (the counters' and the correlation's) and ``trend_window_s``
+    (the correlation's) default to :data:`sim.fleet.alerts.DEFAULT_SCRAPE_INTERVAL_S` and
+    :data:`~sim.fleet.alerts.DEFAULT_TREND_WINDOW_S` (a test holds them equal). True
+    when memory was also written in bytes. Raises
+    :class:`sim.fleet.openmetrics_counters.TooManyScrapes` before
+    writing anything."""
+    from sim.fleet.openmetrics_counters import (
+        column_updates,
+        counter_family,
+        failure_updates,
+        scrape_clock,
+    )
+
+    labels = Labels(pool_of(summary))
     timeseries = run_dir / "timeseries.parquet"
+    clock = scrape_clock(timeseries, scrape_interval_s)
     for family in REPLICA_METRICS:
-        _replica_family(out, family, timeseries, origin_s, labels)
+        if family.kind == "counter":
+            updates = column_updates(timeseries, family.column)
+            counter_family(out, family, clock, origin_s, labels, updates)
+        else:
+            _replica_family(out, family, timeseries, origin_s, labels)
     per_token = kv_bytes_per_token_of(summary)
     if kv_bytes_per_token is not None:
         per_token = lambda _replica: kv_bytes_per_token  # noqa: E731
@@ -463,8 +460,8 @@ def write_openmetrics(
             scaled = _per_replica(family.column, per_token)
             _replica_family(out, family, timeseries, origin_s, labels, scaled)
     failures = high_free_failures(run_dir / "events.parquet", high_free_share)
-    _replica_family(out, FAILURES, timeseries, origin_s, labels, _failure_counts(failures))
-    _correlation_family(out, timeseries, origin_s, labels, scrape_interval_s, trend_window_s)
+    counter_family(out, FAILURES, clock, origin_s, labels, failure_updates(failures))
+    _correlation_family(out, timeseries, origin_s, labels, clock, scrape_interval_s, trend_window_s)
     fleet = run_dir / "fleet.parquet"
     if fleet.exists():
         _fleet_family(out, fleet, origin_s)

@@ -87,7 +87,9 @@ def _run_dir(tmp_path: Path) -> Path:
 
 
 def _export(run: Path, **kwargs: object) -> str:
+    """The export with counters scraped every 5 s (unless given)."""
     out = io.StringIO()
+    kwargs = {"scrape_interval_s": 5.0} | kwargs
     om.write_openmetrics(out, run, SUMMARY, origin_s=1000, **kwargs)  # type: ignore[arg-type]
     return out.getvalue()
 
@@ -124,19 +126,21 @@ def test_gauge_samples_carry_replica_pool_and_time_from_the_origin(tmp_path: Pat
     assert ratio[1].split(" ")[1] == repr(500 / 900)
 
 
-def test_the_failure_counter_counts_failures_above_the_share_up_to_each_sample(
+def test_the_failure_counter_counts_failures_above_the_share_up_to_each_scrape(
     tmp_path: Path,
 ) -> None:
     run = _run_dir(tmp_path)
     text = _export(run)
     counter = [line for line in text.splitlines() if line.startswith(om.FAILURES.name + "_total")]
     replica0 = [line.split(" ")[1] for line in counter if 'replica="0"' in line]
-    # failures above 25 % free at 5 s and 10 s (at or before the 10 s sample), none later
-    assert replica0 == ["0", "2", "2"]
+    # scrapes at 0, 5, ..., 20 s; failures above 25 % free at 5 s and 10 s, none later
+    assert replica0 == ["0", "1", "2", "2", "2"]
     assert {line.split(" ")[1] for line in counter if 'replica="0"' not in line} == {"0"}
     stricter = _export(run, high_free_share=0.4)
     counted = [line for line in stricter.splitlines() if line.startswith(om.FAILURES.name + "_t")]
-    assert [line.split(" ")[1] for line in counted if 'replica="0"' in line] == ["0", "1", "1"]
+    assert [line.split(" ")[1] for line in counted if 'replica="0"' in line] == ["0", "1"] + [
+        "1"
+    ] * 3
 
 
 def test_replicas_by_state_from_the_fleet_table_and_bytes_when_given(tmp_path: Path) -> None:
@@ -172,10 +176,13 @@ def test_number_and_stamp() -> None:
 def test_defaults_held_equal() -> None:
     import inspect
 
+    from sim.cli.alerts import MAX_SCRAPES
     from sim.cli.export import DEFAULT_ORIGIN, parse_origin
+    from sim.fleet import openmetrics_counters
     from sim.fleet.alerts import DEFAULT_SCRAPE_INTERVAL_S, DEFAULT_TREND_WINDOW_S, FAILURE_KINDS
 
     assert parse_origin(DEFAULT_ORIGIN) == om.DEFAULT_ORIGIN_S
+    assert openmetrics_counters.MAX_SCRAPES == MAX_SCRAPES
     assert om.FAILURE_KINDS == FAILURE_KINDS
     defaults = inspect.signature(om.write_openmetrics).parameters
     assert defaults["scrape_interval_s"].default == DEFAULT_SCRAPE_INTERVAL_S

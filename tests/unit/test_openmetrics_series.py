@@ -223,9 +223,33 @@ def test_a_two_pool_fleet_that_scales_labels_its_new_replicas_by_their_pool(
     first = result.timeseries.iloc[0]
     line = f'fragsim_kv_free_bytes{{replica="{first["replica"]}",pool="a"}} '
     assert line + f"{int(first['free_tokens']) * per_token} " in text
+    # the scrape interval and window its alerts were evaluated with: the rules' (and
+    # their tests') defaults with --run, the flags override them; older runs: a note
+    assert result.summary["fleet"]["alerts"] == {
+        "scrape_interval_s": 30.0,
+        "trend_window_s": 3600.0,
+    }
+    summary_path = tmp_path / "run" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+
+    def rules_for(*args: str) -> tuple[str, list[str]]:
+        run = ["--tests", str(tmp_path / "t.yaml"), "--run", str(tmp_path / "run")]
+        done = runner.invoke(app, ["alerts", "export", "-o", str(out), *run, *args])
+        assert done.exit_code == 0, done.output
+        return out.read_text(), [x for x in done.stderr.splitlines() if x.startswith("note: ")]
+
+    summary["fleet"]["alerts"] = {"scrape_interval_s": 60.0, "trend_window_s": 600.0}
+    summary_path.write_text(json.dumps(summary))
+    assert rules_for() == (rules_for()[0], []) and "interval: 1m" in rules_for()[0]
+    assert ">= 600.0" in rules_for()[0] and ">= 1200.0" in rules_for("--trend-window", "1200")[0]
+    assert "interval: 2m" in rules_for("--scrape-interval", "120")[0]
+    del summary["fleet"]["alerts"]
+    summary_path.write_text(json.dumps(summary))
+    text, (note,) = rules_for("--trend-window", "1200")
+    assert "interval: 30s" in text and "pass --scrape-interval if" in note
 
 
-def test_gauges_leave_out_the_samples_taken_at_failures_and_counters_keep_them(
+def test_gauges_leave_out_the_samples_taken_at_failures_and_counters_are_scraped(
     tmp_path: Path,
 ) -> None:
     ts = _three_replicas()
@@ -234,9 +258,82 @@ def test_gauges_leave_out_the_samples_taken_at_failures_and_counters_keep_them(
     later = ts.iloc[[0]].assign(time_s=10.0)
     run = _write_run(tmp_path, pd.concat([ts, at_failure, later], ignore_index=True), BASE_SUMMARY)
     out = io.StringIO()
-    om.write_openmetrics(out, run, BASE_SUMMARY, origin_s=1000)
+    om.write_openmetrics(out, run, BASE_SUMMARY, origin_s=1000, scrape_interval_s=5.0)
     text = out.getvalue()
     ratio = _samples(text, "fragsim_largest_contiguous_free_block_ratio")
     assert [(t, v) for lab, v, t in ratio if 'replica="0"' in lab] == [(0.0, 0.5), (10.0, 0.5)]
     counter = _samples(text, "fragsim_preemptions_total")
     assert [t for lab, _, t in counter if 'replica="0"' in lab] == [0.0, 5.0, 10.0]
+
+
+def test_the_failure_counter_is_written_at_every_scrape_of_a_live_replica(
+    tmp_path: Path,
+) -> None:
+    """Sampled every 300 s, scraped every 30 s: each replica's counter has a sample at
+    every scrape from the last at or before its first row to the first at or after its
+    last (replica 1 is scaled up at 310 s and down at 650 s), so increase() over two
+    scrapes sees each failure, one alone between two rows included: its steps are
+    fragsim's failures per scrape window (sim.fleet.alerts.high_free_failures)."""
+    from sim.fleet.alerts import high_free_failures, scrape_times
+
+    rows = [(t, 0, "periodic") for t in range(0, 1200, 300)] + [(1200, 0, "final")]
+    rows += [(310, 1, "periodic"), (610, 1, "periodic"), (650, 1, "failure")]
+    ts = pd.DataFrame(rows, columns=["time_s", "replica", "trigger"]).sort_values(
+        ["time_s", "replica"], kind="stable"
+    )
+    ts = ts.assign(time_s=ts["time_s"].astype(float), up=True, uptime_s=ts["time_s"])
+    ts = ts.assign(free_tokens=1000, largest_free_extent_tokens=500)
+    ts = ts.assign(largest_contiguous_free_block_ratio=0.5)
+    run = _write_run(tmp_path, ts.reset_index(drop=True), BASE_SUMMARY)
+    events = pd.DataFrame(
+        {
+            "time_s": [45.0, 330.0, 500.0, 640.0, 650.0, 1199.0],
+            "replica": [0, 1, 0, 1, 1, 0],
+            "kind": ["growth_failure", "admission_failure", "growth_failure"]
+            + ["growth_failure"] * 3,
+            "free_share": [0.5, 0.6, 0.1, 0.4, 0.3, 0.9],  # 500 s: not at high free memory
+        }
+    )
+    events.to_parquet(run / "events.parquet")
+    out = io.StringIO()
+    om.write_openmetrics(out, run, BASE_SUMMARY, origin_s=1000, scrape_interval_s=30.0)
+    counter = _samples(out.getvalue(), om.FAILURES.name + "_total")
+    times = scrape_times(ts, 30.0)
+    assert list(times) == [30.0 * k for k in range(41)]
+    for replica, (lo_s, hi_s) in {0: (0.0, 1200.0), 1: (300.0, 660.0)}.items():
+        mine = [(t, v) for labels, v, t in counter if f'replica="{replica}"' in labels]
+        scraped = [t for t in times if lo_s <= t <= hi_s]
+        assert [t for t, _ in mine] == scraped, replica
+        steps = np.diff([v for _, v in mine])
+        per_window = high_free_failures(events, times, replica, 0.25)
+        assert list(steps) == list(per_window[np.isin(times, scraped)][1:]), replica
+        assert per_window[~np.isin(times, scraped[1:])].sum() == 0
+    assert [v for labels, v, t in counter if 'replica="0"' in labels and t in (30, 60)] == [0, 1]
+
+
+def test_the_scrape_interval_and_window_default_to_the_runs_and_flags_override(
+    tmp_path: Path,
+) -> None:
+    """The summary's fleet.alerts (what alerts.parquet was evaluated with) sets the
+    export's scrape clock; a flag overrides it; a fleet run written before fragsim
+    recorded them gets the defaults and one note."""
+    recorded = {"scrape_interval_s": 60.0, "trend_window_s": 600.0}
+    fleet = {"pools": [{"name": "a", "count": 1}]}
+    run = _write_run(tmp_path, _trend_timeseries(), BASE_SUMMARY | {"fleet": fleet})
+    out = tmp_path / "x.om"
+
+    def clock(*args: str) -> tuple[list[float], list[str]]:
+        done = runner.invoke(app, ["export", "openmetrics", str(run), "-o", str(out), *args])
+        assert done.exit_code == 0, done.output
+        stamps = [t for _, _, t in _samples(out.read_text(), "fragsim_preemptions_total")]
+        notes = [line for line in done.stderr.splitlines() if "alert scrape interval" in line]
+        return [float(t - stamps[0]) for t in stamps[:3]], notes
+
+    steps, (note,) = clock()  # written before fragsim recorded them: defaults, a note
+    assert steps == [0.0, 30.0, 60.0] and "--scrape-interval / --trend-window" in note
+    assert clock("--scrape-interval", "30", "--trend-window", "3600") == ([0.0, 30.0, 60.0], [])
+    (run / "summary.json").write_text(
+        json.dumps(BASE_SUMMARY | {"fleet": fleet | {"alerts": recorded}})
+    )
+    assert clock() == ([0.0, 60.0, 120.0], [])
+    assert clock("--scrape-interval", "15") == ([0.0, 15.0, 30.0], [])
