@@ -49,13 +49,27 @@ $(NSTAMP): $(SOURCES) $(NDEPS)
 demo: $(STAMP)
 	$(BIN)/fragsim demo
 
-# The whole suite on the compiled build; on the pure build (editable) every test but those
-# marked build_independent (tests/conftest.py: CLI plumbing, reports, docs, Prometheus,
-# trace tools...), which hold whichever build runs and so run once, on the compiled one.
-# Engine, allocator, fleet, golden and fast = exact tests run on both builds.
-test: PURE_PYTEST_ARGS := -m "not build_independent"
-test: test-pure $(NSTAMP)
-	FRAGSIM_EXPECT_BUILD=compiled $(NBIN)/pytest -q
+# Lint, then the two passes at once, one a core: the compiled build runs the whole suite;
+# the pure build (editable) every test but those marked build_independent (by file,
+# tests/conftest.py: CLI plumbing, reports, docs, Prometheus, trace tools...), which hold
+# whichever build runs and so run once, on the compiled one. Engine, allocator, fleet,
+# golden and fast = exact tests run on both. The pure pass's output follows the compiled
+# pass's; make test fails if either pass does.
+PURE_PASS := FRAGSIM_EXPECT_BUILD=pure $(BIN)/pytest -q -m "not build_independent"
+COMPILED_PASS := FRAGSIM_EXPECT_BUILD=compiled $(NBIN)/pytest -q
+test: $(STAMP) $(NSTAMP) chromium prometheus
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	@log=$$(mktemp); \
+	echo '$(PURE_PASS) (in the background)'; \
+	$(PURE_PASS) >"$$log" 2>&1 & pure=$$!; \
+	trap 'kill $$pure 2>/dev/null; rm -f "$$log"; exit 130' INT TERM; \
+	echo '$(COMPILED_PASS)'; \
+	$(COMPILED_PASS); compiled=$$?; \
+	wait $$pure; pure_status=$$?; \
+	echo "== pure build, every test not marked build_independent:"; cat "$$log"; rm -f "$$log"; \
+	echo "== exit status: compiled pass $$compiled, pure pass $$pure_status"; \
+	test $$compiled = 0 && test $$pure_status = 0
 
 chromium:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
@@ -70,12 +84,10 @@ prometheus:
 	  >/dev/null 2>&1 || echo "prometheus not installed: the Prometheus tests will skip"
 
 # Where no C compiler is at hand: lint and the whole suite on the pure build only.
-# (make test runs this with PURE_PYTEST_ARGS set: see test.)
-PURE_PYTEST_ARGS ?=
 test-pure: $(STAMP) chromium prometheus
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	FRAGSIM_EXPECT_BUILD=pure $(BIN)/pytest -q $(PURE_PYTEST_ARGS)
+	FRAGSIM_EXPECT_BUILD=pure $(BIN)/pytest -q
 
 native: $(NSTAMP)
 
