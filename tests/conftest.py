@@ -79,6 +79,7 @@ BUILD_INDEPENDENT: frozenset[str] = frozenset(
         "unit/test_layering.py",
         "unit/test_matching.py",
         "unit/test_openmetrics.py",
+        "unit/test_openmetrics_series.py",
         "unit/test_otlp_log.py",
         "unit/test_otlp_nodes.py",
         "unit/test_postmortem_log.py",
