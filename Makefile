@@ -54,20 +54,20 @@ demo: $(STAMP)
 # tests/conftest.py: CLI plumbing, reports, docs, Prometheus, trace tools...), which hold
 # whichever build runs and so run once, on the compiled one. Engine, allocator, fleet,
 # golden and fast = exact tests run on both. The pure pass's output follows the compiled
-# pass's; make test fails if either pass does.
+# pass's; make test fails if either pass does. Each pass has its own temporary folder.
 PURE_PASS := FRAGSIM_EXPECT_BUILD=pure $(BIN)/pytest -q -m "not build_independent"
 COMPILED_PASS := FRAGSIM_EXPECT_BUILD=compiled $(NBIN)/pytest -q
 test: $(STAMP) $(NSTAMP) chromium prometheus
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	@log=$$(mktemp); \
+	@log=$$(mktemp); tmp=$$(mktemp -d); \
 	echo '$(PURE_PASS) (in the background)'; \
-	$(PURE_PASS) >"$$log" 2>&1 & pure=$$!; \
-	trap 'kill $$pure 2>/dev/null; rm -f "$$log"; exit 130' INT TERM; \
+	$(PURE_PASS) --basetemp="$$tmp/pure" >"$$log" 2>&1 & pure=$$!; \
+	trap 'kill $$pure 2>/dev/null; rm -rf "$$log" "$$tmp"; exit 130' INT TERM; \
 	echo '$(COMPILED_PASS)'; \
-	$(COMPILED_PASS); compiled=$$?; \
+	$(COMPILED_PASS) --basetemp="$$tmp/compiled"; compiled=$$?; \
 	wait $$pure; pure_status=$$?; \
-	echo "== pure build, every test not marked build_independent:"; cat "$$log"; rm -f "$$log"; \
+	echo "== pure build, every test not marked build_independent:"; cat "$$log"; rm -rf "$$log" "$$tmp"; \
 	echo "== exit status: compiled pass $$compiled, pure pass $$pure_status"; \
 	test $$compiled = 0 && test $$pure_status = 0
 
