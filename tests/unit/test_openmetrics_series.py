@@ -3,7 +3,9 @@ uptime-correlation gauge (the alert evaluation's rho at every scrape a replica r
 NaN where it stops), memory in bytes at the KV bytes per token the summary records (per
 pool; the flag overrides; a note naming the flag where a run records none), and pools
 from the summary's replica lists -- a two-pool fleet that scales into its second pool
-labels the new replicas by it."""
+labels the new replicas by it; the counters on the scrape clock (every scrape of a live
+replica), the scrape interval and window from the run's summary (flags override; a
+note for older fleet runs), and a scrape interval giving too many scrapes refused."""
 
 from __future__ import annotations
 
@@ -337,3 +339,18 @@ def test_the_scrape_interval_and_window_default_to_the_runs_and_flags_override(
     )
     assert clock() == ([0.0, 60.0, 120.0], [])
     assert clock("--scrape-interval", "15") == ([0.0, 15.0, 30.0], [])
+
+
+def test_a_scrape_interval_giving_too_many_scrapes_is_one_error_line(tmp_path: Path) -> None:
+    ts = _trend_timeseries().iloc[[0, -1]].assign(time_s=[0.0, 6e6])
+    run = _write_run(tmp_path, ts, BASE_SUMMARY)
+    out = tmp_path / "x.om"
+    args = ["export", "openmetrics", str(run), "-o", str(out), "--scrape-interval", "1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert (
+        line.startswith("error: ") and "5,000,000 scrapes" in line and "--scrape-interval" in line
+    )
+    assert not out.exists() and not list(tmp_path.glob(".x.om*"))
+    assert runner.invoke(app, [*args[:-1], "3600"]).exit_code == 0
