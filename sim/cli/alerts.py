@@ -20,6 +20,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from sim.cli.alert_times import (
+    DEFAULT_SCRAPE_INTERVAL_S,
+    DEFAULT_TREND_WINDOW_S,
+    MAX_INTERVAL_S,
+    MAX_SCRAPES,
+    MIN_SCRAPE_INTERVAL_S,
+    RunScrapeOpt,
+    RunWindowOpt,
+    ShowScrapeOpt,
+    ShowWindowOpt,
+    check_times,
+    run_times,
+)
 from sim.cli.output import Cell, FormatOption, clock_text, print_table
 from sim.cli.progress import progress
 from sim.cli.run import fail
@@ -35,20 +48,6 @@ alerts_app = typer.Typer(
     no_args_is_help=True,
 )
 
-MAX_SCRAPES = 5_000_000
-"""The most scrape instants ``show`` evaluates per replica (a bound on its memory)."""
-MAX_WINDOW_SCRAPES = 100_000
-"""The most scrapes in the uptime-trend window."""
-MAX_INTERVAL_S = 86_400.0 * 365
-MIN_SCRAPE_INTERVAL_S = 1.0
-"""``sim.fleet.config.MIN_SCRAPE_INTERVAL_S`` (a test holds them equal): the scrapes a
-fleet's ``alerts.scrape_interval_s`` allows, read without importing the fleet."""
-DEFAULT_SCRAPE_INTERVAL_S = 30.0
-"""``sim.fleet.alerts.DEFAULT_SCRAPE_INTERVAL_S`` (a test holds them equal): the option
-defaults are read without importing the alert engine."""
-DEFAULT_TREND_WINDOW_S = 3600.0
-"""``sim.fleet.alerts.DEFAULT_TREND_WINDOW_S`` (a test holds them equal)."""
-
 ScenarioOpt = Annotated[
     Path | None,
     typer.Option(
@@ -56,37 +55,6 @@ ScenarioOpt = Annotated[
         "-s",
         help="Thresholds from this scenario's metrics block (a file or built-in name); "
         "default: the seed's thresholds.",
-    ),
-]
-ScrapeOpt = Annotated[
-    float,
-    typer.Option(
-        "--scrape-interval",
-        help="Prometheus scrape and rule-evaluation interval, seconds (>= 1, as a "
-        "fleet's alerts.scrape_interval_s).",
-    ),
-]
-WindowOpt = Annotated[
-    float,
-    typer.Option(
-        "--trend-window",
-        help="Window of the uptime-trend alert, seconds (>= the scrape interval).",
-    ),
-]
-RunScrapeOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--scrape-interval",
-        help="Prometheus scrape and rule-evaluation interval, seconds (>= 1); default: "
-        "the --run's (its summary's fleet.alerts), else 30.",
-    ),
-]
-RunWindowOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--trend-window",
-        help="Window of the uptime-trend alert, seconds (>= the scrape interval); "
-        "default: the --run's, else 3600.",
     ),
 ]
 
@@ -106,74 +74,6 @@ def _thresholds(scenario: Path | None) -> AlertThresholds:
         raise fail(str(e), source) from None
     except OSError as e:
         raise fail(os_error_line(e), source) from None
-
-
-def check_times(scrape_interval_s: float, trend_window_s: float) -> None:
-    low, high = MIN_SCRAPE_INTERVAL_S, MAX_INTERVAL_S
-    if not (math.isfinite(scrape_interval_s) and low <= scrape_interval_s <= high):
-        raise typer.BadParameter(
-            f"got {scrape_interval_s:g}, expected seconds in [{low:g}, {high:g}] (at least "
-            f"{low:g} s, as a fleet's alerts.scrape_interval_s)",
-            param_hint="--scrape-interval",
-        )
-    if not (math.isfinite(trend_window_s) and trend_window_s >= scrape_interval_s):
-        raise typer.BadParameter(
-            f"got {trend_window_s:g}, expected seconds >= the scrape interval",
-            param_hint="--trend-window",
-        )
-    if trend_window_s / scrape_interval_s > MAX_WINDOW_SCRAPES:
-        raise typer.BadParameter(
-            f"got {trend_window_s:g}: more than {MAX_WINDOW_SCRAPES:,} scrapes in the window",
-            param_hint="--trend-window",
-        )
-
-
-def run_times(
-    summary: dict[str, Any],
-    path: Path,
-    scrape_interval_s: float | None,
-    trend_window_s: float | None,
-) -> tuple[float, float, str | None]:
-    """The scrape interval and trend window for a run whose ``summary`` (read from
-    ``path``) is given: the flags where given, else what the summary records
-    (``fleet.alerts``: what its alerts.parquet was evaluated with), else the defaults;
-    and the ``note: ...`` line to print once the command succeeds for a fleet run
-    written before fragsim recorded them (None otherwise: a single replica's run has no
-    alerts, the defaults apply). Checked by :func:`check_times`; a recorded value that
-    is not a number is one error line."""
-    fleet = summary.get("fleet")
-    recorded = fleet.get("alerts") if isinstance(fleet, dict) else None
-    chosen = []
-    for given, key, default in (
-        (scrape_interval_s, "scrape_interval_s", DEFAULT_SCRAPE_INTERVAL_S),
-        (trend_window_s, "trend_window_s", DEFAULT_TREND_WINDOW_S),
-    ):
-        value = recorded.get(key) if isinstance(recorded, dict) else None
-        if given is not None:
-            value = given
-        elif value is None:
-            value = default
-        elif isinstance(value, bool) or not isinstance(value, int | float):
-            raise fail(f"{clip(str(path))}: field fleet.alerts.{key}: expected seconds")
-        chosen.append(float(value))
-    check_times(chosen[0], chosen[1])
-    if not isinstance(fleet, dict) or isinstance(recorded, dict):
-        return chosen[0], chosen[1], None
-    missing = [
-        flag
-        for given, flag in (
-            (scrape_interval_s, "--scrape-interval"),
-            (trend_window_s, "--trend-window"),
-        )
-        if given is None
-    ]
-    note = (
-        f"note: {clip(str(path))} records no alert scrape interval or trend window (a run "
-        f"written before fragsim recorded them): {chosen[0]:g} s and {chosen[1]:g} s; pass "
-        f"{' / '.join(missing)} if its alerts used others (the scenario's "
-        "fleet.alerts.scrape_interval_s)"
-    )
-    return chosen[0], chosen[1], note if missing else None
 
 
 def _write(path: Path, write: Callable[[Path], object]) -> None:
@@ -352,8 +252,8 @@ def show_command(
         typer.Option("--out", "-o", help="Also write every transition as CSV (time, time_s)."),
     ] = None,
     scenario: ScenarioOpt = None,
-    scrape_interval_s: ScrapeOpt = DEFAULT_SCRAPE_INTERVAL_S,
-    trend_window_s: WindowOpt = DEFAULT_TREND_WINDOW_S,
+    scrape_interval_s: ShowScrapeOpt = None,
+    trend_window_s: ShowWindowOpt = None,
     fmt: FormatOption = "table",
     all_rows: Annotated[
         bool, typer.Option("--all", help="List every transition instead of one row per alert.")
@@ -371,7 +271,10 @@ def show_command(
     from sim.fleet.alerts import ALERTS, diagnose_failures, evaluate_alerts
     from sim.results.io import read_result
 
-    check_times(scrape_interval_s, trend_window_s)
+    if scrape_interval_s is not None or trend_window_s is not None:
+        # a bad flag is refused before the run is read; the pair again once it is
+        early_s = MIN_SCRAPE_INTERVAL_S if scrape_interval_s is None else scrape_interval_s
+        check_times(early_s, early_s if trend_window_s is None else trend_window_s)
     thresholds = _thresholds(scenario)
     _check_run_dir(run_dir)
     with progress("alerts show", 3, what="steps") as p:
@@ -382,6 +285,9 @@ def show_command(
             span_s = float(ts["time_s"].max() - ts["time_s"].min()) if len(ts) else 0.0
         except (OSError, ValueError, KeyError) as e:
             raise fail(f"{clip(str(run_dir))}: not a readable fragsim run: {_reason(e)}") from None
+        scrape_interval_s, trend_window_s, note = run_times(
+            result.summary, run_dir / "summary.json", scrape_interval_s, trend_window_s
+        )
         if span_s / scrape_interval_s > MAX_SCRAPES:
             raise typer.BadParameter(
                 f"got {scrape_interval_s:g}: the run's {span_s:g} s would be more than "
@@ -425,6 +331,8 @@ def show_command(
             )
     if out is not None:
         typer.echo(f"wrote {len(log):,} alert log rows to {out}", err=True)
+    if note is not None:
+        typer.echo(note, err=True)
 
 
 def _diagnosis_line(diagnosis: Any, high_free_share: float, pd: Any) -> str:

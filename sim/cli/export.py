@@ -10,7 +10,7 @@ without bytes, with one ``note: ...`` line on stderr naming ``--kv-bytes-per-tok
 The scrape interval and trend window are the run's (its summary's ``fleet.alerts``:
 what its ``alerts.parquet`` was evaluated with); the flags override them; a fleet run
 written before fragsim recorded them gets the defaults and one ``note: ...`` line
-(:func:`sim.cli.alerts.run_times`).
+(:func:`sim.cli.alert_times.run_times`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from sim.cli.alerts import run_times
+from sim.cli.alert_times import run_times
 from sim.cli.run import fail
 from sim.errors import clip
 

@@ -138,3 +138,57 @@ def test_bad_inputs_are_one_error_line_and_write_nothing(run_dir: Path, tmp_path
     missing = tmp_path / "no" / "such" / "rules.yaml"
     assert_one_error(fragsim("alerts", "export", "-o", str(missing)), "rules.yaml")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+def test_show_evaluates_at_the_scrape_interval_the_run_recorded(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    """A fleet run records what its alerts.parquet was evaluated with
+    (summary.json ``fleet.alerts``); ``show`` uses it unless a flag overrides it, and an
+    older fleet folder gets the defaults with one note naming the flags."""
+    import json
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    summary_path = copy / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary["fleet"] = {"alerts": {"scrape_interval_s": 5.0, "trend_window_s": 600.0}}
+    summary_path.write_text(json.dumps(summary))
+    run = read_result(copy)
+    thresholds = AlertThresholds(high_free_share=0.2, ratio_alert=0.7)
+
+    def shown(*flags: str) -> pd.DataFrame:
+        csv = tmp_path / "alerts.csv"
+        result = fragsim(
+            "alerts",
+            "show",
+            str(copy),
+            "-s",
+            str(run_dir.parent / "small.yaml"),
+            "-o",
+            str(csv),
+            *flags,
+        )
+        assert result.exit_code == 0, result.output
+        return pd.read_csv(csv).drop(columns="time")
+
+    def expected(scrape_s: float, window_s: float) -> pd.DataFrame:
+        return evaluate_alerts(
+            run.timeseries,
+            run.events,
+            scrape_interval_s=scrape_s,
+            thresholds=thresholds,
+            trend_window_s=window_s,
+        )
+
+    pd.testing.assert_frame_equal(shown(), expected(5.0, 600.0), check_dtype=False)
+    overridden = shown("--scrape-interval", "10", "--trend-window", "1200")
+    pd.testing.assert_frame_equal(overridden, expected(10.0, 1200.0), check_dtype=False)
+    assert not shown().equals(overridden)  # the recorded interval did change the evaluation
+
+    summary["fleet"] = {}  # a fleet folder written before fragsim recorded them
+    summary_path.write_text(json.dumps(summary))
+    result = fragsim("alerts", "show", str(copy))
+    assert result.exit_code == 0, result.output
+    assert "note: " in result.stderr and "--scrape-interval / --trend-window" in result.stderr

@@ -176,7 +176,7 @@ def test_number_and_stamp() -> None:
 def test_defaults_held_equal() -> None:
     import inspect
 
-    from sim.cli.alerts import MAX_SCRAPES
+    from sim.cli.alert_times import MAX_SCRAPES
     from sim.cli.export import DEFAULT_ORIGIN, parse_origin
     from sim.fleet import openmetrics_counters
     from sim.fleet.alerts import DEFAULT_SCRAPE_INTERVAL_S, DEFAULT_TREND_WINDOW_S, FAILURE_KINDS
