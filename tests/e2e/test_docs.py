@@ -98,3 +98,35 @@ def _fleet_output_columns() -> dict[str, tuple[str, ...]]:
     section = text[text.index("\n## Fleet outputs") :]
     rows = re.findall(r"^\| `(\w+)\.parquet` \|[^|]*\| `([^`]*)`[^|]*\|", section, re.MULTILINE)
     return {name: tuple(c.strip() for c in cols.split(",")) for name, cols in rows if "," in cols}
+
+
+def _metric_names(text: str, after: str) -> set[str]:
+    """The metric names in the first Markdown table after the line starting ``after``:
+    every `fragsim_...` name in its first column (labels such as ``{state=...}`` dropped)."""
+    lines = text[text.index(after) :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| metric"))
+    names: set[str] = set()
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        names |= set(re.findall(r"`(fragsim_[a-z_]+)", line.split("|")[1]))
+    return names
+
+
+def test_the_readme_and_the_reference_list_the_metrics_the_export_writes() -> None:
+    """The README's metric table (recipe 4) and docs/alerts.md's hold exactly the
+    families ``fragsim export openmetrics`` writes (counters with ``_total``)."""
+    from sim.fleet import openmetrics as om
+
+    families = (
+        *om.REPLICA_METRICS,
+        *om.BYTE_METRICS,
+        om.UPTIME_CORRELATION,
+        om.FAILURES,
+        om.REPLICAS_BY_STATE,
+    )
+    written = {f.name + ("_total" if f.kind == "counter" else "") for f in families}
+    readme = _metric_names(README.read_text(encoding="utf-8"), "## Recipe 4")
+    reference = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
+    assert readme == written
+    assert _metric_names(reference, "The metrics, once") == written
