@@ -231,10 +231,7 @@ class DrivenReplica(Replica):
         if plan.applied < plan.steps or plan.in_step:
             self.sched.advance(plan.steps - plan.applied)
             plan.applied = plan.steps
-        if self._out_of_range is not None:
-            self._out_of_range.note_run(plan.decode_seqs, plan.kv_first_tokens, plan.applied)
-        self.steps_total += plan.applied
-        self.sched.finish_ready(t)
+        self._close_run(plan, t)
 
     def _boundary(self, t: float) -> None:
         """At a step boundary (or idle) at ``t``: go down if a restart is due, else the
@@ -252,16 +249,9 @@ class DrivenReplica(Replica):
             if step is None:
                 if self._restart is not None:  # a drain just emptied the batch
                     continue
-                release_s = sched.next_release_s()  # frees memory: a decision
-                assert release_s < math.inf or not (sched.waiting and sched.admitting), (
-                    "scheduler stalled"
-                )
-                self._schedule(release_s)
+                self._schedule(self._next_release_s())  # frees memory: a decision
                 return
-            dt = self.latency.step_time_s(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
-            if self._out_of_range is not None:
-                self._out_of_range.note_step(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
-            end_s = t + dt + step.stall_s
+            end_s = t + self._step_time_s(step) + step.stall_s
             if end_s >= self.clock.horizon_s or self._restart is not None:
                 # (A restart due: its boundary must be decided at ``env.now``.)
                 self._step = step
@@ -272,22 +262,8 @@ class DrivenReplica(Replica):
             t = self._t
 
     def _go_down_now(self, t: float, mode: RestartMode, downtime_s: float) -> None:
-        self._restart = None
-        self.restarts += 1
-        self._outlet.on_restart(self, mode, downtime_s)
-        if mode == "lose":
-            lost = self.sched.take_all()
-            if lost:
-                self._outlet.on_lost(self, lost)
-        self.up = False
-        if downtime_s == math.inf:  # gone for good (scaled down)
-            self.sched.admitting = False
-            if self._back_up is not None:
-                self._back_up.succeed()
-                self._back_up = None
-            return
-        self.sched.reset_allocator(self._make_allocator())
-        self.sched.admitting = False
+        if not self._take_down(mode, downtime_s):
+            return  # gone for good (scaled down)
         self._down = True
         # The downtime is a SimPy timer, set now as exact mode's process sets it: the
         # replica comes back in the same order with other events at that instant.
@@ -301,13 +277,7 @@ class DrivenReplica(Replica):
         fresh allocator; decide now (nothing waits: no request was routed here)."""
         now = float(self.env.now)
         self._down = False
-        self.up = True
-        self.started_s = now
-        self._t = now
-        self.sched.admitting = True
-        if self._back_up is not None:
-            self._back_up.succeed()
-            self._back_up = None
+        self._come_back(now)
         self._schedule(now)
 
     def close(self) -> None:
