@@ -149,13 +149,15 @@ class RouteViews:
             self.live[replica_id] = view
         self._next_refresh_s = -1.0  # membership changed: snapshot again
 
-    def choose(self, router: Router, request: RouteRequest) -> int | None:
-        """``router.choose(request, self.current())``; a ``views_only`` router's last
-        choice again while the views cannot have changed since it was made (stale
-        views within one refresh, no routability change): the same answer without
-        asking (its reads of a refresh's signals were made by the first decision)."""
+    def choose(self, router: Router, request: RouteRequest, views_only: bool) -> int | None:
+        """``router.choose(request, self.current())``; with ``views_only`` (the
+        router's ``Router.views_only``, read by the caller: compiled code would not see
+        an interpreted subclass's class attribute), its last choice again while the
+        views cannot have changed since it was made (stale views within one refresh, no
+        routability change): the same answer without asking (the first decision of the
+        refresh made its reads)."""
         views = self.current()
-        if not router.views_only:
+        if not views_only:
             return router.choose(request, views)
         if self._version != self._choice_version:
             self._choice = router.choose(request, views)

@@ -19,29 +19,25 @@ from sim.fleet.routeviews import RouteViews
 from sim.latency.models import ConstantLatency
 
 
-class CountingLeast(LeastOutstanding):
-    """Least outstanding (``views_only``), counting the calls it gets."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-
-    def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
-        self.calls += 1
-        return super().choose(request, views)
-
-
 class CountingAny(Router):
-    """Least outstanding without declaring ``views_only``: asked every time."""
+    """Least outstanding (``LeastOutstanding``'s answer), counting the calls it gets;
+    not declared ``views_only``: asked every time."""
 
     reads_request = False
 
     def __init__(self) -> None:
         self.calls = 0
+        self._least = LeastOutstanding()
 
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
         self.calls += 1
-        return min((v.outstanding_requests, i) for i, v in enumerate(views) if v.up)[1]
+        return self._least.choose(request, views)
+
+
+class CountingLeast(CountingAny):
+    """The same, declared ``views_only`` (as ``LeastOutstanding`` is)."""
+
+    views_only = True
 
 
 class Clock:
@@ -84,19 +80,19 @@ def test_a_views_only_router_is_asked_once_per_refresh_and_answers_as_if_asked()
     views = _views(0.05, clock, replicas)
     reference = CountingLeast()
     for k in range(4):
-        choice = views.choose(router, NO_REQUEST)
+        choice = views.choose(router, NO_REQUEST, router.views_only)
         assert choice == reference.choose(NO_REQUEST, views.current())
         assert choice is not None
         _submit(replicas[choice], k)  # stale views do not see it before the next refresh
     assert router.calls == 1
     clock.now_s = 0.05  # a refresh: the views may say something else
-    assert views.choose(router, NO_REQUEST) == 1
+    assert views.choose(router, NO_REQUEST, router.views_only) == 1
     assert router.calls == 2
     replicas[1].accepting = False  # a routability change, told to the views
     views.invalidate()
-    assert views.choose(router, NO_REQUEST) == 2
+    assert views.choose(router, NO_REQUEST, router.views_only) == 2
     assert router.calls == 3
-    assert views.choose(router, NO_REQUEST) == 2
+    assert views.choose(router, NO_REQUEST, router.views_only) == 2
     assert router.calls == 3
 
 
@@ -105,12 +101,14 @@ def test_a_router_without_views_only_or_live_views_is_asked_every_time() -> None
     other = CountingAny()
     stale = _views(0.05, clock, _replicas(env, 2))
     for _ in range(3):
-        stale.choose(other, NO_REQUEST)
+        stale.choose(other, NO_REQUEST, other.views_only)
     assert other.calls == 3
     replicas = _replicas(env, 2)
     live = _views(0.0, clock, replicas)
     router = CountingLeast()
-    assert live.choose(router, NO_REQUEST) == 0
+    assert live.choose(router, NO_REQUEST, router.views_only) == 0
     _submit(replicas[0], 0)
-    assert live.choose(router, NO_REQUEST) == 1  # live views see the request at once
+    assert (
+        live.choose(router, NO_REQUEST, router.views_only) == 1
+    )  # live views see the request at once
     assert router.calls == 2
