@@ -31,7 +31,6 @@ to float rounding of summed step times.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Generator
 from typing import Any, Literal
@@ -40,6 +39,7 @@ import simpy
 
 from policies.allocators.base import Allocator
 from sim.engine.events import Alarm, ArrivalTimer, RunPlan
+from sim.engine.feed import Feed
 from sim.engine.outlet import ReplicaOutlet
 from sim.engine.scheduler import Group, Scheduler, SchedulerConfig, Step
 from sim.engine.simpy_adapter import horizon_s, queue_of
@@ -107,16 +107,10 @@ class Replica:
         to the next event of any other process)."""
         self._events = queue_of(env)
         """SimPy's event heap, read by :meth:`_horizon_s` (``sim.engine.simpy_adapter``)."""
-        self._feed: list[Group] = []
-        self._feed_next = 0
-        self._feed_start_s = env.now
-        self._caller_next_s = math.inf
+        self._feed = Feed(float(env.now))
+        """Fast mode: fed requests and own client retries not queued yet."""
         self._yielded_at_s = -math.inf
         """The instant fast mode last let other processes act first (once per instant)."""
-        """The next arrival a caller announced (``submit``), for fast mode's cuts."""
-        self._retries: list[tuple[float, float, int, Group]] = []
-        """(due time, time the retry was set, tie-breaker, group)."""
-        self._retry_tie = 0
         self._plan: RunPlan | None = None
         self._wake: Alarm | None = None
         self._restart: tuple[RestartMode, float] | None = None
@@ -184,8 +178,8 @@ class Replica:
             self.sched.submit(group, now)
             self._poke()
             return
-        self._submit_due(now)
-        self._caller_next_s = next_arrival_s
+        self._feed.submit_due(now, self.sched)
+        self._feed.caller_next_s = next_arrival_s
         self.sched.submit(group, now)
         plan = self._plan
         if plan is not None:
@@ -206,9 +200,7 @@ class Replica:
             self._generators.append(arrivals)
             self.env.process(arrivals)
             return
-        if self._feed_next >= len(self._feed):
-            self._feed_start_s = self.env.now
-        self._feed.extend(groups)
+        self._feed.extend(groups, float(self.env.now))
         self._poke()
 
     def close(self) -> None:
@@ -221,8 +213,7 @@ class Replica:
         self._generators.clear()
         self.sched.drop_callbacks()
         self._outlet = ReplicaOutlet()
-        self._feed = []
-        self._retries = []
+        self._feed.clear()
         self._plan = None
         self._wake = self._back_up = None
 
@@ -253,16 +244,16 @@ class Replica:
     def observe_queue(self) -> None:
         """Queue the fed requests and retries that have arrived by now: all that reading
         the request counts needs (they change only at the replica's decisions)."""
-        if self._feed_next < len(self._feed) or self._retries:
-            self._submit_due(self.env.now)
+        if self._feed.pending():
+            self._feed.submit_due(self.env.now, self.sched)
 
     def observe(self) -> None:
         """Bring the scheduler's state up to now (apply decode steps completed inside a
         fast-mode run, queue fed requests that have arrived) without changing the plan.
         For observers: the replica's own reports (``sim.engine.outlet``) are made with
         its state current and never ask for this."""
-        if self._feed_next < len(self._feed) or self._retries:
-            self._submit_due(self.env.now)
+        if self._feed.pending():
+            self._feed.submit_due(self.env.now, self.sched)
         plan = self._plan
         if plan is not None:
             now = self._clock_s()
@@ -292,8 +283,7 @@ class Replica:
             assert timer.callbacks is not None
             timer.callbacks.append(lambda _: self.submit(group))
             return
-        heapq.heappush(self._retries, (self._t + delay_s, self._t, self._retry_tie, group))
-        self._retry_tie += 1
+        self._feed.add_retry(self._t + delay_s, self._t, group)
 
     def _arrivals(self, groups: list[Group]) -> Generator[simpy.Event, Any, None]:
         env = self.env
@@ -304,47 +294,13 @@ class Replica:
                 due_s = g.arrival_s
             self.submit(g)
 
-    def _retry_first(self, i: int) -> bool:
-        """At equal times, does the next retry come before fed request ``i``? In exact
-        mode the earlier-set timer fires first: the arrival's was set at the previous
-        arrival, the retry's when the request was refused (an arrival set at that same
-        instant was set first: the arrival process runs before the step it wakes)."""
-        feed = self._feed
-        if i > 0 and feed[i - 1].arrival_s == feed[i].arrival_s:
-            return False  # one timer brought both: the earlier one went first already
-        arrival_set_s = feed[i - 1].arrival_s if i > 0 else self._feed_start_s
-        return self._retries[0][1] < arrival_set_s
-
     def _next_arrival_s(self) -> float:
         """When the next fed request or client retry arrives (inf: none pending)."""
-        t = math.inf
-        if self._feed_next < len(self._feed):
-            t = self._feed[self._feed_next].arrival_s
-        if self._retries and self._retries[0][0] < t:
-            t = self._retries[0][0]
-        caller = self._caller_next_s
-        if self._t < caller < t:
-            t = caller
-        return t
+        return self._feed.next_s(self._t)
 
     def _submit_due(self, now: float) -> None:
         """Queue every fed request and retry due by ``now``, each at its own time."""
-        feed, sched = self._feed, self.sched
-        i = self._feed_next
-        retries = self._retries
-        while True:
-            a = feed[i].arrival_s if i < len(feed) else math.inf
-            r = retries[0][0] if retries else math.inf
-            if r < a or (r == a != math.inf and self._retry_first(i)):
-                if r > now:
-                    break
-                sched.submit(heapq.heappop(retries)[3], r)
-            elif a <= now:
-                sched.submit(feed[i], a)
-                i += 1
-            else:
-                break
-        self._feed_next = i
+        self._feed.submit_due(now, self.sched)
 
     # -- the processes ----------------------------------------------------------------
     def _run_exact(self) -> Generator[simpy.Event, Any, None]:
