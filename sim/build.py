@@ -24,6 +24,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "sim.latency.models",
     "sim.engine.simpy_adapter",
     "sim.engine.events",
+    "sim.engine.feed",
     "sim.engine.replica",
     "sim.engine.driven",
     "sim.engine.view",

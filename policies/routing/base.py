@@ -83,6 +83,14 @@ class Router:
     """Whether :meth:`choose` reads its ``request`` at all. A router that does not sets
     it False, and the fleet then passes :data:`NO_REQUEST` instead of building one."""
 
+    views_only = False
+    """Whether :meth:`choose` is a function of the views' signals alone (it reads no
+    request, ``reads_request = False``, and keeps no state of its own): given views
+    whose signals have not changed it returns the same choice. The fleet then reuses
+    its last choice while its views cannot have changed (stale views between two
+    refreshes, no node's routability changed) instead of asking again: a router that
+    sets it True is not called once per request."""
+
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
         raise NotImplementedError
 

@@ -14,6 +14,7 @@ class LeastOutstanding(Router):
     """The up view with the fewest waiting plus running requests."""
 
     reads_request = False
+    views_only = True
 
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
         loads = [(v.outstanding_requests, i) for i, v in enumerate(views) if v.up]
@@ -25,6 +26,7 @@ class ShortestQueue(Router):
     requests."""
 
     reads_request = False
+    views_only = True
 
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
         queues = [(v.waiting_requests, i) for i, v in enumerate(views) if v.up]
@@ -35,6 +37,7 @@ class LeastKvUsage(Router):
     """The up view whose KV pool is least used (owned share of its capacity)."""
 
     reads_request = False
+    views_only = True
 
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
         usages = [(v.kv_usage, i) for i, v in enumerate(views) if v.up]

@@ -205,6 +205,18 @@ class Group:
         return self.prompt_tokens + self.target_tokens - 1
 
 
+def remove_group(groups: list[Group], g: Group) -> None:
+    """``groups.remove(g)`` by identity (a Group equals only itself): the scan compares
+    pointers and touches no other group (``list.remove`` calls an equality test on each
+    one it passes, reading its type: a cache miss each in a fleet's large working set).
+    Raises ValueError when ``g`` is not in ``groups``, as ``list.remove`` does."""
+    for i in range(len(groups)):
+        if groups[i] is g:
+            del groups[i]
+            return
+    raise ValueError("remove_group(groups, g): g is not in groups")
+
+
 def admission_order(g: Group) -> int:
     """Sort key: the batch's order (``Group.order``)."""
     return g.order

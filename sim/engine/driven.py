@@ -34,7 +34,6 @@ schedule SimPy timers from ``env.now``.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable
 
@@ -60,31 +59,102 @@ class Clock:
 
 
 class Agenda:
-    """The replicas' next decisions, a heap of ``(time, tie, version, replica)``: ties
-    broken by the order they were scheduled; an entry whose version is not the
-    replica's current one is stale (the replica rescheduled) and is skipped."""
+    """The replicas' next decisions: a binary heap with one entry per replica (its
+    latest schedule), ordered by ``(time, tie)``, ties broken by the order they were
+    scheduled. Rescheduling moves the replica's entry (no stale entries to skip), and
+    keys are compared as plain floats and ints (no tuples)."""
 
     def __init__(self) -> None:
-        self.heap: list[tuple[float, int, int, DrivenReplica]] = []
+        self._times: list[float] = []
+        self._ties: list[int] = []
+        self._items: list[DrivenReplica] = []
         self._tie = 0
 
-    def push(self, time_s: float, version: int, replica: DrivenReplica) -> None:
-        heapq.heappush(self.heap, (time_s, self._tie, version, replica))
+    def push(self, time_s: float, replica: DrivenReplica) -> None:
+        """(Re)schedule ``replica``'s next decision at ``time_s`` (finite)."""
+        tie = self._tie
         self._tie += 1
+        i = replica.agenda_index
+        if i < 0:
+            i = len(self._items)
+            self._times.append(time_s)
+            self._ties.append(tie)
+            self._items.append(replica)
+            replica.agenda_index = i
+            self._up(i)
+            return
+        old_s = self._times[i]
+        self._times[i] = time_s
+        self._ties[i] = tie  # a later tie: the key grew unless the time fell
+        if time_s < old_s:
+            self._up(i)
+        else:
+            self._down(i)
+
+    def discard(self, replica: DrivenReplica) -> None:
+        """``replica`` has no decision scheduled (any entry of it removed)."""
+        if replica.agenda_index >= 0:
+            self._remove_at(replica.agenda_index)
 
     def next_s(self) -> float:
         """When the next decision is due (inf: none)."""
-        heap = self.heap
-        while heap:
-            entry = heap[0]
-            if entry[2] == entry[3].version:
-                return entry[0]
-            heapq.heappop(heap)
-        return math.inf
+        return self._times[0] if self._items else math.inf
 
     def pop(self) -> DrivenReplica:
-        """The replica whose decision is next (call after :meth:`next_s`)."""
-        return heapq.heappop(self.heap)[3]
+        """The replica whose decision is next, taken off the agenda (call after
+        :meth:`next_s`)."""
+        replica = self._items[0]
+        self._remove_at(0)
+        return replica
+
+    def _less(self, i: int, j: int) -> bool:
+        ti, tj = self._times[i], self._times[j]
+        return ti < tj or (ti == tj and self._ties[i] < self._ties[j])
+
+    def _swap(self, i: int, j: int) -> None:
+        times, ties, items = self._times, self._ties, self._items
+        times[i], times[j] = times[j], times[i]
+        ties[i], ties[j] = ties[j], ties[i]
+        items[i], items[j] = items[j], items[i]
+        items[i].agenda_index = i
+        items[j].agenda_index = j
+
+    def _up(self, i: int) -> None:
+        while i > 0:
+            parent = (i - 1) >> 1
+            if not self._less(i, parent):
+                return
+            self._swap(i, parent)
+            i = parent
+
+    def _down(self, i: int) -> None:
+        n = len(self._items)
+        while True:
+            child = 2 * i + 1
+            if child >= n:
+                return
+            if child + 1 < n and self._less(child + 1, child):
+                child += 1
+            if not self._less(child, i):
+                return
+            self._swap(i, child)
+            i = child
+
+    def _remove_at(self, i: int) -> None:
+        self._items[i].agenda_index = -1
+        last = len(self._items) - 1
+        if i != last:
+            self._times[i] = self._times[last]
+            self._ties[i] = self._ties[last]
+            moved = self._items[last]
+            self._items[i] = moved
+            moved.agenda_index = i
+        self._times.pop()
+        self._ties.pop()
+        self._items.pop()
+        if i < last:
+            self._up(i)
+            self._down(i)
 
 
 class DrivenReplica(Replica):
@@ -108,8 +178,8 @@ class DrivenReplica(Replica):
     ) -> None:
         self.clock = clock
         self.agenda = agenda
-        self.version = 0
-        """Bumped at each (re)scheduling: older agenda entries are stale."""
+        self.agenda_index = -1
+        """Where the replica's entry is in its agenda's heap (-1: none)."""
         self.next_decision_s = math.inf
         self._step: Step | None = None
         """The real step in progress (it ends at ``next_decision_s``)."""
@@ -143,10 +213,11 @@ class DrivenReplica(Replica):
         return self._restart is not None
 
     def _schedule(self, time_s: float) -> None:
-        self.version += 1
         self.next_decision_s = time_s
         if time_s < math.inf:
-            self.agenda.push(time_s, self.version, self)
+            self.agenda.push(time_s, self)
+        else:
+            self.agenda.discard(self)
 
     # -- inputs -----------------------------------------------------------------------
     def submit(self, group: Group, next_arrival_s: float = math.inf) -> None:
@@ -231,10 +302,7 @@ class DrivenReplica(Replica):
         if plan.applied < plan.steps or plan.in_step:
             self.sched.advance(plan.steps - plan.applied)
             plan.applied = plan.steps
-        if self._out_of_range is not None:
-            self._out_of_range.note_run(plan.decode_seqs, plan.kv_first_tokens, plan.applied)
-        self.steps_total += plan.applied
-        self.sched.finish_ready(t)
+        self._close_run(plan, t)
 
     def _boundary(self, t: float) -> None:
         """At a step boundary (or idle) at ``t``: go down if a restart is due, else the
@@ -252,16 +320,9 @@ class DrivenReplica(Replica):
             if step is None:
                 if self._restart is not None:  # a drain just emptied the batch
                     continue
-                release_s = sched.next_release_s()  # frees memory: a decision
-                assert release_s < math.inf or not (sched.waiting and sched.admitting), (
-                    "scheduler stalled"
-                )
-                self._schedule(release_s)
+                self._schedule(self._next_release_s())  # frees memory: a decision
                 return
-            dt = self.latency.step_time_s(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
-            if self._out_of_range is not None:
-                self._out_of_range.note_step(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
-            end_s = t + dt + step.stall_s
+            end_s = t + self._step_time_s(step) + step.stall_s
             if end_s >= self.clock.horizon_s or self._restart is not None:
                 # (A restart due: its boundary must be decided at ``env.now``.)
                 self._step = step
@@ -272,22 +333,8 @@ class DrivenReplica(Replica):
             t = self._t
 
     def _go_down_now(self, t: float, mode: RestartMode, downtime_s: float) -> None:
-        self._restart = None
-        self.restarts += 1
-        self._outlet.on_restart(self, mode, downtime_s)
-        if mode == "lose":
-            lost = self.sched.take_all()
-            if lost:
-                self._outlet.on_lost(self, lost)
-        self.up = False
-        if downtime_s == math.inf:  # gone for good (scaled down)
-            self.sched.admitting = False
-            if self._back_up is not None:
-                self._back_up.succeed()
-                self._back_up = None
-            return
-        self.sched.reset_allocator(self._make_allocator())
-        self.sched.admitting = False
+        if not self._take_down(mode, downtime_s):
+            return  # gone for good (scaled down)
         self._down = True
         # The downtime is a SimPy timer, set now as exact mode's process sets it: the
         # replica comes back in the same order with other events at that instant.
@@ -301,16 +348,10 @@ class DrivenReplica(Replica):
         fresh allocator; decide now (nothing waits: no request was routed here)."""
         now = float(self.env.now)
         self._down = False
-        self.up = True
-        self.started_s = now
-        self._t = now
-        self.sched.admitting = True
-        if self._back_up is not None:
-            self._back_up.succeed()
-            self._back_up = None
+        self._come_back(now)
         self._schedule(now)
 
     def close(self) -> None:
         super().close()
         self._step = None
-        self.version += 1  # any agenda entry is stale
+        self.agenda.discard(self)

@@ -164,7 +164,7 @@ class Recorder:
             need_tokens=event.need_tokens,
             free_tokens=event.free_tokens,
             largest_free_extent_tokens=event.largest_free_extent_tokens,
-            free_share=event.free_tokens / replica.allocator.stats().capacity_tokens,
+            free_share=event.free_tokens / replica.capacity_tokens,
             cause=event.cause,
             uptime_s=replica.uptime_s,
             detail=event.detail,

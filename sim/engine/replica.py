@@ -31,7 +31,6 @@ to float rounding of summed step times.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Generator
 from typing import Any, Literal
@@ -40,8 +39,9 @@ import simpy
 
 from policies.allocators.base import Allocator
 from sim.engine.events import Alarm, ArrivalTimer, RunPlan
+from sim.engine.feed import Feed
 from sim.engine.outlet import ReplicaOutlet
-from sim.engine.scheduler import Group, Scheduler, SchedulerConfig
+from sim.engine.scheduler import Group, Scheduler, SchedulerConfig, Step
 from sim.engine.simpy_adapter import horizon_s, queue_of
 from sim.engine.view import ReplicaView
 from sim.latency.base import LatencyModel, OutOfRange
@@ -96,6 +96,9 @@ class Replica:
         self.accepting = True
         """Whether a router may send it requests (a fleet clears it while the replica
         warms up or drains); the replica itself ignores it."""
+        self._capacity_of: Allocator | None = None
+        """The allocator ``_capacity_tokens`` was read from (a restart replaces it)."""
+        self._capacity_tokens = 0
         self.restarts = 0
         self.steps_total = 0
         self.wakeups_total = 0
@@ -104,16 +107,10 @@ class Replica:
         to the next event of any other process)."""
         self._events = queue_of(env)
         """SimPy's event heap, read by :meth:`_horizon_s` (``sim.engine.simpy_adapter``)."""
-        self._feed: list[Group] = []
-        self._feed_next = 0
-        self._feed_start_s = env.now
-        self._caller_next_s = math.inf
+        self._feed = Feed(float(env.now))
+        """Fast mode: fed requests and own client retries not queued yet."""
         self._yielded_at_s = -math.inf
         """The instant fast mode last let other processes act first (once per instant)."""
-        """The next arrival a caller announced (``submit``), for fast mode's cuts."""
-        self._retries: list[tuple[float, float, int, Group]] = []
-        """(due time, time the retry was set, tie-breaker, group)."""
-        self._retry_tie = 0
         self._plan: RunPlan | None = None
         self._wake: Alarm | None = None
         self._restart: tuple[RestartMode, float] | None = None
@@ -139,8 +136,13 @@ class Replica:
 
     @property
     def capacity_tokens(self) -> int:
-        """KV slots in the pool now (fixed for an allocator's life)."""
-        return self.sched.allocator.stats().capacity_tokens
+        """KV slots in the pool now (fixed for an allocator's life: read once per
+        allocator)."""
+        alloc = self.sched.allocator
+        if alloc is not self._capacity_of:
+            self._capacity_of = alloc
+            self._capacity_tokens = alloc.stats().capacity_tokens
+        return self._capacity_tokens
 
     @property
     def view(self) -> ReplicaView:
@@ -176,8 +178,8 @@ class Replica:
             self.sched.submit(group, now)
             self._poke()
             return
-        self._submit_due(now)
-        self._caller_next_s = next_arrival_s
+        self._feed.submit_due(now, self.sched)
+        self._feed.caller_next_s = next_arrival_s
         self.sched.submit(group, now)
         plan = self._plan
         if plan is not None:
@@ -198,9 +200,7 @@ class Replica:
             self._generators.append(arrivals)
             self.env.process(arrivals)
             return
-        if self._feed_next >= len(self._feed):
-            self._feed_start_s = self.env.now
-        self._feed.extend(groups)
+        self._feed.extend(groups, float(self.env.now))
         self._poke()
 
     def close(self) -> None:
@@ -213,8 +213,7 @@ class Replica:
         self._generators.clear()
         self.sched.drop_callbacks()
         self._outlet = ReplicaOutlet()
-        self._feed = []
-        self._retries = []
+        self._feed.clear()
         self._plan = None
         self._wake = self._back_up = None
 
@@ -245,16 +244,16 @@ class Replica:
     def observe_queue(self) -> None:
         """Queue the fed requests and retries that have arrived by now: all that reading
         the request counts needs (they change only at the replica's decisions)."""
-        if self._feed_next < len(self._feed) or self._retries:
-            self._submit_due(self.env.now)
+        if self._feed.pending():
+            self._feed.submit_due(self.env.now, self.sched)
 
     def observe(self) -> None:
         """Bring the scheduler's state up to now (apply decode steps completed inside a
         fast-mode run, queue fed requests that have arrived) without changing the plan.
         For observers: the replica's own reports (``sim.engine.outlet``) are made with
         its state current and never ask for this."""
-        if self._feed_next < len(self._feed) or self._retries:
-            self._submit_due(self.env.now)
+        if self._feed.pending():
+            self._feed.submit_due(self.env.now, self.sched)
         plan = self._plan
         if plan is not None:
             now = self._clock_s()
@@ -284,8 +283,7 @@ class Replica:
             assert timer.callbacks is not None
             timer.callbacks.append(lambda _: self.submit(group))
             return
-        heapq.heappush(self._retries, (self._t + delay_s, self._t, self._retry_tie, group))
-        self._retry_tie += 1
+        self._feed.add_retry(self._t + delay_s, self._t, group)
 
     def _arrivals(self, groups: list[Group]) -> Generator[simpy.Event, Any, None]:
         env = self.env
@@ -296,47 +294,13 @@ class Replica:
                 due_s = g.arrival_s
             self.submit(g)
 
-    def _retry_first(self, i: int) -> bool:
-        """At equal times, does the next retry come before fed request ``i``? In exact
-        mode the earlier-set timer fires first: the arrival's was set at the previous
-        arrival, the retry's when the request was refused (an arrival set at that same
-        instant was set first: the arrival process runs before the step it wakes)."""
-        feed = self._feed
-        if i > 0 and feed[i - 1].arrival_s == feed[i].arrival_s:
-            return False  # one timer brought both: the earlier one went first already
-        arrival_set_s = feed[i - 1].arrival_s if i > 0 else self._feed_start_s
-        return self._retries[0][1] < arrival_set_s
-
     def _next_arrival_s(self) -> float:
         """When the next fed request or client retry arrives (inf: none pending)."""
-        t = math.inf
-        if self._feed_next < len(self._feed):
-            t = self._feed[self._feed_next].arrival_s
-        if self._retries and self._retries[0][0] < t:
-            t = self._retries[0][0]
-        caller = self._caller_next_s
-        if self._t < caller < t:
-            t = caller
-        return t
+        return self._feed.next_s(self._t)
 
     def _submit_due(self, now: float) -> None:
         """Queue every fed request and retry due by ``now``, each at its own time."""
-        feed, sched = self._feed, self.sched
-        i = self._feed_next
-        retries = self._retries
-        while True:
-            a = feed[i].arrival_s if i < len(feed) else math.inf
-            r = retries[0][0] if retries else math.inf
-            if r < a or (r == a != math.inf and self._retry_first(i)):
-                if r > now:
-                    break
-                sched.submit(heapq.heappop(retries)[3], r)
-            elif a <= now:
-                sched.submit(feed[i], a)
-                i += 1
-            else:
-                break
-        self._feed_next = i
+        self._feed.submit_due(now, self.sched)
 
     # -- the processes ----------------------------------------------------------------
     def _run_exact(self) -> Generator[simpy.Event, Any, None]:
@@ -356,11 +320,7 @@ class Replica:
             if step is None:
                 if self._restart is not None:  # a drain just emptied the batch
                     continue
-                # Idle with work queued and nothing to free waits forever: a scheduler bug.
-                release_s = sched.next_release_s()
-                assert release_s < math.inf or not (sched.waiting and sched.admitting), (
-                    "scheduler stalled"
-                )
+                release_s = self._next_release_s()
                 # A release is a decision, as an arrival.
                 delay_s = max(0.0, release_s - env.now) if release_s < math.inf else None
                 self._wake = Alarm(env, delay_s)
@@ -368,10 +328,7 @@ class Replica:
                 self._wake = None
                 self.wakeups_total += 1
                 continue
-            dt = self.latency.step_time_s(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
-            if self._out_of_range is not None:
-                self._out_of_range.note_step(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
-            yield env.timeout(dt + step.stall_s)
+            yield env.timeout(self._step_time_s(step) + step.stall_s)
             sched.end_step(step, env.now)
             self.steps_total += 1
 
@@ -388,7 +345,7 @@ class Replica:
         process. The replica
         applies its own state changes strictly before it without yielding (nobody can
         observe them sooner) and yields to reach anything at or past it."""
-        env, sched, latency = self.env, self.sched, self.latency
+        env, sched = self.env, self.sched
         while True:
             if self._restart is not None:
                 mode, downtime_s = self._restart
@@ -415,10 +372,7 @@ class Replica:
             if step is None:
                 if self._restart is not None:  # a drain just emptied the batch
                     continue
-                release_s = sched.next_release_s()  # frees memory: a decision
-                assert release_s < math.inf or not (sched.waiting and sched.admitting), (
-                    "scheduler stalled"
-                )
+                release_s = self._next_release_s()
                 nxt = min(self._next_arrival_s(), release_s)
                 if nxt < self._horizon_s():
                     self._t = nxt
@@ -429,10 +383,7 @@ class Replica:
                 self._t = env.now
                 self.wakeups_total += 1
                 continue
-            dt = latency.step_time_s(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
-            if self._out_of_range is not None:
-                self._out_of_range.note_step(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
-            end_s = t + dt + step.stall_s
+            end_s = t + self._step_time_s(step) + step.stall_s
             if end_s >= self._horizon_s():
                 yield env.timeout(end_s - env.now)
             self._t = end_s
@@ -518,31 +469,14 @@ class Replica:
             sched.advance(target - plan.applied)
             plan.applied = target
         self._plan = None
-        if self._out_of_range is not None:
-            self._out_of_range.note_run(plan.decode_seqs, plan.kv_first_tokens, plan.applied)
-        self.steps_total += plan.applied
         self._t = env.now
-        sched.finish_ready(env.now)
+        self._close_run(plan, env.now)
 
     def _go_down(self, mode: RestartMode, downtime_s: float) -> Generator[simpy.Event, Any, None]:
         if not self.exact:  # requests that arrived by now are queued before the restart
             self._submit_due(self.env.now)
-        self._restart = None
-        self.restarts += 1
-        self._outlet.on_restart(self, mode, downtime_s)
-        if mode == "lose":
-            lost = self.sched.take_all()
-            if lost:
-                self._outlet.on_lost(self, lost)
-        self.up = False
-        if downtime_s == math.inf:  # gone for good (scaled down): the process ends
-            self.sched.admitting = False
-            if self._back_up is not None:
-                self._back_up.succeed()
-                self._back_up = None
-            return
-        self.sched.reset_allocator(self._make_allocator())
-        self.sched.admitting = False
+        if not self._take_down(mode, downtime_s):
+            return  # gone for good (scaled down): the process ends
         env = self.env
         back_s = env.now + downtime_s
         if not self.exact:  # requests keep arriving (and may be refused at once)
@@ -551,10 +485,64 @@ class Replica:
                 self._t = env.now
                 self._submit_due(env.now)
         yield env.timeout(back_s - env.now)
-        self._t = env.now
+        self._come_back(float(env.now))
+
+    # -- shared by the process and the driven replica -------------------------------------
+    def _step_time_s(self, step: Step) -> float:
+        """The latency model's time for the real step ``step`` (its stall apart),
+        counted where the model is out of its range."""
+        dt = self.latency.step_time_s(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
+        if self._out_of_range is not None:
+            self._out_of_range.note_step(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
+        return dt
+
+    def _next_release_s(self) -> float:
+        """An idle replica's next decision of its own: the next release of retained
+        memory (inf: none). Idle with work queued, admitting and nothing to free would
+        wait forever: a scheduler bug."""
+        sched = self.sched
+        release_s = sched.next_release_s()
+        assert release_s < math.inf or not (sched.waiting and sched.admitting), "scheduler stalled"
+        return release_s
+
+    def _close_run(self, plan: RunPlan, t: float) -> None:
+        """A planned run ended at ``t`` with its ``applied`` steps: counted (and where
+        the latency model is out of range), its finished groups freed."""
+        if self._out_of_range is not None:
+            self._out_of_range.note_run(plan.decode_seqs, plan.kv_first_tokens, plan.applied)
+        self.steps_total += plan.applied
+        self.sched.finish_ready(t)
+
+    def _take_down(self, mode: RestartMode, downtime_s: float) -> bool:
+        """A restart's step boundary: the replica goes down now (the outlet told, a
+        ``lose`` restart's requests handed to ``on_lost``). Returns True when it comes
+        back after ``downtime_s`` (its allocator already replaced by a fresh one; the
+        caller waits, then calls :meth:`_come_back`); False when it is gone for good
+        (``downtime_s`` inf: scaled down; the pending ``back_up`` event fired)."""
+        self._restart = None
+        self.restarts += 1
+        self._outlet.on_restart(self, mode, downtime_s)
+        if mode == "lose":
+            lost = self.sched.take_all()
+            if lost:
+                self._outlet.on_lost(self, lost)
+        self.up = False
+        self.sched.admitting = False
+        if downtime_s == math.inf:
+            self._fire_back_up()
+            return False
+        self.sched.reset_allocator(self._make_allocator())
+        return True
+
+    def _come_back(self, now: float) -> None:
+        """The downtime is over at ``now``: up again, admitting, its clock there."""
+        self._t = now
         self.up = True
-        self.started_s = self.env.now
+        self.started_s = now
         self.sched.admitting = True
+        self._fire_back_up()
+
+    def _fire_back_up(self) -> None:
         if self._back_up is not None:
             self._back_up.succeed()
             self._back_up = None

@@ -18,7 +18,14 @@ from collections import deque
 from collections.abc import Callable
 
 from policies.allocators.base import Allocator, Failure, FailureCause
-from sim.engine.batch import EventKind, Group, SchedEvent, SchedulerConfig, Status
+from sim.engine.batch import (
+    EventKind,
+    Group,
+    SchedEvent,
+    SchedulerConfig,
+    Status,
+    remove_group,
+)
 
 
 def _ignore_event(event: SchedEvent) -> None:
@@ -109,11 +116,11 @@ class RunningBatch:
     def leave(self, g: Group) -> None:
         """Take ``g`` out of the batch without freeing (its memory is gone already)."""
         assert not g.tick_id, "a ticking group must leave the decode ticks first"
-        self.running.remove(g)
+        remove_group(self.running, g)
         self.running_seqs -= g.num_seqs
         g.in_batch = False
         if g.prefill_left_tokens:
-            self.prefilling.remove(g)
+            remove_group(self.prefilling, g)
 
     def hold(self, g: Group, due_s: float) -> None:
         """Take ``g`` out of the batch keeping its memory until ``due_s`` (it must not

@@ -58,6 +58,7 @@ from sim.engine.batch import (
     Status,
     Step,
     admission_order,
+    remove_group,
 )
 from sim.engine.growth import Growth
 from sim.engine.running import RunningBatch
@@ -248,7 +249,7 @@ class Scheduler:
         for g, chunk in step.prefill_chunks:
             g.prefill_left_tokens -= chunk
             if g.prefill_left_tokens == 0:
-                batch.prefilling.remove(g)
+                remove_group(batch.prefilling, g)
                 g.generated_tokens += 1
                 if math.isnan(g.first_token_s):
                     g.first_token_s = now

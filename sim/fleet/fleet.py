@@ -234,7 +234,7 @@ class Fleet(Lifecycle):
         ``rejected-capacity``)."""
         router = self.router
         request = self._request(g) if router.reads_request else NO_REQUEST
-        choice = router.choose(request, self.views.current())
+        choice = self.views.choose(router, request, router.views_only)
         if choice is None:
             self.route_refusals += 1
             self.fleet_event(

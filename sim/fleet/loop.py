@@ -104,7 +104,7 @@ def drive(fleet: Fleet) -> Generator[simpy.Event, Any, None]:
             clock.now_s = d
             if replica.needs_env_time and env.now < d and synced_at_s != d:
                 synced_at_s = d
-                agenda.push(d, replica.version, replica)
+                agenda.push(d, replica)
                 yield env.timeout(d - env.now)
                 continue
             clock.horizon_s = min(u, agenda.next_s(), horizon_s(queue))
