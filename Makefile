@@ -55,7 +55,7 @@ demo: $(STAMP)
 # whichever build runs and so run once, on the compiled one. Engine, allocator, fleet,
 # golden and fast = exact tests run on both. The pure pass's output follows the compiled
 # pass's; make test fails if either pass does. Each pass has its own temporary folder.
-PURE_PASS := FRAGSIM_EXPECT_BUILD=pure $(BIN)/pytest -q -m "not build_independent"
+PURE_PASS := FRAGSIM_EXPECT_BUILD=pure $(BIN)/pytest -q -p no:cacheprovider -m "not build_independent"
 COMPILED_PASS := FRAGSIM_EXPECT_BUILD=compiled $(NBIN)/pytest -q
 test: $(STAMP) $(NSTAMP) chromium prometheus
 	$(BIN)/ruff check .

@@ -77,7 +77,10 @@ def fleet_result(
     if end_s / config.alerts.scrape_interval_s > bounds.MAX_SCRAPES:  # a long backlog
         what = "fleet.alerts.scrape_interval_s", bounds.MAX_SCRAPES, "scrapes"
         raise bounds.count_exceeded(*what, end_s)
-    scrape_s, trend_s = float(config.alerts.scrape_interval_s), DEFAULT_TREND_WINDOW_S
+    scrape_s = float(config.alerts.scrape_interval_s)
+    # the trend window spans at least one scrape (evaluate_alerts rounds it up to whole
+    # scrapes), recorded so, so that the commands reading the summary accept the pair
+    trend_s = max(DEFAULT_TREND_WINDOW_S, scrape_s)
     alerts = evaluate_alerts(
         ts_df, ev_df, scrape_interval_s=scrape_s, thresholds=thresholds, trend_window_s=trend_s
     )

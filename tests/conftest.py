@@ -24,8 +24,10 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-settings.register_profile("repeatable", derandomize=True, print_blob=True)
-settings.register_profile("explore", derandomize=False, print_blob=True)
+# No deadline: a test's wall time is not what it checks (the two passes of make test
+# share the cores; speed is measured by make bench).
+settings.register_profile("repeatable", derandomize=True, print_blob=True, deadline=None)
+settings.register_profile("explore", derandomize=False, print_blob=True, deadline=None)
 settings.load_profile(os.environ.get("FRAGSIM_HYPOTHESIS", "repeatable"))
 
 #: The real public traces: ``$FRAGSIM_TRACES_DIR``, else ``../shared/traces_external``
@@ -51,7 +53,6 @@ BUILD_INDEPENDENT: frozenset[str] = frozenset(
         "e2e/test_cli_info.py",
         "e2e/test_cli_output.py",
         "e2e/test_cli_postmortem.py",
-        "e2e/test_cli_run.py",
         "e2e/test_cli_sweep.py",
         "e2e/test_cli_trace.py",
         "e2e/test_cli_trace_yaml.py",

@@ -126,6 +126,8 @@ def run_times(
         elif isinstance(value, bool) or not isinstance(value, int | float):
             raise fail(f"{clip(str(path))}: field fleet.alerts.{key}: expected seconds")
         chosen.append(float(value))
+    if trend_window_s is None:  # a default or recorded window spans at least one scrape
+        chosen[1] = max(chosen[1], chosen[0])
     check_times(chosen[0], chosen[1])
     if not isinstance(fleet, dict) or isinstance(recorded, dict):
         return chosen[0], chosen[1], None

@@ -48,6 +48,9 @@ alerts_app = typer.Typer(
     no_args_is_help=True,
 )
 
+DEFAULT_HOLD_S = 300.0
+"""``--for`` and ``--failure-window`` unless the scrape interval asks for longer."""
+
 ScenarioOpt = Annotated[
     Path | None,
     typer.Option(
@@ -95,20 +98,21 @@ def export_command(
     scrape_interval_s: RunScrapeOpt = None,
     trend_window_s: RunWindowOpt = None,
     for_s: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--for",
             help="How long a gauge threshold must hold before its alert fires, seconds "
-            "(at least the scrape interval).",
+            "(at least the scrape interval); default: 300, or the scrape interval if longer.",
         ),
-    ] = 300.0,
+    ] = None,
     failure_window_s: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--failure-window",
-            help="The failure rule's increase() range, seconds (at least two scrape intervals).",
+            help="The failure rule's increase() range, seconds (at least two scrape "
+            "intervals); default: 300, or two scrape intervals if longer.",
         ),
-    ] = 300.0,
+    ] = None,
     runbook_url: Annotated[
         str,
         typer.Option(help="Each rule's runbook_url annotation; {alert} becomes its name."),
@@ -152,6 +156,9 @@ def export_command(
             "tests are generated over fragsim's metric names", param_hint="--metrics"
         )
     scrape_s, window_s, note = _export_times(run_dir, scrape_interval_s, trend_window_s)
+    for_s = max(DEFAULT_HOLD_S, scrape_s) if for_s is None else for_s
+    if failure_window_s is None:
+        failure_window_s = max(DEFAULT_HOLD_S, 2 * scrape_s)
     for value, name, least in (
         (for_s, "--for", scrape_s),
         (failure_window_s, "--failure-window", 2 * scrape_s),
@@ -195,6 +202,8 @@ def _export_times(
             DEFAULT_SCRAPE_INTERVAL_S if scrape_interval_s is None else scrape_interval_s,
             DEFAULT_TREND_WINDOW_S if trend_window_s is None else trend_window_s,
         )
+        if trend_window_s is None:  # the default window spans at least one scrape
+            chosen = (chosen[0], max(chosen))
         check_times(*chosen)
         return (*chosen, None)
     from sim.results.runfolder import RunFolderError, check_run_folder, read_summary
@@ -288,7 +297,7 @@ def show_command(
         scrape_interval_s, trend_window_s, note = run_times(
             result.summary, run_dir / "summary.json", scrape_interval_s, trend_window_s
         )
-        if span_s / scrape_interval_s > MAX_SCRAPES:
+        if span_s / scrape_interval_s >= MAX_SCRAPES:
             raise typer.BadParameter(
                 f"got {scrape_interval_s:g}: the run's {span_s:g} s would be more than "
                 f"{MAX_SCRAPES:,} scrapes",

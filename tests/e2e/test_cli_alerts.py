@@ -192,3 +192,28 @@ def test_show_evaluates_at_the_scrape_interval_the_run_recorded(
     result = fragsim("alerts", "show", str(copy))
     assert result.exit_code == 0, result.output
     assert "note: " in result.stderr and "--scrape-interval / --trend-window" in result.stderr
+
+
+def test_a_run_scraped_less_often_than_the_defaults_needs_no_flags(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    """A fleet scraped every 2 h (its trend window then one scrape, the --for and the
+    failure window longer than 300 s) is shown and exported without a flag."""
+    import json
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    summary = json.loads((copy / "summary.json").read_text())
+    summary["fleet"] = {"alerts": {"scrape_interval_s": 7200.0, "trend_window_s": 7200.0}}
+    (copy / "summary.json").write_text(json.dumps(summary))
+    assert fragsim("alerts", "show", str(copy)).exit_code == 0
+    rules, tests = tmp_path / "rules.yaml", tmp_path / "t.yaml"
+    result = fragsim(
+        "alerts", "export", "-o", str(rules), "--tests", str(tests), "--run", str(copy)
+    )
+    assert result.exit_code == 0, result.output
+    text = rules.read_text()
+    assert "for: 2h" in text and "[4h]" in text
+    # a scrape interval given alone widens the default window to one scrape
+    assert fragsim("alerts", "show", str(run_dir), "--scrape-interval", "7200").exit_code == 0

@@ -104,7 +104,7 @@ def refused_text(tmp_path: Path, text: str, *words: str) -> str:
     with pytest.raises(ScenarioError) as info:
         scenario = load_scenario(path)
         build_parts(scenario)
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 30.0  # refused before simulating (hours)
     message = str(info.value)
     assert len(message.splitlines()) == 1, message
     # the loader names the file; build_parts' errors get it from their caller (the CLI)
@@ -282,7 +282,7 @@ def test_retry_backoff_counts_in_the_span_before_simulating(tmp_path: Path) -> N
     start = time.perf_counter()
     with pytest.raises(ScenarioError) as info:
         sim.run(load_scenario(path))
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 30.0  # refused before simulating (hours)
     message = str(info.value)
     assert message.startswith("field scheduler.retry_attempts/retry_backoff_s: "), message
     assert "20 client retries" in message and "104,857,500 s" in message
