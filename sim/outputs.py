@@ -29,6 +29,7 @@ from sim.latency.base import OutOfRange
 from sim.parts import Parts
 from sim.results.frames import frame
 from sim.results.io import RunResult
+from sim.results.seed_alerts import THRESHOLD_FIELDS
 from sim.results.summary import summarize, with_firings
 from sim.scenario import bounds
 from sim.scenario.schema import Scenario
@@ -99,7 +100,11 @@ def fleet_result(
     if router is not None:
         summary["fleet"]["router"] = router.name
     # what alerts.parquet was evaluated with: the exports' defaults (sim.cli.export)
-    summary["fleet"]["alerts"] = {"scrape_interval_s": scrape_s, "trend_window_s": trend_s}
+    summary["fleet"]["alerts"] = {
+        "scrape_interval_s": scrape_s,
+        "trend_window_s": trend_s,
+        "thresholds": {name: getattr(thresholds, name) for name in THRESHOLD_FIELDS},
+    }
     firing = alerts.loc[alerts["state"] == "firing", "alert"].value_counts()
     counts = {str(k): int(v) for k, v in firing.items()}
     summary["alerts"] = with_firings(summary["alerts"], counts, thresholds)

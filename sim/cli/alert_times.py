@@ -146,3 +146,26 @@ def run_times(
         "fleet.alerts.scrape_interval_s)"
     )
     return chosen[0], chosen[1], note if missing else None
+
+
+def run_thresholds(summary: dict[str, Any], path: Path) -> dict[str, float] | None:
+    """The alert thresholds a fleet run's ``alerts.parquet`` was evaluated with (its
+    summary's ``fleet.alerts.thresholds``, by :data:`sim.results.seed_alerts.THRESHOLD_FIELDS`
+    name), or None where the run records none (a single replica's run, a folder written
+    before fragsim recorded them). A recorded value that is not a number in [0, 1] is one
+    error line naming the field."""
+    fleet = summary.get("fleet")
+    recorded = fleet.get("alerts") if isinstance(fleet, dict) else None
+    found = recorded.get("thresholds") if isinstance(recorded, dict) else None
+    if not isinstance(found, dict):
+        return None
+    values: dict[str, float] = {}
+    for key, value in found.items():
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not (0.0 <= float(value) <= 1.0):
+            raise fail(
+                f"{clip(str(path))}: field fleet.alerts.thresholds.{key}: expected a number "
+                "in [0, 1]"
+            )
+        values[str(key)] = float(value)
+    return values

@@ -31,6 +31,7 @@ from sim.cli.alert_times import (
     ShowScrapeOpt,
     ShowWindowOpt,
     check_times,
+    run_thresholds,
     run_times,
 )
 from sim.cli.output import Cell, FormatOption, clock_text, print_table
@@ -57,9 +58,19 @@ ScenarioOpt = Annotated[
         "--scenario",
         "-s",
         help="Thresholds from this scenario's metrics block (a file or built-in name); "
-        "default: the seed's thresholds.",
+        "default: the run's where a fleet run records them, else the seed's.",
     ),
 ]
+
+
+def _recorded(summary: dict[str, Any], path: Path) -> AlertThresholds | None:
+    """The thresholds a fleet run recorded (:func:`run_thresholds`), or None."""
+    from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds
+
+    values = run_thresholds(summary, path)
+    if values is None:
+        return None
+    return AlertThresholds(**{k: v for k, v in values.items() if k in THRESHOLD_FIELDS})
 
 
 def _thresholds(scenario: Path | None) -> AlertThresholds:
@@ -176,6 +187,11 @@ def export_command(
         instance_label=instance_label,
     )
     thresholds = _thresholds(scenario)
+    if scenario is None and run_dir is not None:  # the --run's, where it records them
+        from sim.results.runfolder import read_summary
+
+        path = run_dir / "summary.json"
+        thresholds = _recorded(read_summary(path), path) or thresholds
     rules = alert_rules(thresholds, scrape_s, window_s, options)
     text = rules_yaml(rules, options)
     tests_text = None
@@ -297,6 +313,8 @@ def show_command(
         scrape_interval_s, trend_window_s, note = run_times(
             result.summary, run_dir / "summary.json", scrape_interval_s, trend_window_s
         )
+        if scenario is None:  # the run's own thresholds, where it records them
+            thresholds = _recorded(result.summary, run_dir / "summary.json") or thresholds
         if span_s / scrape_interval_s >= MAX_SCRAPES:
             raise typer.BadParameter(
                 f"got {scrape_interval_s:g}: the run's {span_s:g} s would be more than "

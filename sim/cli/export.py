@@ -21,9 +21,12 @@ from typing import Annotated
 
 import typer
 
-from sim.cli.alert_times import run_times
+from sim.cli.alert_times import run_thresholds, run_times
 from sim.cli.run import fail
 from sim.errors import clip
+
+SEED_HIGH_FREE_SHARE = 0.25
+"""``sim.results.seed_alerts.AlertThresholds().high_free_share`` (a test holds them equal)."""
 
 export_app = typer.Typer(
     help="Export a run's series in formats other tools read (OpenMetrics for Prometheus).",
@@ -120,13 +123,14 @@ def openmetrics_command(
         ),
     ] = DEFAULT_ORIGIN,
     high_free_share: Annotated[
-        float,
+        float | None,
         typer.Option(
             min=0.0,
             max=1.0,
-            help="Allocation failures count as 'at high free memory' above this free share.",
+            help="Allocation failures count as 'at high free memory' above this free share; "
+            "default: the run's (a fleet run records it), else the seed's 0.25.",
         ),
-    ] = 0.25,
+    ] = None,
     kv_bytes_per_token: Annotated[
         int | None,
         typer.Option(
@@ -171,6 +175,9 @@ def openmetrics_command(
     scrape_s, window_s, note = run_times(
         summary, folder / "summary.json", scrape_interval_s, trend_window_s
     )
+    if high_free_share is None:
+        recorded = run_thresholds(summary, folder / "summary.json") or {}
+        high_free_share = recorded.get("high_free_share", SEED_HIGH_FREE_SHARE)
     try:
         with atomic_path(out) as tmp, tmp.open("w", encoding="utf-8", newline="\n") as f:
             write_openmetrics(

@@ -51,6 +51,11 @@ class AlertThresholds:
     """Spearman rho of (uptime, fragmentation) at or above which the uptime alert fires."""
 
 
+THRESHOLD_FIELDS = ("high_free_share", "ratio_alert", "ratio_severe", "uptime_rho_alert")
+""":class:`AlertThresholds`' fields, as a fleet run's summary records them
+(``fleet.alerts.thresholds``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class AlertSpec:
     """One alert of the seed: its one name, severity, a one-line summary and the seed's

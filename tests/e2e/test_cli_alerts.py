@@ -217,3 +217,58 @@ def test_a_run_scraped_less_often_than_the_defaults_needs_no_flags(
     assert "for: 2h" in text and "[4h]" in text
     # a scrape interval given alone widens the default window to one scrape
     assert fragsim("alerts", "show", str(run_dir), "--scrape-interval", "7200").exit_code == 0
+
+
+def test_show_and_the_exports_take_the_thresholds_the_run_recorded(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    """A fleet run records its thresholds (summary.json ``fleet.alerts.thresholds``):
+    ``show`` without ``-s`` evaluates with them, ``alerts export --run`` writes them
+    into the rules, ``export openmetrics`` counts failures at its high-free share;
+    ``-s`` / ``--high-free-share`` override; a bad recorded value is one error line."""
+    import json
+    import shutil
+
+    from sim.cli.export import SEED_HIGH_FREE_SHARE
+
+    assert AlertThresholds().high_free_share == SEED_HIGH_FREE_SHARE
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    summary = json.loads((copy / "summary.json").read_text())
+    recorded = {"high_free_share": 0.2, "ratio_alert": 0.7, "ratio_severe": 0.5}
+    summary["fleet"] = {"alerts": {"scrape_interval_s": 5.0, "thresholds": recorded}}
+    (copy / "summary.json").write_text(json.dumps(summary))
+    run = read_result(copy)
+    csv = tmp_path / "alerts.csv"
+    assert fragsim("alerts", "show", str(copy), "-o", str(csv)).exit_code == 0
+    expected = evaluate_alerts(
+        run.timeseries,
+        run.events,
+        scrape_interval_s=5.0,
+        thresholds=AlertThresholds(high_free_share=0.2, ratio_alert=0.7),
+    )
+    written = pd.read_csv(csv).drop(columns="time")
+    pd.testing.assert_frame_equal(written, expected, check_dtype=False)
+    seed = evaluate_alerts(run.timeseries, run.events, scrape_interval_s=5.0)
+    assert len(seed) != len(expected)  # the recorded thresholds did change the evaluation
+
+    rules = tmp_path / "rules.yaml"
+    args = ("alerts", "export", "-o", str(rules), "--tests", str(tmp_path / "t.yaml"))
+    assert fragsim(*args, "--run", str(copy)).exit_code == 0
+    assert "< 0.7" in rules.read_text() and "< 0.6" not in rules.read_text()
+
+    def failures_counted(*flags: str) -> float:
+        om = tmp_path / "run.om"
+        assert fragsim("export", "openmetrics", str(copy), "-o", str(om), *flags).exit_code == 0
+        name = "fragsim_allocation_failures_at_high_free_memory_total{"
+        return sum(
+            float(x.split(" ")[1]) for x in om.read_text().splitlines() if x.startswith(name)
+        )
+
+    at_recorded = failures_counted()
+    assert at_recorded == failures_counted("--high-free-share", "0.2")
+    assert at_recorded != failures_counted("--high-free-share", str(SEED_HIGH_FREE_SHARE))
+
+    recorded["ratio_alert"] = "high"
+    (copy / "summary.json").write_text(json.dumps(summary))
+    assert_one_error(fragsim("alerts", "show", str(copy)), "fleet.alerts.thresholds.ratio_alert")

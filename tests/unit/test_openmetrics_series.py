@@ -230,6 +230,12 @@ def test_a_two_pool_fleet_that_scales_labels_its_new_replicas_by_their_pool(
     assert result.summary["fleet"]["alerts"] == {
         "scrape_interval_s": 30.0,
         "trend_window_s": 3600.0,
+        "thresholds": {
+            "high_free_share": 0.25,
+            "ratio_alert": 0.6,
+            "ratio_severe": 0.5,
+            "uptime_rho_alert": 0.5,
+        },
     }
     summary_path = tmp_path / "run" / "summary.json"
     summary = json.loads(summary_path.read_text())
