@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from sim.cli.alert_times import (
-    DEFAULT_SCRAPE_INTERVAL_S,
-    DEFAULT_TREND_WINDOW_S,
     MAX_INTERVAL_S,
     MAX_SCRAPES,
     MIN_SCRAPE_INTERVAL_S,
@@ -166,7 +164,8 @@ def export_command(
         raise typer.BadParameter(
             "tests are generated over fragsim's metric names", param_hint="--metrics"
         )
-    scrape_s, window_s, note = _export_times(run_dir, scrape_interval_s, trend_window_s)
+    summary, summary_path = _run_summary(run_dir)
+    scrape_s, window_s, note = run_times(summary, summary_path, scrape_interval_s, trend_window_s)
     for_s = max(DEFAULT_HOLD_S, scrape_s) if for_s is None else for_s
     if failure_window_s is None:
         failure_window_s = max(DEFAULT_HOLD_S, 2 * scrape_s)
@@ -187,11 +186,8 @@ def export_command(
         instance_label=instance_label,
     )
     thresholds = _thresholds(scenario)
-    if scenario is None and run_dir is not None:  # the --run's, where it records them
-        from sim.results.runfolder import read_summary
-
-        path = run_dir / "summary.json"
-        thresholds = _recorded(read_summary(path), path) or thresholds
+    if scenario is None:  # the --run's, where it records them
+        thresholds = _recorded(summary, summary_path) or thresholds
     rules = alert_rules(thresholds, scrape_s, window_s, options)
     text = rules_yaml(rules, options)
     tests_text = None
@@ -208,28 +204,18 @@ def export_command(
         typer.echo(note, err=True)
 
 
-def _export_times(
-    run_dir: Path | None, scrape_interval_s: float | None, trend_window_s: float | None
-) -> tuple[float, float, str | None]:
-    """``export``'s scrape interval and trend window: the flags, else the ``--run``'s
-    (:func:`run_times`), else the defaults."""
+def _run_summary(run_dir: Path | None) -> tuple[dict[str, Any], Path]:
+    """The ``--run``'s summary and its path, read once (an empty summary without
+    ``--run``: :func:`run_times` and :func:`_recorded` then give the defaults)."""
     if run_dir is None:
-        chosen = (
-            DEFAULT_SCRAPE_INTERVAL_S if scrape_interval_s is None else scrape_interval_s,
-            DEFAULT_TREND_WINDOW_S if trend_window_s is None else trend_window_s,
-        )
-        if trend_window_s is None:  # the default window spans at least one scrape
-            chosen = (chosen[0], max(chosen))
-        check_times(*chosen)
-        return (*chosen, None)
+        return {}, Path("summary.json")
     from sim.results.runfolder import RunFolderError, check_run_folder, read_summary
 
     try:
         path = check_run_folder(run_dir) / "summary.json"
-        summary = read_summary(path)
+        return read_summary(path), path
     except RunFolderError as e:
         raise fail(str(e)) from None
-    return run_times(summary, path, scrape_interval_s, trend_window_s)
 
 
 def _rule_tests(
