@@ -24,13 +24,16 @@ interrupt.guard_startup()  # before the imports below
 
 import importlib  # noqa: E402
 import sys  # noqa: E402
+import warnings  # noqa: E402
 from collections.abc import Iterator, MutableMapping, Sequence  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from typing import Any, NamedTuple  # noqa: E402
 
 import typer  # noqa: E402
 from typer.core import TyperCommand, TyperGroup  # noqa: E402
 
 from sim.errors import clip, os_error_line  # noqa: E402
+from sim.results.folder_errors import RunFolderNote  # noqa: E402
 
 
 class Lazy(NamedTuple):
@@ -208,7 +211,8 @@ class OneLineErrors(TyperGroup):
         try:
             interrupt.forget_written()
             interrupt.end_startup()  # from here, Ctrl-C raises KeyboardInterrupt
-            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            with _notes_as_lines():
+                result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except typer.TyperException as e:  # click's UsageError, BadParameter, ...
             ctx = getattr(e, "ctx", None)
             path = ctx.command_path if ctx is not None else self._command_path(args)
@@ -243,6 +247,25 @@ class OneLineErrors(TyperGroup):
             path.append(word)
             group = sub
         return " ".join(path)
+
+
+@contextmanager
+def _notes_as_lines() -> Iterator[None]:
+    """A run folder's note (``sim.results.folder_errors.RunFolderNote``, e.g. a folder
+    written before fragsim recorded digests) is one ``note: ...`` line on stderr, every
+    time; other warnings are shown as before."""
+    previous = warnings.showwarning
+
+    def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if issubclass(category, RunFolderNote):
+            typer.echo(f"note: {message}", err=True)
+        else:
+            previous(message, category, *args, **kwargs)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", RunFolderNote)
+        warnings.showwarning = show
+        yield
 
 
 def _error(line: str) -> None:

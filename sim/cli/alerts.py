@@ -35,6 +35,7 @@ from sim.cli.alert_times import (
 from sim.cli.output import Cell, FormatOption, clock_text, print_table
 from sim.cli.progress import progress
 from sim.cli.run import fail
+from sim.cli.run_folder import too_many_scrapes
 from sim.errors import clip, os_error_line
 
 if TYPE_CHECKING:
@@ -209,13 +210,10 @@ def _run_summary(run_dir: Path | None) -> tuple[dict[str, Any], Path]:
     ``--run``: :func:`run_times` and :func:`_recorded` then give the defaults)."""
     if run_dir is None:
         return {}, Path("summary.json")
-    from sim.results.runfolder import RunFolderError, check_run_folder, read_summary
+    from sim.cli.run_folder import checked_run
 
-    try:
-        path = check_run_folder(run_dir) / "summary.json"
-        return read_summary(path), path
-    except RunFolderError as e:
-        raise fail(str(e)) from None
+    folder, summary = checked_run(run_dir)
+    return summary, folder / "summary.json"
 
 
 def _rule_tests(
@@ -296,16 +294,19 @@ def show_command(
             span_s = float(ts["time_s"].max() - ts["time_s"].min()) if len(ts) else 0.0
         except (OSError, ValueError, KeyError) as e:
             raise fail(f"{clip(str(run_dir))}: not a readable fragsim run: {_reason(e)}") from None
+        given_s = scrape_interval_s
         scrape_interval_s, trend_window_s, note = run_times(
             result.summary, run_dir / "summary.json", scrape_interval_s, trend_window_s
         )
         if scenario is None:  # the run's own thresholds, where it records them
             thresholds = _recorded(result.summary, run_dir / "summary.json") or thresholds
         if span_s / scrape_interval_s >= MAX_SCRAPES:
-            raise typer.BadParameter(
+            raise too_many_scrapes(
                 f"got {scrape_interval_s:g}: the run's {span_s:g} s would be more than "
                 f"{MAX_SCRAPES:,} scrapes",
-                param_hint="--scrape-interval",
+                given_s,
+                result.summary,
+                run_dir / "summary.json",
             )
         try:
             p.update(1, note="evaluating the alerts")

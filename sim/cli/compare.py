@@ -137,11 +137,17 @@ def _run_folder(path: Path, *, report: bool) -> bool:
 
 
 def _read_summary(path: Path) -> dict[str, Any]:
-    """The folder's ``summary.json`` through the one reader of run folders
-    (``sim.results.runfolder.read_summary``); one ``error:`` line when it is not one."""
+    """The folder's summary through the one reader of run folders: the whole folder
+    checked (``sim.results.runfolder.check_run``: its summary and every table, before
+    anything is written), or only its ``summary.json`` where the folder holds no tables
+    (``--no-report``); one ``error:`` line when it is not one a run wrote."""
     from sim.cli.run import fail
+    from sim.cli.run_folder import checked_run
+    from sim.results.io import FILES
     from sim.results.runfolder import RunFolderError, read_summary
 
+    if all((path / name).is_file() for name in FILES):
+        return checked_run(path)[1]
     try:
         return read_summary(path / SUMMARY)
     except RunFolderError as e:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from sim.cli.alert_times import run_thresholds, run_times
 from sim.cli.run import fail
+from sim.cli.run_folder import checked_run, too_many_scrapes
 from sim.errors import clip
 
 SEED_HIGH_FREE_SHARE = 0.25
@@ -57,7 +58,42 @@ NEEDED_COLUMNS: dict[str, tuple[str, ...]] = {
     "events": ("time_s", "replica", "kind", "free_share"),
     "fleet": ("time_s", "provisioning", "loading", "warming", "active", "draining", "down"),
 }
-"""The columns the export reads from each table."""
+"""The columns the export reads from each table: a run folder whose table lacks one is
+refused by name (``sim.results.runfolder.check_run``), as is a fleet run without its
+``fleet.parquet``, so no metric family is silently left out."""
+
+
+def _check_bytes(kv_bytes_per_token: int | None, summary: dict[str, Any], path: Path) -> None:
+    """Refuse KV bytes per token (``--kv-bytes-per-token``, else the summary's largest)
+    whose product with the run's largest KV capacity (the summary's, else the most any
+    run has) overflows the export's 64-bit bytes; the error names where it came from."""
+    from sim.results.runfolder import capacity_bound
+    from sim.results.summary_model import MAX_INT64
+    from sim.scenario.fields import MAX_TOKENS
+
+    capacity = capacity_bound(summary) or MAX_TOKENS
+    if kv_bytes_per_token is not None:
+        if kv_bytes_per_token * capacity > MAX_INT64:
+            raise typer.BadParameter(
+                f"got {kv_bytes_per_token:,}: times the run's {capacity:,} tokens of KV "
+                "capacity it overflows 64-bit bytes",
+                param_hint="--kv-bytes-per-token",
+            )
+        return
+    fleet = summary.get("fleet")
+    pools = fleet.get("pools") or [] if isinstance(fleet, dict) else []
+    for where, value in [
+        ("kv_bytes_per_token", summary.get("kv_bytes_per_token")),
+        *(
+            (f"fleet.pools.{i}.kv_bytes_per_token", p.get("kv_bytes_per_token"))
+            for i, p in enumerate(pools)
+        ),
+    ]:
+        if isinstance(value, int) and value * capacity > MAX_INT64:
+            raise fail(
+                f"{clip(str(path))}: field {where}: {value:,} bytes per token times "
+                f"{capacity:,} tokens of KV capacity overflows 64-bit bytes"
+            )
 
 
 def parse_origin(text: str) -> float:
@@ -90,25 +126,6 @@ def _iso_seconds(text: str) -> float:
             f"got {text!r}: no time zone (write Z for UTC)", param_hint="--origin"
         )
     return instant.timestamp()
-
-
-def _check_tables(run_dir: Path) -> None:
-    """Fail unless each table the export reads holds the columns it needs."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    for name, columns in NEEDED_COLUMNS.items():
-        path = run_dir / f"{name}.parquet"
-        if name == "fleet" and not path.exists():
-            continue
-        try:
-            present = set(pq.read_schema(path).names)
-        except (pa.ArrowException, OSError) as e:
-            reason = clip(" ".join(str(e).split()), 200)
-            raise fail(f"{clip(str(path))}: not a readable Parquet file: {reason}") from None
-        missing = [c for c in columns if c not in present]
-        if missing:
-            raise fail(f"{clip(str(path))}: not the {name} table: no column {', '.join(missing)}")
 
 
 @export_app.command("openmetrics")
@@ -161,17 +178,12 @@ def openmetrics_command(
     OpenMetrics text with timestamps, for promtool tsdb create-blocks-from openmetrics."""
     from sim.fleet.openmetrics import kv_bytes_per_token_of, write_openmetrics
     from sim.fleet.openmetrics_counters import TooManyScrapes
-    from sim.results.runfolder import RunFolderError, check_run_folder, read_summary
     from traces import TraceError
     from traces.writers import atomic_path
 
     origin_s = parse_origin(origin)
-    try:
-        folder = check_run_folder(run_dir)
-        summary = read_summary(folder / "summary.json")
-    except RunFolderError as e:
-        raise fail(str(e)) from None
-    _check_tables(folder)
+    folder, summary = checked_run(run_dir, NEEDED_COLUMNS)
+    _check_bytes(kv_bytes_per_token, summary, folder / "summary.json")
     scrape_s, window_s, note = run_times(
         summary, folder / "summary.json", scrape_interval_s, trend_window_s
     )
@@ -193,7 +205,9 @@ def openmetrics_command(
     except TraceError as e:
         raise fail(str(e)) from None
     except TooManyScrapes as e:
-        raise typer.BadParameter(str(e), param_hint="--scrape-interval") from None
+        raise too_many_scrapes(
+            str(e), scrape_interval_s, summary, folder / "summary.json"
+        ) from None
     if kv_bytes_per_token is None and kv_bytes_per_token_of(summary) is None:
         typer.echo(
             f"note: {clip(str(folder / 'summary.json'))} records no KV bytes per token (a "

@@ -45,6 +45,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sim.results.digests import DIGESTS, table_digests
+
 FILES = ("requests.parquet", "timeseries.parquet", "events.parquet", "summary.json")
 REPLACEABLE = (*FILES, "fleet.parquet", "alerts.parquet", "report.html")
 """What a run directory may hold (a fleet run's tables, the run's HTML report): a
@@ -116,7 +118,9 @@ class RunResult:
                 table = table.replace_schema_metadata(None)
                 pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
                 _fault("partial")
-            (tmp / "summary.json").write_text(summary_json(self.summary))
+            digests = table_digests(tmp, [f"{name}.parquet" for name, _ in self.frames()])
+            summary = {**self.summary, DIGESTS: digests}  # what the reader checks
+            (tmp / "summary.json").write_text(summary_json(summary))
             if extras is not None:
                 extras(tmp)
             umask = os.umask(0)

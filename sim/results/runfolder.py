@@ -1,37 +1,49 @@
 """The one reader of a run folder (``fragsim run -o OUT/``): every command that reads a
-run (``report``, ``alerts show``, a resumed sweep, the API's ``read_result``) reads it
-here, and a folder that is not a readable run is one :class:`RunFolderError` line naming
-the folder or the file and what is wrong -- never a parser's traceback.
+run (``report``, ``alerts show``, ``alerts export --run``, ``export openmetrics``,
+``compare``, a resumed sweep, the API's ``read_result``) reads it here, and a folder no
+run could have written is one :class:`RunFolderError` line naming the folder or the
+file, and the field, column or row, and what is wrong -- never a parser's traceback, and
+never a result computed from it.
 
 What is checked, in order:
 
 * the folder exists, is a folder and holds the four files of every run
   (``sim.results.io.FILES``);
 * ``summary.json`` is UTF-8 strict JSON (no ``NaN``: fragsim writes undefined statistics
-  as ``null``) holding an object with the sections every summary has
-  (:data:`SUMMARY_SECTIONS`), at most :data:`MAX_SUMMARY_BYTES`;
-* each table is a readable Parquet file holding its own table's columns
-  (:data:`TABLE_COLUMNS`): a table copied over another is named as such;
-* times: the columns every row has (:data:`EVENT_TIMES`: an arrival, a sample's or an
-  event's instant) are numbers, finite and >= 0; the others (:data:`OPTIONAL_TIMES`: a
-  request's admission, first token and finish, an uptime) are NaN (never happened) or
-  >= 0. A negative or NaN instant is not drawn: the folder is damaged.
+  as ``null``) holding an object, at most :data:`MAX_SUMMARY_BYTES`, that a run could
+  have written (:mod:`sim.results.summary_model`: each field's type and range);
+* the tables match the summary: a fleet run (a summary with a ``fleet`` section) wrote
+  ``fleet.parquet`` and ``alerts.parquet``; a single replica's run wrote neither;
+* each table is a readable Parquet file holding its own table's columns, of the right
+  types, with values a run writes (:mod:`sim.results.table_schema`: times finite and
+  >= 0, ratios in [0, 1], counts >= 0, ...); :func:`read_run` loads them whole,
+  :func:`check_run` reads them a batch at a time (for commands that stream);
+* each table's SHA-256 is the one the summary records (``digests``, by file name, written
+  by the run: :mod:`sim.results.digests`), so a table edited or truncated after the run is
+  told apart from a folder written before fragsim recorded digests, which is read with
+  one :class:`RunFolderNote` (printed ``note: ...``).
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sim.errors import clip
+from sim.results.digests import DIGESTS, file_sha256
+from sim.results.folder_errors import RunFolderError, RunFolderNote
+from sim.results.summary_model import check_summary, json_type
+from sim.results.table_schema import REQUIRED, check_batch, check_schema, scan_table, unreadable
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from sim.results.io import RunResult
+
+__all__ = ["RunFolderError", "RunFolderNote", "check_run", "read_run", "read_summary"]
 
 MAX_SUMMARY_BYTES = 64 << 20
 """A summary is a few kilobytes (a fleet's lists its replicas); past 64 MiB it is
@@ -47,72 +59,130 @@ SUMMARY_SECTIONS: dict[str, type] = {
     "scenario": str,
     "allocator": str,
 }
-"""The keys every summary has, with their JSON types (object, array, string)."""
+"""The top-level keys every summary has, with their JSON types (object, array, string)."""
 
-TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
-    "requests": (
-        "request_id",
-        "replica",
-        "arrival_s",
-        "prompt_tokens",
-        "output_tokens",
-        "generated_tokens",
-        "admit_s",
-        "first_token_s",
-        "finish_s",
-        "status",
-    ),
-    "timeseries": (
-        "time_s",
-        "replica",
-        "trigger",
-        "up",
-        "uptime_s",
-        "capacity_tokens",
-        "free_tokens",
-        "largest_free_extent_tokens",
-        "largest_contiguous_free_block_ratio",
-    ),
-    "events": ("time_s", "replica", "kind", "request_id", "free_share", "cause"),
-    "fleet": ("time_s", "trigger", "replicas", "replica_hours", "cost_usd"),
-    "alerts": ("time_s", "replica", "alert", "severity", "state", "value"),
-}
-"""The columns each table must hold (it may hold more: later versions add columns)."""
-
-EVENT_TIMES: dict[str, tuple[str, ...]] = {
-    "requests": ("arrival_s",),
-    "timeseries": ("time_s",),
-    "events": ("time_s",),
-    "fleet": ("time_s",),
-    "alerts": ("time_s",),
-}
-"""Instants every row has: finite numbers >= 0."""
-
-OPTIONAL_TIMES: dict[str, tuple[str, ...]] = {
-    "requests": ("admit_s", "first_token_s", "finish_s"),
-    "timeseries": ("uptime_s",),
-    "events": ("uptime_s",),
-}
-"""Times a row may lack (NaN: never admitted, never finished; no replica): else >= 0."""
-
-
-class RunFolderError(ValueError):
-    """A folder that is not a readable run; the message is one line naming the folder
-    or file and what is wrong."""
+TABLE_COLUMNS = REQUIRED
+"""The columns each table must hold (``sim.results.table_schema.REQUIRED``)."""
+TABLES = ("requests", "timeseries", "events", "fleet", "alerts")
+"""A run's tables, in the order they are checked."""
+FLEET_TABLES = ("fleet", "alerts")
+"""The tables only a fleet run writes."""
 
 
 def read_run(out_dir: str | Path) -> RunResult:
-    """The run written to ``out_dir``, checked as the module docstring says; raises
-    :class:`RunFolderError`."""
+    """The run written to ``out_dir``, checked as the module docstring says, its tables
+    loaded whole; raises :class:`RunFolderError`."""
     from sim.results.io import RunResult
 
-    out = check_run_folder(out_dir)
-    summary = read_summary(out / "summary.json")
-    tables = {name: read_table(out / f"{name}.parquet", name) for name in TABLE_COLUMNS}
-    optional = {name: tables[name] for name in ("fleet", "alerts")}
+    out, summary = _summary_of(out_dir)
+    bound = capacity_bound(summary)
+    tables = {
+        name: read_table(out / f"{name}.parquet", name, bound)
+        for name in present_tables(out, summary)
+    }
+    check_digests(out, summary)
+    optional = {name: tables.get(name) for name in FLEET_TABLES}
     requests, timeseries, events = (tables[n] for n in ("requests", "timeseries", "events"))
     assert requests is not None and timeseries is not None and events is not None
     return RunResult(requests, timeseries, events, summary, **optional)
+
+
+def check_run(
+    out_dir: str | Path, need: Mapping[str, tuple[str, ...]] | None = None
+) -> tuple[Path, dict[str, Any]]:
+    """The folder and summary of the run written to ``out_dir``, every table checked a
+    batch at a time (module docstring) without loading any whole. ``need``: the columns
+    a command reads, by table; a table it names that the run lacks is refused by name
+    (a fleet table of a single replica's run excepted: the run has none)."""
+    out, summary = _summary_of(out_dir)
+    bound = capacity_bound(summary)
+    need = need or {}
+    for name in present_tables(out, summary):
+        scan_table(out / f"{name}.parquet", name, need.get(name, ()), bound)
+    check_digests(out, summary)
+    return out, summary
+
+
+def _summary_of(out_dir: str | Path) -> tuple[Path, dict[str, Any]]:
+    out = check_run_folder(out_dir)
+    summary = read_summary(out / "summary.json")
+    return out, summary
+
+
+def present_tables(out: Path, summary: dict[str, Any]) -> list[str]:
+    """The tables of the run in ``out``, as its summary says it wrote them: refuses a
+    fleet run without its fleet tables, and a single replica's run with them."""
+    fleet_run = "fleet" in summary
+    shown = clip(str(out / "summary.json"))
+    names = []
+    for name in TABLES:
+        path = out / f"{name}.parquet"
+        exists = path.is_file()
+        if name in FLEET_TABLES and not fleet_run:
+            if exists:
+                raise RunFolderError(
+                    f"{clip(str(path))}: a fleet run's table, but {shown} has no fleet "
+                    "section (a single replica's run writes no fleet tables)"
+                )
+            continue
+        if not exists:
+            raise RunFolderError(
+                f"{clip(str(out))}: no {name}.parquet (every run "
+                f"{'with a fleet section in summary.json ' if name in FLEET_TABLES else ''}"
+                "writes one)"
+            )
+        names.append(name)
+    return names
+
+
+def capacity_bound(summary: dict[str, Any]) -> int | None:
+    """The largest KV capacity (tokens) the summary records, the run's or a pool's (a
+    timeseries row's capacity is at most that); None where it records none."""
+    found = [summary.get("kv_capacity_tokens")]
+    fleet = summary.get("fleet")
+    if isinstance(fleet, dict):
+        found += [p.get("kv_capacity_tokens") for p in fleet.get("pools") or ()]
+    numbers = [v for v in found if isinstance(v, int) and not isinstance(v, bool)]
+    return max(numbers) if numbers else None
+
+
+def check_digests(out: Path, summary: dict[str, Any]) -> None:
+    """Refuse a table whose SHA-256 is not the one the summary records, a table the
+    summary records that is gone, or one it does not record; a summary recording none
+    (a run written before fragsim recorded them) is one :class:`RunFolderNote`."""
+    recorded = summary.get(DIGESTS)
+    shown = clip(str(out / "summary.json"))
+    tables = [f"{n}.parquet" for n in TABLES if (out / f"{n}.parquet").is_file()]
+    if recorded is None:
+        warnings.warn(
+            RunFolderNote(
+                f"{shown} records no table digests (a run written before fragsim recorded "
+                "them): its tables are checked, but an edit after the run cannot be told"
+            ),
+            stacklevel=3,
+        )
+        return
+    for name in tables:
+        path = out / name
+        if name not in recorded:
+            raise RunFolderError(
+                f"{clip(str(path))}: not one of the run's tables ({shown} records no "
+                f"digest for it): the run folder is damaged"
+            )
+        try:
+            got = file_sha256(path)
+        except OSError as e:
+            raise RunFolderError(f"{clip(str(path))}: cannot read: {e.strerror or e}") from None
+        if got != recorded[name]:
+            raise RunFolderError(
+                f"{clip(str(path))}: its SHA-256 is not the one {shown} records: the table "
+                "was changed after the run (edited, truncated or copied over)"
+            )
+    gone = [name for name in recorded if name not in tables]
+    if gone:
+        raise RunFolderError(
+            f"{clip(str(out))}: no {', '.join(gone)} ({shown} records its digest: the run wrote it)"
+        )
 
 
 def check_run_folder(out_dir: str | Path) -> Path:
@@ -141,7 +211,7 @@ def _no_constant(text: str) -> float:
 
 def read_summary(path: Path) -> dict[str, Any]:
     """A run's ``summary.json``, checked (module docstring); :class:`RunFolderError`
-    naming the file otherwise."""
+    naming the file (and the field) otherwise."""
     name = clip(str(path))
     try:
         size = path.stat().st_size
@@ -163,89 +233,27 @@ def read_summary(path: Path) -> dict[str, Any]:
     except (ValueError, RecursionError) as e:
         raise RunFolderError(f"{name}: not valid JSON: {clip(str(e), 200)}") from None
     if not isinstance(data, dict):
-        raise RunFolderError(f"{name}: expected a JSON object, got {_json_type(data)}")
+        raise RunFolderError(f"{name}: expected a JSON object, got {json_type(data)}")
     for key, kind in SUMMARY_SECTIONS.items():
-        if key not in data:
-            raise RunFolderError(f"{name}: not a fragsim summary: no {key!r}")
-        if not isinstance(data[key], kind):
+        if key in data and not isinstance(data[key], kind):
             raise RunFolderError(
-                f"{name}: key {key!r}: expected {_json_name(kind)}, got {_json_type(data[key])}"
+                f"{name}: key {key!r}: expected {json_type(kind())}, got {json_type(data[key])}"
             )
+    check_summary(data, name)
     return data
 
 
-_JSON_NAMES: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
-
-
-def _json_name(kind: type) -> str:
-    return _JSON_NAMES[kind]
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    for kind in (dict, list, str, bool):
-        if isinstance(value, kind):
-            return _json_name(kind) if kind is not bool else "a boolean"
-    return "a number"
-
-
-def read_table(path: Path, name: str) -> pd.DataFrame | None:
-    """Table ``name`` of a run from ``path`` (None when a fleet table is absent),
-    checked (module docstring); :class:`RunFolderError` naming the file otherwise."""
+def read_table(path: Path, name: str, capacity_tokens: int | None = None) -> pd.DataFrame:
+    """Table ``name`` of a run from ``path``, loaded whole and checked (module
+    docstring); :class:`RunFolderError` naming the file, column and row otherwise."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     shown = clip(str(path))
-    if name in ("fleet", "alerts") and not path.exists():
-        return None
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as e:
-        reason = re.sub(r"^Could not open Parquet input source '.*?':\s*", "", str(e))
-        reason = " ".join(reason.split()).split(". ")[0]
-        raise RunFolderError(
-            f"{shown}: not a readable Parquet file (damaged or truncated): {clip(reason, 200)}"
-        ) from None
-    columns = set(table.column_names)
-    missing = [c for c in TABLE_COLUMNS[name] if c not in columns]
-    if missing:
-        others = [n for n, cols in TABLE_COLUMNS.items() if n != name and set(cols) <= columns]
-        what = f" (it holds the {others[0]} table's columns)" if others else ""
-        raise RunFolderError(
-            f"{shown}: not the {name} table: no column {', '.join(missing[:4])}"
-            f"{', ...' if len(missing) > 4 else ''}{what}"
-        )
-    frame = table.to_pandas()
-    check_times(frame, shown, name)
-    return frame
-
-
-def check_times(frame: pd.DataFrame, shown: str, name: str) -> None:
-    """Refuse a table whose times are not numbers, negative, or (for an instant every
-    row has) NaN or infinite; the message names the file, column and row."""
-    import numpy as np
-
-    if not len(frame):
-        return
-    for column in (*EVENT_TIMES.get(name, ()), *OPTIONAL_TIMES.get(name, ())):
-        series = frame[column]
-        if series.dtype.kind not in "fiu":
-            raise RunFolderError(
-                f"{shown}: column {column}: holds {series.dtype} values; expected seconds "
-                "(numbers): the run folder is damaged"
-            )
-        values = series.to_numpy(dtype=float)
-        required = column in EVENT_TIMES.get(name, ())
-        bad = ~(np.isfinite(values) & (values >= 0)) if required else ~(values >= 0)
-        if not required:
-            bad &= ~np.isnan(values)
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            value = values[row]
-            got = "NaN" if math.isnan(value) else f"{value:g}"
-            expected = "a time in seconds >= 0" + ("" if required else " (or NaN: never)")
-            raise RunFolderError(
-                f"{shown}: column {column}: row {row} holds {got}; expected {expected}: the "
-                "run folder is damaged"
-            )
+        raise unreadable(shown, e) from None
+    check_schema(table.schema, shown, name)
+    check_batch(table, shown, name, 0, capacity_tokens)
+    return table.to_pandas()

@@ -14,19 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.runfolder import seal, stub_fleet, stub_summary, write_stub_tables
 from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.fleet import openmetrics as om
-from sim.results.runfolder import SUMMARY_SECTIONS
 
-SUMMARY = {
-    **{
-        k: ({} if kind is dict else [] if kind is list else "x")
-        for k, kind in SUMMARY_SECTIONS.items()
-    },
-    "fleet": {"pools": [{"name": "a", "count": 1}, {"name": 'b"1', "count": 1}]},
-}
+SUMMARY = stub_summary(fleet=stub_fleet([{"name": "a", "count": 1}, {"name": 'b"1', "count": 1}]))
 
 
 def _timeseries() -> pd.DataFrame:
@@ -76,13 +70,14 @@ def _run_dir(tmp_path: Path) -> Path:
         }
     )
     events.to_parquet(run / "events.parquet")
-    pd.DataFrame({"request_id": [1], "replica": [0]}).to_parquet(run / "requests.parquet")
     fleet = {"time_s": [0.0, 20.0], "trigger": ["periodic"] * 2, "replicas": [2, 3]}
     fleet |= {s: [0, 0] for s in om.LIFECYCLE_STATES} | {"active": [2, 2], "loading": [0, 1]}
     pd.DataFrame(fleet | {"replica_hours": [0.0, 0.01], "cost_usd": [0.0, 0.1]}).to_parquet(
         run / "fleet.parquet"
     )
     (run / "summary.json").write_text(json.dumps(SUMMARY))
+    write_stub_tables(run, fleet=True)
+    seal(run)
     return run
 
 

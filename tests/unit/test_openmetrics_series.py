@@ -18,17 +18,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from support.runfolder import seal, stub_fleet, stub_summary, write_stub_tables
 from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.fleet import openmetrics as om
-from sim.results.runfolder import SUMMARY_SECTIONS
 
 runner = CliRunner()
 
-BASE_SUMMARY: dict[str, Any] = {
-    k: ({} if kind is dict else [] if kind is list else "x") for k, kind in SUMMARY_SECTIONS.items()
-}
+BASE_SUMMARY: dict[str, Any] = stub_summary()
 
 
 def _write_run(tmp_path: Path, ts: pd.DataFrame, summary: dict[str, Any]) -> Path:
@@ -36,14 +34,18 @@ def _write_run(tmp_path: Path, ts: pd.DataFrame, summary: dict[str, Any]) -> Pat
     run.mkdir()
     columns = ("capacity_tokens", "used_tokens", "free_extent_count", "running_requests")
     full = ts.assign(**{c: 0 for c in columns if c not in ts})
+    if "capacity_tokens" not in ts:  # a pool larger than any sample's use
+        full["capacity_tokens"] = 1_000_000
     full = full.assign(**{c: 0 for c in ("waiting_requests", "preemptions_total") if c not in full})
     full.to_parquet(run / "timeseries.parquet")
-    events = {"time_s": [], "replica": [], "kind": [], "free_share": []}
-    pd.DataFrame(events).astype({"replica": "int64", "kind": object}).to_parquet(
+    events = {"time_s": [], "replica": [], "kind": [], "request_id": [], "free_share": []}
+    events |= {"cause": []}
+    pd.DataFrame(events).astype({"replica": "int64", "kind": object, "cause": object}).to_parquet(
         run / "events.parquet"
     )
-    pd.DataFrame({"request_id": [1], "replica": [0]}).to_parquet(run / "requests.parquet")
     (run / "summary.json").write_text(json.dumps(summary))
+    write_stub_tables(run, fleet="fleet" in summary)
+    seal(run)
     return run
 
 
@@ -144,12 +146,12 @@ def _three_replicas() -> pd.DataFrame:
 def test_bytes_at_each_pools_bytes_per_token_and_the_flag_overrides(tmp_path: Path) -> None:
     summary = BASE_SUMMARY | {
         "kv_bytes_per_token": None,
-        "fleet": {
-            "pools": [
+        "fleet": stub_fleet(
+            [
                 {"name": "a", "count": 1, "replicas": [0, 2], "kv_bytes_per_token": 4},
                 {"name": "b", "count": 1, "replicas": [1], "kv_bytes_per_token": 8},
             ]
-        },
+        ),
     }
     run = _write_run(tmp_path, _three_replicas(), summary)
     out = io.StringIO()
@@ -326,7 +328,7 @@ def test_the_scrape_interval_and_window_default_to_the_runs_and_flags_override(
     export's scrape clock; a flag overrides it; a fleet run written before fragsim
     recorded them gets the defaults and one note."""
     recorded = {"scrape_interval_s": 60.0, "trend_window_s": 600.0}
-    fleet = {"pools": [{"name": "a", "count": 1}]}
+    fleet = stub_fleet([{"name": "a", "count": 1}])
     run = _write_run(tmp_path, _trend_timeseries(), BASE_SUMMARY | {"fleet": fleet})
     out = tmp_path / "x.om"
 

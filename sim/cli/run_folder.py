@@ -1,0 +1,73 @@
+"""The commands' side of the one run-folder reader (:mod:`sim.results.runfolder`): a
+folder no run could have written is one ``error: ...`` line (exit status 2) naming the
+file and the field, column or row; and a bound passed over by a value the run's
+summary records names the summary's field, not a flag that was never given.
+
+Module-level imports stay light (typer): the reader loads when a command reads a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from sim.errors import clip
+
+if TYPE_CHECKING:
+    from sim.results.io import RunResult
+
+SCRAPE_FIELD = "fleet.alerts.scrape_interval_s"
+"""Where a fleet run's summary records the scrape interval its alerts were evaluated at."""
+
+
+def checked_run(
+    run_dir: Path, need: Mapping[str, tuple[str, ...]] | None = None
+) -> tuple[Path, dict[str, Any]]:
+    """The run folder and its summary, every table checked a batch at a time
+    (``sim.results.runfolder.check_run``; ``need``: the columns the command reads, by
+    table); one ``error:`` line when the folder is not one a run wrote."""
+    from sim.cli.run import fail
+    from sim.results.runfolder import RunFolderError, check_run
+
+    try:
+        return check_run(run_dir, need)
+    except RunFolderError as e:
+        raise fail(str(e)) from None
+
+
+def loaded_run(run_dir: Path) -> RunResult:
+    """The run, its tables loaded whole and checked (``sim.results.runfolder.read_run``);
+    one ``error:`` line when the folder is not one a run wrote."""
+    from sim.cli.run import fail
+    from sim.results.runfolder import RunFolderError, read_run
+
+    try:
+        return read_run(run_dir)
+    except RunFolderError as e:
+        raise fail(str(e)) from None
+
+
+def recorded_scrape(summary: dict[str, Any]) -> bool:
+    """Whether the summary records the scrape interval (``fleet.alerts``)."""
+    fleet = summary.get("fleet")
+    alerts = fleet.get("alerts") if isinstance(fleet, dict) else None
+    return isinstance(alerts, dict) and alerts.get("scrape_interval_s") is not None
+
+
+def too_many_scrapes(
+    message: str, given_s: float | None, summary: dict[str, Any], summary_path: Path
+) -> Exception:
+    """The error for a scrape interval that gives more scrapes than a command
+    evaluates, blaming where the interval came from: the ``--scrape-interval`` flag
+    when given, else the summary's field, else the default. ``message`` says why
+    (``got 1: the run's ... s would be more than ... scrapes``)."""
+    from sim.cli.run import fail
+
+    if given_s is not None:
+        return typer.BadParameter(message, param_hint="--scrape-interval")
+    if recorded_scrape(summary):
+        return fail(f"{clip(str(summary_path))}: field {SCRAPE_FIELD}: {message}")
+    return fail(f"the default --scrape-interval: {message}; pass a larger --scrape-interval")

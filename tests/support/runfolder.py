@@ -1,0 +1,94 @@
+"""Hand-made run folders for tests of the commands that read one: the least summary a run
+could have written (:func:`stub_summary`, :func:`stub_fleet`), the tables a test does
+not care about (:func:`write_stub_tables`), and the digests a run records
+(:func:`seal`), so that the one run-folder reader (``sim.results.runfolder``) reads the
+folder as a run's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sim.results.digests import DIGESTS, table_digests
+from sim.results.runfolder import TABLES
+
+
+def stub_summary(**fields: Any) -> dict[str, Any]:
+    """A single replica's summary holding every field the reader checks (zeros,
+    nulls), with ``fields`` on top."""
+    summary: dict[str, Any] = {
+        "requests": {"total": 0, "by_status": {}},
+        "throughput": {},
+        "latency_s": {"ttft": {"p99": None}, "e2e": {"p99": None}},
+        "failures": {
+            "allocation_failures": 0,
+            "at_high_free_memory": 0,
+            "restarts": 0,
+            "by_cause": {},
+        },
+        "memory": {},
+        "alerts": [],
+        "scenario": "x",
+        "allocator": "x",
+        "engine": {"end_s": 0.0},
+    }
+    return summary | fields
+
+
+def stub_fleet(pools: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    """A summary's ``fleet`` section with ``pools`` and ``fields`` on top."""
+    fleet: dict[str, Any] = {
+        "pools": pools,
+        "replicas": {"mean": 1.0, "peak": 1},
+        "replica_hours": 0.0,
+        "avoidable_replica_hours": 0.0,
+        "cost_usd": 0.0,
+        "cost_per_million_output_tokens_usd": None,
+    }
+    return fleet | fields
+
+
+REQUESTS = {
+    "request_id": [1],
+    "replica": [0],
+    "arrival_s": [0.0],
+    "prompt_tokens": [10],
+    "output_tokens": [10],
+    "generated_tokens": [10],
+    "admit_s": [0.0],
+    "first_token_s": [0.1],
+    "finish_s": [1.0],
+    "status": ["ok"],
+}
+ALERTS = {"time_s": [], "replica": [], "alert": [], "severity": [], "state": [], "value": []}
+FLEET = {"time_s": [0.0], "trigger": ["periodic"], "replicas": [1], "active": [1]} | {
+    "replica_hours": [0.0],
+    "cost_usd": [0.0],
+}
+FLEET |= {s: [0] for s in ("provisioning", "loading", "warming", "draining", "down")}
+
+
+def write_stub_tables(run: Path, *, fleet: bool) -> None:
+    """A one-request ``requests.parquet`` and, for a fleet run, a one-sample
+    ``fleet.parquet`` and an empty ``alerts.parquet``, where the folder has none."""
+    if not (run / "requests.parquet").exists():
+        pd.DataFrame(REQUESTS).to_parquet(run / "requests.parquet")
+    if fleet and not (run / "fleet.parquet").exists():
+        pd.DataFrame(FLEET).to_parquet(run / "fleet.parquet")
+    if fleet and not (run / "alerts.parquet").exists():
+        types = {"time_s": float, "replica": "int64", "value": float}
+        frame = pd.DataFrame(ALERTS).astype({k: types.get(k, object) for k in ALERTS})
+        frame.to_parquet(run / "alerts.parquet")
+
+
+def seal(run: Path) -> dict[str, Any]:
+    """Record the folder's tables' digests in its ``summary.json``, as a run does; the
+    summary written."""
+    summary: dict[str, Any] = json.loads((run / "summary.json").read_text())
+    names = [f"{n}.parquet" for n in TABLES if (run / f"{n}.parquet").exists()]
+    summary[DIGESTS] = table_digests(run, names)
+    (run / "summary.json").write_text(json.dumps(summary))
+    return summary
