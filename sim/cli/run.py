@@ -237,10 +237,8 @@ def run_command(
     warn_out_of_range(scenario, result, source)
     write_results(result, out, report=report)
     html = out / "report.html" if report else None
-    if json_out:
-        from sim.results.io import summary_json
-
-        typer.echo(summary_json(result.summary), nl=False)
+    if json_out:  # the file as written (with its tables' digests)
+        typer.echo((out / "summary.json").read_text(encoding="utf-8"), nl=False)
     elif not quiet:
         print_summary(result.summary, fmt)
     say_written(out, result.files, html)

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
+from support.runfolder import seal, stub_fleet, write_stub_tables
 from typer.testing import CliRunner, Result
 
 from sim.cli import app
@@ -140,6 +141,16 @@ def test_bad_inputs_are_one_error_line_and_write_nothing(run_dir: Path, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
 
 
+POOLS = [{"name": "a", "count": 1}]
+
+
+def as_fleet(folder: Path) -> None:
+    """A single replica's run folder whose summary was given a fleet section, made one a
+    fleet run could have written: a fleet and an alerts table, the digests recorded."""
+    write_stub_tables(folder, fleet=True)
+    seal(folder)
+
+
 def test_show_evaluates_at_the_scrape_interval_the_run_recorded(
     run_dir: Path, tmp_path: Path
 ) -> None:
@@ -153,8 +164,9 @@ def test_show_evaluates_at_the_scrape_interval_the_run_recorded(
     shutil.copytree(run_dir, copy)
     summary_path = copy / "summary.json"
     summary = json.loads(summary_path.read_text())
-    summary["fleet"] = {"alerts": {"scrape_interval_s": 5.0, "trend_window_s": 600.0}}
+    summary["fleet"] = stub_fleet(POOLS, alerts={"scrape_interval_s": 5.0, "trend_window_s": 600.0})
     summary_path.write_text(json.dumps(summary))
+    as_fleet(copy)
     run = read_result(copy)
     thresholds = AlertThresholds(high_free_share=0.2, ratio_alert=0.7)
 
@@ -187,8 +199,9 @@ def test_show_evaluates_at_the_scrape_interval_the_run_recorded(
     pd.testing.assert_frame_equal(overridden, expected(10.0, 1200.0), check_dtype=False)
     assert not shown().equals(overridden)  # the recorded interval did change the evaluation
 
-    summary["fleet"] = {}  # a fleet folder written before fragsim recorded them
+    summary["fleet"] = stub_fleet(POOLS)  # a fleet folder written before fragsim recorded them
     summary_path.write_text(json.dumps(summary))
+    as_fleet(copy)
     result = fragsim("alerts", "show", str(copy))
     assert result.exit_code == 0, result.output
     assert "note: " in result.stderr and "--scrape-interval / --trend-window" in result.stderr
@@ -205,8 +218,11 @@ def test_a_run_scraped_less_often_than_the_defaults_needs_no_flags(
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
     summary = json.loads((copy / "summary.json").read_text())
-    summary["fleet"] = {"alerts": {"scrape_interval_s": 7200.0, "trend_window_s": 7200.0}}
+    summary["fleet"] = stub_fleet(
+        POOLS, alerts={"scrape_interval_s": 7200.0, "trend_window_s": 7200.0}
+    )
     (copy / "summary.json").write_text(json.dumps(summary))
+    as_fleet(copy)
     assert fragsim("alerts", "show", str(copy)).exit_code == 0
     rules, tests = tmp_path / "rules.yaml", tmp_path / "t.yaml"
     result = fragsim(
@@ -236,8 +252,9 @@ def test_show_and_the_exports_take_the_thresholds_the_run_recorded(
     shutil.copytree(run_dir, copy)
     summary = json.loads((copy / "summary.json").read_text())
     recorded = {"high_free_share": 0.2, "ratio_alert": 0.7, "ratio_severe": 0.5}
-    summary["fleet"] = {"alerts": {"scrape_interval_s": 5.0, "thresholds": recorded}}
+    summary["fleet"] = stub_fleet(POOLS, alerts={"scrape_interval_s": 5.0, "thresholds": recorded})
     (copy / "summary.json").write_text(json.dumps(summary))
+    as_fleet(copy)
     run = read_result(copy)
     csv = tmp_path / "alerts.csv"
     assert fragsim("alerts", "show", str(copy), "-o", str(csv)).exit_code == 0
