@@ -98,7 +98,8 @@ class RunResult:
         on_commit: Callable[[], None] | None = None,
         extras: Callable[[Path], object] | None = None,
     ) -> Path:
-        """Write its files (``frames()`` as Parquet, ``summary.json``) into ``out_dir``,
+        """Write its files (``frames()`` as Parquet, ``summary.json`` with the tables'
+        SHA-256 under ``digests``: :mod:`sim.results.digests`) into ``out_dir``,
         replacing a previous run there. A directory holding anything else is never
         touched (FileExistsError). Stale temporaries of dead writers to the same target
         are removed first. ``extras(folder)`` is called once the run's files are in the
