@@ -66,6 +66,7 @@ BUILD_INDEPENDENT: frozenset[str] = frozenset(
         "e2e/test_run_faults.py",
         "golden/test_traces_samples.py",
         "property/test_fleet_policy_props.py",
+        "property/test_hostile_runfolder.py",
         "property/test_traces_cli_hostile.py",
         "property/test_traces_fuzz.py",
         "property/test_traces_ids.py",
