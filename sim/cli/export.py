@@ -29,7 +29,8 @@ SEED_HIGH_FREE_SHARE = 0.25
 """``sim.results.seed_alerts.AlertThresholds().high_free_share`` (a test holds them equal)."""
 
 export_app = typer.Typer(
-    help="Export a run's series in formats other tools read (OpenMetrics for Prometheus).",
+    help="Export a run's series in formats other tools read (OpenMetrics for Prometheus, a "
+    "Grafana dashboard over them).",
     no_args_is_help=True,
 )
 
@@ -204,3 +205,28 @@ def openmetrics_command(
     if note is not None:
         typer.echo(note, err=True)
     typer.echo(f"wrote {out}", err=True)
+
+
+@export_app.command("grafana")
+def grafana_command(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Dashboard JSON file to write.")],
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--run", help="A run's output folder: open on its span, draw its alert thresholds."
+        ),
+    ] = None,
+    origin: Annotated[
+        str,
+        typer.Option(
+            help="Wall-clock instant of simulated time 0, as given to export openmetrics "
+            "(ISO 8601 with a time zone, or Unix seconds)."
+        ),
+    ] = DEFAULT_ORIGIN,
+) -> None:
+    """Write the fleet seed's Grafana dashboard (free memory vs largest free extent, the
+    ratio, failures at high free memory, uptime, replicas by state, the alerts) as JSON
+    for Grafana's Import dashboard, over export openmetrics' series."""
+    from sim.cli.export_grafana import write_dashboard
+
+    write_dashboard(out, run_dir, parse_origin(origin))
