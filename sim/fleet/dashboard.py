@@ -198,12 +198,14 @@ def _summary_row(options: DashboardOptions) -> list[Any]:
     active = (
         _stat(
             "Peak active replicas",
-            "The most replicas active (serving) at once over the range, fleet-wide.",
+            "The most replicas active (serving) at once over the range, fleet-wide (a "
+            "single replica's run has no fleet states: none).",
             "short",
             "max",
             options,
         )
         .decimals(0)
+        .no_value("none")
         .thresholds(_thresholds([(None, "blue")]))
         .with_target(_query('sum(fragsim_fleet_replicas{state="active"})', "active", "A"))
     )
