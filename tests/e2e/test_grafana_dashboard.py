@@ -128,7 +128,7 @@ def test_every_panel_query_returns_series(served: Served) -> None:
         assert any(v == v for v in values), (title, ref, "only NaN")
         checked += 1
     assert checked >= 10
-    # the failure panels see the run's failures at high free memory
+    # the failure panel sees the run's failures at high free memory
     (failures,) = (
         e
         for t, _, e in found
@@ -138,6 +138,38 @@ def test_every_panel_query_returns_series(served: Served) -> None:
         float(v) for s in _series(served, grafana_expr(failures, served)) for _, v in s["values"]
     )
     assert peak > 0
+
+
+def _stat_values(served: Served, title: str) -> list[float]:
+    (panel,) = (p for p in served.board["panels"] if p["title"] == title and p["type"] == "stat")
+    (target,) = panel["targets"]
+    return [
+        float(v)
+        for s in _series(served, grafana_expr(target["expr"], served))
+        for _, v in s["values"]
+    ]
+
+
+def test_the_summary_stats_read_what_the_run_recorded(served: Served) -> None:
+    """The stats as Grafana reduces them (last, min, max) equal the run's own tables:
+    the failures at high free memory in events.parquet, the lowest ratio of the scraped
+    samples in timeseries.parquet, the most replicas active in fleet.parquet."""
+    import pandas as pd
+
+    summary = json.loads((served.run / "summary.json").read_text())
+    share = summary["fleet"]["alerts"]["thresholds"]["high_free_share"]
+    events = pd.read_parquet(served.run / "events.parquet")
+    failed = events["kind"].isin(["admission_failure", "growth_failure"])
+    count = int((failed & (events["free_share"] > share)).sum())
+    assert count > 0
+    total = _stat_values(served, "Allocation failures at high free memory")[-1]
+    assert round(total) == count, (total, count)
+    ts = pd.read_parquet(served.run / "timeseries.parquet")
+    scraped = ts[ts["trigger"].astype(str) != "failure"]
+    lowest = min(v for v in _stat_values(served, "Lowest largest-free-extent ratio") if v == v)
+    assert lowest == pytest.approx(scraped["largest_contiguous_free_block_ratio"].min())
+    active = max(_stat_values(served, "Peak active replicas"))
+    assert active == pd.read_parquet(served.run / "fleet.parquet")["active"].max()
 
 
 def test_alert_panels_and_annotation_return_firing_series(served: Served) -> None:
