@@ -456,7 +456,7 @@ def build_dashboard(options: DashboardOptions) -> Any:
         .datasource(_source())
         .enable(True)
         .icon_color("red")
-        .expr('ALERTS{alertstate="firing"}')
+        .expr(f'ALERTS{{alertstate="firing",{SELECTOR}}}')
     )
     board = (
         Dashboard(options.title)

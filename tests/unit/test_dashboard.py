@@ -101,7 +101,8 @@ def test_variables_and_the_alert_annotation() -> None:
     per_replica = [e for e in exprs if "fragsim_fleet_replicas" not in e]
     assert all('replica=~"$replica",pool=~"$pool"' in e for e in per_replica)
     (annotation,) = board["annotations"]["list"]
-    assert annotation["expr"] == 'ALERTS{alertstate="firing"}' and annotation["enable"]
+    assert annotation["expr"] == 'ALERTS{alertstate="firing",replica=~"$replica",pool=~"$pool"}'
+    assert annotation["enable"]
     assert annotation["titleFormat"] == "{{alertname}}" and annotation["step"] == "30s"
     assert board["timezone"] == "utc" and board["uid"] == "fragsim-fleet"
 
