@@ -32,14 +32,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from sim.fleet import dashboard_parts as parts
+from sim.fleet.dashboard_parts import SELECTOR
+from sim.fleet.openmetrics import DEFAULT_ORIGIN_S
 from sim.results.seed_alerts import AlertThresholds
 
 DASHBOARD_UID = "fragsim-fleet"
 """The dashboard's uid: importing it again replaces the same dashboard."""
-DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-"""Every query's data source: the ``datasource`` variable."""
-SELECTOR = 'replica=~"$replica",pool=~"$pool"'
-"""The label matchers every per-replica query carries."""
 DEFAULT_SPAN_S = 86_400.0
 """The time range without a run: a day from the origin."""
 
@@ -50,17 +49,15 @@ class DashboardOptions:
     export's ``--origin``) and the run's span, the scrape interval (the panels' minimum
     step and the annotation's), and the alert thresholds drawn on the panels."""
 
-    origin_s: float = 1_704_067_200.0
+    origin_s: float = DEFAULT_ORIGIN_S
+    """Unix seconds of simulated second 0 (``--origin`` of both exports)."""
     span_s: float = DEFAULT_SPAN_S
+    """Simulated seconds the time range spans from the origin (a run's ``span_s``)."""
     scrape_interval_s: float = 30.0
+    """The run's alert scrape interval: the panels' minimum step, the annotation's step."""
     thresholds: AlertThresholds = field(default_factory=AlertThresholds)
+    """Drawn on the ratio, correlation and failure panels (a run's recorded ones)."""
     title: str = "fragsim fleet: KV-cache fragmentation"
-
-
-def seconds(value_s: float) -> str:
-    """A Grafana/Prometheus duration (``30s``), rounded up to a whole second."""
-    whole = int(value_s)
-    return f"{whole + (whole < value_s)}s"
 
 
 def instant(unix_s: float) -> str:
@@ -69,109 +66,22 @@ def instant(unix_s: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-def _source() -> Any:
-    """:data:`DATASOURCE` as the SDK's reference."""
-    from grafana_foundation_sdk.models.dashboard import DataSourceRef
-
-    return DataSourceRef(type_val=DATASOURCE["type"], uid=DATASOURCE["uid"])
-
-
-def _query(expr: str, legend: str, ref_id: str) -> Any:
-    from grafana_foundation_sdk.builders import prometheus
-
-    return (
-        prometheus.Dataquery()
-        .expr(expr)
-        .legend_format(legend)
-        .ref_id(ref_id)
-        .range()
-        .datasource(_source())
-    )
-
-
-def _dashed() -> Any:
-    """A field override: dashed lines (the second query of a panel)."""
-    from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
-
-    return DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})
-
-
-def _thresholds(steps: list[tuple[float | None, str]]) -> Any:
-    from grafana_foundation_sdk.builders.dashboard import ThresholdsConfig
-    from grafana_foundation_sdk.models.dashboard import Threshold, ThresholdsMode
-
-    return (
-        ThresholdsConfig()
-        .mode(ThresholdsMode.ABSOLUTE)
-        .steps([Threshold(value=value, color=color) for value, color in steps])
-    )
-
-
-def _legend() -> Any:
-    from grafana_foundation_sdk.builders.common import VizLegendOptions
-    from grafana_foundation_sdk.models.common import LegendDisplayMode, LegendPlacement
-
-    return (
-        VizLegendOptions()
-        .display_mode(LegendDisplayMode.LIST)
-        .placement(LegendPlacement.BOTTOM)
-        .show_legend(True)
-    )
-
-
-def _timeseries(title: str, description: str, unit: str, options: DashboardOptions) -> Any:
-    from grafana_foundation_sdk.builders import timeseries
-    from grafana_foundation_sdk.builders.common import VizTooltipOptions
-    from grafana_foundation_sdk.models.common import SortOrder, TooltipDisplayMode
-
-    tooltip = VizTooltipOptions().mode(TooltipDisplayMode.MULTI).sort(SortOrder.DESCENDING)
-    return (
-        timeseries.Panel()
-        .datasource(_source())
-        .title(title)
-        .description(description)
-        .unit(unit)
-        .interval(seconds(options.scrape_interval_s))
-        .legend(_legend())
-        .tooltip(tooltip)
-        .height(9)
-        .span(12)
-    )
-
-
-def _stat(title: str, description: str, unit: str, calc: str, options: DashboardOptions) -> Any:
-    from grafana_foundation_sdk.builders import stat
-    from grafana_foundation_sdk.builders.common import ReduceDataOptions
-
-    return (
-        stat.Panel()
-        .datasource(_source())
-        .title(title)
-        .description(description)
-        .unit(unit)
-        .interval(seconds(options.scrape_interval_s))
-        .reduce_options(ReduceDataOptions().calcs([calc]).values(False))
-        .height(4)
-        .span(8)
-    )
-
-
 def _summary_row(options: DashboardOptions) -> list[Any]:
     t = options.thresholds
     failures = (
-        _stat(
+        parts.stat_panel(
             "Allocation failures at high free memory",
             f"Allocation failures while more than {t.high_free_share:.0%} of KV memory was "
             "free, over the dashboard's range: fragmentation, not exhaustion (the seed's "
             "first alert fires on any).",
             "short",
             "lastNotNull",
-            options,
+            options.scrape_interval_s,
         )
         .decimals(0)
-        .thresholds(_thresholds([(None, "green"), (1, "red")]))
+        .thresholds(parts.thresholds([(None, "green"), (1, "red")]))
         .with_target(
-            _query(
+            parts.query(
                 "sum(increase(fragsim_allocation_failures_at_high_free_memory_total"
                 f"{{{SELECTOR}}}[$__range]))",
                 "failures",
@@ -180,34 +90,36 @@ def _summary_row(options: DashboardOptions) -> list[Any]:
         )
     )
     lowest = (
-        _stat(
+        parts.stat_panel(
             "Lowest largest-free-extent ratio",
             "The lowest largest free extent / free KV memory of any replica shown, over the "
             f"range (alerts below {t.ratio_alert:g}; severe below {t.ratio_severe:g}).",
             "percentunit",
             "min",
-            options,
+            options.scrape_interval_s,
         )
         .thresholds(
-            _thresholds([(None, "red"), (t.ratio_severe, "orange"), (t.ratio_alert, "green")])
+            parts.thresholds([(None, "red"), (t.ratio_severe, "orange"), (t.ratio_alert, "green")])
         )
         .with_target(
-            _query(f"min(fragsim_largest_contiguous_free_block_ratio{{{SELECTOR}}})", "ratio", "A")
+            parts.query(
+                f"min(fragsim_largest_contiguous_free_block_ratio{{{SELECTOR}}})", "ratio", "A"
+            )
         )
     )
     active = (
-        _stat(
+        parts.stat_panel(
             "Peak active replicas",
             "The most replicas active (serving) at once over the range, fleet-wide (a "
             "single replica's run has no fleet states: none).",
             "short",
             "max",
-            options,
+            options.scrape_interval_s,
         )
         .decimals(0)
         .no_value("none")
-        .thresholds(_thresholds([(None, "blue")]))
-        .with_target(_query('sum(fragsim_fleet_replicas{state="active"})', "active", "A"))
+        .thresholds(parts.thresholds([(None, "blue")]))
+        .with_target(parts.query('sum(fragsim_fleet_replicas{state="active"})', "active", "A"))
     )
     return [failures, lowest, active]
 
@@ -218,43 +130,45 @@ def _memory_row(options: DashboardOptions) -> list[Any]:
 
     t = options.thresholds
     memory = (
-        _timeseries(
+        parts.timeseries_panel(
             "Free KV memory vs largest free extent",
             "Per replica: all free KV memory (solid) and the largest free extent a new "
             "request can use (dashed). A wide gap is memory free but unusable. Written in "
             "bytes when the run records its KV bytes per token (fragsim export openmetrics "
             "--kv-bytes-per-token otherwise).",
             "bytes",
-            options,
+            options.scrape_interval_s,
         )
         .min(0)
-        .with_target(_query(f"fragsim_kv_free_bytes{{{SELECTOR}}}", "free · {{replica}}", "A"))
+        .with_target(parts.query(f"fragsim_kv_free_bytes{{{SELECTOR}}}", "free · {{replica}}", "A"))
         .with_target(
-            _query(
+            parts.query(
                 f"fragsim_kv_largest_free_extent_bytes{{{SELECTOR}}}",
                 "largest free extent · {{replica}}",
                 "B",
             )
         )
-        .override_by_query("B", [_dashed()])
+        .override_by_query("B", [parts.dashed()])
     )
     ratio = (
-        _timeseries(
+        parts.timeseries_panel(
             "Largest free extent / free memory",
             "fragsim_largest_contiguous_free_block_ratio per replica. Dashed lines: "
             f"high_fragmentation_approaching_threshold below {t.ratio_alert:g}, "
             f"severe_fragmentation below {t.ratio_severe:g}. No value while nothing is free.",
             "percentunit",
-            options,
+            options.scrape_interval_s,
         )
         .min(0)
         .max(1)
         .thresholds(
-            _thresholds([(None, "red"), (t.ratio_severe, "orange"), (t.ratio_alert, "green")])
+            parts.thresholds([(None, "red"), (t.ratio_severe, "orange"), (t.ratio_alert, "green")])
         )
         .thresholds_style(GraphThresholdsStyleConfig().mode(GraphTresholdsStyleMode.DASHED))
         .with_target(
-            _query(f"fragsim_largest_contiguous_free_block_ratio{{{SELECTOR}}}", "{{replica}}", "A")
+            parts.query(
+                f"fragsim_largest_contiguous_free_block_ratio{{{SELECTOR}}}", "{{replica}}", "A"
+            )
         )
     )
     return [memory, ratio]
@@ -266,19 +180,19 @@ def _failure_row(options: DashboardOptions) -> list[Any]:
 
     t = options.thresholds
     failures = (
-        _timeseries(
+        parts.timeseries_panel(
             "Allocation failures at high free memory",
             "Per replica, in each $__rate_interval: allocation failures while more than "
             f"{t.high_free_share:.0%} of its KV memory was free "
             "(fragmentation_driven_allocation_failure).",
             "short",
-            options,
+            options.scrape_interval_s,
         )
         .draw_style(GraphDrawStyle.BARS)
         .fill_opacity(80)
         .min(0)
         .with_target(
-            _query(
+            parts.query(
                 "sum by (replica) (increase(fragsim_allocation_failures_at_high_free_memory"
                 f"_total{{{SELECTOR}}}[$__rate_interval]))",
                 "{{replica}}",
@@ -287,31 +201,31 @@ def _failure_row(options: DashboardOptions) -> list[Any]:
         )
     )
     uptime = (
-        _timeseries(
+        parts.timeseries_panel(
             "Uptime since last restart",
             "Per replica: time since its last (re)start. Fragmentation grows with it and a "
             "restart resets both.",
             "s",
-            options,
+            options.scrape_interval_s,
         )
         .min(0)
-        .with_target(_query(f"fragsim_node_uptime_seconds{{{SELECTOR}}}", "{{replica}}", "A"))
+        .with_target(parts.query(f"fragsim_node_uptime_seconds{{{SELECTOR}}}", "{{replica}}", "A"))
     )
     correlation = (
-        _timeseries(
+        parts.timeseries_panel(
             "Uptime vs fragmentation correlation",
             "Per replica: Spearman's rho of (uptime, 1 - ratio) over the trend window "
             "(node_uptime_vs_fragmentation_correlation fires at or above "
             f"{t.uptime_rho_alert:g}, dashed).",
             "none",
-            options,
+            options.scrape_interval_s,
         )
         .min(-1)
         .max(1)
-        .thresholds(_thresholds([(None, "green"), (t.uptime_rho_alert, "red")]))
+        .thresholds(parts.thresholds([(None, "green"), (t.uptime_rho_alert, "red")]))
         .thresholds_style(GraphThresholdsStyleConfig().mode(GraphTresholdsStyleMode.DASHED))
         .with_target(
-            _query(
+            parts.query(
                 f"fragsim_node_uptime_vs_fragmentation_correlation{{{SELECTOR}}}",
                 "{{replica}}",
                 "A",
@@ -326,19 +240,19 @@ def _states_panel(options: DashboardOptions) -> Any:
     from grafana_foundation_sdk.models.common import StackingMode
 
     return (
-        _timeseries(
+        parts.timeseries_panel(
             "Replicas by state",
             "The fleet's replicas in each lifecycle state (provisioning, loading, warming, "
             "active, draining, down), stacked. Fleet-wide: the pool and replica variables "
             "do not narrow it.",
             "short",
-            options,
+            options.scrape_interval_s,
         )
         .decimals(0)
         .min(0)
         .stacking(StackingConfig().mode(StackingMode.NORMAL))
         .fill_opacity(40)
-        .with_target(_query("sum by (state) (fragsim_fleet_replicas)", "{{state}}", "A"))
+        .with_target(parts.query("sum by (state) (fragsim_fleet_replicas)", "{{state}}", "A"))
     )
 
 
@@ -347,48 +261,48 @@ def _alert_row(options: DashboardOptions) -> list[Any]:
     from grafana_foundation_sdk.models.common import VisibilityMode
 
     counts = (
-        _timeseries(
+        parts.timeseries_panel(
             "Replicas per alert: pending and firing",
             "How many replicas each alert is firing on (solid), and pending on (dashed: "
             "its condition holds, its for: not yet elapsed), from Prometheus's ALERTS series.",
             "short",
-            options,
+            options.scrape_interval_s,
         )
         .decimals(0)
         .min(0)
         .with_target(
-            _query(
+            parts.query(
                 f'count by (alertname) (ALERTS{{alertstate="firing",{SELECTOR}}})',
                 "{{alertname}} firing",
                 "A",
             )
         )
         .with_target(
-            _query(
+            parts.query(
                 f'count by (alertname) (ALERTS{{alertstate="pending",{SELECTOR}}})',
                 "{{alertname}} pending",
                 "B",
             )
         )
     )
-    counts = counts.override_by_query("B", [_dashed()])
+    counts = counts.override_by_query("B", [parts.dashed()])
     firing = (
         statetimeline.Panel()
-        .datasource(_source())
+        .datasource(parts.source())
         .title("Firing alerts by replica")
         .description(
             "One row per alert and replica: coloured while Prometheus's ALERTS series has it "
             "firing."
         )
         .unit("none")
-        .interval(seconds(options.scrape_interval_s))
+        .interval(parts.seconds(options.scrape_interval_s))
         .show_value(VisibilityMode.NEVER)
         .merge_values(True)
-        .color_scheme(_fixed_red())
+        .color_scheme(parts.fixed_red())
         .height(9)
         .span(12)
         .with_target(
-            _query(
+            parts.query(
                 f'max by (alertname, replica) (ALERTS{{alertstate="firing",{SELECTOR}}})',
                 "{{alertname}} · {{replica}}",
                 "A",
@@ -396,51 +310,6 @@ def _alert_row(options: DashboardOptions) -> list[Any]:
         )
     )
     return [firing, counts]
-
-
-def _fixed_red() -> Any:
-    from grafana_foundation_sdk.builders.dashboard import FieldColor
-    from grafana_foundation_sdk.models.dashboard import FieldColorModeId
-
-    return FieldColor().mode(FieldColorModeId.FIXED).fixed_color("red")
-
-
-def _variables() -> list[Any]:
-    from grafana_foundation_sdk.builders.dashboard import DatasourceVariable, QueryVariable
-    from grafana_foundation_sdk.models.dashboard import (
-        VariableOption,
-        VariableRefresh,
-        VariableSort,
-    )
-
-    source = _source()
-    every = VariableOption(selected=True, text="All", value="$__all")
-    datasource = DatasourceVariable("datasource").label("Prometheus").type("prometheus")
-    pool = (
-        QueryVariable("pool")
-        .label("pool")
-        .datasource(source)
-        .query("label_values(fragsim_kv_capacity_tokens, pool)")
-        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .sort(VariableSort.ALPHABETICAL_ASC)
-        .multi(True)
-        .include_all(True)
-        .all_value(".*")
-        .current(every)
-    )
-    replica = (
-        QueryVariable("replica")
-        .label("replica")
-        .datasource(source)
-        .query('label_values(fragsim_kv_capacity_tokens{pool=~"$pool"}, replica)')
-        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .sort(VariableSort.NUMERICAL_ASC)
-        .multi(True)
-        .include_all(True)
-        .all_value(".*")
-        .current(every)
-    )
-    return [datasource, pool, replica]
 
 
 def build_dashboard(options: DashboardOptions) -> Any:
@@ -453,7 +322,7 @@ def build_dashboard(options: DashboardOptions) -> Any:
     firing = (
         AnnotationQuery()
         .name("Firing alerts")
-        .datasource(_source())
+        .datasource(parts.source())
         .enable(True)
         .icon_color("red")
         .expr(f'ALERTS{{alertstate="firing",{SELECTOR}}}')
@@ -472,7 +341,7 @@ def build_dashboard(options: DashboardOptions) -> Any:
         .refresh(False)
         .tooltip(DashboardCursorSync.CROSSHAIR)
         .editable()
-        .variables(_variables())
+        .variables(parts.variables())
         .annotation(firing)
     )
     rows: list[tuple[str, list[Any]]] = [
@@ -502,7 +371,7 @@ def dashboard_json(options: DashboardOptions) -> str:
     for annotation in data["annotations"]["list"]:
         annotation.update(
             {
-                "step": seconds(options.scrape_interval_s),
+                "step": parts.seconds(options.scrape_interval_s),
                 "titleFormat": "{{alertname}}",
                 "textFormat": "replica {{replica}} (pool {{pool}}, {{severity}})",
                 "tagKeys": "alertname,severity",
