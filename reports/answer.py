@@ -243,8 +243,55 @@ FIRINGS_NOTE = (
 )
 
 
-def headline(result: RunResult) -> str:
-    """The verdict in two or three sentences, from the same numbers as the table."""
+COMPARE_COLUMNS = ("run", "rank", "verdict", "baseline")
+"""What :func:`fix_sentence` reads of a comparison (``compare.csv``'s columns)."""
+
+
+def fix_sentence(comparison: pd.DataFrame) -> str | None:
+    """The fix that pays, from a comparison (``sim.fleet.compare.with_deltas``'s frame or
+    a ``compare.csv`` read back; its :data:`COMPARE_COLUMNS`): the verdict of the run
+    ranked 1, or that no alternative beats the baseline when the baseline is. None for
+    a frame without those columns or rows."""
+    if not set(COMPARE_COLUMNS) <= set(comparison.columns) or len(comparison) < 2:
+        return None
+    ranks = pd.to_numeric(comparison["rank"], errors="coerce")
+    if not (ranks == 1).any():
+        return None
+    top = comparison[ranks == 1].iloc[0]
+    base = str(comparison["baseline"].iloc[0])
+    others = len(comparison) - 1
+    if str(top["run"]) == base:
+        alternatives = "the alternative" if others == 1 else f"any of the {others} alternatives"
+        return f"No fix pays: {base}, the baseline, ranks first, ahead of {alternatives}."
+    return f"The fix that pays: {top['verdict']} (rank 1 of {len(comparison)})."
+
+
+def find_out_sentence(result: RunResult, name: str) -> str:
+    """For a run without a comparison: the command that finds the fix that pays -- the
+    run folder ``name`` compared with its built-in counterfactuals (built-in scenarios
+    named after its scenario, ``seed-postmortem-paged`` for ``seed-postmortem``; the
+    demo's for the worked example), or with a scenario file of the user's that changes
+    one policy."""
+    from sim.scenario.builtin import DEMO, builtin_names
+
+    scenario = str(result.summary.get("scenario") or "")
+    others = [n for n in builtin_names() if scenario and n.startswith(f"{scenario}-")]
+    if scenario == DEMO[0]:
+        others = [n for n in DEMO[1:] if n not in others] + others
+    runs = " ".join(others) if others else "CHANGED.yaml"
+    command = f"fragsim compare {name} {runs} -o {name}-compare"
+    text = f"Which fix pays is not in this run: `{command}`, from the folder that holds {name}/, "
+    if others:
+        return text + "runs its counterfactuals and ranks them by dollars saved."
+    return (
+        text + "ranks a copy of its scenario with one policy changed (CHANGED.yaml: "
+        "allocator, restart policy, router or autoscaler) against it by dollars saved."
+    )
+
+
+def headline(result: RunResult, next_step: str | None = None) -> str:
+    """The verdict in two or three sentences, from the same numbers as the table, then
+    ``next_step`` (the fix that pays, or how to find it) where given."""
     s = result.summary
     failed = failed_requests(result)
     total = int(s["requests"]["total"])
@@ -268,12 +315,19 @@ def headline(result: RunResult) -> str:
     if trend.rho is not None:
         grows = "grows" if trend.rho >= 0.1 else "does not grow"
         text += f" Fragmentation {grows} with uptime (Spearman ρ {trend.rho:+.2f})."
-    return text
+    return text if next_step is None else f"{text} {next_step}"
 
 
-def answer_html(result: RunResult) -> str:
-    """The headline, the verdict table and the alerts table, as HTML (every value
-    escaped)."""
+def _code(text: str) -> str:
+    """Escaped ``text`` with each `command` between backquotes set as code."""
+    parts = text.split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def answer_html(result: RunResult, next_step: str | None = None) -> str:
+    """The headline (with ``next_step``: :func:`fix_sentence` or
+    :func:`find_out_sentence`), the verdict table and the alerts table, as HTML (every
+    value escaped)."""
     body = []
     for row in verdict_rows(result):
         cls = ' class="sub"' if row.label.startswith(" ") else ""
@@ -282,7 +336,7 @@ def answer_html(result: RunResult) -> str:
             f'<td class="def">{esc(row.meaning)}</td></tr>'
         )
     verdict = (
-        f'<p class="verdict">{esc(headline(result))}</p>'
+        f'<p class="verdict">{_code(esc(headline(result, next_step)))}</p>'
         '<table class="answer"><tr><th>what</th><th>this run</th><th>what it means</th></tr>'
         + "".join(body)
         + "</table>"

@@ -13,6 +13,9 @@ uptime over *every* periodic sample of every replica up (none is dropped: a flee
   (uptime, fragmentation ``1 - ratio``) in the title: the one correlation statistic the
   summary and the alerts use (positive: fragmentation grows, the ratio falls, with
   uptime).
+
+A run whose samples hold one ratio only (a paged pool: 1 throughout), or none, has no
+trend to draw: its panel is the one line of :func:`~reports.common.empty_panel`.
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from reports.common import (
     RATIO_COLOUR,
     ReportOptions,
     base_layout,
+    empty_panel,
     esc,
     ratio_thresholds,
     time_unit,
 )
 from sim.results.io import RunResult
 
+TITLE = "ratio vs uptime since the last restart"
 NO_TREND_RHO = 0.1
 """Below this |rho| the title says there is no monotone trend (the alert's own
 threshold, ``uptime_rho_alert``, is 0.5)."""
@@ -41,6 +46,15 @@ def ratio_vs_uptime(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS)
     """See the module docstring; the severe and alert thresholds as lines."""
     samples = up_samples(result.timeseries)
     valid = samples.dropna(subset=[RATIO])
+    ratios = valid[RATIO].to_numpy(dtype=float)
+    if not len(ratios) or float(ratios.min()) == float(ratios.max()):
+        why = (
+            "no periodic sample of a replica up with free memory"
+            if not len(ratios)
+            else f"the ratio is {ratios[0]:.2f} in all {len(ratios):,} samples: "
+            "no fragmentation to set against uptime"
+        )
+        return empty_panel(TITLE, why)
     div, unit = time_unit(float(valid["uptime_s"].max()) if len(valid) else 0.0)
     binned = uptime_bins(samples)
     trend = uptime_trend(samples)
