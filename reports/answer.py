@@ -19,6 +19,7 @@ import pandas as pd
 from reports.aggregate import up_samples, uptime_trend
 from reports.common import esc, high_free_share, ratio_thresholds
 from reports.fleet import event_times
+from reports.timeline import alert_log
 from sim.fleet.alerts import DIAGNOSES, diagnose_failures
 from sim.results.io import RunResult
 from sim.results.seed_alerts import AlertThresholds
@@ -178,9 +179,11 @@ def _fleet_rows(result: RunResult) -> list[Row]:
 
 def alert_rows(result: RunResult) -> list[dict[str, Any]]:
     """One row per alert of the run (the summary's, in its order, then any other in the
-    alert log): ``alert, severity, condition, held, firings, replicas`` (strings)."""
+    alert log): ``alert, severity, condition, held, firings, replicas`` (strings). The
+    log is :func:`reports.timeline.alert_log`'s: a fleet's ``alerts.parquet``, a single
+    replica's evaluated as ``fragsim alerts show`` does (the alerts panel's)."""
     s = result.summary
-    log = result.alerts
+    log: pd.DataFrame | None = alert_log(result)[0]
     firing = log[log["state"] == "firing"] if log is not None else None
     fired = (s.get("fleet") or {}).get("alerts_fired") or {}
     names = [str(a["alert"]) for a in s.get("alerts", [])]
@@ -237,7 +240,8 @@ HELD_NOTE = (
 )
 FIRINGS_NOTE = (
     "<b>firings</b>: how many times the alert started firing when evaluated every scrape as "
-    "Prometheus would (alerts.parquet, fleet runs): several failures in one scrape window, "
+    "Prometheus would (a fleet's alerts.parquet; a single replica's evaluated the same "
+    "way, as fragsim alerts show does): several failures in one scrape window, "
     "or in consecutive ones, are one firing. <b>replicas</b>: how many replicas it fired "
     "on, and held on where that differs."
 )
@@ -345,13 +349,11 @@ def answer_html(result: RunResult, next_step: str | None = None) -> str:
     if not alerts:
         return verdict + '<p class="alerts">no alert of the seed held or fired</p>'
     keys = ["alert", "severity", "condition", "held", "firings", "replicas"]
-    if result.alerts is None and all(a["firings"] == "—" for a in alerts):
-        keys.remove("firings")  # a single replica: no alert log, nothing fired
     head = "".join(f"<th>{k}</th>" for k in keys)
     lines = []
     for a in alerts:
         cells = "".join(f"<td>{esc(a[k])}</td>" for k in keys)
         lines.append(f'<tr class="{esc(a["severity"])}">{cells}</tr>')
     table = f'<table class="alerts-table"><tr>{head}</tr>{"".join(lines)}</table>'
-    note = HELD_NOTE + (FIRINGS_NOTE if "firings" in keys else "<b>replicas</b>: where it held.")
+    note = HELD_NOTE + FIRINGS_NOTE
     return verdict + "<h3>the seed's alerts</h3>" + table + f'<p class="def">{note}</p>'

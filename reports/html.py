@@ -133,7 +133,7 @@ def build_report(
     if len(runs) == 1:
         next_step = fix_sentence(beside) if beside is not None else None
         if next_step is not None:
-            next_step += " (compare.csv beside this run)"
+            next_step = next_step.removesuffix(".") + ", in the compare.csv beside this run."
         else:
             next_step = find_out_sentence(runs[0][1], runs[0][0])
     if len(runs) > 1:

@@ -51,6 +51,7 @@ def _end_s(result: RunResult) -> float:
 
 FAILURES_TITLE = "allocation failures over time, by diagnosis"
 ALERTS_TITLE = "alerts: replicas with each alert firing, per window"
+SINGLE_ALERTS_TITLE = "alerts: when each alert was firing, per window"
 
 
 def failures_over_time(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) -> go.Figure:
@@ -187,19 +188,25 @@ def alert_timeline(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) 
     log, source = alert_log(result)
     firing = log[log["state"] == "firing"] if len(log) else log
     if not len(firing):
-        return empty_panel(ALERTS_TITLE, f"no alert fired ({source})")
+        title = ALERTS_TITLE if result.alerts is not None else SINGLE_ALERTS_TITLE
+        return empty_panel(title, f"no alert fired ({source})")
     div, unit = time_unit(end_s)
     fig = go.Figure()
-    rows = _alert_heatmap(fig, log, end_s, div)
-    fig.update_layout(**base_layout(f"{ALERTS_TITLE} ({source})", 160 + 50 * rows))
+    fleet = result.alerts is not None
+    rows = _alert_heatmap(fig, log, end_s, div, fleet)
+    title = ALERTS_TITLE if fleet else SINGLE_ALERTS_TITLE
+    fig.update_layout(**base_layout(f"{title} ({source})", 160 + 50 * rows))
     fig.update_xaxes(title_text=unit, range=[0, max(end_s / div, 1e-9)])
     fig.update_yaxes(type="category", automargin=True)
     return fig
 
 
-def _alert_heatmap(fig: go.Figure, alerts: pd.DataFrame, end_s: float, div: float) -> int:
+def _alert_heatmap(
+    fig: go.Figure, alerts: pd.DataFrame, end_s: float, div: float, fleet: bool
+) -> int:
     """A heatmap: a row per alert (high severity first), a column per window, the colour
-    the replicas firing; hover adds the firings that started in the window."""
+    the replicas firing (a fleet; one colour for a single replica, no scale); hover adds
+    the firings that started in the window."""
     windows, replicas = alert_windows(alerts, end_s)
     severity = alerts.drop_duplicates("alert").set_index("alert")["severity"].astype(str)
     rank = {"high": 0, "medium": 1, "low": 2}
@@ -222,9 +229,12 @@ def _alert_heatmap(fig: go.Figure, alerts: pd.DataFrame, end_s: float, div: floa
             customdata=fires,
             colorscale=[[0.0, "#fcbba1"], [1.0, "#99000d"]],
             zmin=1,
+            zmax=max(float(np.nanmax(z, initial=1.0)), 2.0) if fleet else 1.0,
             ygap=2,
+            showscale=fleet,
             colorbar={"title": {"text": "replicas<br>firing"}, "thickness": 12},
-            hovertemplate="%{z} replicas firing, %{customdata} firings started in this "
+            hovertemplate=("%{z} replicas firing, " if fleet else "firing, ")
+            + "%{customdata} firings started in this "
             + per
             + "<extra></extra>",
         )

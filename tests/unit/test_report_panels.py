@@ -14,7 +14,7 @@ from support.fleet import synthetic_fleet_data
 from test_reports import fleet_run, single_run
 
 import reports
-from reports.answer import find_out_sentence, fix_sentence
+from reports.answer import alert_rows, find_out_sentence, fix_sentence
 from reports.common import empty_reason, value_axis
 from reports.html import compare_beside
 from reports.memory import worst_label
@@ -199,4 +199,29 @@ def test_a_run_in_a_comparison_names_its_fix(tmp_path: Path, quiet: RunResult) -
     assert compare_beside(tmp_path / "elsewhere") is None
     out = reports.write_report([folder], tmp_path / "r.html")
     text = out.read_text()
-    assert "The fix that pays: paged saves $3.00 (10.0 %) vs quiet (rank 1 of 2)." in text
+    assert (
+        "The fix that pays: paged saves $3.00 (10.0 %) vs quiet (rank 1 of 2), in the "
+        "compare.csv beside this run." in text
+    )
+
+
+def test_a_metric_the_same_for_every_run_has_no_bar_panel(quiet: RunResult) -> None:
+    same = reports.comparison_bars([quiet.summary, quiet.summary], ["a", "b"])
+    assert empty_reason(same) == "no compared metric differs between the runs"
+    fewer = {**quiet.summary, "latency_s": {**quiet.summary["latency_s"]}}
+    fewer["latency_s"]["ttft"] = {**fewer["latency_s"]["ttft"], "p99": 0.5}
+    fig = reports.comparison_bars([quiet.summary, fewer], ["a", "b"])
+    assert [a.text for a in fig.layout.annotations if a.text and "(s)" in a.text] == [
+        "TTFT p99 (s)"
+    ]
+    assert "the same for every run: " in fig.layout.title.text
+    assert "replica-hours" in fig.layout.title.text.split("the same for every run: ")[1]
+
+
+def test_a_single_replicas_alert_table_counts_what_its_panel_draws(single: RunResult) -> None:
+    log = evaluate_alerts(single.timeseries, single.events)
+    firing = log[log["state"] == "firing"]
+    rows = {r["alert"]: r for r in alert_rows(single)}
+    for name, count in firing["alert"].value_counts().items():
+        assert rows[str(name)]["firings"] == f"{count:,}"
+        assert rows[str(name)]["replicas"].startswith("fired on 1")
