@@ -22,7 +22,7 @@ from reports.fleet import event_times
 from reports.timeline import alert_log
 from sim.fleet.alerts import DIAGNOSES, diagnose_failures
 from sim.results.io import RunResult
-from sim.results.seed_alerts import AlertThresholds
+from sim.results.seed_alerts import BY_NAME, AlertThresholds, condition
 
 
 @dataclass(frozen=True)
@@ -225,13 +225,26 @@ def alert_rows(result: RunResult) -> list[dict[str, Any]]:
             {
                 "alert": name,
                 "severity": str(severity or ""),
-                "condition": str(a.get("condition", "")) or "—",
+                "condition": str(a.get("condition", "")) or _condition(result, name),
                 "held": "; ".join(held) or ("not over the whole run" if a else "—"),
                 "firings": fires,
                 "replicas": on,
             }
         )
     return rows
+
+
+def _condition(result: RunResult, name: str) -> str:
+    """The condition of a seed alert the summary does not list (one the log has), with
+    the run's thresholds; "—" for an alert that is not the seed's."""
+    spec = BY_NAME.get(name)
+    if spec is None:
+        return "—"
+    severe, alert = ratio_thresholds(result.summary)
+    th = AlertThresholds(
+        high_free_share=high_free_share(result.summary), ratio_alert=alert, ratio_severe=severe
+    )
+    return condition(spec, th)
 
 
 HELD_NOTE = (

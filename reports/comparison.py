@@ -135,12 +135,14 @@ def comparison_bars(
     cols = 2
     n_rows = max(1, -(-len(metrics) // cols))
     panel_px = max(140, 26 * len(frame) + 50)
+    gap_px = 70  # a panel's x tick labels and the next panel's title
+    height = 80 + panel_px * n_rows + gap_px * (n_rows - 1)
     fig = make_subplots(
         rows=n_rows,
         cols=cols,
         shared_yaxes=True,
         subplot_titles=[esc(metric_label(m)) for m in metrics],
-        vertical_spacing=min(0.35 / n_rows, 0.08),
+        vertical_spacing=gap_px / (height - 110),  # of the plotting area (less margins)
         horizontal_spacing=0.06,
     )
     y = [esc(n) for n in frame["run"]]
@@ -180,7 +182,7 @@ def comparison_bars(
         title += "; the same for every run: " + ", ".join(
             f"{metric_label(m)} {formatted(m, frame[m].iloc[0])}" for m in same
         )
-    fig.update_layout(**base_layout(title, 80 + panel_px * n_rows))
+    fig.update_layout(**base_layout(title, height))
     fig.update_yaxes(autorange="reversed", automargin=True)
     fig.update_xaxes(rangemode="tozero")
     return fig

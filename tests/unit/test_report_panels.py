@@ -225,3 +225,27 @@ def test_a_single_replicas_alert_table_counts_what_its_panel_draws(single: RunRe
     for name, count in firing["alert"].value_counts().items():
         assert rows[str(name)]["firings"] == f"{count:,}"
         assert rows[str(name)]["replicas"].startswith("fired on 1")
+
+
+def test_bar_panels_leave_room_for_their_tick_labels(quiet: RunResult) -> None:
+    worse = {
+        **quiet.summary,
+        "latency_s": {k: dict(v) for k, v in quiet.summary["latency_s"].items()},
+    }
+    worse["latency_s"]["ttft"]["p99"] = 9.0
+    worse["latency_s"]["e2e"]["p99"] = 99.0
+    worse["fleet"] = {**quiet.summary["fleet"], "cost_usd": 1.0, "replica_hours": 1.0}
+    fig = reports.comparison_bars([quiet.summary, worse], ["a", "b"])
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    gap = fig.layout.yaxis.domain[0] - fig.layout.yaxis3.domain[1]  # row 1 over row 2
+    assert gap * plot_px >= 60
+
+
+def test_an_alert_the_summary_does_not_list_gets_its_condition(single: RunResult) -> None:
+    from sim.results.seed_alerts import BY_NAME, AlertThresholds, condition
+
+    listed = single.summary["alerts"]
+    dropped = str(listed[0]["alert"])
+    summary = {**single.summary, "alerts": listed[1:]}
+    rows = {r["alert"]: r for r in alert_rows(RunResult(**{**single.__dict__, "summary": summary}))}
+    assert rows[dropped]["condition"] == condition(BY_NAME[dropped], AlertThresholds())
