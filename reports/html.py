@@ -130,6 +130,7 @@ def build_report(
     names = [name for name, _ in runs]
     summaries = [r.summary for _, r in runs]
     next_step: str | None = None
+    ranks: dict[str, int] = {}
     if len(runs) == 1:
         next_step = fix_sentence(beside) if beside is not None else None
         if next_step is not None:
@@ -138,7 +139,9 @@ def build_report(
             next_step = find_out_sentence(runs[0][1], runs[0][0])
     if len(runs) > 1:
         parts.append("<h2>comparison</h2>")
-        fix = fix_sentence(comparison_frame(summaries, names))
+        frame = comparison_frame(summaries, names)
+        ranks = {str(r): int(k) for r, k in zip(frame["run"], frame["rank"], strict=True)}
+        fix = fix_sentence(frame)
         if fix is not None:
             parts.append(f'<p class="verdict fix">{esc(fix)}</p>')
         parts.append(comparison_table(summaries, names))
@@ -148,6 +151,8 @@ def build_report(
     titles = run_titles(runs)
     for run_title, (name, result) in zip(titles, runs, strict=True):
         folder = f' <span class="run-folder">(run {esc(name)})</span>' if name != run_title else ""
+        if name in ranks:  # the comparison's rank, as its table and verdicts give it
+            folder += f' <span class="run-folder">rank {ranks[name]} of {len(ranks)}</span>'
         parts.append(f"<h2>{esc(run_title)}{folder}</h2>")
         parts.append(answer_html(result, next_step))
         parts.extend(figure_html(fig, next(counter)) for fig in run_panels(result, options))

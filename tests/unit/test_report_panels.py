@@ -249,3 +249,12 @@ def test_an_alert_the_summary_does_not_list_gets_its_condition(single: RunResult
     summary = {**single.summary, "alerts": listed[1:]}
     rows = {r["alert"]: r for r in alert_rows(RunResult(**{**single.__dict__, "summary": summary}))}
     assert rows[dropped]["condition"] == condition(BY_NAME[dropped], AlertThresholds())
+
+
+def test_each_run_of_a_comparison_is_headed_by_its_rank(single: RunResult) -> None:
+    worse = RunResult(**{**single.__dict__, "summary": {**single.summary, "scenario": "worse"}})
+    worse.summary["failures"] = {**single.summary["failures"], "allocation_failures": 10**6}
+    html = reports.build_report([("base", single), ("worse", worse)])
+    assert "(baseline, rank 1)" in html and "worse (rank 2)" in html  # the table's ranks
+    assert html.count('<span class="run-folder">rank 1 of 2</span>') == 1
+    assert html.index("rank 1 of 2</span>") < html.index("rank 2 of 2</span>")
