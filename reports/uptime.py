@@ -122,14 +122,14 @@ def ratio_vs_uptime(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS)
         )
     if trend.slope_per_s is not None and trend.intercept is not None:
         top = float(binned.edges_s[-1])
-        per_day = trend.slope_per_s * 86400.0
+        per_s, per = trend_unit(top)
         fig.add_trace(
             go.Scatter(
                 x=[0.0, top / div],
                 y=[trend.intercept, trend.intercept + trend.slope_per_s * top],
                 mode="lines",
                 line={"color": "#d62728", "width": 2, "dash": "dash"},
-                name=f"least-squares trend ({per_day:+.3f} per day of uptime)",
+                name=f"least-squares trend ({trend.slope_per_s * per_s:+.3g} per {per} of uptime)",
                 hoverinfo="skip",
             )
         )
@@ -148,6 +148,13 @@ def ratio_vs_uptime(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS)
         range=[0, float(binned.edges_s[-1]) / div],
     )
     return fig
+
+
+def trend_unit(longest_uptime_s: float) -> tuple[float, str]:
+    """``(seconds, name)`` of the unit the trend's slope is given per: an hour where the
+    longest uptime is under two days (a slope per day of a one-hour run reads as a
+    change the run never saw), else a day."""
+    return (3600.0, "hour") if longest_uptime_s < 2 * 86400.0 else (86400.0, "day")
 
 
 def _title(rho: float | None, samples: int) -> str:

@@ -258,3 +258,11 @@ def test_each_run_of_a_comparison_is_headed_by_its_rank(single: RunResult) -> No
     assert "(baseline, rank 1)" in html and "worse (rank 2)" in html  # the table's ranks
     assert html.count('<span class="run-folder">rank 1 of 2</span>') == 1
     assert html.index("rank 1 of 2</span>") < html.index("rank 2 of 2</span>")
+
+
+def test_the_uptime_trend_is_given_per_a_unit_the_run_spans(single: RunResult) -> None:
+    from reports.uptime import trend_unit
+
+    assert trend_unit(3600.0) == (3600.0, "hour") and trend_unit(6 * 86400.0) == (86400.0, "day")
+    fig = reports.ratio_vs_uptime(single)  # two minutes of uptime: per hour, not per day
+    assert any("per hour of uptime" in str(t.name) for t in fig.data)
