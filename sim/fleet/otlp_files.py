@@ -143,7 +143,7 @@ def open_lines(path: Path) -> Iterator[tuple[int, bytes]]:
             if head.startswith(magic):
                 raise LogError(
                     path,
-                    f"a {name}-compressed file",
+                    f"a file compressed with {name}",
                     line=1,
                     expected="OTLP JSON, plain or compressed with gzip or zstd",
                 )
@@ -172,7 +172,7 @@ def _stream_lines(
             why = " ".join(str(exc).split())[:160] or type(exc).__name__
             raise LogError(
                 path,
-                f"damaged or truncated {codec or 'file'} ({why})",
+                f"damaged or truncated {codec or 'file'} at or after this line ({why})",
                 line=line,
                 expected=f"a whole {codec} stream" if codec else "a readable file",
             ) from None
@@ -202,7 +202,7 @@ def _records(path: Path, f: IO[bytes]) -> Iterator[tuple[int, bytes]]:
                 "truncated zstd record",
                 line=record,
                 expected=f"a 4-byte length and that many bytes (record {record})",
-                got=f"{len(data)} of {size} bytes" if len(head) == 4 else f"{len(head)} bytes",
+                written=f"{len(data)} of {size} bytes" if len(head) == 4 else f"{len(head)} bytes",
             )
         try:
             text = pa.CompressedInputStream(pa.BufferReader(data), "zstd").read()
@@ -253,6 +253,8 @@ def _json(path: Path, line: int, text: str) -> dict[str, Any]:
         doc = _TOO_DEEP  # deeper than the parser goes: deeper than the bound
     except ValueError as exc:  # a bare NaN / Infinity, an integer of > 4,300 digits
         why = " ".join(str(exc).split())[:160]
+        if "digits" in why:
+            why = "an integer of more than 4,300 digits"
         raise LogError(path, f"not JSON: {why}", line=line, expected="strict JSON") from None
     too_deep = doc is _TOO_DEEP or _deeper_than(doc, MAX_JSON_DEPTH)
     if too_deep:
