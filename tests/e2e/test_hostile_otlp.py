@@ -425,3 +425,14 @@ def test_a_gzip_folder_replays_as_the_plain_one(tmp_path: Path) -> None:
         assert result.exit_code == 0, result.output
         records.append(json.loads((tmp_path / sub / "out" / "postmortem.json").read_text()))
     assert records[0] == records[1] and records[0]["recall"] == 1.0
+
+
+def test_the_bounds_page_states_the_readers_bounds() -> None:
+    """docs/errors-and-bounds.md's OTLP section, held to the constants."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "errors-and-bounds.md").read_text()
+    section = page[page.index("\n## OTLP span logs") :]
+    section = section[: section.index("\n## ", 1)]
+    assert f"nested more than {MAX_JSON_DEPTH} levels" in section
+    assert f"over {MAX_SPAN_DURATION_S:,.0f} s" in section and MAX_SPAN_DURATION_S == 86_400
+    assert "to 2^40" in section and MAX_TOKENS == 2**40
+    assert "more than 30 days" in section and MAX_LOG_SPAN_S == 30 * 86_400
