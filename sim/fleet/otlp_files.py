@@ -20,7 +20,8 @@ by record, each record counting as one line. Other compressions (xz, bzip2, zip,
 snappy) are refused by name. A stream that is damaged or truncated is refused naming
 the line it had reached.
 
-Lines. One JSON object per line (:func:`documents`); blank lines are skipped; a UTF-8
+Lines. One JSON object per line (:func:`documents`), at most :data:`MAX_LINE_BYTES`
+long once decompressed; blank lines are skipped; a UTF-8
 byte-order mark at the start of the first line is skipped. A line must be UTF-8 (else
 its byte and offset are named), strict JSON (no ``NaN`` / ``Infinity``, no number of
 more than 4,300 digits, no key given twice in one object) nested at most
@@ -51,6 +52,9 @@ COMPRESSED_SUFFIXES: Final = (".gz", ".zst")
 """A span file's name may end in one of these after its span suffix (``spans.jsonl.gz``)."""
 MAX_JSON_DEPTH: Final = 64
 """Most levels of arrays and objects one line may nest (OTLP's own structure is about 12)."""
+MAX_LINE_BYTES: Final = 256 << 20
+"""The longest line (one export request) read: 256 MiB, decompressed (a compressed file
+of zeros without a newline would otherwise fill memory)."""
 CHUNK_BYTES: Final = 1 << 20
 GZIP_MAGIC: Final = b"\x1f\x8b"
 ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
@@ -164,7 +168,7 @@ def _stream_lines(
     """Lines of a byte stream read in chunks (a line may span many chunks); a stream the
     codec cannot decompress is an error at the line it had reached."""
     pending: list[bytes] = []
-    line = 1
+    line, pending_bytes = 1, 0
     while True:
         try:
             chunk = read(CHUNK_BYTES)
@@ -180,10 +184,15 @@ def _stream_lines(
             break
         start = 0
         while (end := chunk.find(b"\n", start)) >= 0:
+            if pending_bytes + end - start > MAX_LINE_BYTES:
+                raise _too_long(path, line)
             pending.append(chunk[start:end])
             yield line, b"".join(pending)
-            pending, start, line = [], end + 1, line + 1
+            pending, start, line, pending_bytes = [], end + 1, line + 1, 0
         pending.append(chunk[start:])
+        pending_bytes += len(chunk) - start
+        if pending_bytes > MAX_LINE_BYTES:
+            raise _too_long(path, line)
     tail = b"".join(pending)
     if tail:
         yield line, tail
@@ -205,7 +214,7 @@ def _records(path: Path, f: IO[bytes]) -> Iterator[tuple[int, bytes]]:
                 written=f"{len(data)} of {size} bytes" if len(head) == 4 else f"{len(head)} bytes",
             )
         try:
-            text = pa.CompressedInputStream(pa.BufferReader(data), "zstd").read()
+            text = pa.CompressedInputStream(pa.BufferReader(data), "zstd").read(MAX_LINE_BYTES + 1)
         except OSError as exc:
             raise LogError(
                 path,
@@ -213,7 +222,18 @@ def _records(path: Path, f: IO[bytes]) -> Iterator[tuple[int, bytes]]:
                 line=record,
                 expected="one zstd frame per length-prefixed record",
             ) from None
+        if len(text) > MAX_LINE_BYTES:
+            raise _too_long(path, record)
         yield record, text.rstrip(b"\n")
+
+
+def _too_long(path: Path, line: int) -> LogError:
+    return LogError(
+        path,
+        f"line longer than {MAX_LINE_BYTES:,} bytes",
+        line=line,
+        expected="one ExportTraceServiceRequest per line (otlp_files.MAX_LINE_BYTES)",
+    )
 
 
 def documents(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:

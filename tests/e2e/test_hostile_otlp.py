@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 pytest.importorskip("opentelemetry.proto", reason="the otlp extra (opentelemetry-proto)")
 
 from sim.cli import app
+from sim.fleet import otlp_files
 from sim.fleet.otlp_files import MAX_JSON_DEPTH
 from sim.fleet.otlp_log import MAX_LOG_SPAN_S, MAX_SPAN_DURATION_S, load_otlp_log
 from traces.validate import MAX_TOKENS
@@ -173,6 +174,18 @@ def test_other_or_damaged_compressions_are_refused_by_name(
     (log / "spans.jsonl").write_bytes(encode(("\n".join(GOOD * 3) + "\n").encode()))
     text = refused_at(tmp_path, log, f"{log / 'spans.jsonl'}: line ")
     assert says in text
+
+
+@pytest.mark.parametrize("encode", [lambda b: b, gzip.compress, _zstd, _records])
+def test_a_line_longer_than_the_bound_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encode: Any
+) -> None:
+    """A compressed file of zeros without a newline would fill memory: bounded per line
+    (here lowered to 2,000 bytes; the lines around it are shorter)."""
+    monkeypatch.setattr(otlp_files, "MAX_LINE_BYTES", 2_000)
+    log = folder(tmp_path, *GOOD)
+    (log / "spans.jsonl").write_bytes(encode((GOOD[0] + "\n" + "0" * 5_000 + "\n").encode()))
+    refused_at(tmp_path, log, f"{log / 'spans.jsonl'}: line 2: line longer than 2,000 bytes")
 
 
 # -- JSON: nesting, keys given twice, numbers JSON does not have --------------------------
