@@ -228,17 +228,22 @@ def _read_spans(path: Path) -> list[Span]:
 
 
 def _drop_ids(doc: dict[str, Any]) -> None:
-    """Remove the hex span/trace ids (OTLP JSON's, not protobuf JSON's encoding)."""
-    for rs in doc.get("resourceSpans") or ():
-        for ss in (rs.get("scopeSpans") if isinstance(rs, dict) else None) or ():
-            for span in (ss.get("spans") if isinstance(ss, dict) else None) or ():
-                if isinstance(span, dict):
-                    for key in _IDS:
-                        span.pop(key, None)
-                    for link in span.get("links") or ():
-                        if isinstance(link, dict):
-                            link.pop("traceId", None)
-                            link.pop("spanId", None)
+    """Remove the hex span/trace ids (OTLP JSON's, not protobuf JSON's encoding); what is
+    not a list of objects where one is due is left for the protobuf parser to refuse."""
+    for rs in _objects(doc, "resourceSpans"):
+        for ss in _objects(rs, "scopeSpans"):
+            for span in _objects(ss, "spans"):
+                for key in _IDS:
+                    span.pop(key, None)
+                for link in _objects(span, "links"):
+                    link.pop("traceId", None)
+                    link.pop("spanId", None)
+
+
+def _objects(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """The objects of the list ``doc[key]`` (none where it is no list)."""
+    items = doc.get(key)
+    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
 
 
 def _spans_of(message: Any, where: tuple[Path, int]) -> list[Span]:

@@ -29,6 +29,7 @@ from sim.cli import app
 from sim.fleet import otlp_files
 from sim.fleet.otlp_files import MAX_JSON_DEPTH
 from sim.fleet.otlp_log import MAX_LOG_SPAN_S, MAX_SPAN_DURATION_S, load_otlp_log
+from sim.fleet.postmortem_log import LogError
 from traces.validate import MAX_TOKENS
 
 runner = CliRunner()
@@ -449,3 +450,49 @@ def test_the_bounds_page_states_the_readers_bounds() -> None:
     assert f"over {MAX_SPAN_DURATION_S:,.0f} s" in section and MAX_SPAN_DURATION_S == 86_400
     assert "to 2^40" in section and MAX_TOKENS == 2**40
     assert "more than 30 days" in section and MAX_LOG_SPAN_S == 30 * 86_400
+
+
+# -- any value anywhere: a LogError or a log, never another exception ----------------------
+
+HOSTILE_VALUES: list[Any] = [
+    None, True, 5, -1, 2**64, 1e308, "", "x", "NaN", "-5", [], {}, [5], {"x": 1},
+    {"intValue": "9223372036854775807"}, {"doubleValue": "-Infinity"}, {"stringValue": ""},
+    {"arrayValue": {"values": [{"kvlistValue": {}}]}},
+]  # fmt: skip
+
+
+def _paths(node: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [at]
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
+    for key, child in items:
+        out += _paths(child, (*at, key))
+    return out
+
+
+def test_any_value_at_any_place_is_a_log_or_one_error_line(tmp_path: Path) -> None:
+    """Each place of a span line (every key's value, every list item) given each hostile
+    value in turn: the reader gives a log or one LogError line, nothing else."""
+    base = json.loads(line("a", span("r9", 9, 10, kv("gen_ai.latency.e2e", 1.0)),
+                           resource=(kv("k8s.pod.name", "a"),)))  # fmt: skip
+    refused_n = 0
+    for k, path in enumerate(_paths(base)[1:]):
+        for value in HOSTILE_VALUES:
+            doc = json.loads(json.dumps(base))
+            node = doc
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = value
+            f = tmp_path / f"{k}.jsonl"
+            f.write_text(GOOD[0] + "\n" + json.dumps(doc) + "\n")
+            try:
+                load_otlp_log(f)
+            except LogError as exc:
+                assert "\n" not in str(exc) and str(exc).startswith(f"{f}: line 2: ")
+                refused_n += 1
+    assert refused_n > 200
