@@ -382,6 +382,26 @@ def test_an_entry_that_is_no_regular_file_is_named_not_skipped(
         refused_at(tmp_path, log / name, f"{log / name}: {says}")
 
 
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("fifo", "not a regular file (a FIFO (named pipe))"),
+        ("dangling", "cannot read file (a symlink to "),
+        ("loop", "cannot read file (a symlink to requests.csv: Too many levels"),
+    ],
+)
+def test_a_csv_log_dirs_requests_file_that_is_no_file_is_named(
+    tmp_path: Path, kind: str, says: str
+) -> None:
+    """The CSV/Parquet LOG_DIR too: not "neither requests.csv and requests.parquet"."""
+    log = tmp_path / "log"
+    log.mkdir()
+    csv_example = EXAMPLE.parent / "postmortem"
+    (log / "nodes.csv").write_bytes((csv_example / "nodes.csv").read_bytes())
+    special_file(log / "requests.csv", kind)
+    refused_at(tmp_path, log, f"{log / 'requests.csv'}: {says}")
+
+
 # -- nodes.csv contradicting the spans: its line is blamed ---------------------------------
 
 
@@ -402,6 +422,14 @@ def test_a_nodes_file_contradicting_the_spans_is_blamed_by_line(
     log = folder(tmp_path, *GOOD, restart)
     (log / "nodes.csv").write_text(nodes)
     refused_at(tmp_path, log, f"{log / 'nodes.csv'}: line {blamed} (row {blamed - 2}): field ")
+
+
+def test_a_lifecycle_error_says_what_put_the_node_in_its_state(tmp_path: Path) -> None:
+    log = folder(tmp_path, *GOOD)
+    (log / "nodes.csv").write_text("time_s,replica,event\n-60,a,start\n50,a,crash\n60,a,crash\n")
+    text = refused_at(tmp_path, log, f"{log / 'nodes.csv'}: line 4 (row 2): field 'event': ")
+    assert "crash of replica 'a' at 60 s, when it is crashed (since its crash at 50 s: " in text
+    assert "nodes.csv line 3)" in text
 
 
 # -- valid variants, end to end ------------------------------------------------------------
