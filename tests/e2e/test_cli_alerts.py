@@ -197,8 +197,9 @@ def test_show_evaluates_at_the_scrape_interval_the_run_recorded(
 def test_a_run_scraped_less_often_than_the_defaults_needs_no_flags(
     run_dir: Path, tmp_path: Path
 ) -> None:
-    """A fleet scraped every 2 h (its trend window then one scrape, the --for and the
-    failure window longer than 300 s) is shown and exported without a flag."""
+    """A fleet scraped every 2 h (its trend window then one scrape, the failure window
+    two scrapes; the shipped for: stays, shorter than a scrape: fires at the next
+    evaluation) is shown and exported without a flag."""
     import json
     import shutil
 
@@ -214,7 +215,7 @@ def test_a_run_scraped_less_often_than_the_defaults_needs_no_flags(
     )
     assert result.exit_code == 0, result.output
     text = rules.read_text()
-    assert "for: 2h" in text and "[4h]" in text
+    assert "for: 1m" in text and "for: 2m" in text and "[4h]" in text
     # a scrape interval given alone widens the default window to one scrape
     assert fragsim("alerts", "show", str(run_dir), "--scrape-interval", "7200").exit_code == 0
 
