@@ -46,7 +46,7 @@ interval; labels ``severity`` ``critical`` (the seed's ``high``) or ``warning``
   rules file's header says which);
 * the ratio rules threshold the gauge, the uptime rule the correlation gauge, each
   with its ``for:`` (:data:`sim.fleet.alert_states.SHIPPED_FOR_S`: none on the severe
-  rule, ``1m`` on the approaching one, ``2m`` on the uptime rule; a rule without a
+  rule, ``30s`` (two scrapes in a row) on the approaching and uptime rules; a rule without a
   ``for:`` fires at its first evaluation);
 * the uptime rule thresholds ``fragsim_node_uptime_vs_fragmentation_correlation``:
   Spearman's rho of (uptime, 1 - ratio) over the node's own readings, one every scrape

@@ -215,7 +215,7 @@ def test_a_run_scraped_less_often_than_the_defaults_needs_no_flags(
     )
     assert result.exit_code == 0, result.output
     text = rules.read_text()
-    assert "for: 1m" in text and "for: 2m" in text and "[4h]" in text
+    assert text.count("for: 30s") == 2 and "[4h]" in text
     # a scrape interval given alone widens the default window to one scrape
     assert fragsim("alerts", "show", str(run_dir), "--scrape-interval", "7200").exit_code == 0
 

@@ -126,9 +126,9 @@ def test_exported_rules_pass_promtool_check_rules(tmp_path: Path, metrics: str, 
     assert ("vllm:num_preemptions_total" in text) == (metrics == "vllm")
     assert " offset " not in text and "for: 0s" not in text
     # the shipped for: (sim.fleet.alert_states.SHIPPED_FOR_S): none on the failure and
-    # severe rules, 1m on the approaching one, 2m on the uptime rule
+    # severe rules, 30s (two scrapes in a row) on the approaching and uptime rules
     holds = [r.get("for") for g in yaml.safe_load(text)["groups"] for r in g["rules"]]
-    assert holds == [None, None, "1m", "2m"]
+    assert holds == [None, None, "30s", "30s"]
 
 
 @pytest.mark.slow
@@ -155,7 +155,7 @@ def test_generated_promtool_tests_pass_and_fail_on_a_changed_rule(
     done = _promtool("test", "rules", str(tests))
     assert done.returncode == 0, done.stdout + done.stderr
     original = rules.read_text()
-    for before, after in (("[5m])) > 0", "[5m])) > 1000"), ("for: 1m", "for: 10m")):
+    for before, after in (("[5m])) > 0", "[5m])) > 1000"), ("for: 30s", "for: 10m")):
         changed = original.replace(before, after)
         assert changed != original
         rules.write_text(changed)

@@ -112,21 +112,21 @@ NO_EVENTS = pd.DataFrame({"time_s": [], "replica": [], "kind": [], "free_share":
 
 
 def test_for_suppresses_a_short_episode_and_the_log_counts_both() -> None:
-    # below 0.6 for two scrapes (30 s held: suppressed by for: 1m), then for four
-    # (90 s: fires at its third scrape)
-    values = [0.9, 0.55, 0.55, 0.9, 0.55, 0.55, 0.55, 0.55, 0.9, 0.9]
+    # below 0.6 at one scrape (suppressed by the shipped for: 30s), then at three (60 s
+    # held: fires at its second scrape)
+    values = [0.9, 0.55, 0.9, 0.55, 0.55, 0.55, 0.9, 0.9]
     log = evaluate_alerts(ratio_frame(values), NO_EVENTS)
     rows = log[log["alert"] == HIGH]
     assert list(
         zip(rows["time_s"], rows["state"], rows["fired"], rows["active_since_s"], strict=True)
     ) == [
         (30.0, "pending", False, 30.0),
-        (90.0, "resolved", False, 30.0),
-        (120.0, "pending", True, 120.0),
-        (180.0, "firing", True, 120.0),
-        (240.0, "resolved", True, 120.0),
+        (60.0, "resolved", False, 30.0),
+        (90.0, "pending", True, 90.0),
+        (120.0, "firing", True, 90.0),
+        (180.0, "resolved", True, 90.0),
     ]
-    assert set(rows["for_s"]) == {SHIPPED_FOR_S[HIGH]} == {60.0}
+    assert set(rows["for_s"]) == {SHIPPED_FOR_S[HIGH]} == {30.0}
     assert episode_counts(log)[HIGH] == (2, 1)
     # with for: 0 both fire; with for: 2m neither
     at_once = evaluate_alerts(

@@ -412,16 +412,16 @@ def test_rules_file_is_valid_yaml_with_one_rule_per_alert() -> None:
         assert (group["name"], group["interval"]) == ("fragsim", "30s")
         assert [r["alert"] for r in group["rules"]] == [a.name for a in ALERTS]
         for rule, spec in zip(group["rules"], ALERTS, strict=True):
-            gauge = spec.name != FAILURE  # a threshold held for a while; the counter's not
+            held = spec.name in (HIGH, UPTIME)  # the medium warnings hold; no for: 0s
             assert set(rule) == {"alert", "expr", "labels", "annotations"} | (
-                {"for"} if gauge else set()
+                {"for"} if held else set()
             )
             assert rule["labels"] == {
                 "severity": {"high": "critical", "medium": "warning"}[spec.severity]
             }
             assert rule["annotations"]["response"] == spec.response
             assert {"summary", "description", "runbook_url"} <= set(rule["annotations"])
-            assert rule.get("for") == ("5m" if gauge else None)
+            assert rule.get("for") == ("30s" if held else None)
 
 
 def test_rule_expressions_use_the_metric_table_and_the_thresholds() -> None:

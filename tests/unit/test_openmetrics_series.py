@@ -240,8 +240,8 @@ def test_a_two_pool_fleet_that_scales_labels_its_new_replicas_by_their_pool(
         "for_s": {
             "fragmentation_driven_allocation_failure": 0.0,
             "severe_fragmentation": 0.0,
-            "high_fragmentation_approaching_threshold": 60.0,
-            "node_uptime_vs_fragmentation_correlation": 120.0,
+            "high_fragmentation_approaching_threshold": 30.0,
+            "node_uptime_vs_fragmentation_correlation": 30.0,
         },
         "failure_window_s": 300.0,
     }
