@@ -347,7 +347,7 @@ def show_command(
         shown = log if all_rows or limit is None else log.head(limit)
         print_transitions(shown, f"{title} ({len(shown):,} of {len(log):,} transitions)", fmt)
     else:
-        shown_alerts = [(a.name, a.severity, timing.hold_s(a.name)) for a in ALERTS]
+        shown_alerts = [(a.name, str(a.severity), timing.hold_s(a.name)) for a in ALERTS]
         print_alert_summary(log, shown_alerts, title, fmt)
     if fmt in ("table", "markdown"):
         if not (all_rows or limit is not None):

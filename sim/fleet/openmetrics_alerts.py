@@ -81,17 +81,18 @@ def alert_samples(
     index = {round(float(t) * 1000): k for k, t in enumerate(np.asarray(times_s).tolist())}
     alerts: list[Sample] = []
     states: list[Sample] = []
-    for (replica, name, since_s), rows in log.groupby(
-        ["replica", "alert", "active_since_s"], sort=True
-    ):
-        start = index[round(float(since_s) * 1000)]
+    for _, rows in log.groupby(["replica", "alert", "active_since_s"], sort=True):
+        first = rows.iloc[0]  # the group's key, typed
+        replica, name = int(first["replica"]), str(first["alert"])
+        since_s = float(first["active_since_s"])
+        start = index[round(since_s * 1000)]
         by_state = dict(zip(rows["state"].tolist(), rows["time_s"].tolist(), strict=True))
         end = index[round(by_state["resolved"] * 1000)] if "resolved" in by_state else len(stamps)
         fired = index[round(by_state["firing"] * 1000)] if "firing" in by_state else end
         severity = SEVERITIES[str(rows["severity"].iloc[0])]
-        series = f'replica="{int(replica)}"'
+        series = f'replica="{replica}"'
         if name in POOL_LABELLED:
-            series += f',pool="{escape(pool(int(replica)))}"'
+            series += f',pool="{escape(pool(replica))}"'
         head = f'alertname="{name}"'
         pending = f'{{{head},alertstate="pending",{series},severity="{severity}"}}'
         firing = f'{{{head},alertstate="firing",{series},severity="{severity}"}}'
