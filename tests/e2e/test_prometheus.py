@@ -70,6 +70,19 @@ def fleet_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def severe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fleet with the severe threshold at the approaching one's (0.6): every rule
+    fires, the severe one without a for:."""
+    from sim.runner import run
+    from sim.scenario.schema import parse_scenario
+
+    out = tmp_path_factory.mktemp("prom-severe") / "run"
+    scenario = FLEET | {"name": "prom-severe", "metrics": FLEET["metrics"] | {"ratio_severe": 0.6}}
+    run(parse_scenario(scenario)).write(out)
+    return out
+
+
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     assert PROMTOOL is not None
     return subprocess.run(
@@ -283,8 +296,9 @@ def _instants(rows: pd.DataFrame, opening: str, last_s: float) -> list[float]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package)")
+@pytest.mark.parametrize("which", ["fleet_run", "severe_run"])
 def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
-    fleet_run: Path, tmp_path: Path
+    which: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """Backfill the run (its ALERTS included), start the server on 127.0.0.1 with the
     exported rules, and ask it through the HTTP API (a server evaluates rules only on
@@ -294,19 +308,23 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
     over its 5-minute increase()); the stored ALERTS are pending and firing at exactly
     the instants alerts.parquet says, ALERTS_FOR_STATE holds each episode's activeAt,
     and ALERTS{alertstate="firing"}, counted at its own instants, answers at exactly
-    the firing instants."""
+    the firing instants. The second run fires every rule, the severe one too."""
     import time
     import urllib.parse
 
     import yaml
 
+    fleet_run: Path = request.getfixturevalue(which)
     metrics, rules, data = tmp_path / "run.om", tmp_path / "rules.yaml", tmp_path / "data"
     assert (
         runner.invoke(app, ["export", "openmetrics", str(fleet_run), "-o", str(metrics)]).exit_code
         == 0
     )
-    # the shipped for: and window, as the run recorded them
-    assert runner.invoke(app, ["alerts", "export", "-o", str(rules)]).exit_code == 0
+    # the shipped for: and window and the run's thresholds, as the run recorded them
+    args = ["-o", str(rules), "--run", str(fleet_run), "--tests", str(tmp_path / "t.yaml")]
+    assert runner.invoke(app, ["alerts", "export", *args]).exit_code == 0
+    tested = _promtool("test", "rules", str(tmp_path / "t.yaml"))  # promtool agrees too
+    assert tested.returncode == 0, tested.stdout + tested.stderr
     assert (
         _promtool("tsdb", "create-blocks-from", "openmetrics", str(metrics), str(data)).returncode
         == 0
@@ -406,9 +424,10 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
             assert ("pool" in metric) == (
                 metric["alertname"] != "fragmentation_driven_allocation_failure"
             )
-        # the run fires the failure, approaching-threshold and uptime alerts (not the
-        # severe one: its ratio stays above 0.5)
-        assert fired == set(exprs) - {"severe_fragmentation"}, fired
+        # the first run fires the failure, approaching-threshold and uptime alerts (not
+        # the severe one: its ratio stays above 0.5), the second every one
+        unfired = {"severe_fragmentation"} if which == "fleet_run" else set()
+        assert fired == set(exprs) - unfired, fired
     finally:
         server.terminate()
         server.wait(timeout=30)
