@@ -312,19 +312,19 @@ def episode_counts(log: pd.DataFrame) -> dict[str, tuple[int, int]]:
 
 def transitions(held: Held) -> list[tuple[int, str, int]]:
     """(instant, state, its episode's first instant) of each row of one alert's log on
-    one replica (module docstring), in time order."""
+    one replica (module docstring), in time order, then :data:`STATES`' order; only the
+    instants where the state changes are visited."""
     active, firing, start = held.active, held.firing, held.active_at
     before = np.concatenate([[False], active[:-1]])
     fired_before = np.concatenate([[False], firing[:-1]])
-    out: list[tuple[int, str, int]] = []
-    for k in np.flatnonzero(active | before).tolist():
-        if active[k] and not before[k]:
-            out.append((k, "pending", k))
-        if firing[k] and not fired_before[k]:
-            out.append((k, "firing", int(start[k])))
-        if before[k] and not active[k]:
-            out.append((k, "resolved", int(start[k - 1])))
-    return out
+    rows: list[tuple[int, int, str, int]] = []
+    for k in np.flatnonzero(active & ~before).tolist():
+        rows.append((k, 0, "pending", k))
+    for k in np.flatnonzero(firing & ~fired_before).tolist():
+        rows.append((k, 1, "firing", int(start[k])))
+    for k in np.flatnonzero(before & ~active).tolist():
+        rows.append((k, 2, "resolved", int(start[k - 1])))
+    return [(k, state, first) for k, _, state, first in sorted(rows)]
 
 
 def _dtype(column: str) -> str:
