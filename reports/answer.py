@@ -252,10 +252,11 @@ HELD_NOTE = (
     "the whole run (summary.json). "
 )
 FIRINGS_NOTE = (
-    "<b>firings</b>: how many times the alert started firing when evaluated every scrape as "
-    "Prometheus would (a fleet's alerts.parquet; a single replica's evaluated the same "
-    "way, as fragsim alerts show does): several failures in one scrape window, "
-    "or in consecutive ones, are one firing. <b>replicas</b>: how many replicas it fired "
+    "<b>firings</b>: how many times the alert fired, evaluated every scrape as Prometheus "
+    "evaluates it, with its rule's for: (a fleet's alerts.parquet; a single replica's "
+    "evaluated the same way, as fragsim alerts show does): several failures in one scrape "
+    "window, or in consecutive ones, are one firing; a condition that held shorter than "
+    "the for: does not fire. <b>replicas</b>: how many replicas it fired "
     "on, and held on where that differs."
 )
 

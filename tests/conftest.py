@@ -73,6 +73,7 @@ BUILD_INDEPENDENT: frozenset[str] = frozenset(
         "property/test_traces_located.py",
         "property/test_traces_roundtrip.py",
         "property/test_traces_transform_props.py",
+        "unit/test_alert_states.py",
         "unit/test_alerts.py",
         "unit/test_autoscalers.py",
         "unit/test_calibration_file.py",

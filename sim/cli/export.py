@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sim.cli.alert_times import run_thresholds, run_times
+from sim.cli.alert_times import run_thresholds, run_times, run_timing
 from sim.cli.run import fail
 from sim.errors import clip
+
+if TYPE_CHECKING:
+    from sim.fleet.openmetrics_alerts import AlertInputs
 
 SEED_HIGH_FREE_SHARE = 0.25
 """``sim.results.seed_alerts.AlertThresholds().high_free_share`` (a test holds them equal)."""
@@ -112,6 +115,18 @@ def _check_tables(run_dir: Path) -> None:
             raise fail(f"{clip(str(path))}: not the {name} table: no column {', '.join(missing)}")
 
 
+def _alert_inputs(
+    summary: dict[str, Any], folder: Path, recorded: dict[str, float], high_free_share: float
+) -> AlertInputs:
+    """The run's alert thresholds (``high_free_share`` as exported) and ``for:``."""
+    from sim.fleet.openmetrics_alerts import AlertInputs
+    from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds
+
+    known = {k: v for k, v in recorded.items() if k in THRESHOLD_FIELDS}
+    thresholds = AlertThresholds(**(known | {"high_free_share": high_free_share}))
+    return AlertInputs(thresholds, run_timing(summary, folder / "summary.json"))
+
+
 @export_app.command("openmetrics")
 def openmetrics_command(
     run_dir: Annotated[Path, typer.Argument(help="A run's output folder (fragsim run -o).")],
@@ -157,6 +172,13 @@ def openmetrics_command(
             "interval); default: the run's, else 3600.",
         ),
     ] = None,
+    alerts: Annotated[
+        bool,
+        typer.Option(
+            help="Also write ALERTS and ALERTS_FOR_STATE as Prometheus's rules would have "
+            "over the run (the run's thresholds and for:; docs/alerts.md).",
+        ),
+    ] = True,
 ) -> None:
     """Write a run's per-replica timeseries (and its fleet's replicas by state) as
     OpenMetrics text with timestamps, for promtool tsdb create-blocks-from openmetrics."""
@@ -176,9 +198,10 @@ def openmetrics_command(
     scrape_s, window_s, note = run_times(
         summary, folder / "summary.json", scrape_interval_s, trend_window_s
     )
+    recorded = run_thresholds(summary, folder / "summary.json") or {}
     if high_free_share is None:
-        recorded = run_thresholds(summary, folder / "summary.json") or {}
         high_free_share = recorded.get("high_free_share", SEED_HIGH_FREE_SHARE)
+    alert_inputs = _alert_inputs(summary, folder, recorded, high_free_share) if alerts else None
     try:
         with atomic_path(out) as tmp, tmp.open("w", encoding="utf-8", newline="\n") as f:
             write_openmetrics(
@@ -190,6 +213,7 @@ def openmetrics_command(
                 kv_bytes_per_token=kv_bytes_per_token,
                 scrape_interval_s=scrape_s,
                 trend_window_s=window_s,
+                alerts=alert_inputs,
             )
     except TraceError as e:
         raise fail(str(e)) from None

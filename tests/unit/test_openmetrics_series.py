@@ -236,6 +236,14 @@ def test_a_two_pool_fleet_that_scales_labels_its_new_replicas_by_their_pool(
             "ratio_severe": 0.5,
             "uptime_rho_alert": 0.5,
         },
+        # each rule's for: and the failure window (sim.fleet.alert_states)
+        "for_s": {
+            "fragmentation_driven_allocation_failure": 0.0,
+            "severe_fragmentation": 0.0,
+            "high_fragmentation_approaching_threshold": 30.0,
+            "node_uptime_vs_fragmentation_correlation": 30.0,
+        },
+        "failure_window_s": 300.0,
     }
     summary_path = tmp_path / "run" / "summary.json"
     summary = json.loads(summary_path.read_text())
