@@ -87,7 +87,7 @@ def test_an_empty_panel_is_one_line_in_the_report(quiet: RunResult) -> None:
 def test_a_single_replicas_alerts_are_drawn_where_they_fired(single: RunResult) -> None:
     log = evaluate_alerts(single.timeseries, single.events)
     firing = log[log["state"] == "firing"]
-    assert len(firing) and float(firing["time_s"].max()) > 30.0
+    assert len(firing) and float(firing["time_s"].min()) > 0.0  # not all at t = 0
     fig = reports.alert_timeline(single)
     assert empty_reason(fig) is None and len(fig.data) == 1
     heat = fig.data[0]
