@@ -72,6 +72,7 @@ BUILD_INDEPENDENT: frozenset[str] = frozenset(
         "property/test_traces_roundtrip.py",
         "property/test_traces_transform_props.py",
         "unit/test_alerts.py",
+        "unit/test_scenario_key_typos.py",
         "unit/test_autoscalers.py",
         "unit/test_calibration_file.py",
         "unit/test_cli_tables.py",
