@@ -84,8 +84,11 @@ def simulate(
     scenario: Scenario, requests: pd.DataFrame, *, quiet: bool, parts: list[Parts] | None = None
 ) -> RunResult:
     """Run, showing progress over simulated time on stderr (``sim.cli.progress``: a bar
-    on a terminal, a line every 10 s elsewhere; nothing with ``quiet``). The run's
-    scenario warnings are not repeated: :func:`prepare` printed them."""
+    on a terminal, a line every 10 s elsewhere; nothing with ``quiet``). The total is
+    the simulated time the run was given (its duration, else its last arrival) and
+    never changes: past it, the run drains the requests still in flight (said in the
+    line's note) and stays at 100 %. The run's scenario warnings are not repeated:
+    :func:`prepare` printed them."""
     from sim.runner import run
     from sim.scenario.schema import ScenarioWarning
 
@@ -100,14 +103,14 @@ def simulate(
         ) as p,
     ):
         warnings.simplefilter("ignore", ScenarioWarning)
-        # the run drains past end_s (its last arrival) when requests are still in flight
-        result = run(
-            scenario,
-            requests,
-            progress=lambda now_s, end_s: p.update(now_s, max(now_s, end_s)),
-            parts=parts,
-        )
-        p.update(p.done, p.done)  # every request ended: the run is whole, not 95 % of a bound
+
+        def report(now_s: float, end_s: float) -> None:
+            total = p.total or end_s  # the first one, kept
+            draining = now_s > total  # past its last arrival, requests still in flight
+            p.update(min(now_s, total), total, "draining requests in flight" if draining else "")
+
+        result = run(scenario, requests, progress=report, parts=parts)
+        p.update(p.total or p.done, note="")  # every request ended: the run is whole
         return result
 
 

@@ -211,3 +211,19 @@ def test_version_imports_nothing_heavy() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("fragsim ")
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_piped_progress_keeps_one_total(run_dir: Path, tmp_path: Path) -> None:
+    import re
+
+    scenario = run_dir.parent / "tiny.yaml"
+    result = runner.invoke(
+        app,
+        ["run", str(scenario), "-o", str(tmp_path / "o"), "--no-report", "-q"][:-1],
+        env={"COLUMNS": "80", "FRAGSIM_PROGRESS_INTERVAL_S": "0.0001"},
+    )
+    assert result.exit_code == 0, result.output
+    lines = [x for x in result.stderr.splitlines() if x.startswith("run tiny: ")]
+    totals = {re.search(r" of ([\d.,]+ \w+)\)", x).group(1) for x in lines}  # type: ignore[union-attr]
+    assert len(lines) >= 2 and len(totals) == 1, lines
+    assert lines[-1].startswith("run tiny: 100 % ") and "done in" in lines[-1]
