@@ -129,7 +129,7 @@ def test_an_undefined_statistic_is_a_placeholder_in_the_terminal(tmp_path: Path,
     (row,) = [line for line in result.stdout.splitlines() if "per 1M output tokens" in line]
     if fmt == "json":
         rows = strict_json(result.stdout, "stdout")
-        assert {"metric": "$ per 1M output tokens", "value": None} in rows
+        assert {"metric": "fleet / $ per 1M output tokens", "value": None} in rows
     elif fmt == "csv":
         assert row.endswith("tokens,"), row
     else:
