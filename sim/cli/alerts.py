@@ -33,7 +33,7 @@ from sim.cli.alert_times import (
     run_times,
     run_timing,
 )
-from sim.cli.output import Cell, FormatOption, clock_text, print_table
+from sim.cli.output import Cell, FormatOption, clock_text, echo_prose, print_table
 from sim.cli.progress import progress
 from sim.cli.run import fail
 from sim.errors import clip, os_error_line
@@ -354,12 +354,13 @@ def show_command(
             typer.echo(HELD_NOTE)
         for spec in ALERTS:
             if (log["alert"] == spec.name).any():
-                typer.echo(f"{spec.name}: {spec.response}")
-        typer.echo(_diagnosis_line(diagnosis, thresholds.high_free_share, pd))
+                echo_prose(f"{spec.name}: {spec.response}", fmt=fmt)
+        echo_prose(_diagnosis_line(diagnosis, thresholds.high_free_share, pd), fmt=fmt)
         if not all_rows and len(log) > (limit or 0):
-            typer.echo(
+            echo_prose(
                 f"{len(log):,} transitions: --all or --limit N lists them, -o FILE writes "
-                "them as CSV"
+                "them as CSV",
+                fmt=fmt,
             )
     if out is not None:
         typer.echo(f"wrote {len(log):,} alert log rows to {out}", err=True)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from sim.cli.alert_times import run_thresholds, run_times, run_timing
+from sim.cli.output import echo_prose
 from sim.cli.run import fail
 from sim.errors import clip
 
@@ -220,7 +221,7 @@ def openmetrics_command(
     except TooManyScrapes as e:
         raise typer.BadParameter(str(e), param_hint="--scrape-interval") from None
     if kv_bytes_per_token is None and kv_bytes_per_token_of(summary) is None:
-        typer.echo(
+        echo_prose(
             f"note: {clip(str(folder / 'summary.json'))} records no KV bytes per token (a "
             "run written before fragsim recorded it): memory written in tokens only; pass "
             "--kv-bytes-per-token N (fragsim hardware shows it) to write bytes",
