@@ -102,7 +102,8 @@ COMMANDS: dict[str, Lazy] = {
     ),
     "export": Lazy(
         "sim.cli.export:export_app",
-        "Export a run's series in formats other tools read (OpenMetrics for Prometheus).",
+        "Export a run's series in formats other tools read (OpenMetrics for Prometheus, a "
+        "Grafana dashboard over them).",
     ),
 }
 """Every command but ``version``, in the order ``fragsim --help`` lists them; each

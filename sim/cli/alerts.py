@@ -351,7 +351,7 @@ def show_command(
         print_alert_summary(log, shown_alerts, title, fmt)
     if fmt in ("table", "markdown"):
         if not (all_rows or limit is not None):
-            typer.echo(HELD_NOTE)
+            echo_prose(HELD_NOTE, fmt=fmt)
         for spec in ALERTS:
             if (log["alert"] == spec.name).any():
                 echo_prose(f"{spec.name}: {spec.response}", fmt=fmt)
