@@ -63,7 +63,7 @@ from policies.routing.base import Router, RouteRequest, RouterView, least, outst
 from sim.fleet.config import MAX_NODES, FleetConfig, LifecycleConfig
 from sim.fleet.fleet import NodeAction
 from sim.fleet.matching import MatchReport, Rule, match_failures
-from sim.fleet.postmortem_baseline import Change, agreement_rows, policy_changes
+from sim.fleet.postmortem_baseline import Change, agreement, policy_changes
 from sim.fleet.postmortem_log import PostmortemLog
 from sim.fleet.postmortem_names import (
     counterfactual_names,
@@ -449,32 +449,6 @@ def postmortem_record(
         },
         "agreement": []
         if baseline is None or baseline_summary is None
-        else agreement(done, baseline, baseline_summary),
+        else agreement(done.match, done.script, done.result.summary, baseline, baseline_summary),
         "changes": {k: list(v) for k, v in (changes or {}).items()},
     }
-
-
-def agreement(
-    done: Replay, baseline: MatchReport, baseline_summary: Mapping[str, Any]
-) -> list[dict[str, Any]]:
-    """``postmortem.json``'s ``agreement``: per measure, the log's value, the replay's and
-    the modelled baseline's (None: not defined): failed requests, restarts, scale-ups and
-    scale-downs (:func:`~sim.fleet.postmortem_baseline.agreement_rows`), then recorded
-    failures reproduced, precision and recall (the replay's rule)."""
-    m = done.match
-    log_counts = {"failures": m.recorded_failures} | {
-        k: done.script[k] for k in ("restart", "scale_up", "scale_down")
-    }
-    rows = agreement_rows(log_counts, done.result.summary, baseline_summary)
-    rows += [
-        ("recorded failures reproduced", math.nan, m.matched, baseline.matched),
-        ("precision", math.nan, m.precision, baseline.precision),
-        ("recall", math.nan, m.recall, baseline.recall),
-    ]
-
-    def num(v: float | None) -> float | None:
-        return None if v is None or math.isnan(v) else float(v)
-
-    return [
-        {"measure": k, "log": num(a), "replay": num(b), "baseline": num(c)} for k, a, b, c in rows
-    ]

@@ -34,11 +34,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from sim.scenario.schema import Scenario
+
+if TYPE_CHECKING:
+    from sim.fleet.matching import MatchReport
 
 BASELINE = "baseline"
 """The modelled baseline's run name (its folder, ``OUT/baseline/``)."""
@@ -147,7 +150,7 @@ def ranked(frame: pd.DataFrame) -> pd.DataFrame:
     change = dict(zip(names, options["change"].fillna("").astype(str), strict=True))
     table["role"] = [role[r] for r in table["run"]]
     table["change"] = [change[r] for r in table["run"]]
-    rows = table.to_dict("records")
+    rows = [{str(k): v for k, v in r.items()} for r in table.to_dict("records")]
     texts = []
     for row in rows:
         if row["role"] == BASELINE:
@@ -169,7 +172,7 @@ def agreement_rows(
     log_counts: Mapping[str, int],
     replay_summary: Mapping[str, Any],
     baseline_summary: Mapping[str, Any],
-) -> list[tuple[str, float, float, float]]:
+) -> list[tuple[str, float | None, float | None, float | None]]:
     """(measure, the log, the replay, the baseline) for the failures, restarts and scale
     events; the log's ``log_counts`` are the recorded ``failures``, ``restart``,
     ``scale_up`` and ``scale_down`` (NaN: the log does not say)."""
@@ -204,4 +207,34 @@ def agreement_rows(
             fleet(replay_summary, "scale_downs"),
             fleet(baseline_summary, "scale_downs"),
         ),
+    ]
+
+
+def agreement(
+    replay: MatchReport,
+    script: Mapping[str, int],
+    replay_summary: Mapping[str, Any],
+    baseline: MatchReport,
+    baseline_summary: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    """``postmortem.json``'s ``agreement``: per measure, the log's value, the replay's and
+    the modelled baseline's (None: not defined): failed requests, restarts, scale-ups and
+    scale-downs (:func:`agreement_rows`; the log's restarts and scale events are the
+    replay's scripted ones, ``script``), then recorded failures reproduced, precision and
+    recall (both matched by the replay's rule)."""
+    log_counts = {"failures": replay.recorded_failures} | {
+        k: script[k] for k in ("restart", "scale_up", "scale_down")
+    }
+    rows = agreement_rows(log_counts, replay_summary, baseline_summary)
+    rows += [
+        ("recorded failures reproduced", None, replay.matched, baseline.matched),
+        ("precision", None, replay.precision, baseline.precision),
+        ("recall", None, replay.recall, baseline.recall),
+    ]
+
+    def num(v: float | None) -> float | None:
+        return None if v is None or math.isnan(v) else float(v)
+
+    return [
+        {"measure": k, "log": num(a), "replay": num(b), "baseline": num(c)} for k, a, b, c in rows
     ]
