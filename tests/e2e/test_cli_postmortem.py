@@ -197,3 +197,22 @@ def test_the_report_of_the_replay_names_nodes_as_the_log_does(tmp_path: Path) ->
     text = html.read_text()
     assert not re.search(r"replica \d", text), re.findall(r".{40}replica \d.{40}", text)[:3]
     assert all(f"replica {name}" in text for name in NAMES)
+
+
+def test_a_counterfactual_that_changes_two_things_is_flagged(tmp_path: Path) -> None:
+    data = Path(__file__).resolve().parents[2] / "sim" / "scenario" / "data"
+    text = (data / f"{CF}.yaml").read_text().replace("name: " + CF, "name: paged-and-runbook")
+    assert "autoscaler: {kind: naive}" in text
+    cf = tmp_path / "two.yaml"
+    cf.write_text(text.replace("autoscaler: {kind: naive}", "autoscaler: {kind: runbook}"))
+    out = tmp_path / "pm"
+    args = ["postmortem", str(EXAMPLE), "-o", str(out), "--counterfactual", str(cf)]
+    result = runner.invoke(app, args + ["--no-report", "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    change = "allocator best_fit → paged; autoscaler naive → runbook"
+    assert (
+        f"note: counterfactual paged-and-runbook changes 2 things against the modelled "
+        f"baseline ({change}): its saving is not one policy's"
+    ) in result.stderr
+    compare = pd.read_csv(out / "compare.csv")
+    assert compare["verdict"].iloc[2].startswith(f"2 changes at once ({change}): ")
