@@ -73,6 +73,15 @@ def answer_table(pm: Postmortem) -> str:
         ("requests on their recorded node", f"{routed.get('recorded', 0):,}"),
         ("router fallbacks (recorded node not up)", f"{r['router_fallbacks']:,}"),
     ]
+    b = r.get("baseline")
+    if b:
+        rows.append(
+            (
+                "modelled baseline (the BASE scenario's policies)",
+                f"reproduces {b['matched']:,} of {r['recorded_failures']:,} recorded failures "
+                f"(precision {_score(b['precision'])}, recall {_score(b['recall'])})",
+            )
+        )
     best = best_counterfactual(pm)
     if best is not None:
         rows.append(("best counterfactual", best))
@@ -165,12 +174,15 @@ def agreement_table(pm: Postmortem) -> str:
     if not rows:
         return ""
 
-    def num(v: Any) -> str:
+    def num(v: Any, measure: str) -> str:
         if v is None:
             return "—"
-        return f"{v:,.0f}" if float(v).is_integer() else f"{v:.2f}"
+        return f"{v:.2f}" if measure in ("precision", "recall") else f"{v:,.0f}"
 
-    body = [[esc(r["measure"]), *(num(r[k]) for k in ("log", "replay", "baseline"))] for r in rows]
+    body = [
+        [esc(r["measure"]), *(num(r[k], r["measure"]) for k in ("log", "replay", "baseline"))]
+        for r in rows
+    ]
     intro = (
         "<p>The modelled baseline runs the BASE scenario's own policies (router, restart "
         "policy, autoscaler, allocator) on the log's traffic; how close it comes to the "

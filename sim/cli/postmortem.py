@@ -262,7 +262,7 @@ def _agreement_table(record: dict[str, Any]) -> TableData:
     """How the modelled baseline models the log, beside the replay (``agreement`` of
     ``postmortem.json``)."""
     rows = [
-        [r["measure"], *(_value(r[k]) for k in ("log", "replay", "baseline"))]
+        [r["measure"], *(_value(r[k], r["measure"]) for k in ("log", "replay", "baseline"))]
         for r in record["agreement"]
     ]
     return TableData(
@@ -272,10 +272,10 @@ def _agreement_table(record: dict[str, Any]) -> TableData:
     )
 
 
-def _value(value: float | None) -> Cell:
+def _value(value: float | None, measure: str) -> Cell:
     if value is None:
         return Cell(None, "—")
-    return Cell(value, f"{value:,.0f}" if float(value).is_integer() else f"{value:.2f}")
+    return Cell(value, f"{value:.2f}" if measure in ("precision", "recall") else f"{value:,.0f}")
 
 
 def _match_table(m: MatchReport, router: dict[str, int]) -> TableData:
