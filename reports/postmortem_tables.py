@@ -204,7 +204,7 @@ def counterfactual_table(table: pd.DataFrame) -> str:
         rows.append(
             [
                 esc(row["run"]),
-                "—" if rank != rank else f"{int(rank)}",
+                "—" if pd.isna(rank) else f"{int(rank)}",
                 formatted("failed_requests", row["failed_requests"]),
                 formatted("allocation_failures", row["allocation_failures"]),
                 formatted("restarts", row["restarts"]),

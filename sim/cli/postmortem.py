@@ -322,7 +322,10 @@ def _money(value: float) -> Cell:
 
 
 def _rank(value: float) -> Cell:
-    return Cell(None, "—") if value != value else Cell(int(value), str(int(value)))
+    """A run's rank; — for the replay (not ranked)."""
+    import math
+
+    return Cell(None, "—") if math.isnan(value) else Cell(int(value), str(int(value)))
 
 
 def _runs_table(ranked: pd.DataFrame) -> TableData:

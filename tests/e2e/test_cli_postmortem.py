@@ -207,7 +207,7 @@ def test_a_counterfactual_that_changes_two_things_is_flagged(tmp_path: Path) -> 
     cf.write_text(text.replace("autoscaler: {kind: naive}", "autoscaler: {kind: runbook}"))
     out = tmp_path / "pm"
     args = ["postmortem", str(EXAMPLE), "-o", str(out), "--counterfactual", str(cf)]
-    result = runner.invoke(app, args + ["--no-report", "--format", "csv"])
+    result = runner.invoke(app, [*args, "--no-report", "--format", "csv"])
     assert result.exit_code == 0, result.output
     change = "allocator best_fit → paged; autoscaler naive → runbook"
     assert (
