@@ -3,15 +3,16 @@
 
 What it reads (all written by ``fragsim postmortem``): ``postmortem.json`` (the match's
 counts and scores, the log's span, nodes and node events), ``match.csv`` (recorded and
-simulated failures, with times), ``compare.csv`` (the replay and the counterfactuals),
-``replicas.csv`` (the replay's fleet ids and the log's names).
+simulated failures, with times), ``compare.csv`` (the replay, the modelled baseline and
+the counterfactuals), ``replicas.csv`` (the replay's fleet ids and the log's names).
 
 What it shows, nodes always by the log's names: an answer table (precision, recall,
 reproduced of recorded, routing, the best counterfactual), recorded vs replayed failures
 over time (fleet totals per time bin), the same per node over time (the :data:`TOP_NODES`
-nodes with most failures; node events marked), failures per node, the counterfactuals
-against the replay (:func:`sim.fleet.compare.with_deltas`), and the failures that did
-not match.
+nodes with most failures; node events marked; one line instead when nothing failed),
+failures per node, the modelled baseline against the log and the replay, the runs ranked
+against the baseline (:func:`sim.fleet.postmortem_baseline.ranked`, the CLI's ranks),
+and the failures that did not match.
 
 Size: plotly.js once (4.8 MB with plotly 6) plus the figures; every figure draws at
 most :data:`TOP_NODES` nodes and :data:`MAX_POINTS` failure markers in all (every k-th

@@ -1,23 +1,28 @@
 """``fragsim postmortem LOG_DIR -o OUT/``: replay a production log (requests and node
 events) on the simulated fleet with the recorded routing and node events, report which
 recorded failures the replay reproduces (precision and recall: the rule is
-:mod:`sim.fleet.matching`'s), then run counterfactual policies on the same traffic
-(:mod:`sim.fleet.postmortem` says how each run is built).
+:mod:`sim.fleet.matching`'s), then run the modelled baseline (the BASE scenario's own
+policies) and counterfactuals on the same traffic, each judged against the baseline by
+the one thing it changes (:mod:`sim.fleet.postmortem` says how each run is built,
+:mod:`sim.fleet.postmortem_baseline` how changes and ranks are found).
 
-Writes, under OUT/: ``replay/`` (the replay's run directory), ``counterfactuals/NAME/``
-(one run directory each), ``match.csv`` (one row per recorded failure, then one per
-unmatched simulated failure, with times), ``postmortem.json`` (rule, tolerance, counts,
-precision, recall, the recorded router's fallbacks, the scripted node actions, the log's
-nodes and node events), ``compare.csv`` (the replay and the counterfactuals, one row
-each), ``replicas.csv`` (the replay's fleet ids and the log's names) and ``report.html``
+Writes, under OUT/: ``replay/`` (the replay's run directory), with counterfactuals
+``baseline/`` and ``counterfactuals/NAME/`` (one run directory each), ``match.csv`` (one
+row per recorded failure, then one per unmatched simulated failure, with times),
+``postmortem.json`` (rule, tolerance, counts, precision, recall, the recorded router's
+fallbacks, the scripted node actions, the log's nodes and node events, the baseline's
+match and agreement, each counterfactual's changes), ``compare.csv`` (the replay, the
+baseline and the counterfactuals, one row each, with role, change, rank and verdict),
+``replicas.csv`` (the replay's fleet ids and the log's names) and ``report.html``
 (:mod:`reports.postmortem`; not with ``--no-report``). Nodes carry the log's names
 everywhere a user reads them (tables, report, a ``replica_name`` column beside every
 ``replica`` id in the run folders). Everything is simulated before anything is written;
 each piece is written atomically.
 
-Prints (``--format``, :mod:`sim.cli.output`): the match, failures per node and the
-replay against the counterfactuals, runs as rows; then the output path (on stderr for
-csv/json/markdown, so stdout stays one document; also with ``--quiet``). Module-level
+Prints (``--format``, :mod:`sim.cli.output`): the match, failures per node, the
+baseline against the log and the replay, and the runs ranked, runs as rows; on stderr,
+a ``note:`` per counterfactual that changes more than one thing, then the output path
+(as every command does; also with ``--quiet``). Module-level
 imports stay light: the simulator, pandas and plotly are imported inside the command.
 """
 
