@@ -172,7 +172,8 @@ def test_a_run_that_records_no_bytes_per_token_gets_a_note_naming_the_flag(
     out = tmp_path / "x.om"
     result = runner.invoke(app, ["export", "openmetrics", str(run), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    (note,) = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
+    # one note, wrapped to the terminal: read it as one line
+    (note,) = [n for n in " ".join(result.stderr.split()).split("note: ")[1:] if n]
     assert "records no KV bytes per token" in note and "--kv-bytes-per-token" in note
     assert "fragsim_kv_free_bytes" not in out.read_text()
     args = ["export", "openmetrics", str(run), "-o", str(out), "--kv-bytes-per-token", "2"]
