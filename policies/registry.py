@@ -3,6 +3,7 @@ policy family (allocators, routers; later restart and autoscaling policies)."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -38,6 +39,11 @@ def parse_kind(registry: Mapping[str, type[C]], data: Mapping[str, Any], family:
     its kind. Raises ValueError naming the kind and the allowed kinds, or pydantic's
     ValidationError naming the bad field."""
     kind = data.get("kind")
+    allowed = ", ".join(sorted(registry))
+    if "kind" not in data:
+        close = difflib.get_close_matches("kind", [str(k) for k in data], n=1, cutoff=0.5)
+        typo = f"; unknown field {close[0]}: did you mean kind?" if close else ""
+        raise ValueError(f"needs a kind, one of {allowed}{typo}")
     if not isinstance(kind, str) or kind not in registry:
-        raise ValueError(f"unknown {family} kind {kind!r}; allowed: {', '.join(sorted(registry))}")
+        raise ValueError(f"unknown {family} kind {kind!r}; allowed: {allowed}")
     return registry[kind].model_validate(dict(data))

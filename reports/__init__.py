@@ -1,7 +1,8 @@
 """Plotly figures (pure functions of run results) and the self-contained HTML report.
 
 Figures (each ``(RunResult, ReportOptions) -> plotly Figure``; the fleet ones return None
-for a single replica): :func:`replica_memory`, :func:`ratio_vs_uptime`,
+for a single replica; one with nothing to show returns :func:`empty_panel`, which the
+report writes as one line): :func:`replica_memory`, :func:`ratio_vs_uptime`,
 :func:`failures_over_time`, :func:`waste_breakdown`, :func:`alert_timeline`,
 :func:`replicas_over_time`, :func:`cost_over_time`, :func:`latency_cdfs`; a run's verdict
 table: :func:`answer_html`; over several runs :func:`comparison_bars`; over a sweep
@@ -11,10 +12,17 @@ table: :func:`answer_html`; over several runs :func:`comparison_bars`; over a sw
 """
 
 from reports.answer import answer_html
-from reports.common import ReportOptions
+from reports.common import ReportOptions, empty_panel, empty_reason
 from reports.comparison import comparison_bars
 from reports.fleet import cost_over_time, replicas_over_time
-from reports.html import ReportError, build_report, run_figures, write_html, write_report
+from reports.html import (
+    ReportError,
+    build_report,
+    run_figures,
+    run_panels,
+    write_html,
+    write_report,
+)
 from reports.memory import replica_memory
 from reports.sweep import sweep_heatmap
 from reports.timeline import alert_timeline, failures_over_time
@@ -29,12 +37,15 @@ __all__ = [
     "build_report",
     "comparison_bars",
     "cost_over_time",
+    "empty_panel",
+    "empty_reason",
     "failures_over_time",
     "latency_cdfs",
     "ratio_vs_uptime",
     "replica_memory",
     "replicas_over_time",
     "run_figures",
+    "run_panels",
     "sweep_heatmap",
     "waste_breakdown",
     "write_html",

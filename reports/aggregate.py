@@ -109,11 +109,17 @@ def allocation_failures(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def worst_replicas(
-    samples: pd.DataFrame, events: pd.DataFrame, k: int, high_free_share: float
+    samples: pd.DataFrame,
+    events: pd.DataFrame,
+    k: int,
+    high_free_share: float,
+    ratio_alert: float | None = None,
 ) -> list[tuple[int, int]]:
     """``(replica, failures)`` of the ``k`` worst replicas among those sampled: most
     allocation failures at high free memory (free share > ``high_free_share``), then
-    most allocation failures, then the lowest median ratio, then the lowest id."""
+    most allocation failures, then the lowest median ratio, then the lowest id. With
+    ``ratio_alert``, a replica that never failed and whose ratio never fell below it is
+    not among the worst (fewer than ``k`` then): nothing about it to look at."""
     if k <= 0 or samples.empty:
         return []
     replicas = np.unique(samples["replica"].to_numpy(dtype=np.int64))
@@ -130,6 +136,9 @@ def worst_replicas(
             "median": median.reindex(replicas).fillna(1.0).to_numpy(),
         }
     )
+    if ratio_alert is not None:
+        lowest = samples.groupby("replica")[RATIO].min().reindex(replicas).fillna(1.0)
+        table = table[(table["all"] > 0) | (lowest.to_numpy() < ratio_alert)]
     table = table.sort_values(
         ["high", "all", "median", "replica"], ascending=[False, False, True, True], kind="stable"
     )

@@ -19,9 +19,10 @@ import pandas as pd
 from reports.aggregate import up_samples, uptime_trend
 from reports.common import esc, high_free_share, ratio_thresholds
 from reports.fleet import event_times
+from reports.timeline import alert_log
 from sim.fleet.alerts import DIAGNOSES, diagnose_failures
 from sim.results.io import RunResult
-from sim.results.seed_alerts import AlertThresholds
+from sim.results.seed_alerts import BY_NAME, AlertThresholds, condition
 
 
 @dataclass(frozen=True)
@@ -178,9 +179,11 @@ def _fleet_rows(result: RunResult) -> list[Row]:
 
 def alert_rows(result: RunResult) -> list[dict[str, Any]]:
     """One row per alert of the run (the summary's, in its order, then any other in the
-    alert log): ``alert, severity, condition, held, firings, replicas`` (strings)."""
+    alert log): ``alert, severity, condition, held, firings, replicas`` (strings). The
+    log is :func:`reports.timeline.alert_log`'s: a fleet's ``alerts.parquet``, a single
+    replica's evaluated as ``fragsim alerts show`` does (the alerts panel's)."""
     s = result.summary
-    log = result.alerts
+    log: pd.DataFrame | None = alert_log(result)[0]
     firing = log[log["state"] == "firing"] if log is not None else None
     fired = (s.get("fleet") or {}).get("alerts_fired") or {}
     names = [str(a["alert"]) for a in s.get("alerts", [])]
@@ -222,7 +225,7 @@ def alert_rows(result: RunResult) -> list[dict[str, Any]]:
             {
                 "alert": name,
                 "severity": str(severity or ""),
-                "condition": str(a.get("condition", "")) or "—",
+                "condition": str(a.get("condition", "")) or _condition(result, name),
                 "held": "; ".join(held) or ("not over the whole run" if a else "—"),
                 "firings": fires,
                 "replicas": on,
@@ -231,20 +234,82 @@ def alert_rows(result: RunResult) -> list[dict[str, Any]]:
     return rows
 
 
+def _condition(result: RunResult, name: str) -> str:
+    """The condition of a seed alert the summary does not list (one the log has), with
+    the run's thresholds; "—" for an alert that is not the seed's."""
+    spec = BY_NAME.get(name)
+    if spec is None:
+        return "—"
+    severe, alert = ratio_thresholds(result.summary)
+    th = AlertThresholds(
+        high_free_share=high_free_share(result.summary), ratio_alert=alert, ratio_severe=severe
+    )
+    return condition(spec, th)
+
+
 HELD_NOTE = (
     "<b>held</b>: the allocation failures (or periodic samples) that met the condition over "
     "the whole run (summary.json). "
 )
 FIRINGS_NOTE = (
-    "<b>firings</b>: how many times the alert started firing when evaluated every scrape as "
-    "Prometheus would (alerts.parquet, fleet runs): several failures in one scrape window, "
-    "or in consecutive ones, are one firing. <b>replicas</b>: how many replicas it fired "
+    "<b>firings</b>: how many times the alert fired, evaluated every scrape as Prometheus "
+    "evaluates it, with its rule's for: (a fleet's alerts.parquet; a single replica's "
+    "evaluated the same way, as fragsim alerts show does): several failures in one scrape "
+    "window, or in consecutive ones, are one firing; a condition that held shorter than "
+    "the for: does not fire. <b>replicas</b>: how many replicas it fired "
     "on, and held on where that differs."
 )
 
 
-def headline(result: RunResult) -> str:
-    """The verdict in two or three sentences, from the same numbers as the table."""
+COMPARE_COLUMNS = ("run", "rank", "verdict", "baseline")
+"""What :func:`fix_sentence` reads of a comparison (``compare.csv``'s columns)."""
+
+
+def fix_sentence(comparison: pd.DataFrame) -> str | None:
+    """The fix that pays, from a comparison (``sim.fleet.compare.with_deltas``'s frame or
+    a ``compare.csv`` read back; its :data:`COMPARE_COLUMNS`): the verdict of the run
+    ranked 1, or that no alternative beats the baseline when the baseline is. None for
+    a frame without those columns or rows."""
+    if not set(COMPARE_COLUMNS) <= set(comparison.columns) or len(comparison) < 2:
+        return None
+    ranks = pd.to_numeric(comparison["rank"], errors="coerce")
+    if not (ranks == 1).any():
+        return None
+    top = comparison[ranks == 1].iloc[0]
+    base = str(comparison["baseline"].iloc[0])
+    others = len(comparison) - 1
+    if str(top["run"]) == base:
+        alternatives = "the alternative" if others == 1 else f"any of the {others} alternatives"
+        return f"No fix pays: {base}, the baseline, ranks first, ahead of {alternatives}."
+    return f"The fix that pays: {top['verdict']} (rank 1 of {len(comparison)})."
+
+
+def find_out_sentence(result: RunResult, name: str) -> str:
+    """For a run without a comparison: the command that finds the fix that pays -- the
+    run folder ``name`` compared with its built-in counterfactuals (built-in scenarios
+    named after its scenario, ``seed-postmortem-paged`` for ``seed-postmortem``; the
+    demo's for the worked example), or with a scenario file of the user's that changes
+    one policy."""
+    from sim.scenario.builtin import DEMO, builtin_names
+
+    scenario = str(result.summary.get("scenario") or "")
+    others = [n for n in builtin_names() if scenario and n.startswith(f"{scenario}-")]
+    if scenario == DEMO[0]:
+        others = [n for n in DEMO[1:] if n not in others] + others
+    runs = " ".join(others) if others else "CHANGED.yaml"
+    command = f"fragsim compare {name} {runs} -o {name}-compare"
+    text = f"Which fix pays is not in this run: `{command}`, from the folder that holds {name}/, "
+    if others:
+        return text + "runs its counterfactuals and ranks them by dollars saved."
+    return (
+        text + "ranks a copy of its scenario with one policy changed (CHANGED.yaml: "
+        "allocator, restart policy, router or autoscaler) against it by dollars saved."
+    )
+
+
+def headline(result: RunResult, next_step: str | None = None) -> str:
+    """The verdict in two or three sentences, from the same numbers as the table, then
+    ``next_step`` (the fix that pays, or how to find it) where given."""
     s = result.summary
     failed = failed_requests(result)
     total = int(s["requests"]["total"])
@@ -268,12 +333,19 @@ def headline(result: RunResult) -> str:
     if trend.rho is not None:
         grows = "grows" if trend.rho >= 0.1 else "does not grow"
         text += f" Fragmentation {grows} with uptime (Spearman ρ {trend.rho:+.2f})."
-    return text
+    return text if next_step is None else f"{text} {next_step}"
 
 
-def answer_html(result: RunResult) -> str:
-    """The headline, the verdict table and the alerts table, as HTML (every value
-    escaped)."""
+def _code(text: str) -> str:
+    """Escaped ``text`` with each `command` between backquotes set as code."""
+    parts = text.split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def answer_html(result: RunResult, next_step: str | None = None) -> str:
+    """The headline (with ``next_step``: :func:`fix_sentence` or
+    :func:`find_out_sentence`), the verdict table and the alerts table, as HTML (every
+    value escaped)."""
     body = []
     for row in verdict_rows(result):
         cls = ' class="sub"' if row.label.startswith(" ") else ""
@@ -282,7 +354,7 @@ def answer_html(result: RunResult) -> str:
             f'<td class="def">{esc(row.meaning)}</td></tr>'
         )
     verdict = (
-        f'<p class="verdict">{esc(headline(result))}</p>'
+        f'<p class="verdict">{_code(esc(headline(result, next_step)))}</p>'
         '<table class="answer"><tr><th>what</th><th>this run</th><th>what it means</th></tr>'
         + "".join(body)
         + "</table>"
@@ -291,13 +363,11 @@ def answer_html(result: RunResult) -> str:
     if not alerts:
         return verdict + '<p class="alerts">no alert of the seed held or fired</p>'
     keys = ["alert", "severity", "condition", "held", "firings", "replicas"]
-    if result.alerts is None and all(a["firings"] == "—" for a in alerts):
-        keys.remove("firings")  # a single replica: no alert log, nothing fired
     head = "".join(f"<th>{k}</th>" for k in keys)
     lines = []
     for a in alerts:
         cells = "".join(f"<td>{esc(a[k])}</td>" for k in keys)
         lines.append(f'<tr class="{esc(a["severity"])}">{cells}</tr>')
     table = f'<table class="alerts-table"><tr>{head}</tr>{"".join(lines)}</table>'
-    note = HELD_NOTE + (FIRINGS_NOTE if "firings" in keys else "<b>replicas</b>: where it held.")
+    note = HELD_NOTE + FIRINGS_NOTE
     return verdict + "<h3>the seed's alerts</h3>" + table + f'<p class="def">{note}</p>'

@@ -1,4 +1,6 @@
-"""What the figure modules share: escaping, the time axis, thresholds, colours, options."""
+"""What the figure modules share: escaping, the time axis, thresholds, colours, options,
+the one-line panel of a figure with nothing to show (:func:`empty_panel`) and a value
+axis fitted to its data (:func:`value_axis`)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 
 FAILURE_KINDS = ("admission_failure", "growth_failure")
 FLEET_EVENT_KINDS = ("restart", "crash", "scale-up", "scale-down")
@@ -132,6 +135,70 @@ def base_layout(title: str, height: int = 450) -> dict[str, Any]:
         "legend": {"orientation": "v", "x": 1.01, "y": 1.0},
         "template": "plotly_white",
         "hovermode": "closest",
+    }
+
+
+EMPTY_META = "empty_panel"
+"""The ``layout.meta`` key under which :func:`empty_panel` keeps its one line."""
+EMPTY_HEIGHT = 120
+"""Height (px) of an empty panel drawn on its own (the report writes one line instead)."""
+
+
+def empty_panel(title: str, reason: str) -> go.Figure:
+    """The panel ``title`` of a run that has nothing for it to show, saying why in one
+    line (``reason``): a figure without traces or axes whose ``layout.meta`` carries
+    the line (:func:`empty_reason`), which the report writes as one line of text
+    instead of drawing a blank plot (``reports.html.figure_html``). Shown on its own
+    (``fig.show()``) it is the title over the same line."""
+    fig = go.Figure()
+    fig.update_layout(**base_layout(title, EMPTY_HEIGHT))
+    fig.update_layout(meta={EMPTY_META: reason})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.add_annotation(
+        text=esc(reason),
+        showarrow=False,
+        x=0.0,
+        y=0.5,
+        xref="paper",
+        yref="paper",
+        xanchor="left",
+    )
+    return fig
+
+
+def empty_reason(fig: go.Figure) -> str | None:
+    """The one line of an :func:`empty_panel`; None for a figure that draws something."""
+    meta = fig.layout.meta
+    if isinstance(meta, dict) and isinstance(meta.get(EMPTY_META), str):
+        return str(meta[EMPTY_META])
+    return None
+
+
+LOG_DECADES = 1.0
+"""A value axis spanning more than this many decades (max / min > 10) is logarithmic."""
+
+
+def value_axis(values: np.ndarray, pad: float = 0.03) -> dict[str, Any]:
+    """Plotly axis settings (``type``, ``range``) fitted to ``values`` (NaN ignored): a
+    log axis where the positive values span more than :data:`LOG_DECADES` decades,
+    else a linear one; the range from the smallest to the largest value, widened by
+    ``pad`` of the span on each side (in log10 units on a log axis), so no part of the
+    axis is empty of data. Empty or constant data: ``{}`` (plotly's own range)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if not len(v) or float(v.max()) == float(v.min()):
+        return {}
+    low, high = float(v.min()), float(v.max())
+    positive = v[v > 0]
+    if low > 0 and np.log10(high / low) > LOG_DECADES:
+        lo, hi = np.log10(float(positive.min())), np.log10(high)
+        margin = pad * (hi - lo)
+        return {"type": "log", "range": [lo - margin, hi + margin]}
+    margin = pad * (high - low)
+    return {
+        "type": "linear",
+        "range": [max(low - margin, 0.0) if low >= 0 else low - margin, high + margin],
     }
 
 

@@ -6,7 +6,8 @@
   worse (every compared metric is lower-is-better);
 * :func:`comparison_bars` -- a horizontal bar per run for each compared metric, the
   baseline's bar grey and its value a dashed line across each panel, bars green where
-  lower, red where higher (grey within :data:`NEUTRAL_PCT` of the baseline).
+  lower, red where higher (grey within :data:`NEUTRAL_PCT` of the baseline); a metric
+  the same for every run has no panel, the title names it and its value.
 
 The baseline is the run at position ``baseline`` (the first by default, as ``fragsim
 report`` and ``fragsim compare`` order them); ranks and verdicts are
@@ -24,7 +25,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from reports.common import base_layout, esc
+from reports.common import base_layout, empty_panel, esc
 from sim.fleet.compare import (
     COLUMNS,
     DELTA_METRICS,
@@ -93,6 +94,14 @@ def _drawn(values: pd.Series) -> bool:
     return bool((numbers.notna() & (numbers != 0)).any())
 
 
+def _same(values: pd.Series) -> bool:
+    """Nothing to compare: every run has a value and it is the same (within 0.05 %)."""
+    numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+    if not len(numbers) or np.isnan(numbers).any():
+        return False
+    return bool(np.ptp(numbers) <= 5e-4 * max(float(np.abs(numbers).max()), 1e-12))
+
+
 def _bar_colour(delta: float, pct: float) -> str:
     """Grey for no change or one under :data:`NEUTRAL_PCT`; else better or worse."""
     if math.isnan(delta) or delta == 0 or (not math.isnan(pct) and abs(pct) < NEUTRAL_PCT):
@@ -112,20 +121,28 @@ def comparison_bars(
     summaries: Sequence[dict[str, Any]], names: Sequence[str], baseline: int = 0
 ) -> go.Figure:
     """A panel per metric of :data:`~sim.fleet.compare.DELTA_METRICS` (those missing or
-    zero for every run left out), a horizontal bar per run in display order (the baseline on
+    zero for every run left out; those the same for every run left out and named, with
+    their value, in the title), a horizontal bar per run in display order (the baseline on
     top, grey, its value a dashed line), each bar labelled with its value and its
     difference from the baseline in percent."""
     frame = comparison_frame(summaries, names, baseline)
-    metrics = [m for m in DELTA_METRICS if _drawn(frame[m])]
+    drawn = [m for m in DELTA_METRICS if _drawn(frame[m])]
+    same = [m for m in drawn if _same(frame[m])]
+    metrics = [m for m in drawn if m not in same]
+    title = "against the baseline: " + str(frame["run"].iloc[0])
+    if not metrics:
+        return empty_panel(title, "no compared metric differs between the runs")
     cols = 2
     n_rows = max(1, -(-len(metrics) // cols))
     panel_px = max(140, 26 * len(frame) + 50)
+    gap_px = 70  # a panel's x tick labels and the next panel's title
+    height = 80 + panel_px * n_rows + gap_px * (n_rows - 1)
     fig = make_subplots(
         rows=n_rows,
         cols=cols,
         shared_yaxes=True,
         subplot_titles=[esc(metric_label(m)) for m in metrics],
-        vertical_spacing=min(0.35 / n_rows, 0.08),
+        vertical_spacing=gap_px / (height - 110),  # of the plotting area (less margins)
         horizontal_spacing=0.06,
     )
     y = [esc(n) for n in frame["run"]]
@@ -161,9 +178,11 @@ def comparison_bars(
         )
         if not math.isnan(values[0]):
             fig.add_vline(x=values[0], line={"dash": "dash", "color": BASELINE}, row=row, col=col)
-    fig.update_layout(
-        **base_layout("against the baseline: " + str(frame["run"].iloc[0]), 80 + panel_px * n_rows)
-    )
+    if same:
+        title += "; the same for every run: " + ", ".join(
+            f"{metric_label(m)} {formatted(m, frame[m].iloc[0])}" for m in same
+        )
+    fig.update_layout(**base_layout(title, height))
     fig.update_yaxes(autorange="reversed", automargin=True)
     fig.update_xaxes(rangemode="tozero")
     return fig

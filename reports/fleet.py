@@ -1,11 +1,13 @@
 """Figures of a fleet's size and bill: pure functions to plotly figures; each returns
 None for a single-replica run (``fleet`` None).
 
-* :func:`replicas_over_time` -- replicas by lifecycle state (stacked), and below it the
-  scale events counted per window (scale-ups up, avoidable ones apart; scale-downs
-  down), restarts and crashes per window where there are any. Counting per window
-  keeps the figure readable at a thousand scale events (one marker each buried the
-  states);
+* :func:`replicas_over_time` -- replicas by lifecycle state (stacked; a state no
+  replica was ever in left out), and below it the scale events counted per window
+  (scale-ups up, avoidable ones apart; scale-downs down), restarts and crashes per
+  window, each panel only where the run has such events (a fleet that never scales has
+  none, and its title says so: the replicas panel then carries the time axis).
+  Counting per window keeps the figure readable at a thousand scale events (one marker
+  each buried the states);
 * :func:`cost_over_time` -- the bill so far with its avoidable part as its own series
   (top), and the replica-hours so far, total and avoidable (bottom): two panels, since
   with one price the two are proportional and drawn on one plot they look like one line.
@@ -46,6 +48,12 @@ EVENT_BARS = (
     ("crash", "#222222", 1, "restarts and crashes"),
 )
 """(series, colour, sign, panel) of the events-per-window bars."""
+NONE_OF = {
+    ("scale events",): "no scale events",
+    ("restarts and crashes",): "no restarts or crashes",
+    ("scale events", "restarts and crashes"): "no scale events, restarts or crashes",
+}
+"""What the figure's title says of the event panels a run has nothing for."""
 
 
 def _fleet(result: RunResult) -> pd.DataFrame | None:
@@ -80,22 +88,28 @@ def replicas_over_time(
     div, unit = time_unit(end_s)
     times = event_times(result.events)
     windows = window_counts(times, end_s)
-    panels = ["scale events"]
-    if any(len(times[k]) for k in ("restart", "crash")):
-        panels.append("restarts and crashes")
+    panels = [
+        panel
+        for panel in dict.fromkeys(p for *_, p in EVENT_BARS)
+        if any(len(times[series]) for series, *_, p in EVENT_BARS if p == panel)
+    ]
     every = window_label(windows.width_s)
+    missing = [p for p in dict.fromkeys(p for *_, p in EVENT_BARS) if p not in panels]
+    title = "replicas and scale events"
+    if missing:
+        title += " (" + NONE_OF[tuple(missing)] + " in this run)"
     fig = make_subplots(
         rows=1 + len(panels),
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.08,
-        row_heights=[0.55] + [0.45 / len(panels)] * len(panels),
+        row_heights=[0.55] + [0.45 / len(panels)] * len(panels) if panels else [1.0],
         subplot_titles=["replicas by lifecycle state"]
         + [f"{p} per {every}" + (" (up +, down −)" if p == "scale events" else "") for p in panels],
     )
     rows = _kept_rows(fleet, "replicas") if len(fleet) else fleet
     for state, color in STATES:
-        if state not in rows:
+        if state not in rows or not (as_float(fleet[state]) > 0).any():
             continue
         fig.add_trace(
             go.Scatter(
@@ -133,7 +147,7 @@ def replicas_over_time(
             row=2 + panels.index(panel),
             col=1,
         )
-    fig.update_layout(**base_layout("replicas and scale events", 560 if len(panels) > 1 else 480))
+    fig.update_layout(**base_layout(title, (380, 480, 560)[len(panels)]))
     fig.update_layout(barmode="relative", bargap=0.0)
     fig.update_yaxes(title_text="replicas", rangemode="tozero", row=1, col=1)
     for i in range(len(panels)):
@@ -158,16 +172,17 @@ def cost_over_time(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) 
         subplot_titles=("cost so far (USD)", "replica-hours so far"),
     )
     x = as_float(rows["time_s"]) / div
-    for row, total, avoidable, what, fmt in (
-        (1, "cost_usd", "avoidable_cost_usd", "USD", "$%{y:,.2f}"),
-        (2, "replica_hours", "avoidable_replica_hours", "replica-hours", "%{y:,.1f} h"),
+    for row, total, avoidable, what, fmt, spec in (
+        (1, "cost_usd", "avoidable_cost_usd", "USD", "$%{y:,.2f}", "${:,.2f}"),
+        (2, "replica_hours", "avoidable_replica_hours", "replica-hours", "%{y:,.1f} h", "{:,.1f}"),
     ):
+        y_total = as_float(rows[total])
         fig.add_trace(
             go.Scatter(
                 x=x,
-                y=as_float(rows[total]),
+                y=y_total,
                 mode="lines",
-                name=f"total {what}",
+                name=f"total {what}" + (f": {spec.format(y_total[-1])}" if len(y_total) else ""),
                 line={"color": "#1f77b4", "width": 1.6},
                 legendgroup=total,
                 hovertemplate=f"total {fmt}<extra></extra>",
@@ -184,7 +199,8 @@ def cost_over_time(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) 
                     mode="lines",
                     fill="tozeroy",
                     fillcolor="rgba(214,39,40,0.25)",
-                    name=f"avoidable {what} (scale-ups for fragmentation)",
+                    name=f"avoidable {what} (scale-ups for fragmentation)"
+                    + (f": {spec.format(y[-1])}" if len(y) else ""),
                     line={"color": "#d62728", "width": 1.4},
                     hovertemplate=f"avoidable {fmt}<extra></extra>",
                 ),

@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from reports.answer import answer_html
-from reports.common import DEFAULT_OPTIONS, ReportOptions, esc
-from reports.comparison import comparison_bars, comparison_table
+from reports.answer import COMPARE_COLUMNS, answer_html, find_out_sentence, fix_sentence
+from reports.common import DEFAULT_OPTIONS, ReportOptions, empty_reason, esc
+from reports.comparison import comparison_bars, comparison_frame, comparison_table
 from reports.fleet import cost_over_time, replicas_over_time
 from reports.memory import replica_memory
 from reports.timeline import alert_timeline, failures_over_time
@@ -52,7 +53,8 @@ FIGURES: tuple[Callable[[RunResult, ReportOptions], go.Figure | None], ...] = (
     latency_cdfs,
 )
 """A run's figures, in report order; one returning None (a fleet figure of a single
-replica, failures over time of a run without failures) is skipped."""
+replica) is skipped; one with nothing to show returns :func:`reports.common.empty_panel`,
+written as one line."""
 MAX_FIGURE_VALUES = 60_000
 """Most plotted values (x and y counted apart) any run figure holds, whatever the run."""
 
@@ -70,13 +72,22 @@ table.answer td.def, p.def { text-align: left; color: #555; font-size: 0.92em; m
 table.alerts-table td, table.alerts-table th { text-align: left; }
 p.verdict { font-size: 1.05em; max-width: 70em; line-height: 1.4; } tr.high td:first-child { color: #b00; }
 tr.medium td:first-child { color: #a60; } .run-folder { color: #777; font-size: 0.8em; }
+p.empty-panel { color: #555; margin: 1.2em 0 1.2em 0.8em; }
 details { margin: 1em 0; } summary { cursor: pointer; color: #444; }
 """
 
 
-def run_figures(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) -> list[go.Figure]:
-    """The figures of one run (:data:`FIGURES`, skipping those it has no data for)."""
+def run_panels(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) -> list[go.Figure]:
+    """The panels of one run in report order (:data:`FIGURES`, skipping those that do
+    not apply to it): drawn figures and the one-line :func:`~reports.common.empty_panel`
+    of those with nothing to show."""
     return [fig for make in FIGURES if (fig := make(result, options)) is not None]
+
+
+def run_figures(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) -> list[go.Figure]:
+    """The figures of one run that draw something (:func:`run_panels` without its empty
+    panels): one ``Plotly.newPlot`` each in the report."""
+    return [fig for fig in run_panels(result, options) if empty_reason(fig) is None]
 
 
 def figure_values(fig: go.Figure) -> int:
@@ -105,16 +116,34 @@ def build_report(
     runs: Sequence[tuple[str, RunResult]],
     title: str | None = None,
     options: ReportOptions = DEFAULT_OPTIONS,
+    beside: pd.DataFrame | None = None,
 ) -> str:
-    """The HTML of a report over ``runs`` (name, result), in the order given."""
+    """The HTML of a report over ``runs`` (name, result), in the order given. Its first
+    paragraph names the fix that pays: for several runs, from their comparison (first
+    run the baseline); for one, from ``beside`` (the ``compare.csv`` of a comparison
+    the run belongs to, :func:`compare_beside`) where given, else the command that
+    finds it (:func:`~reports.answer.find_out_sentence`)."""
     if not runs:
         raise ValueError("a report needs at least one run")
     counter = iter(range(1_000_000))
     parts: list[str] = []
     names = [name for name, _ in runs]
     summaries = [r.summary for _, r in runs]
+    next_step: str | None = None
+    ranks: dict[str, int] = {}
+    if len(runs) == 1:
+        next_step = fix_sentence(beside) if beside is not None else None
+        if next_step is not None:
+            next_step = next_step.removesuffix(".") + ", in the compare.csv beside this run."
+        else:
+            next_step = find_out_sentence(runs[0][1], runs[0][0])
     if len(runs) > 1:
         parts.append("<h2>comparison</h2>")
+        frame = comparison_frame(summaries, names)
+        ranks = {str(r): int(k) for r, k in zip(frame["run"], frame["rank"], strict=True)}
+        fix = fix_sentence(frame)
+        if fix is not None:
+            parts.append(f'<p class="verdict fix">{esc(fix)}</p>')
         parts.append(comparison_table(summaries, names))
         parts.append(figure_html(comparison_bars(summaries, names), next(counter)))
         for name, result in runs:
@@ -122,9 +151,11 @@ def build_report(
     titles = run_titles(runs)
     for run_title, (name, result) in zip(titles, runs, strict=True):
         folder = f' <span class="run-folder">(run {esc(name)})</span>' if name != run_title else ""
+        if name in ranks:  # the comparison's rank, as its table and verdicts give it
+            folder += f' <span class="run-folder">rank {ranks[name]} of {len(ranks)}</span>'
         parts.append(f"<h2>{esc(run_title)}{folder}</h2>")
-        parts.append(answer_html(result))
-        parts.extend(figure_html(fig, next(counter)) for fig in run_figures(result, options))
+        parts.append(answer_html(result, next_step))
+        parts.extend(figure_html(fig, next(counter)) for fig in run_panels(result, options))
         parts.append(
             "<details><summary>every number of the summary</summary>"
             f"{_summary_table(result.summary)}{_alerts_html(result.summary)}</details>"
@@ -140,7 +171,13 @@ def build_report(
 
 def figure_html(fig: go.Figure, number: int) -> str:
     """``fig`` as a ``<div>`` with its own ``Plotly.newPlot`` call (plotly.js not
-    included: the page's head holds it once), its id ``figure-NUMBER``."""
+    included: the page's head holds it once), its id ``figure-NUMBER``; an
+    :func:`~reports.common.empty_panel` is one line of text, its title and why it is
+    empty, instead of a blank plot."""
+    reason = empty_reason(fig)
+    if reason is not None:
+        title = fig.layout.title.text or ""  # already escaped by base_layout
+        return f'<p class="empty-panel" id="figure-{number}"><b>{title}</b>: {esc(reason)}</p>'
     height = fig.layout.height or 450
     div = pio.to_html(
         fig,
@@ -295,8 +332,31 @@ def write_report(
     temporary beside it, moved into place when complete); ``names``: the runs' names
     (default: :func:`run_names`). Raises :class:`ReportError` for a directory that is
     not a run, ``traces.TraceError`` when ``out`` cannot be written."""
-    runs = read_runs([check_run_dir(d) for d in run_dirs], names)
-    return write_html(build_report(runs, options=options), out)
+    folders = [check_run_dir(d) for d in run_dirs]
+    runs = read_runs(folders, names)
+    beside = compare_beside(folders[0]) if len(folders) == 1 else None
+    return write_html(build_report(runs, options=options, beside=beside), out)
+
+
+def compare_beside(run_dir: str | Path) -> pd.DataFrame | None:
+    """The comparison ``run_dir`` is part of: the ``compare.csv`` in its parent folder
+    (``fragsim compare -o OUT`` writes ``OUT/NAME/`` beside ``OUT/compare.csv``;
+    ``fragsim postmortem`` its ``replay/``), or in its grandparent for a folder under
+    ``counterfactuals/``, when that file lists the run by its folder's name and has
+    :data:`~reports.answer.COMPARE_COLUMNS`; else None (unreadable included: a report
+    does not fail over a file it only borrows a sentence from)."""
+    folder = Path(run_dir).resolve()
+    parent = folder.parent.parent if folder.parent.name == "counterfactuals" else folder.parent
+    path = parent / "compare.csv"
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError):
+        return None
+    if not set(COMPARE_COLUMNS) <= set(frame.columns):
+        return None
+    if folder.name not in set(frame["run"].astype(str)):
+        return None
+    return frame
 
 
 def write_html(text: str, out: str | Path) -> Path:

@@ -105,8 +105,10 @@ def replica_memory(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) 
         _bands(fig, samples, width_s, div)
         if len(replicas) > 1:
             _pools(fig, samples, pools_of(summary), width_s, div)
-            worst = worst_replicas(samples, events, options.top_k, high_free_share(summary))
-            _worst(fig, samples, events, worst, width_s, div)
+            share = high_free_share(summary)
+            alert = ratio_thresholds(summary)[1]
+            worst = worst_replicas(samples, events, options.top_k, share, alert)
+            _worst(fig, samples, events, worst, width_s, div, share)
         title = (
             "KV memory"
             if len(replicas) <= 1
@@ -275,18 +277,23 @@ def _worst(
     worst: list[tuple[int, int]],
     width_s: float,
     div: float,
+    high_free_share: float,
 ) -> None:
     """Each of the worst replicas in the ratio panel, in a colour of its own: its
     minimum ratio per window (thin) and its allocation failures at the ratio they met
     (largest free extent / free then; x fragmentation, o capacity); one legend entry
-    each."""
+    each (:func:`worst_label`)."""
     fails = allocation_failures(events)
     names = replica_names(samples)
     for rank, (replica, failures) in enumerate(worst):
-        q = fleet_quantiles(samples[samples["replica"] == replica], (RATIO,), width_s)
+        mine_samples = samples[samples["replica"] == replica]
+        q = fleet_quantiles(mine_samples, (RATIO,), width_s)
         color = REPLICA_COLOURS[rank % len(REPLICA_COLOURS)]
         label = esc(replica_label(names, replica))
-        name = f"{label} (worst #{rank + 1}: {failures:,} failures)"
+        mine = fails[fails["replica"] == replica]
+        high = int((as_float(mine["free_share"]) > high_free_share).sum())
+        lowest = float(np.nanmin(as_float(mine_samples[RATIO]), initial=1.0))
+        name = esc(worst_label(replica_label(names, replica), rank, failures, high, lowest))
         group = f"replica-{replica}"
         fig.add_trace(
             go.Scatter(
@@ -301,7 +308,6 @@ def _worst(
             row=2,
             col=1,
         )
-        mine = fails[fails["replica"] == replica]
         mine = mine.iloc[stride_indices(len(mine), MAX_MARKERS // 10)]
         free = as_float(mine["free_tokens"])
         ratio = np.where(free > 0, as_float(mine["largest_free_extent_tokens"]) / free, np.nan)
@@ -321,6 +327,17 @@ def _worst(
             row=2,
             col=1,
         )
+
+
+def worst_label(label: str, rank: int, failures: int, high: int, lowest_ratio: float) -> str:
+    """A worst replica's legend entry: its rank and why it is there -- its failures (and
+    those at high free memory), or, for one that never failed, how low its ratio fell
+    (``replica 7 (worst #2: no failures, ratio down to 0.52)``)."""
+    if failures:
+        why = f"{failures:,} failure" + ("" if failures == 1 else "s") + f", {high:,} at high free"
+    else:
+        why = f"no failures, ratio down to {lowest_ratio:.2f}"
+    return f"{label} (worst #{rank + 1}: {why})"
 
 
 def _tint(hex_colour: str, alpha: float) -> str:

@@ -3,15 +3,16 @@
 
 What it reads (all written by ``fragsim postmortem``): ``postmortem.json`` (the match's
 counts and scores, the log's span, nodes and node events), ``match.csv`` (recorded and
-simulated failures, with times), ``compare.csv`` (the replay and the counterfactuals),
-``replicas.csv`` (the replay's fleet ids and the log's names).
+simulated failures, with times), ``compare.csv`` (the replay, the modelled baseline and
+the counterfactuals), ``replicas.csv`` (the replay's fleet ids and the log's names).
 
 What it shows, nodes always by the log's names: an answer table (precision, recall,
 reproduced of recorded, routing, the best counterfactual), recorded vs replayed failures
 over time (fleet totals per time bin), the same per node over time (the :data:`TOP_NODES`
-nodes with most failures; node events marked), failures per node, the counterfactuals
-against the replay (:func:`sim.fleet.compare.with_deltas`), and the failures that did
-not match.
+nodes with most failures; node events marked; one line instead when nothing failed),
+failures per node, the modelled baseline against the log and the replay, the runs ranked
+against the baseline (:func:`sim.fleet.postmortem_baseline.ranked`, the CLI's ranks),
+and the failures that did not match.
 
 Size: plotly.js once (4.8 MB with plotly 6) plus the figures; every figure draws at
 most :data:`TOP_NODES` nodes and :data:`MAX_POINTS` failure markers in all (every k-th
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ from plotly.offline import get_plotlyjs
 from reports.common import base_layout, esc, time_unit
 from reports.html import STYLE, ReportError, figure_html, write_html
 from reports.postmortem_tables import (
+    agreement_table,
     answer_table,
     counterfactual_table,
     deltas,
@@ -101,10 +104,9 @@ def build_postmortem_report(pm: Postmortem) -> str:
         '<h2 id="answer">answer</h2>',
         answer_table(pm),
         '<h2 id="recorded-vs-replayed-failures-over-time">recorded vs replayed failures over time</h2>',
-        figure_html(failures_over_time(pm), next(numbers)),
-        figure_html(failures_by_node_over_time(pm), next(numbers)),
+        *_failure_figures(pm, numbers, (failures_over_time, failures_by_node_over_time)),
         '<h2 id="per-node">per node</h2>',
-        figure_html(failures_by_node(pm), next(numbers)),
+        *_failure_figures(pm, numbers, (failures_by_node,)),
         node_table(pm),
         '<h2 id="counterfactuals">counterfactuals</h2>',
         _counterfactuals(pm, next(numbers)),
@@ -117,6 +119,16 @@ def build_postmortem_report(pm: Postmortem) -> str:
         f'<script type="text/javascript">{get_plotlyjs()}</script></head>\n<body>'
         f"<h1>{esc(title)}</h1>\n" + "\n".join(parts) + "\n</body></html>\n"
     )
+
+
+def _failure_figures(
+    pm: Postmortem, numbers: Iterator[int], figures: tuple[Callable[[Postmortem], go.Figure], ...]
+) -> list[str]:
+    """The failure figures, or one line when neither the log nor the replay failed (a
+    panel with nothing to show says so instead of drawing empty axes)."""
+    if pm.match.empty:
+        return ["<p>no failures to draw: neither the log nor the replay has a failed request</p>"]
+    return [figure_html(f(pm), next(numbers)) for f in figures]
 
 
 # -- failures ---------------------------------------------------------------------------------
@@ -338,11 +350,13 @@ def failures_by_node(pm: Postmortem) -> go.Figure:
 
 
 def _counterfactuals(pm: Postmortem, number: int) -> str:
-    """The counterfactuals against the replay: a table and their bars."""
+    """The modelled baseline against the log and the replay, then the counterfactuals
+    against the baseline: a table and their bars."""
     table = deltas(pm)
     if table is None:
         return "<p>no counterfactuals were run (fragsim postmortem --counterfactual NAME)</p>"
-    return counterfactual_table(table) + figure_html(_counterfactual_bars(table), number)
+    bars = figure_html(_counterfactual_bars(table), number)
+    return agreement_table(pm) + counterfactual_table(table) + bars
 
 
 def _counterfactual_bars(table: pd.DataFrame) -> go.Figure:
@@ -350,8 +364,11 @@ def _counterfactual_bars(table: pd.DataFrame) -> go.Figure:
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("failed requests", "cost ($)"))
     runs = [esc(r) for r in table["run"]]
-    colours = [RECORDED] + [REPLAYED] * (len(runs) - 1)
+    colours = [{"replay": RECORDED, "baseline": EVENT}.get(str(r), REPLAYED) for r in table["role"]]
     fig.add_trace(go.Bar(x=runs, y=table["failed_requests"], marker={"color": colours}), 1, 1)
     fig.add_trace(go.Bar(x=runs, y=table["cost_usd"], marker={"color": colours}), 1, 2)
-    fig.update_layout(**base_layout("replay (dark) and counterfactuals", 380), showlegend=False)
+    fig.update_layout(
+        **base_layout("replay (dark), modelled baseline (grey) and counterfactuals", 380),
+        showlegend=False,
+    )
     return fig

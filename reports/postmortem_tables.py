@@ -1,5 +1,5 @@
 """The tables of the postmortem report (:mod:`reports.postmortem`): the answer, nodes,
-the counterfactuals against the replay, the failures that did not match. Cells are
+the modelled baseline and the counterfactuals against it, the failures that did not match. Cells are
 escaped here (``reports.common.esc``); every table lists at most :data:`MAX_ROWS` rows
 and says where the rest are."""
 
@@ -73,6 +73,15 @@ def answer_table(pm: Postmortem) -> str:
         ("requests on their recorded node", f"{routed.get('recorded', 0):,}"),
         ("router fallbacks (recorded node not up)", f"{r['router_fallbacks']:,}"),
     ]
+    b = r.get("baseline")
+    if b:
+        rows.append(
+            (
+                "modelled baseline (the BASE scenario's policies)",
+                f"reproduces {b['matched']:,} of {r['recorded_failures']:,} recorded failures "
+                f"(precision {_score(b['precision'])}, recall {_score(b['recall'])})",
+            )
+        )
     best = best_counterfactual(pm)
     if best is not None:
         rows.append(("best counterfactual", best))
@@ -132,47 +141,81 @@ def node_table(pm: Postmortem) -> str:
 
 # -- counterfactuals --------------------------------------------------------------------------
 def deltas(pm: Postmortem) -> pd.DataFrame | None:
-    """The replay and the counterfactuals against it (``with_deltas``); None without
-    counterfactuals."""
-    from sim.fleet.compare import with_deltas
+    """The replay, the modelled baseline and the counterfactuals against the baseline
+    (:func:`sim.fleet.postmortem_baseline.ranked`, as the CLI ranks them); None without
+    counterfactuals. A folder from before the modelled baseline (no ``role`` column):
+    the replay is the baseline."""
+    from sim.fleet.postmortem_baseline import BASELINE, ranked
 
     if len(pm.compare) < 2:
         return None
-    names = [str(s) for s in pm.compare["scenario"]]
-    return with_deltas(pm.compare, names, baseline=0)
+    frame = pm.compare
+    if "role" not in frame.columns:
+        frame = frame.assign(
+            role=[BASELINE] + ["counterfactual"] * (len(frame) - 1),
+            change=[""] + [f"{s}" for s in frame["scenario"].tolist()[1:]],
+        )
+    return ranked(frame)
 
 
 def best_counterfactual(pm: Postmortem) -> str | None:
-    """The verdict of the best-ranked counterfactual (it may rank below the replay)."""
+    """The verdict of the best-ranked counterfactual (it may rank below the baseline)."""
     table = deltas(pm)
     if table is None:
         return None
-    return str(table.iloc[1]["verdict"])  # display order: the baseline, then by rank
+    options = table[table["role"] == "counterfactual"]
+    return None if options.empty else str(options.iloc[0]["verdict"])
+
+
+def agreement_table(pm: Postmortem) -> str:
+    """The modelled baseline against the log and the replay (``agreement`` of
+    ``postmortem.json``); nothing for a folder without it."""
+    rows = pm.record.get("agreement") or []
+    if not rows:
+        return ""
+
+    def num(v: Any, measure: str) -> str:
+        if v is None:
+            return "—"
+        return f"{v:.2f}" if measure in ("precision", "recall") else f"{v:,.0f}"
+
+    body = [
+        [esc(r["measure"]), *(num(r[k], r["measure"]) for k in ("log", "replay", "baseline"))]
+        for r in rows
+    ]
+    intro = (
+        "<p>The modelled baseline runs the BASE scenario's own policies (router, restart "
+        "policy, autoscaler, allocator) on the log's traffic; how close it comes to the "
+        "log and to the replay:</p>"
+    )
+    header = ["measure", "log", "replay", "modelled baseline"]
+    return intro + html_table(header, body)
 
 
 def counterfactual_table(table: pd.DataFrame) -> str:
-    """The rows of :func:`deltas` (the replay first, then by rank) as HTML, with an intro."""
+    """The rows of :func:`deltas` (the replay, the baseline, then by rank) as HTML, with
+    an intro."""
     from sim.fleet.compare import delta_text, formatted
 
     rows = []
     for _, row in table.iterrows():
-        is_base = row["run"] == table.iloc[0]["run"]
-        saved = row["cost_saved_usd"]
+        option = row["role"] == "counterfactual"
+        rank = row["rank"]
         rows.append(
             [
                 esc(row["run"]),
-                "—" if is_base else f"{int(row['rank'])}",
+                "—" if pd.isna(rank) else f"{int(rank)}",
                 formatted("failed_requests", row["failed_requests"]),
                 formatted("allocation_failures", row["allocation_failures"]),
                 formatted("restarts", row["restarts"]),
                 formatted("replicas_mean", row["replicas_mean"]),
                 formatted("replica_hours", row["replica_hours"]),
                 formatted("cost_usd", row["cost_usd"]),
-                "—" if is_base else money(saved),
+                money(row["cost_saved_usd"]) if option else "—",
                 esc(delta_text("ttft_p99_s", row["ttft_p99_s_delta"], row["ttft_p99_s_delta_pct"]))
-                if not is_base
+                if option
                 else formatted("ttft_p99_s", row["ttft_p99_s"]),
-                esc("the replay: what the log's fleet did" if is_base else row["verdict"]),
+                esc(row["verdict"]),
             ]
         )
     header = [
@@ -184,15 +227,16 @@ def counterfactual_table(table: pd.DataFrame) -> str:
         "replicas (mean)",
         "replica-hours",
         "cost ($)",
-        "saved vs replay",
+        "saved vs baseline",
         "TTFT p99 (s)",
         "verdict",
     ]
     intro = (
-        "<p>Each counterfactual runs the log's traffic from its initial fleet with its own "
-        "policies (recorded crashes kept, recorded restarts and scale events dropped); the "
-        "replay is the baseline. TTFT p99 of a counterfactual is its difference from the "
-        "replay's.</p>"
+        "<p>Each counterfactual is the modelled baseline with one change (named in its "
+        "verdict), on the log's traffic from its initial fleet (recorded crashes kept, "
+        "recorded restarts and scale events left to the policies), and is ranked against "
+        "the baseline; the replay is the record and has no rank. TTFT p99 of a "
+        "counterfactual is its difference from the baseline's.</p>"
     )
     return intro + html_table(header, rows, left=(len(header) - 1,))
 

@@ -3,13 +3,19 @@
 * :func:`failures_over_time` -- allocation failures per window, split by diagnosis
   (fragmentation on a capable node / capacity shortage), and how many of them were at
   high free memory;
-* :func:`alert_timeline` -- a fleet run: per alert and time window, how many replicas
-  had it firing at some point of the window (``alerts.parquet``; a heatmap of one row
-  per alert, whatever the fleet's size: firings last a scrape or two, too short to read
-  as lines over days); a single replica: where each of the summary's alerts first held.
+* :func:`alert_timeline` -- per alert and time window, how many replicas had it firing
+  at some point of the window (a heatmap of one row per alert, whatever the fleet's
+  size: firings last a scrape or two, too short to read as lines over days). A fleet
+  run's alert log is its ``alerts.parquet``; a single replica has none written, so its
+  log is evaluated here as ``fragsim alerts show`` evaluates it
+  (:func:`sim.fleet.alerts.evaluate_alerts` over its samples and failures, with the
+  run's thresholds).
 
-Alert names, severities and counts are read from the run (the alert log, the summary),
-never written here.
+A run with nothing to draw (no failures, no alert firing) gets the one-line
+:func:`~reports.common.empty_panel`. Alert names, severities and counts are read from
+the run (the alert log, the summary), never written here; the log is read by its
+``time_s, replica, alert, severity, state`` columns only (``state`` ``firing`` starts an
+interval, ``resolved`` ends it; other states and other columns are ignored).
 """
 
 from __future__ import annotations
@@ -26,15 +32,16 @@ from reports.common import (
     ReportOptions,
     as_float,
     base_layout,
+    empty_panel,
     esc,
     high_free_share,
     max_time_s,
+    ratio_thresholds,
     time_unit,
 )
 from reports.downsample import window_label
 from sim.results.io import RunResult
-
-SEVERITY_COLOUR = {"high": "#d62728", "medium": "#ff7f0e", "low": "#1f77b4"}
+from sim.results.seed_alerts import AlertThresholds
 
 
 def _end_s(result: RunResult) -> float:
@@ -42,15 +49,18 @@ def _end_s(result: RunResult) -> float:
     return max(engine_end, max_time_s(result.timeseries, result.events))
 
 
-def failures_over_time(
-    result: RunResult, options: ReportOptions = DEFAULT_OPTIONS
-) -> go.Figure | None:
+FAILURES_TITLE = "allocation failures over time, by diagnosis"
+ALERTS_TITLE = "alerts: replicas with each alert firing, per window"
+SINGLE_ALERTS_TITLE = "alerts: when each alert was firing, per window"
+
+
+def failures_over_time(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) -> go.Figure:
     """Stacked bars per window (:func:`~reports.aggregate.window_counts`): allocation
-    failures by cause; a line: those at high free memory (any cause). None for a run
-    without allocation failures."""
+    failures by cause (a cause with none left out); a line: those at high free memory
+    (any cause). A run without allocation failures: an empty panel saying so."""
     fails = allocation_failures(result.events)
     if not len(fails):
-        return None
+        return empty_panel(FAILURES_TITLE, "no allocation failures in this run")
     end_s = _end_s(result)
     div, unit = time_unit(end_s)
     share = high_free_share(result.summary)
@@ -76,6 +86,8 @@ def failures_over_time(
         ("capacity", "capacity (less free memory than the request needs)", CAPACITY_COLOUR),
     ):
         total = int(windows.counts[cause].sum())
+        if not total:
+            continue
         fig.add_trace(
             go.Bar(
                 x=x,
@@ -152,33 +164,49 @@ def alert_windows(
     return windows, replicas
 
 
+def alert_log(result: RunResult) -> tuple[pd.DataFrame, str]:
+    """``(log, source)``: the run's alert log and where it comes from -- a fleet's
+    ``alerts.parquet``, or for a single replica the log ``fragsim alerts show``
+    evaluates over its samples and failures (the run's thresholds, the default scrape
+    interval and trend window)."""
+    if result.alerts is not None:
+        return result.alerts, "alerts.parquet"
+    from sim.fleet.alerts import evaluate_alerts
+
+    severe, alert = ratio_thresholds(result.summary)
+    thresholds = AlertThresholds(
+        high_free_share=high_free_share(result.summary), ratio_alert=alert, ratio_severe=severe
+    )
+    log = evaluate_alerts(result.timeseries, result.events, thresholds=thresholds)
+    return log, "evaluated as fragsim alerts show evaluates them"
+
+
 def alert_timeline(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) -> go.Figure:
-    """See the module docstring."""
+    """See the module docstring: one row per alert that fired, high severity first; an
+    empty panel where none fired."""
     end_s = _end_s(result)
+    log, source = alert_log(result)
+    firing = log[log["state"] == "firing"] if len(log) else log
+    if not len(firing):
+        title = ALERTS_TITLE if result.alerts is not None else SINGLE_ALERTS_TITLE
+        return empty_panel(title, f"no alert fired ({source})")
     div, unit = time_unit(end_s)
     fig = go.Figure()
-    if result.alerts is not None:
-        rows = _fleet_alerts(fig, result.alerts, end_s, div)
-        title = "alerts: replicas with each alert firing, per window (alerts.parquet)"
-        height = 160 + 50 * max(rows, 1)
-    else:
-        rows = _first_held(fig, result.summary, div)
-        title, height = "alerts: when each alert's condition first held", 200 + 40 * max(rows, 1)
-    if not rows:
-        fig.add_annotation(
-            text="no alerts fired", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper"
-        )
-    fig.update_layout(**base_layout(title, height))
+    fleet = result.alerts is not None
+    rows = _alert_heatmap(fig, log, end_s, div, fleet)
+    title = ALERTS_TITLE if fleet else SINGLE_ALERTS_TITLE
+    fig.update_layout(**base_layout(f"{title} ({source})", 160 + 50 * rows))
     fig.update_xaxes(title_text=unit, range=[0, max(end_s / div, 1e-9)])
     fig.update_yaxes(type="category", automargin=True)
     return fig
 
 
-def _fleet_alerts(fig: go.Figure, alerts: pd.DataFrame, end_s: float, div: float) -> int:
+def _alert_heatmap(
+    fig: go.Figure, alerts: pd.DataFrame, end_s: float, div: float, fleet: bool
+) -> int:
     """A heatmap: a row per alert (high severity first), a column per window, the colour
-    the replicas firing; hover adds the firings that started in the window."""
-    if not len(alerts):
-        return 0
+    the replicas firing (a fleet; one colour for a single replica, no scale); hover adds
+    the firings that started in the window."""
     windows, replicas = alert_windows(alerts, end_s)
     severity = alerts.drop_duplicates("alert").set_index("alert")["severity"].astype(str)
     rank = {"high": 0, "medium": 1, "low": 2}
@@ -201,9 +229,12 @@ def _fleet_alerts(fig: go.Figure, alerts: pd.DataFrame, end_s: float, div: float
             customdata=fires,
             colorscale=[[0.0, "#fcbba1"], [1.0, "#99000d"]],
             zmin=1,
+            zmax=max(float(np.nanmax(z, initial=1.0)), 2.0) if fleet else 1.0,
             ygap=2,
+            showscale=fleet,
             colorbar={"title": {"text": "replicas<br>firing"}, "thickness": 12},
-            hovertemplate="%{z} replicas firing, %{customdata} firings started in this "
+            hovertemplate=("%{z} replicas firing, " if fleet else "firing, ")
+            + "%{customdata} firings started in this "
             + per
             + "<extra></extra>",
         )
@@ -214,25 +245,3 @@ def _fleet_alerts(fig: go.Figure, alerts: pd.DataFrame, end_s: float, div: float
 
 def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
-
-
-def _first_held(fig: go.Figure, summary: dict[str, object], div: float) -> int:
-    found = summary.get("alerts") or []
-    assert isinstance(found, list)
-    for a in found:
-        hover = esc(f"{a['alert']} ({a['severity']}): {a.get('condition', '')}")
-        for key in ("matching_failures", "matching_samples", "count"):
-            if key in a:
-                hover += esc(f"; {a[key]:,} {key.replace('_', ' ')}")
-        fig.add_trace(
-            go.Scatter(
-                x=[float(a.get("first_time_s") or 0.0) / div],
-                y=[esc(a["alert"])],
-                mode="markers",
-                marker={"size": 12, "color": SEVERITY_COLOUR.get(a["severity"], "#7f7f7f")},
-                name=esc(f"{a['alert']} (first)"),
-                text=[hover],
-                hovertemplate="%{text}<extra></extra>",
-            )
-        )
-    return len(found)

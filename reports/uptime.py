@@ -13,6 +13,9 @@ uptime over *every* periodic sample of every replica up (none is dropped: a flee
   (uptime, fragmentation ``1 - ratio``) in the title: the one correlation statistic the
   summary and the alerts use (positive: fragmentation grows, the ratio falls, with
   uptime).
+
+A run whose samples hold one ratio only (a paged pool: 1 throughout), or none, has no
+trend to draw: its panel is the one line of :func:`~reports.common.empty_panel`.
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from reports.common import (
     RATIO_COLOUR,
     ReportOptions,
     base_layout,
+    empty_panel,
     esc,
     ratio_thresholds,
     time_unit,
 )
 from sim.results.io import RunResult
 
+TITLE = "ratio vs uptime since the last restart"
 NO_TREND_RHO = 0.1
 """Below this |rho| the title says there is no monotone trend (the alert's own
 threshold, ``uptime_rho_alert``, is 0.5)."""
@@ -41,6 +46,15 @@ def ratio_vs_uptime(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS)
     """See the module docstring; the severe and alert thresholds as lines."""
     samples = up_samples(result.timeseries)
     valid = samples.dropna(subset=[RATIO])
+    ratios = valid[RATIO].to_numpy(dtype=float)
+    if not len(ratios) or float(ratios.min()) == float(ratios.max()):
+        why = (
+            "no periodic sample of a replica up with free memory"
+            if not len(ratios)
+            else f"the ratio is {ratios[0]:.2f} in all {len(ratios):,} samples: "
+            "no fragmentation to set against uptime"
+        )
+        return empty_panel(TITLE, why)
     div, unit = time_unit(float(valid["uptime_s"].max()) if len(valid) else 0.0)
     binned = uptime_bins(samples)
     trend = uptime_trend(samples)
@@ -108,14 +122,14 @@ def ratio_vs_uptime(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS)
         )
     if trend.slope_per_s is not None and trend.intercept is not None:
         top = float(binned.edges_s[-1])
-        per_day = trend.slope_per_s * 86400.0
+        per_s, per = trend_unit(top)
         fig.add_trace(
             go.Scatter(
                 x=[0.0, top / div],
                 y=[trend.intercept, trend.intercept + trend.slope_per_s * top],
                 mode="lines",
                 line={"color": "#d62728", "width": 2, "dash": "dash"},
-                name=f"least-squares trend ({per_day:+.3f} per day of uptime)",
+                name=f"least-squares trend ({trend.slope_per_s * per_s:+.3g} per {per} of uptime)",
                 hoverinfo="skip",
             )
         )
@@ -134,6 +148,13 @@ def ratio_vs_uptime(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS)
         range=[0, float(binned.edges_s[-1]) / div],
     )
     return fig
+
+
+def trend_unit(longest_uptime_s: float) -> tuple[float, str]:
+    """``(seconds, name)`` of the unit the trend's slope is given per: an hour where the
+    longest uptime is under two days (a slope per day of a one-hour run reads as a
+    change the run never saw), else a day."""
+    return (3600.0, "hour") if longest_uptime_s < 2 * 86400.0 else (86400.0, "day")
 
 
 def _title(rho: float | None, samples: int) -> str:

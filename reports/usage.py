@@ -23,8 +23,10 @@ from reports.common import (
     as_float,
     base_layout,
     colour,
+    empty_panel,
     max_time_s,
     time_unit,
+    value_axis,
 )
 from reports.downsample import cdf_points, window_label
 from sim.results.io import RunResult
@@ -38,6 +40,7 @@ WASTE = (
     ("free_largest", "free, in the largest extent (usable by one request)", "#dcdcdc", "free"),
 )
 """(column, label, colour, legend group), bottom to top of the stack."""
+WASTE_TITLE = "waste breakdown: what KV capacity holds (the vLLM paper's four shares)"
 
 
 def waste_shares(
@@ -74,6 +77,8 @@ def waste_breakdown(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS)
     the stack first, gives each share's mean and groups the fourth share's two parts
     under its name."""
     samples = up_samples(result.timeseries)
+    if not len(samples):
+        return empty_panel(WASTE_TITLE, "no periodic sample of a replica up")
     width_s = quantile_window_s(samples)
     times, values, means_of = waste_shares(result.timeseries, width_s)
     div, unit = time_unit(max_time_s(result.timeseries))
@@ -100,8 +105,7 @@ def waste_breakdown(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS)
                 **extra,
             )
         )
-    title = "waste breakdown: what KV capacity holds (the vLLM paper's four shares), "
-    title += f"mean per {window_label(width_s)}"
+    title = f"{WASTE_TITLE}, mean per {window_label(width_s)}"
     fig.update_layout(**base_layout(title, 420))
     fig.update_layout(legend={"traceorder": "reversed"})
     fig.update_yaxes(title_text="% of KV capacity", range=[0, 100])
@@ -124,13 +128,30 @@ def latency_samples(requests: pd.DataFrame) -> dict[str, np.ndarray]:
     return {"TTFT": first - arrival, "TPOT": tpot, "end to end": finish - arrival}
 
 
+LATENCY_TITLE = "latency CDFs (ok requests)"
+
+
 def latency_cdfs(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) -> go.Figure:
     """Three CDFs side by side (each from :data:`~reports.downsample.CDF_POINTS`
-    quantiles); a log x axis where the values span more than two decades."""
+    quantiles), each x axis fitted to its own data (:func:`~reports.common.value_axis`:
+    logarithmic where the values span more than a decade, the range from the fastest to
+    the slowest request); a panel without values says so in its place. No ok request at
+    all: an empty panel saying so."""
     samples = latency_samples(result.requests)
+    if not any(np.isfinite(v).any() for v in samples.values()):
+        return empty_panel(LATENCY_TITLE, "no request finished ok: no latency to draw")
     fig = make_subplots(rows=1, cols=3, subplot_titles=[f"{n} (s)" for n in samples])
     for col, (name, values) in enumerate(samples.items(), start=1):
         x, p = cdf_points(values)
+        if not len(x):
+            fig.add_annotation(
+                text=f"no {name} values (no ok request of more than one token)",
+                showarrow=False,
+                xref=f"x{col} domain",
+                yref=f"y{col} domain",
+                x=0.5,
+                y=0.5,
+            )
         fig.add_trace(
             go.Scatter(
                 x=x,
@@ -145,10 +166,9 @@ def latency_cdfs(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) ->
             row=1,
             col=col,
         )
-        positive = x[x > 0]
-        if len(positive) and positive.max() / positive.min() > 100:
-            fig.update_xaxes(type="log", row=1, col=col)
-        fig.update_xaxes(title_text="seconds", row=1, col=col)
+        fig.update_xaxes(title_text="seconds", **value_axis(x), row=1, col=col)
     fig.update_yaxes(title_text="share of ok requests", range=[0, 1.01], row=1, col=1)
-    fig.update_layout(**base_layout("latency CDFs (ok requests)", 380))
+    fig.update_yaxes(range=[0, 1.01], row=1, col=2)
+    fig.update_yaxes(range=[0, 1.01], row=1, col=3)
+    fig.update_layout(**base_layout(LATENCY_TITLE, 380))
     return fig

@@ -206,7 +206,7 @@ def simulate(
 
     records.on_count = on_count
     if progress is not None:
-        end_hint = scenario.duration_s or max(last_arrival_s * 1.05, 1.0)
+        end_hint = scenario.duration_s or max(last_arrival_s, 1.0)  # the run may drain past it
         processes.append(_progress(env, progress, end_hint))
     for process in processes:
         env.process(process)

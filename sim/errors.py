@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from sim.field_names import fields_at, unknown_field
+
 if TYPE_CHECKING:  # an annotation only: the command line starts without pydantic
     from pydantic import ValidationError
 
@@ -30,7 +32,7 @@ def _repr_chunks(value: object) -> Iterator[str]:
     cut before quoting)."""
     if isinstance(value, str) and len(value) > 4096:
         yield repr(value[:4096])
-    elif isinstance(value, dict) and type(value) is dict:
+    elif isinstance(value, dict) and type(value).__repr__ is dict.__repr__:
         yield "{"
         for i, (k, v) in enumerate(value.items()):
             yield ", " if i else ""
@@ -69,10 +71,15 @@ def os_error_line(exc: OSError, what: str = "") -> str:
 
 
 def validation_lines(
-    source: str, exc: ValidationError, data: object, prefix: str = ""
+    source: str, exc: ValidationError, data: object, prefix: str = "", model: object = None
 ) -> list[str]:
     """One ``SOURCE: field a.b: got VALUE: message`` line per pydantic error
     (``prefix`` names where ``data`` sits in a larger file, e.g. ``workload.synth``).
+    A key no field takes reads ``SOURCE: field a.b: unknown field; did you mean NAME?``
+    (the names ``model``, the type ``data`` was validated as, takes there; difflib's
+    nearest, else the names allowed). Where ``data``'s mappings remember their keys'
+    lines (a YAML file loaded ``located``), the line ends ``(line N)``: the line of the
+    deepest key of the path the file holds.
 
     The dotted path follows the user's input (``arrival.rate_per_s``): the union tags
     pydantic inserts (``arrival.poisson.rate_per_s``, ``gpu.inline.memory_bytes``) are
@@ -86,9 +93,11 @@ def validation_lines(
         path: list[str] = []
         node: object = data
         found = True
+        line: int | None = None
         loc = e["loc"]
         for i, step in enumerate(loc):
-            if isinstance(node, dict) and step in node:  # noqa: SIM114 (mypy: index types)
+            if isinstance(node, dict) and step in node:
+                line = getattr(node, "key_lines", {}).get(step, line)
                 node = node[step]
             elif isinstance(node, list | tuple) and isinstance(step, int) and step < len(node):
                 node = node[step]
@@ -104,11 +113,13 @@ def validation_lines(
             "; ".join(" ".join(part.split()) for part in msg.splitlines() if part.strip()),
             MAX_MESSAGE,
         )
+        if e["type"] == "extra_forbidden" and loc:
+            msg = unknown_field(str(loc[-1]), fields_at(model, loc, data) if model else [])
         if prefix:
             path.insert(0, prefix)
         parts = [source, f"field {'.'.join(path)}" if path else "spec"]
-        if e["type"] != "missing" and path:
+        if e["type"] not in ("missing", "extra_forbidden") and path:
             parts.append(f"got {short(node if found else e.get('input'))}")
         parts.append(msg[:1].lower() + msg[1:])
-        lines.append(": ".join(parts))
+        lines.append(": ".join(parts) + (f" (line {line})" if line is not None else ""))
     return lines

@@ -24,12 +24,18 @@ import pandas as pd
 
 from sim.driver import Simulated
 from sim.engine.recorder import EventTable
-from sim.fleet.alerts import DEFAULT_TREND_WINDOW_S, diagnose_failures, evaluate_alerts
+from sim.fleet.alert_states import DEFAULT_TIMING
+from sim.fleet.alerts import (
+    DEFAULT_TREND_WINDOW_S,
+    diagnose_failures,
+    episode_counts,
+    evaluate_alerts,
+)
 from sim.latency.base import OutOfRange
 from sim.parts import Parts
 from sim.results.frames import frame
 from sim.results.io import RunResult
-from sim.results.seed_alerts import THRESHOLD_FIELDS
+from sim.results.seed_alerts import ALERTS, THRESHOLD_FIELDS
 from sim.results.summary import summarize, with_firings
 from sim.scenario import bounds
 from sim.scenario.schema import Scenario
@@ -83,7 +89,12 @@ def fleet_result(
     # scrapes), recorded so, so that the commands reading the summary accept the pair
     trend_s = max(DEFAULT_TREND_WINDOW_S, scrape_s)
     alerts = evaluate_alerts(
-        ts_df, ev_df, scrape_interval_s=scrape_s, thresholds=thresholds, trend_window_s=trend_s
+        ts_df,
+        ev_df,
+        scrape_interval_s=scrape_s,
+        thresholds=thresholds,
+        trend_window_s=trend_s,
+        timing=DEFAULT_TIMING,
     )
     diagnosis = diagnose_failures(req_df, ev_df, thresholds)[["request_id", "diagnosis"]]
     req_df = _with_diagnosis(req_df, diagnosis)
@@ -104,10 +115,10 @@ def fleet_result(
         "scrape_interval_s": scrape_s,
         "trend_window_s": trend_s,
         "thresholds": {name: getattr(thresholds, name) for name in THRESHOLD_FIELDS},
+        **DEFAULT_TIMING.recorded(),
     }
-    firing = alerts.loc[alerts["state"] == "firing", "alert"].value_counts()
-    counts = {str(k): int(v) for k, v in firing.items()}
-    summary["alerts"] = with_firings(summary["alerts"], counts, thresholds)
+    held = {spec.name: DEFAULT_TIMING.hold_s(spec.name) for spec in ALERTS}
+    summary["alerts"] = with_firings(summary["alerts"], episode_counts(alerts), thresholds, held)
     return RunResult(req_df, ts_df, ev_df, summary, fleet=fleet_df, alerts=alerts)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import stat
 from collections.abc import Mapping
@@ -161,7 +162,10 @@ def check_regular_file(path: Path) -> None:
     try:
         mode = path.stat().st_mode
     except OSError as exc:
-        raise TraceError(path, f"cannot read file ({exc.strerror or exc})") from None
+        why = exc.strerror or str(exc)
+        if os.path.islink(path):  # dangling, or a loop (ELOOP)
+            why = f"a symlink to {os.readlink(path)}: {why}"
+        raise TraceError(path, f"cannot read file ({why})") from None
     if not stat.S_ISREG(mode):
         kind = next((name for test, name in _KINDS if test(mode)), "not a file")
         raise TraceError(

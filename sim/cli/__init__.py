@@ -32,6 +32,7 @@ from typing import Any, NamedTuple  # noqa: E402
 import typer  # noqa: E402
 from typer.core import TyperCommand, TyperGroup  # noqa: E402
 
+from sim.cli.help_format import HelpContext, plain_help  # noqa: E402
 from sim.errors import clip, os_error_line  # noqa: E402
 from sim.results.folder_errors import RunFolderNote  # noqa: E402
 
@@ -104,7 +105,8 @@ COMMANDS: dict[str, Lazy] = {
     ),
     "export": Lazy(
         "sim.cli.export:export_app",
-        "Export a run's series in formats other tools read (OpenMetrics for Prometheus).",
+        "Export a run's series in formats other tools read (OpenMetrics for Prometheus, a "
+        "Grafana dashboard over them).",
     ),
 }
 """Every command but ``version``, in the order ``fragsim --help`` lists them; each
@@ -115,13 +117,15 @@ def load_command(name: str) -> Any:
     """The click command of :data:`COMMANDS` ``name``, built from its module."""
     module, _, attr = COMMANDS[name].target.partition(":")
     obj = getattr(importlib.import_module(module), attr)
-    holder = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    holder = typer.Typer(
+        add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None
+    )
     if isinstance(obj, typer.Typer):
         # `fragsim trace` alone is a usage error ("missing command"), not the help
         holder.add_typer(obj, name=name, no_args_is_help=False)
     else:
         holder.command(name)(obj)
-    return typer.main.get_group(holder).commands[name]
+    return plain_help(typer.main.get_group(holder).commands[name])
 
 
 class LazyCommands(MutableMapping[str, Any]):
@@ -130,7 +134,7 @@ class LazyCommands(MutableMapping[str, Any]):
     the summary)."""
 
     def __init__(self, eager: MutableMapping[str, Any]) -> None:
-        self._loaded: dict[str, Any] = dict(eager)
+        self._loaded: dict[str, Any] = {n: plain_help(c) for n, c in eager.items()}
         self.listing = False
 
     def __getitem__(self, name: str) -> Any:
@@ -139,7 +143,8 @@ class LazyCommands(MutableMapping[str, Any]):
         if name not in COMMANDS:
             raise KeyError(name)
         if self.listing:
-            return TyperCommand(name=name, help=COMMANDS[name].summary)
+            summary = COMMANDS[name].summary  # listed whole (click cuts help at 45)
+            return TyperCommand(name=name, help=summary, short_help=summary)
         self._loaded[name] = load_command(name)
         return self._loaded[name]
 
@@ -170,7 +175,10 @@ class OneLineErrors(TyperGroup):
     error from the file system that no command caught (a name too long, a folder that
     may not be searched) is one ``error: FILE: REASON`` line; both exit with status 2.
     Ctrl-C is one line and status 130 (:mod:`sim.cli.interrupt`). Commands load on
-    demand (:class:`LazyCommands`)."""
+    demand (:class:`LazyCommands`); help is plain text wrapped at whole words
+    (:mod:`sim.cli.help_format`)."""
+
+    context_class = HelpContext
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -279,6 +287,7 @@ app = typer.Typer(
     no_args_is_help=False,  # `fragsim` alone is a usage error: "missing command"
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help, whole words (sim.cli.help_format)
 )
 
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from sim.cli.run import fail
 from sim.errors import clip
+
+if TYPE_CHECKING:
+    from sim.fleet.alert_states import RuleTiming
 
 MAX_SCRAPES = 5_000_000
 """The most scrape instants ``show`` evaluates per replica (a bound on its memory)."""
@@ -169,3 +172,31 @@ def run_thresholds(summary: dict[str, Any], path: Path) -> dict[str, float] | No
             )
         values[str(key)] = float(value)
     return values
+
+
+def run_timing(summary: dict[str, Any], path: Path) -> RuleTiming:
+    """Each rule's ``for:`` and the failure window a fleet run's ``alerts.parquet`` was
+    evaluated with (its summary's ``fleet.alerts.for_s`` / ``failure_window_s``), the
+    shipped ones (:data:`sim.fleet.alert_states.SHIPPED_FOR_S`) where it records none.
+    A recorded value that is not seconds >= 0 (or an unknown alert) is one error line
+    naming the field."""
+    from sim.fleet.alert_states import DEFAULT_FAILURE_WINDOW_S, RuleTiming
+
+    fleet = summary.get("fleet")
+    recorded = fleet.get("alerts") if isinstance(fleet, dict) else None
+    if not isinstance(recorded, dict):
+        return RuleTiming()
+    where = f"{clip(str(path))}: field fleet.alerts"
+    found = recorded.get("for_s", {})
+    window = recorded.get("failure_window_s", DEFAULT_FAILURE_WINDOW_S)
+    for key, value in [*(found.items() if isinstance(found, dict) else []), ("", window)]:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not (math.isfinite(value) and value >= 0):
+            field = f"for_s.{key}" if key else "failure_window_s"
+            raise fail(f"{where}.{field}: expected seconds >= 0")
+    if not isinstance(found, dict):
+        raise fail(f"{where}.for_s: expected seconds by alert name")
+    try:
+        return RuleTiming({str(k): float(v) for k, v in found.items()}, float(window))
+    except ValueError as e:
+        raise fail(f"{where}.for_s: {e}") from None

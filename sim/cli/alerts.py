@@ -4,8 +4,8 @@
 Every user error (a bad scenario, run folder or option) prints one ``error: ...`` line
 on stderr and exits with status 2; files are written atomically (nothing half-written).
 
-``show`` prints, in ``--format``, one row per alert (firings, replicas, first and last
-firing) -- or the transitions themselves with ``--all`` / ``--limit N`` -- with times
+``show`` prints, in ``--format``, one row per alert (its ``for:``, the episodes its
+condition held, those that fired, replicas, first and last firing) -- or the transitions themselves with ``--all`` / ``--limit N`` -- with times
 since the run's start as ``2d 03:14:05`` (and in seconds in csv/json); ``-o FILE``
 writes every transition as CSV, ``time`` beside ``time_s``. Progress (reading,
 evaluating, diagnosing) goes to stderr.
@@ -31,8 +31,9 @@ from sim.cli.alert_times import (
     check_times,
     run_thresholds,
     run_times,
+    run_timing,
 )
-from sim.cli.output import Cell, FormatOption, clock_text, print_table
+from sim.cli.output import Cell, FormatOption, clock_text, echo_prose, print_table
 from sim.cli.progress import progress
 from sim.cli.run import fail
 from sim.cli.run_folder import too_many_scrapes
@@ -48,8 +49,20 @@ alerts_app = typer.Typer(
     no_args_is_help=True,
 )
 
-DEFAULT_HOLD_S = 300.0
-"""``--for`` and ``--failure-window`` unless the scrape interval asks for longer."""
+HELD_NOTE = (
+    "held: episodes of scrapes where the alert's condition held; fired: those that held "
+    "its for: (the alerts Prometheus fires)"
+)
+
+ForOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--for",
+        help="Every gauge rule's for: (how long its condition must hold before it fires), "
+        "seconds >= 0; default: each rule's own, the run's (its summary's fleet.alerts) "
+        "or the shipped ones (docs/alerts.md).",
+    ),
+]
 
 ScenarioOpt = Annotated[
     Path | None,
@@ -107,20 +120,13 @@ def export_command(
     scenario: ScenarioOpt = None,
     scrape_interval_s: RunScrapeOpt = None,
     trend_window_s: RunWindowOpt = None,
-    for_s: Annotated[
-        float | None,
-        typer.Option(
-            "--for",
-            help="How long a gauge threshold must hold before its alert fires, seconds "
-            "(at least the scrape interval); default: 300, or the scrape interval if longer.",
-        ),
-    ] = None,
+    for_s: ForOpt = None,
     failure_window_s: Annotated[
         float | None,
         typer.Option(
             "--failure-window",
             help="The failure rule's increase() range, seconds (at least two scrape "
-            "intervals); default: 300, or two scrape intervals if longer.",
+            "intervals); default: the --run's, else 300 or two scrape intervals if longer.",
         ),
     ] = None,
     runbook_url: Annotated[
@@ -167,21 +173,11 @@ def export_command(
         )
     summary, summary_path = _run_summary(run_dir)
     scrape_s, window_s, note = run_times(summary, summary_path, scrape_interval_s, trend_window_s)
-    for_s = max(DEFAULT_HOLD_S, scrape_s) if for_s is None else for_s
-    if failure_window_s is None:
-        failure_window_s = max(DEFAULT_HOLD_S, 2 * scrape_s)
-    for value, name, least in (
-        (for_s, "--for", scrape_s),
-        (failure_window_s, "--failure-window", 2 * scrape_s),
-    ):
-        if not (math.isfinite(value) and least <= value <= MAX_INTERVAL_S):
-            raise typer.BadParameter(
-                f"got {value:g}, expected seconds in [{least:g}, {MAX_INTERVAL_S:g}]",
-                param_hint=name,
-            )
+    _check_holds(for_s, failure_window_s, scrape_s)
     options = RuleOptions(
         for_s=for_s,
         failure_window_s=failure_window_s,
+        timing=run_timing(summary, summary_path),
         runbook_url=runbook_url,
         metrics="vllm" if metrics == "vllm" else "fragsim",
         instance_label=instance_label,
@@ -203,6 +199,19 @@ def export_command(
         typer.echo(f"wrote promtool tests to {tests}")
     if note is not None:
         typer.echo(note, err=True)
+
+
+def _check_holds(for_s: float | None, failure_window_s: float | None, scrape_s: float) -> None:
+    """Refuse a ``--for`` below 0 or a ``--failure-window`` below two scrape intervals."""
+    for value, name, least in (
+        (for_s, "--for", 0.0),
+        (failure_window_s, "--failure-window", 2 * scrape_s),
+    ):
+        if value is not None and not (math.isfinite(value) and least <= value <= MAX_INTERVAL_S):
+            raise typer.BadParameter(
+                f"got {value:g}, expected seconds in [{least:g}, {MAX_INTERVAL_S:g}]",
+                param_hint=name,
+            )
 
 
 def _run_summary(run_dir: Path | None) -> tuple[dict[str, Any], Path]:
@@ -263,6 +272,7 @@ def show_command(
     scenario: ScenarioOpt = None,
     scrape_interval_s: ShowScrapeOpt = None,
     trend_window_s: ShowWindowOpt = None,
+    for_s: ForOpt = None,
     fmt: FormatOption = "table",
     all_rows: Annotated[
         bool, typer.Option("--all", help="List every transition instead of one row per alert.")
@@ -273,11 +283,12 @@ def show_command(
     ] = None,
 ) -> None:
     """Evaluate the seed's alerts over a run, as Prometheus scraping it would: per alert,
-    how often and when it fired (every transition with --all); then the diagnosis of
-    the run's failed requests."""
+    the episodes its condition held and those that held its for: and fired, and when
+    (every transition with --all); then the diagnosis of the run's failed requests."""
     import pandas as pd
 
     from sim.fleet.alerts import ALERTS, diagnose_failures, evaluate_alerts
+    from sim.fleet.prometheus import RuleOptions
     from sim.results.io import read_result
 
     if scrape_interval_s is not None or trend_window_s is not None:
@@ -300,6 +311,10 @@ def show_command(
         )
         if scenario is None:  # the run's own thresholds, where it records them
             thresholds = _recorded(result.summary, run_dir / "summary.json") or thresholds
+        _check_holds(for_s, None, scrape_interval_s)
+        timing = RuleOptions(
+            for_s=for_s, timing=run_timing(result.summary, run_dir / "summary.json")
+        ).rule_timing()
         if span_s / scrape_interval_s >= MAX_SCRAPES:
             raise too_many_scrapes(
                 f"got {scrape_interval_s:g}: the run's {span_s:g} s would be more than "
@@ -316,6 +331,7 @@ def show_command(
                 scrape_interval_s=scrape_interval_s,
                 thresholds=thresholds,
                 trend_window_s=trend_window_s,
+                timing=timing,
             )
             p.update(2, note="diagnosing the failed requests")
             diagnosis = diagnose_failures(requests, events, thresholds)
@@ -332,16 +348,20 @@ def show_command(
         shown = log if all_rows or limit is None else log.head(limit)
         print_transitions(shown, f"{title} ({len(shown):,} of {len(log):,} transitions)", fmt)
     else:
-        print_alert_summary(log, [(a.name, a.severity) for a in ALERTS], title, fmt)
+        shown_alerts = [(a.name, str(a.severity), timing.hold_s(a.name)) for a in ALERTS]
+        print_alert_summary(log, shown_alerts, title, fmt)
     if fmt in ("table", "markdown"):
+        if not (all_rows or limit is not None):
+            echo_prose(HELD_NOTE, fmt=fmt)
         for spec in ALERTS:
             if (log["alert"] == spec.name).any():
-                typer.echo(f"{spec.name}: {spec.response}")
-        typer.echo(_diagnosis_line(diagnosis, thresholds.high_free_share, pd))
+                echo_prose(f"{spec.name}: {spec.response}", fmt=fmt)
+        echo_prose(_diagnosis_line(diagnosis, thresholds.high_free_share, pd), fmt=fmt)
         if not all_rows and len(log) > (limit or 0):
-            typer.echo(
+            echo_prose(
                 f"{len(log):,} transitions: --all or --limit N lists them, -o FILE writes "
-                "them as CSV"
+                "them as CSV",
+                fmt=fmt,
             )
     if out is not None:
         typer.echo(f"wrote {len(log):,} alert log rows to {out}", err=True)
@@ -363,34 +383,45 @@ def _diagnosis_line(diagnosis: Any, high_free_share: float, pd: Any) -> str:
 
 
 def print_alert_summary(
-    log: pd.DataFrame, alerts: list[tuple[str, str]], title: str, fmt: str
+    log: pd.DataFrame, alerts: list[tuple[str, str, float]], title: str, fmt: str
 ) -> None:
-    """One row per alert (every one, in the seed's order): severity, times it fired,
-    replicas it fired on, first and last firing (``2d 03:14:05``; seconds in csv/json)."""
+    """One row per alert (every one, in the seed's order): severity, its ``for:``, the
+    episodes its condition held, those that fired, the replicas it fired on, first and
+    last firing (``2d 03:14:05``; seconds in csv/json)."""
     machine = fmt in ("csv", "json")
     rows = []
-    for name, severity in alerts:
-        fired = log[(log["alert"] == name) & (log["state"] == "firing")]
+    for name, severity, hold in alerts:
+        mine = log[log["alert"] == name]
+        fired = mine[mine["state"] == "firing"]
+        held = int((mine["state"] == "pending").sum())
         times = fired["time_s"]
         first = float(times.min()) if len(times) else None
         last = float(times.max()) if len(times) else None
-        row: list[object] = [name, severity, len(fired), fired["replica"].nunique()]
+        row: list[object] = [name, severity, hold if machine else _hold_text(hold), held]
+        row += [len(fired), fired["replica"].nunique()]
         if machine:
             row += [first, last, *(None if t is None else clock_text(t) for t in (first, last))]
         else:
             row += [None if t is None else Cell(t, clock_text(t)) for t in (first, last)]
         rows.append(row)
-    columns = ["alert", "severity", "firings", "replicas"]
+    columns = ["alert", "severity"]
     if machine:
+        columns += ["for_s", "condition_episodes", "firings", "replicas"]
         columns += ["first_firing_s", "last_firing_s", "first_firing", "last_firing"]
     else:
-        columns += ["first firing", "last firing"]
+        columns += ["for", "held", "fired", "replicas", "first firing", "last firing"]
     print_table(title, columns, rows, fmt)
+
+
+def _hold_text(for_s: float) -> str:
+    from sim.fleet.prometheus import duration
+
+    return duration(for_s) if for_s > 0 else "0s"
 
 
 def print_transitions(log: pd.DataFrame, title: str, fmt: str) -> None:
     """The alert log's rows: when (``2d 03:14:05``; seconds too in csv/json), on which
-    replica, which alert, firing or resolved, the value that crossed."""
+    replica, which alert, pending, firing or resolved, the value then."""
     machine = fmt in ("csv", "json")
     columns = ["time", "replica", "alert", "state", "value", "severity"]
     if machine:

@@ -302,23 +302,14 @@ def print_comparison(frame: pd.DataFrame, fmt: str) -> None:
     if not verdicts:  # the baseline alone
         return
     if fmt == "markdown":
-        typer.echo("\n".join(["", head, "", *verdicts]))
+        typer.echo("\n".join([head, "", *verdicts]))
         return
-    import textwrap
-
-    from sim.cli.output import terminal_width
+    from sim.cli.output import terminal_width, wrap_prose
 
     width = max(40, terminal_width())
-    lines = textwrap.wrap(head, width, break_on_hyphens=False, break_long_words=False)
+    lines = wrap_prose(head, width)
     for line in verdicts:
-        lines += textwrap.wrap(
-            line,
-            width,
-            initial_indent="  ",
-            subsequent_indent="     ",
-            break_on_hyphens=False,
-            break_long_words=False,
-        )
+        lines += wrap_prose(f"  {line}", width, indent="   ")
     typer.echo("\n".join(lines))
 
 

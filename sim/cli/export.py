@@ -17,20 +17,25 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sim.cli.alert_times import run_thresholds, run_times
+from sim.cli.alert_times import run_thresholds, run_times, run_timing
+from sim.cli.output import echo_prose
 from sim.cli.run import fail
 from sim.cli.run_folder import checked_run, too_many_scrapes
 from sim.errors import clip
+
+if TYPE_CHECKING:
+    from sim.fleet.openmetrics_alerts import AlertInputs
 
 SEED_HIGH_FREE_SHARE = 0.25
 """``sim.results.seed_alerts.AlertThresholds().high_free_share`` (a test holds them equal)."""
 
 export_app = typer.Typer(
-    help="Export a run's series in formats other tools read (OpenMetrics for Prometheus).",
+    help="Export a run's series in formats other tools read (OpenMetrics for Prometheus, a "
+    "Grafana dashboard over them).",
     no_args_is_help=True,
 )
 
@@ -128,6 +133,18 @@ def _iso_seconds(text: str) -> float:
     return instant.timestamp()
 
 
+def _alert_inputs(
+    summary: dict[str, Any], folder: Path, recorded: dict[str, float], high_free_share: float
+) -> AlertInputs:
+    """The run's alert thresholds (``high_free_share`` as exported) and ``for:``."""
+    from sim.fleet.openmetrics_alerts import AlertInputs
+    from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds
+
+    known = {k: v for k, v in recorded.items() if k in THRESHOLD_FIELDS}
+    thresholds = AlertThresholds(**(known | {"high_free_share": high_free_share}))
+    return AlertInputs(thresholds, run_timing(summary, folder / "summary.json"))
+
+
 @export_app.command("openmetrics")
 def openmetrics_command(
     run_dir: Annotated[Path, typer.Argument(help="A run's output folder (fragsim run -o).")],
@@ -173,6 +190,13 @@ def openmetrics_command(
             "interval); default: the run's, else 3600.",
         ),
     ] = None,
+    alerts: Annotated[
+        bool,
+        typer.Option(
+            help="Also write ALERTS and ALERTS_FOR_STATE as Prometheus's rules would have "
+            "over the run (the run's thresholds and for:; docs/alerts.md).",
+        ),
+    ] = True,
 ) -> None:
     """Write a run's per-replica timeseries (and its fleet's replicas by state) as
     OpenMetrics text with timestamps, for promtool tsdb create-blocks-from openmetrics."""
@@ -187,9 +211,10 @@ def openmetrics_command(
     scrape_s, window_s, note = run_times(
         summary, folder / "summary.json", scrape_interval_s, trend_window_s
     )
+    recorded = run_thresholds(summary, folder / "summary.json") or {}
     if high_free_share is None:
-        recorded = run_thresholds(summary, folder / "summary.json") or {}
         high_free_share = recorded.get("high_free_share", SEED_HIGH_FREE_SHARE)
+    alert_inputs = _alert_inputs(summary, folder, recorded, high_free_share) if alerts else None
     try:
         with atomic_path(out) as tmp, tmp.open("w", encoding="utf-8", newline="\n") as f:
             write_openmetrics(
@@ -201,6 +226,7 @@ def openmetrics_command(
                 kv_bytes_per_token=kv_bytes_per_token,
                 scrape_interval_s=scrape_s,
                 trend_window_s=window_s,
+                alerts=alert_inputs,
             )
     except TraceError as e:
         raise fail(str(e)) from None
@@ -209,7 +235,7 @@ def openmetrics_command(
             str(e), scrape_interval_s, summary, folder / "summary.json"
         ) from None
     if kv_bytes_per_token is None and kv_bytes_per_token_of(summary) is None:
-        typer.echo(
+        echo_prose(
             f"note: {clip(str(folder / 'summary.json'))} records no KV bytes per token (a "
             "run written before fragsim recorded it): memory written in tokens only; pass "
             "--kv-bytes-per-token N (fragsim hardware shows it) to write bytes",
@@ -218,3 +244,28 @@ def openmetrics_command(
     if note is not None:
         typer.echo(note, err=True)
     typer.echo(f"wrote {out}", err=True)
+
+
+@export_app.command("grafana")
+def grafana_command(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Dashboard JSON file to write.")],
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--run", help="A run's output folder: open on its span, draw its alert thresholds."
+        ),
+    ] = None,
+    origin: Annotated[
+        str,
+        typer.Option(
+            help="Wall-clock instant of simulated time 0, as given to export openmetrics "
+            "(ISO 8601 with a time zone, or Unix seconds)."
+        ),
+    ] = DEFAULT_ORIGIN,
+) -> None:
+    """Write the fleet seed's Grafana dashboard (free memory vs largest free extent, the
+    ratio, failures at high free memory, uptime, replicas by state, the alerts) as JSON
+    for Grafana's Import dashboard, over export openmetrics' series."""
+    from sim.cli.export_grafana import write_dashboard
+
+    write_dashboard(out, run_dir, parse_origin(origin))

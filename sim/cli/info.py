@@ -4,12 +4,11 @@ the commands."""
 
 from __future__ import annotations
 
-import textwrap
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sim.cli.output import Cell, FormatOption, TableData, print_tables, terminal_width
+from sim.cli.output import Cell, FormatOption, TableData, echo_prose, print_tables
 from sim.cli.run import fail
 from sim.errors import MAX_MESSAGE, clip, short
 
@@ -107,9 +106,9 @@ def print_presets(fmt: str) -> None:
         fmt,
     )
     if fmt in ("table", "markdown"):
-        note = f"$/GPU-hour: {GPU_PRICE_SOURCE}; fleet pools are priced from it"
-        width = terminal_width() if fmt == "table" else 10**6
-        typer.echo("\n" + textwrap.fill(note, width, break_on_hyphens=False))
+        if fmt == "table":
+            typer.echo("")
+        echo_prose(f"$/GPU-hour: {GPU_PRICE_SOURCE}; fleet pools are priced from it", fmt=fmt)
 
 
 def option_errors(e: ValidationError) -> list[str]:

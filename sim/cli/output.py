@@ -19,17 +19,27 @@ API (stable; other command modules build on it):
     ``$COLUMNS``, else 80). When the columns do not fit side by side they are split into
     several tables of consecutive columns, each repeating the first ``keys`` (key)
     columns and titled ``TITLE (columns i-j of n)``; a cell is never cut short with "…"
-    (headers and prose wrap at spaces; only a single value wider than the whole line
-    folds onto a next line).
+    (headers and prose wrap at spaces, and an identifier after an underscore --
+    ``fragmentation_driven_`` / ``allocation_failure`` -- so that a row's cells stay in
+    one table where they can; numbers never wrap; only a single value wider than the
+    whole line folds onto a next line).
   - ``csv``: a header row and one row per row (``None``/NaN empty; texts without the
     indentation a table shows); no title.
   - ``json``: a list of objects keyed by column name (``None``/NaN ``null``); no title.
-  - ``markdown``: the title as a ``### TITLE`` line, then a pipe table.
+  - ``markdown``: the title as a ``### TITLE`` line, then a pipe table and a blank line
+    (so what follows is not read as a row of it); a cell's indentation is kept as
+    ``&nbsp;`` (Markdown drops leading spaces in a cell).
 * ``print_tables(tables, fmt)`` -- several ``TableData`` as one document: ``table`` and
-  ``markdown`` print them one after the other; ``json`` prints one object
+  ``markdown`` print them one after the other (a blank line between); ``json`` prints one object
   ``{title: [rows...]}``; ``csv`` prints each table as a ``# TITLE`` line, its rows,
   and a blank line between tables.
 * ``terminal_width()`` -- the width ``print_table`` fits to by default.
+* ``echo_prose(text, *, err=False, indent="  ", fmt="table")`` -- prose (a note, a
+  verdict, an alert's line) on stdout or stderr, each line of ``text`` wrapped at
+  spaces to ``terminal_width()`` with its continuation lines indented by ``indent``;
+  a word or a number is never broken, and a line's own leading indentation is kept.
+  In ``markdown`` each line is a list item (``- ``), unwrapped; in ``csv``/``json``
+  (whose stdout is data) stdout prose is not printed.
 * ``clock_text(seconds)`` -- a time since the start of a run as ``2d 03:14:05``
   (``0d 00:00:07.5`` with a fraction of a second).
 """
@@ -93,6 +103,36 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
 
 
+def wrap_prose(text: str, width: int, indent: str = "  ") -> list[str]:
+    """``text``'s lines wrapped at spaces to ``width`` (never inside a word or a
+    number), each continuation indented by ``indent`` past the line's own indentation."""
+    import textwrap
+
+    lines: list[str] = []
+    for line in text.splitlines() or [""]:
+        lead = line[: len(line) - len(line.lstrip(" "))]
+        wrapped = textwrap.wrap(
+            line,
+            max(width, 10),
+            subsequent_indent=lead + indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        lines += wrapped or [""]
+    return lines
+
+
+def echo_prose(text: str, *, err: bool = False, indent: str = "  ", fmt: str = "table") -> None:
+    """Print prose wrapped to the terminal (see the module docstring)."""
+    if fmt == "markdown":
+        lines = [f"- {line.strip()}" if line.strip() else "" for line in text.splitlines()]
+    elif fmt in ("csv", "json") and not err:
+        return
+    else:
+        lines = wrap_prose(text, terminal_width(), indent)
+    typer.echo("\n".join(lines), err=err)
+
+
 def clock_text(seconds: float) -> str:
     """Seconds since a run's start as days and a clock: ``2d 03:14:05``; a fraction of
     a second is kept to the millisecond (``0d 00:00:07.5``); negative times get a
@@ -143,9 +183,7 @@ def print_tables(tables: Sequence[TableData], fmt: str = "table") -> None:
             _check(t.columns, t.rows, fmt)
             sys.stdout.write(("\n" if i else "") + f"# {t.title}\n" + _csv(t.columns, t.rows))
     else:
-        for i, t in enumerate(tables):
-            if i and fmt == "markdown":
-                sys.stdout.write("\n")
+        for t in tables:
             print_table(t.title, t.columns, t.rows, fmt)
     sys.stdout.flush()
 
@@ -220,6 +258,8 @@ def _csv(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 def _markdown(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     def esc(text: str) -> str:
+        indent = len(text) - len(text.lstrip(" "))
+        text = "&nbsp;" * indent + text[indent:]
         return text.replace("|", "\\|").replace("\n", "<br>")
 
     texts = [[cell_text(c) for c in row] for row in rows]
@@ -228,7 +268,7 @@ def _markdown(title: str | None, columns: Sequence[str], rows: Sequence[Sequence
     lines.append("| " + " | ".join(esc(c) for c in columns) + " |")
     lines.append("|" + "|".join("---:" if r else "---" for r in right) + "|")
     lines += ["| " + " | ".join(esc(t) for t in row) + " |" for row in texts]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n"
 
 
 _NUMERIC = re.compile(r"[-+−$]?\.?\d")
@@ -248,18 +288,57 @@ def _natural(texts: Sequence[str]) -> int:
     return max((len(line) for t in texts for line in t.split("\n")), default=0)
 
 
-def _longest_word(texts: Sequence[str]) -> int:
-    return max((len(w) for t in texts for w in t.split()), default=0)
+_PIECE = re.compile(r"[^_]*_+|[^_]+")
+"""An identifier's pieces, each ending after its underscores: where a cell may wrap."""
+
+
+def _pieces(word: str) -> list[str]:
+    return _PIECE.findall(word) or [word]
+
+
+def _longest_word(texts: Sequence[str], *, identifiers: bool = False) -> int:
+    """The longest unbreakable run: a word (or, with ``identifiers``, a piece of one)."""
+    words = (w for t in texts for w in t.split())
+    if identifiers:
+        words = (p for w in words for p in _pieces(w))
+    return max((len(w) for w in words), default=0)
+
+
+def wrap_cell(text: str, width: int) -> str:
+    """``text`` wrapped to ``width`` at spaces and after underscores (never inside a
+    word's piece; a piece wider than ``width`` keeps its own line), its own line breaks
+    kept."""
+    out: list[str] = []
+    for para in text.split("\n"):
+        line = ""
+        for word in para.split():
+            sep = " " if line else ""
+            if len(line) + len(sep) + len(word) <= width:
+                line += sep + word
+                continue
+            pieces = _pieces(word)
+            if line and len(line) + 1 + len(pieces[0]) <= width:
+                line += " "
+            elif line:
+                out.append(line)
+                line = ""
+            for piece in pieces:
+                if line and not line.endswith(" ") and len(line) + len(piece) > width:
+                    out.append(line)
+                    line = ""
+                line += piece
+        out.append(line)
+    return "\n".join(out)
 
 
 def _narrowest(header: str, cells: Sequence[str], numeric: bool) -> int:
     """The width below which a column would fold inside a word: its header may wrap
-    at spaces; numbers never wrap; prose wraps at spaces, not narrower than
-    :data:`MIN_WRAP_WIDTH`."""
+    at spaces; numbers never wrap; prose wraps at spaces and identifiers after their
+    underscores (:func:`wrap_cell`), not narrower than :data:`MIN_WRAP_WIDTH`."""
     if numeric:
         body = _natural(cells)
     else:
-        body = max(_longest_word(cells), min(_natural(cells), MIN_WRAP_WIDTH))
+        body = max(_longest_word(cells, identifiers=True), min(_natural(cells), MIN_WRAP_WIDTH))
     return max(_longest_word([header]), body)
 
 
@@ -349,8 +428,15 @@ def _print_rich(
         for i, w in zip(group, widths, strict=True):
             justify: Literal["right", "left"] = "right" if right[i] else "left"
             t.add_column(Text(columns[i]), justify=justify, overflow="fold", width=w)
+        wrap = [not right[i] and w < natural[i] for i, w in zip(group, widths, strict=True)]
         for row in texts:
-            t.add_row(*(Text(row[i]) for i in group))
+            cells_shown = [row[i] for i in group]
+            t.add_row(
+                *(
+                    Text(wrap_cell(c, w) if fold else c)
+                    for c, w, fold in zip(cells_shown, widths, wrap, strict=True)
+                )
+            )
         if k:
             console.print()
         if name:

@@ -21,7 +21,7 @@ import typer
 import yaml
 
 from sim.cli import interrupt
-from sim.cli.output import Cell, FormatOption, print_table
+from sim.cli.output import Cell, FormatOption, echo_prose, print_table
 from sim.cli.progress import progress
 from sim.cli.run import fail
 from sim.cli.sweep import (
@@ -149,7 +149,7 @@ def plan_command(
     unmet = result.plan[~result.plan["meets_slos"]]
     for _, row in unmet.iterrows():
         variant = ", ".join(f"{p}={row[p]}" for p, _ in axes) or "the scenario"
-        typer.echo(
+        echo_prose(
             f"no replica count up to {hi} meets {' and '.join(slo)} for {variant} "
             "(plan.csv: meets_slos false, replicas empty)",
             err=True,

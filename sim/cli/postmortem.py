@@ -1,23 +1,28 @@
 """``fragsim postmortem LOG_DIR -o OUT/``: replay a production log (requests and node
 events) on the simulated fleet with the recorded routing and node events, report which
 recorded failures the replay reproduces (precision and recall: the rule is
-:mod:`sim.fleet.matching`'s), then run counterfactual policies on the same traffic
-(:mod:`sim.fleet.postmortem` says how each run is built).
+:mod:`sim.fleet.matching`'s), then run the modelled baseline (the BASE scenario's own
+policies) and counterfactuals on the same traffic, each judged against the baseline by
+the one thing it changes (:mod:`sim.fleet.postmortem` says how each run is built,
+:mod:`sim.fleet.postmortem_baseline` how changes and ranks are found).
 
-Writes, under OUT/: ``replay/`` (the replay's run directory), ``counterfactuals/NAME/``
-(one run directory each), ``match.csv`` (one row per recorded failure, then one per
-unmatched simulated failure, with times), ``postmortem.json`` (rule, tolerance, counts,
-precision, recall, the recorded router's fallbacks, the scripted node actions, the log's
-nodes and node events), ``compare.csv`` (the replay and the counterfactuals, one row
-each), ``replicas.csv`` (the replay's fleet ids and the log's names) and ``report.html``
+Writes, under OUT/: ``replay/`` (the replay's run directory), with counterfactuals
+``baseline/`` and ``counterfactuals/NAME/`` (one run directory each), ``match.csv`` (one
+row per recorded failure, then one per unmatched simulated failure, with times),
+``postmortem.json`` (rule, tolerance, counts, precision, recall, the recorded router's
+fallbacks, the scripted node actions, the log's nodes and node events, the baseline's
+match and agreement, each counterfactual's changes), ``compare.csv`` (the replay, the
+baseline and the counterfactuals, one row each, with role, change, rank and verdict),
+``replicas.csv`` (the replay's fleet ids and the log's names) and ``report.html``
 (:mod:`reports.postmortem`; not with ``--no-report``). Nodes carry the log's names
 everywhere a user reads them (tables, report, a ``replica_name`` column beside every
 ``replica`` id in the run folders). Everything is simulated before anything is written;
 each piece is written atomically.
 
-Prints (``--format``, :mod:`sim.cli.output`): the match, failures per node and the
-replay against the counterfactuals, runs as rows; then the output path (on stderr for
-csv/json/markdown, so stdout stays one document; also with ``--quiet``). Module-level
+Prints (``--format``, :mod:`sim.cli.output`): the match, failures per node, the
+baseline against the log and the replay, and the runs ranked, runs as rows; on stderr,
+a ``note:`` per counterfactual that changes more than one thing, then the output path
+(as every command does; also with ``--quiet``). Module-level
 imports stay light: the simulator, pandas and plotly are imported inside the command.
 """
 
@@ -98,7 +103,8 @@ def postmortem_command(
     from sim.cli.compare import unique_names
     from sim.cli.run import check_output_dir, fail
     from sim.fleet.otlp_log import is_otlp_log, load_otlp_log
-    from sim.fleet.postmortem import postmortem_record
+    from sim.fleet.postmortem import changes_against, match_run, postmortem_record
+    from sim.fleet.postmortem_baseline import BASELINE, REPLAY
     from sim.fleet.postmortem_log import LogError, load_postmortem_log
     from sim.scenario.schema import ScenarioError
 
@@ -111,24 +117,43 @@ def postmortem_command(
     base = _load(scenario)
     chosen = [] if no_counterfactuals else (counterfactual or list(DEFAULT_COUNTERFACTUALS))
     cfs = [_load(name) for name in chosen]
-    names = unique_names([cf.name for cf in cfs])
+    names = unique_names([REPLAY, BASELINE, *(cf.name for cf in cfs)])[2:]
     check_output_dir(out / "replay")
+    if cfs:
+        check_output_dir(out / BASELINE)
     for name in names:
         check_output_dir(out / "counterfactuals" / name)
     try:
+        changes = {n: changes_against(base, cf, log) for n, cf in zip(names, cfs, strict=True)}
         done, runs = _simulate(base, cfs, names, log, rule, tolerance_s, quiet)
     except ScenarioError as e:
         raise fail(str(e)) from None
+    base_match = None if not runs else match_run(log, runs[0], rule=rule, tolerance_s=tolerance_s)
+    base_summary = None if not runs else runs[0].summary
     record = postmortem_record(
-        done, log, names, log_name=log_dir.resolve().name, scenario=base.name
+        done,
+        log,
+        names,
+        log_name=log_dir.resolve().name,
+        scenario=base.name,
+        baseline=base_match,
+        baseline_summary=base_summary,
+        changes={n: [c.text for c in cs] for n, cs in changes.items()},
     )
-    frame = _write_all(out, done, runs, names, record, report=not no_report)
+    frame = _write_all(out, done, runs, names, changes, record, report=not no_report)
+    for name, cs in changes.items():
+        if len(cs) > 1:
+            typer.echo(
+                f"note: counterfactual {name} changes {len(cs)} things against the modelled "
+                f"baseline ({'; '.join(c.text for c in cs)}): its saving is not one policy's",
+                err=True,
+            )
     if not quiet:
-        print_tables(_tables(done, frame, fmt), fmt)
-    files = "replay/, " + ("counterfactuals/, " if names else "")
+        print_tables(_tables(done, frame, record), fmt)
+    files = "replay/, " + ("baseline/, counterfactuals/, " if names else "")
     files += "match.csv, compare.csv, replicas.csv, postmortem.json"
     files += "" if no_report else ", report.html"
-    typer.echo(f"wrote {out}/ ({files})", err=fmt != "table")
+    typer.echo(f"wrote {out}/ ({files})", err=True)
 
 
 def _simulate(
@@ -140,26 +165,28 @@ def _simulate(
     tolerance_s: float,
     quiet: bool,
 ) -> tuple[Replay, list[Any]]:
-    """The replay, then each counterfactual, with progress on stderr in simulated time
-    over all runs (:mod:`sim.cli.progress`)."""
+    """The replay, then (with counterfactuals) the modelled baseline and each
+    counterfactual, with progress on stderr in simulated time over all runs
+    (:mod:`sim.cli.progress`). The runs after the replay: the baseline first."""
     from sim.cli.progress import progress, sim_time_amounts
     from sim.fleet.postmortem import replay, run_counterfactual
 
     span_s = max(1.0, float(log.requests["arrival_s"].max()))
     runs: list[Any] = []
-    label = f"postmortem ({1 + len(cfs)} runs)"
-    total_s = span_s * (1 + len(cfs))
+    todo = [(base, "baseline"), *zip(cfs, names, strict=True)] if cfs else []
+    label = f"postmortem ({1 + len(todo)} runs)"
+    total_s = span_s * (1 + len(todo))
     with progress(
         label, total_s, what="simulated time", amounts=sim_time_amounts, quiet=quiet
     ) as p:
 
         def at(k: int, name: str) -> Any:
-            note = f"{name} ({k + 1} of {1 + len(cfs)})"
+            note = f"{name} ({k + 1} of {1 + len(todo)})"
             p.update(k * span_s, note=note)
             return lambda now_s, end_s: p.update(k * span_s + min(now_s, span_s))
 
         done = replay(base, log, rule=rule, tolerance_s=tolerance_s, progress=at(0, "replay"))
-        for k, (cf, name) in enumerate(zip(cfs, names, strict=True), start=1):
+        for k, (cf, name) in enumerate(todo, start=1):
             runs.append(run_counterfactual(cf, log, progress=at(k, name)))
         p.update(total_s)
     return done, runs
@@ -170,23 +197,36 @@ def _write_all(
     done: Replay,
     runs: list[Any],
     names: list[str],
+    changes: dict[str, Any],
     record: dict[str, Any],
     *,
     report: bool,
 ) -> pd.DataFrame:
-    """Write every output (module docstring); returns the compare frame."""
+    """Write every output (module docstring); returns the ranked compare frame
+    (:func:`sim.fleet.postmortem_baseline.ranked`)."""
     import json
+    import math
 
     from sim.cli.report import write_postmortem_report_of
     from sim.cli.run import fail
     from sim.fleet.compare import compare_frame
+    from sim.fleet.postmortem_baseline import BASELINE, REPLAY, change_text, ranked
     from traces.errors import TraceError
 
     frame = compare_frame([done.result.summary, *(r.summary for r in runs)])
-    frame.loc[1:, "scenario"] = names  # the folder names (repeats get -2, -3, ...)
+    frame["scenario"] = [REPLAY, *([BASELINE] if runs else []), *names]  # the folder names
+    frame["role"] = [REPLAY, *([BASELINE] if runs else []), *(["counterfactual"] * len(names))]
+    frame["change"] = ["", *([""] if runs else []), *(change_text(changes[n]) for n in names)]
+    frame["rank"] = math.nan
+    if runs:
+        table = ranked(frame).set_index("run")
+        frame["rank"] = [table.loc[n, "rank"] for n in frame["scenario"]]
+        frame["verdict"] = [table.loc[n, "verdict"] for n in frame["scenario"]]
     try:
         done.result.write(out / "replay")
-        for name, result in zip(names, runs, strict=True):
+        if runs:
+            runs[0].write(out / BASELINE)
+        for name, result in zip(names, runs[1:], strict=True):
             result.write(out / "counterfactuals" / name)
         _write(out / "match.csv", lambda p: done.match.table.to_csv(p, index=False))
         _write(out / "compare.csv", lambda p: frame.to_csv(p, index=False))
@@ -213,14 +253,34 @@ def _score(value: float | None) -> Cell:
     return Cell(value, "—" if value is None else f"{value:.2f}")
 
 
-def _tables(done: Replay, frame: pd.DataFrame, fmt: str) -> list[TableData]:
-    tables = [_match_table(done.match, done.router), _node_table(done.match, fmt)]
+def _tables(done: Replay, frame: pd.DataFrame, record: dict[str, Any]) -> list[TableData]:
+    tables = [_match_table(done.match, done.router), _node_table(done.match, fmt="table")]
     if len(frame) > 1:
-        from sim.fleet.compare import with_deltas
+        from sim.fleet.postmortem_baseline import ranked
 
-        ranked = with_deltas(frame, [str(s) for s in frame["scenario"]], baseline=0)
-        tables += [_runs_table(ranked), _verdict_table(ranked)]
+        table = ranked(frame)
+        tables += [_agreement_table(record), _runs_table(table), _verdict_table(table)]
     return tables
+
+
+def _agreement_table(record: dict[str, Any]) -> TableData:
+    """How the modelled baseline models the log, beside the replay (``agreement`` of
+    ``postmortem.json``)."""
+    rows = [
+        [r["measure"], *(_value(r[k], r["measure"]) for k in ("log", "replay", "baseline"))]
+        for r in record["agreement"]
+    ]
+    return TableData(
+        "the modelled baseline against the log and the replay",
+        ["measure", "log", "replay", "modelled baseline"],
+        rows,
+    )
+
+
+def _value(value: float | None, measure: str) -> Cell:
+    if value is None:
+        return Cell(None, "—")
+    return Cell(value, f"{value:.2f}" if measure in ("precision", "recall") else f"{value:,.0f}")
 
 
 def _match_table(m: MatchReport, router: dict[str, int]) -> TableData:
@@ -266,33 +326,47 @@ def _money(value: float) -> Cell:
     return Cell(value, ("−" if value < 0 else "") + usd(abs(value)).lstrip("$"))
 
 
+def _rank(value: float) -> Cell:
+    """A run's rank; — for the replay (not ranked)."""
+    import math
+
+    return Cell(None, "—") if math.isnan(value) else Cell(int(value), str(int(value)))
+
+
 def _runs_table(ranked: pd.DataFrame) -> TableData:
-    """The replay (the baseline, first) and the counterfactuals, best first."""
-    columns = ["run", "failed", "alloc fails", "restarts", "replica-h", "cost $", "saved $"]
-    columns += ["TTFT p99 s", "e2e p99 s"]
+    """The replay, the modelled baseline and the counterfactuals by rank
+    (:func:`sim.fleet.postmortem_baseline.ranked`)."""
+    columns = ["rank", "run", "failed", "alloc fails", "restarts", "replica-h", "cost $"]
+    columns += ["saved $", "TTFT p99 s", "e2e p99 s"]
     rows: list[list[object]] = []
-    for i, r in enumerate(ranked.to_dict("records")):
+    for r in ranked.to_dict("records"):
         rows.append(
             [
+                _rank(float(r["rank"])),
                 r["run"],
                 int(r["failed_requests"]),
                 int(r["allocation_failures"]),
                 int(r["restarts"]),
                 Cell(float(r["replica_hours"]), f"{r['replica_hours']:,.1f}"),
                 _money(float(r["cost_usd"])),
-                Cell(None, "—") if i == 0 else _money(float(r["cost_saved_usd"])),
+                Cell(None, "—")
+                if r["role"] != "counterfactual"
+                else _money(float(r["cost_saved_usd"])),
                 Cell(float(r["ttft_p99_s"]), f"{r['ttft_p99_s']:.3f}"),
                 Cell(float(r["e2e_p99_s"]), f"{r['e2e_p99_s']:.3f}"),
             ]
         )
-    return TableData("replay (baseline) and counterfactuals", columns, rows)
+    return TableData("replay, modelled baseline and counterfactuals", columns, rows)
 
 
 def _verdict_table(ranked: pd.DataFrame) -> TableData:
-    """Every run by rank (most saved first) with its verdict against the replay."""
-    rows: list[list[object]] = []
-    for r in ranked.sort_values("rank", kind="stable").to_dict("records"):
-        verdict = r["verdict"]
-        text = "the replay: what the log's fleet did" if verdict == "baseline" else verdict
-        rows.append([int(r["rank"]), r["run"], text])
-    return TableData("which fix pays (against the replay)", ["rank", "run", "verdict"], rows)
+    """Every run in display order with its rank and its verdict against the modelled
+    baseline."""
+    rows: list[list[object]] = [
+        [_rank(float(r["rank"])), r["run"], r["verdict"]] for r in ranked.to_dict("records")
+    ]
+    return TableData(
+        "which fix pays (each change against the modelled baseline)",
+        ["rank", "run", "verdict"],
+        rows,
+    )

@@ -14,7 +14,6 @@ in well under a second).
 from __future__ import annotations
 
 import tempfile
-import textwrap
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from sim.cli import interrupt
-from sim.cli.output import Cell, FormatOption, number_cell, print_table, terminal_width
+from sim.cli.output import Cell, FormatOption, echo_prose, number_cell, print_table
 from sim.cli.progress import progress, sim_time_amounts
 from sim.errors import clip, os_error_line, short
 from sim.results.labels import WASTE_LABELS
@@ -85,8 +84,11 @@ def simulate(
     scenario: Scenario, requests: pd.DataFrame, *, quiet: bool, parts: list[Parts] | None = None
 ) -> RunResult:
     """Run, showing progress over simulated time on stderr (``sim.cli.progress``: a bar
-    on a terminal, a line every 10 s elsewhere; nothing with ``quiet``). The run's
-    scenario warnings are not repeated: :func:`prepare` printed them."""
+    on a terminal, a line every 10 s elsewhere; nothing with ``quiet``). The total is
+    the simulated time the run was given (its duration, else its last arrival) and
+    never changes: past it, the run drains the requests still in flight (said in the
+    line's note) and stays at 100 %. The run's scenario warnings are not repeated:
+    :func:`prepare` printed them."""
     from sim.runner import run
     from sim.scenario.schema import ScenarioWarning
 
@@ -101,22 +103,43 @@ def simulate(
         ) as p,
     ):
         warnings.simplefilter("ignore", ScenarioWarning)
-        # the run drains past end_s (its last arrival) when requests are still in flight
-        result = run(
-            scenario,
-            requests,
-            progress=lambda now_s, end_s: p.update(now_s, max(now_s, end_s)),
-            parts=parts,
-        )
-        p.update(p.done, p.done)  # every request ended: the run is whole, not 95 % of a bound
+
+        def report(now_s: float, end_s: float) -> None:
+            total = p.total or end_s  # the first one, kept
+            draining = now_s > total  # past its last arrival, requests still in flight
+            p.update(min(now_s, total), total, "draining requests in flight" if draining else "")
+
+        result = run(scenario, requests, progress=report, parts=parts)
+        p.update(p.total or p.done, note="")  # every request ended: the run is whole
         return result
 
 
 SUMMARY_COLUMNS = ("metric", "value")
 
 
-def summary_rows(summary: dict[str, Any]) -> list[tuple[str, object]]:
-    """The headline numbers of a run, one value per row (``metric``, ``value``)."""
+def summary_rows(summary: dict[str, Any]) -> list[tuple[object, object]]:
+    """The headline numbers of a run, one value per row (``metric``, ``value``). A row
+    indented under another (``  fragmentation`` under ``allocation failures``) names
+    its parent in ``csv`` and ``json``: ``allocation failures / fragmentation``
+    (:func:`nested`)."""
+    return nested(_flat_rows(summary))
+
+
+def nested(rows: list[tuple[str, object]]) -> list[tuple[object, object]]:
+    """``rows`` with each indented label a ``Cell`` whose value names the row above it
+    that is not indented (``fleet: replicas initial`` names ``fleet``)."""
+    out: list[tuple[object, object]] = []
+    parent = ""
+    for label, value in rows:
+        if label.startswith(" "):
+            out.append((Cell(f"{parent} / {label.strip()}", label), value))
+        else:
+            parent = label.split(":")[0] if ":" in label else label
+            out.append((label, value))
+    return out
+
+
+def _flat_rows(summary: dict[str, Any]) -> list[tuple[str, object]]:
     req, fails, mem = summary["requests"], summary["failures"], summary["memory"]
     rows: list[tuple[str, object]] = [("requests", req["total"])]
     rows += [(f"  {status}", n) for status, n in req["by_status"].items()]
@@ -179,13 +202,8 @@ def print_summary(summary: dict[str, Any], fmt: str = "table") -> None:
     title = f"{summary['scenario']} — allocator {summary['allocator']}"
     print_table(title, SUMMARY_COLUMNS, summary_rows(summary), fmt)
     if fmt in ("table", "markdown"):
-        lines = alert_lines(summary)
-        if lines and fmt == "markdown":
-            typer.echo("")
-        width = terminal_width() if fmt == "table" else 10**6
-        for line in lines:
-            text = f"- {line}" if fmt == "markdown" else line
-            typer.echo(textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False))
+        for line in alert_lines(summary):
+            echo_prose(line, fmt=fmt)
 
 
 def say_written(out: Path, files: list[str] | tuple[str, ...], html: Path | None) -> None:

@@ -342,7 +342,7 @@ def _spec(source: str) -> Any:
         try:
             return SynthSpec.model_validate(data)
         except ValidationError as exc:
-            raise SpecError(validation_lines(str(path), exc, data)) from None
+            raise SpecError(validation_lines(str(path), exc, data, model=SynthSpec)) from None
     what = (
         "no such spec file"
         if path.suffix.lower() in (".yaml", ".yml", ".json")
@@ -389,7 +389,7 @@ def _override(
         return SynthSpec.model_validate(data)
     except ValidationError as exc:
         label = f"{source} with {' '.join(options)}"
-        raise SpecError(validation_lines(label, exc, data)) from None
+        raise SpecError(validation_lines(label, exc, data, model=SynthSpec)) from None
 
 
 @trace_app.command()

@@ -15,13 +15,16 @@ not scraped (a gauge is read on the scrape's clock, not at each failure).
 Rules (``high_free_share``, ``ratio_alert``, ``ratio_severe`` and ``uptime_rho_alert``
 from the scenario's ``metrics``: :class:`~sim.results.seed_alerts.AlertThresholds`):
 
-* ``fragmentation_driven_allocation_failure`` (high): at least one allocation failure
-  (``admission_failure`` / ``growth_failure`` event) on the replica in the scrape window
-  ``(t_{k-1}, t_k]`` (``(-inf, t_0]`` for the first) while its free share exceeded
-  ``high_free_share`` (strictly: exactly 25 % free does not fire). Value: the number of
-  such failures in the window. Evaluated whether or not the gauges have data. One
-  *firing* covers every matching failure of the windows it stays firing through: the
-  summary's ``matching_failures`` counts failures, the log counts firings.
+* ``fragmentation_driven_allocation_failure`` (high): the exported rule's
+  ``increase(failures[W]) > 0`` (``W``: :meth:`~sim.fleet.alert_states.RuleTiming.
+  window_s`) over the replica's counter of allocation failures (``admission_failure`` /
+  ``growth_failure`` events) while its free share exceeded ``high_free_share``
+  (strictly: exactly 25 % free does not count), the counter read at each scrape
+  (failures in ``(t_{j-1}, t_j]`` counted at ``t_j``) from the replica's first row to
+  its last (:func:`~sim.fleet.alert_states.increase_condition`): one failure holds it
+  for the range's scrapes. Value: the failures in the range. Evaluated whether or not
+  the gauges have data. The summary's ``matching_failures`` counts failures, the log
+  counts episodes.
 * ``severe_fragmentation`` (high): scraped ``largest_contiguous_free_block_ratio`` <
   ``ratio_severe``. ``high_fragmentation_approaching_threshold`` (medium): the ratio <
   ``ratio_alert``; both fire below ``ratio_severe`` (Prometheus has no precedence: route
@@ -38,10 +41,15 @@ from the scenario's ``metrics``: :class:`~sim.results.seed_alerts.AlertThreshold
   :func:`uptime_correlation` at every scrape with data (:mod:`sim.fleet.openmetrics`).
   Value: rho.
 
-Log. Prometheus semantics with ``for: 0s``: an alert *fires* at the first scrape its
-condition holds and is *resolved* at the first scrape it no longer does (no data
-included); one ``firing`` row per start and one ``resolved`` row per end (none for an
-alert still firing when the run ends).
+Log. Each rule's condition at each scrape goes through Prometheus's states with the
+rule's ``for:`` (:mod:`sim.fleet.alert_states`): per episode (a stretch of scrapes
+where the condition held) one ``pending`` row at its first scrape (Prometheus's
+``activeAt``), one ``firing`` row where it has held ``for:`` (the same instant with
+``for: 0``; none when it ended sooner: ``for:`` suppressed it) and one ``resolved`` row
+at the first scrape it no longer holds (no data included; none for an episode still
+holding when the run ends). Every row carries its episode's ``active_since_s``, the
+rule's ``for_s`` and whether the episode ``fired``: ``pending`` rows count the episodes
+the condition held, ``firing`` rows the alerts Prometheus fires.
 """
 
 from __future__ import annotations
@@ -51,6 +59,13 @@ import math
 import numpy as np
 import pandas as pd
 
+from sim.fleet.alert_states import (
+    DEFAULT_TIMING,
+    Held,
+    RuleTiming,
+    hold,
+    increase_condition,
+)
 from sim.results.seed_alerts import (
     ALERTS,
     FRAGMENTATION_FAILURE,
@@ -64,7 +79,20 @@ from sim.results.seed_alerts import (
 FAILURE_KINDS = ("admission_failure", "growth_failure")
 """The event kinds that are allocation failures."""
 
-ALERT_COLUMNS = ("time_s", "replica", "alert", "severity", "state", "value", "response")
+ALERT_COLUMNS = (
+    "time_s",
+    "replica",
+    "alert",
+    "severity",
+    "state",
+    "value",
+    "response",
+    "active_since_s",
+    "for_s",
+    "fired",
+)
+STATES = ("pending", "firing", "resolved")
+"""A log row's ``state``, in the order rows at one instant are listed."""
 
 DEFAULT_SCRAPE_INTERVAL_S = 30.0
 DEFAULT_THRESHOLDS = AlertThresholds()
@@ -128,6 +156,18 @@ def high_free_failures(
     return np.bincount(window, minlength=len(times)).astype(float)
 
 
+def counter_span(timeseries: pd.DataFrame, times: np.ndarray, replica: int) -> tuple[int, int]:
+    """The scrape indices ``lo..hi`` a replica's counters are read at: from the last at or
+    before its first timeseries row to the first at or after its last
+    (:mod:`sim.fleet.openmetrics_counters`' clock); ``(0, -1)`` with none."""
+    rows = timeseries.loc[timeseries["replica"] == replica, "time_s"]
+    if not len(rows) or not len(times):
+        return 0, -1
+    lo = max(0, int(np.searchsorted(times, float(rows.min()), side="right")) - 1)
+    hi = min(len(times) - 1, int(np.searchsorted(times, float(rows.max()), side="left")))
+    return lo, hi
+
+
 def trend_window_scrapes(trend_window_s: float, scrape_interval_s: float) -> int:
     """How many scrape instants the uptime-trend window ``W`` spans (at least one)."""
     return max(1, math.floor(trend_window_s / scrape_interval_s + 1e-9))
@@ -176,13 +216,18 @@ def conditions(
     thresholds: AlertThresholds,
     trend_window_s: float,
     scrape_interval_s: float,
+    timing: RuleTiming = DEFAULT_TIMING,
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per alert: (firing, value) at each scrape instant for one replica."""
+    """Per alert: (condition, value) at each scrape instant for one replica (before
+    ``for:``: :func:`sim.fleet.alert_states.hold` applies it)."""
     s = scraped(timeseries, times, replica)
     has = s["has_data"].to_numpy()
     ratio = s["ratio"].to_numpy()
     uptime = s["uptime_s"].to_numpy()
     failures = high_free_failures(events, times, replica, thresholds.high_free_share)
+    lo, hi = counter_span(timeseries, times, replica)
+    window_s = timing.window_s(scrape_interval_s)
+    failed, failed_value = increase_condition(np.cumsum(failures), lo, hi, times, window_s)
     window = trend_window_scrapes(trend_window_s, scrape_interval_s)
     with np.errstate(invalid="ignore"):
         # rho is ranked only where the cheap conditions hold, and one scrape after
@@ -191,7 +236,7 @@ def conditions(
         rho = uptime_correlation(s, window, level | np.concatenate([[False], level[:-1]]))
         trend = level & (rho >= thresholds.uptime_rho_alert)
         return {
-            FRAGMENTATION_FAILURE.name: (failures > 0, failures),
+            FRAGMENTATION_FAILURE.name: (failed, failed_value),
             SEVERE_FRAGMENTATION.name: (has & (ratio < thresholds.ratio_severe), ratio),
             HIGH_FRAGMENTATION.name: (has & (ratio < thresholds.ratio_alert), ratio),
             UPTIME_CORRELATION.name: (trend, rho),
@@ -205,10 +250,11 @@ def evaluate_alerts(
     scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
     thresholds: AlertThresholds = DEFAULT_THRESHOLDS,
     trend_window_s: float = DEFAULT_TREND_WINDOW_S,
+    timing: RuleTiming = DEFAULT_TIMING,
 ) -> pd.DataFrame:
-    """The alert log of a run (columns :data:`ALERT_COLUMNS`): a ``firing`` row where an
-    alert starts on a replica, a ``resolved`` row where it ends; sorted by time,
-    replica, then the order of :data:`ALERTS`. Same frames in, same log out."""
+    """The alert log of a run (columns :data:`ALERT_COLUMNS`, module docstring): each
+    episode's ``pending``, ``firing`` and ``resolved`` rows; sorted by time, replica,
+    the order of :data:`ALERTS`, then :data:`STATES`. Same frames in, same log out."""
     times = scrape_times(timeseries, scrape_interval_s)
     rows: list[dict[str, object]] = []
     replicas = sorted(set(timeseries["replica"].tolist()) | set(events["replica"].tolist()))
@@ -222,31 +268,69 @@ def evaluate_alerts(
             thresholds,
             trend_window_s,
             scrape_interval_s,
+            timing,
         )
-        for order, (name, (firing, value)) in enumerate(found.items()):
-            before = np.concatenate([[False], firing[:-1]])
-            for k in np.flatnonzero(firing != before):
-                spec = specs[name]
+        for order, (name, (condition, value)) in enumerate(found.items()):
+            spec, for_s = specs[name], timing.hold_s(name)
+            for k, state, start in transitions(hold(condition, times, for_s)):
                 rows.append(
                     {
                         "time_s": float(times[k]),
                         "replica": int(replica),
                         "alert": name,
                         "severity": spec.severity,
-                        "state": "firing" if firing[k] else "resolved",
+                        "state": state,
                         "value": float(value[k]),
                         "response": spec.response,
+                        "active_since_s": float(times[start]),
+                        "for_s": for_s,
+                        "_start": start,
                         "_order": order,
+                        "_phase": STATES.index(state),
                     }
                 )
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in ALERT_COLUMNS})
-    log = pd.DataFrame(rows).sort_values(["time_s", "replica", "_order"], kind="stable")
+    log = pd.DataFrame(rows)
+    fired = log[log["state"] == "firing"].groupby(["replica", "_order", "_start"]).size()
+    keys = pd.MultiIndex.from_frame(log[["replica", "_order", "_start"]])
+    log["fired"] = keys.isin(fired.index)
+    log = log.sort_values(["time_s", "replica", "_order", "_phase"], kind="stable")
     return log[list(ALERT_COLUMNS)].reset_index(drop=True)
 
 
+def episode_counts(log: pd.DataFrame) -> dict[str, tuple[int, int]]:
+    """Alert name -> (episodes its condition held, episodes that fired) in a log of
+    :func:`evaluate_alerts` (its ``pending`` and ``firing`` rows); only alerts in it."""
+    counts = log.groupby(["alert", "state"]).size()
+    names = sorted(set(log["alert"].astype(str)))
+    return {
+        name: (int(counts.get((name, "pending"), 0)), int(counts.get((name, "firing"), 0)))
+        for name in names
+    }
+
+
+def transitions(held: Held) -> list[tuple[int, str, int]]:
+    """(instant, state, its episode's first instant) of each row of one alert's log on
+    one replica (module docstring), in time order, then :data:`STATES`' order; only the
+    instants where the state changes are visited."""
+    active, firing, start = held.active, held.firing, held.active_at
+    before = np.concatenate([[False], active[:-1]])
+    fired_before = np.concatenate([[False], firing[:-1]])
+    rows: list[tuple[int, int, str, int]] = []
+    for k in np.flatnonzero(active & ~before).tolist():
+        rows.append((k, 0, "pending", k))
+    for k in np.flatnonzero(firing & ~fired_before).tolist():
+        rows.append((k, 1, "firing", int(start[k])))
+    for k in np.flatnonzero(before & ~active).tolist():
+        rows.append((k, 2, "resolved", int(start[k - 1])))
+    return [(k, state, first) for k, _, state, first in sorted(rows)]
+
+
 def _dtype(column: str) -> str:
-    return {"time_s": "float64", "replica": "int64", "value": "float64"}.get(column, "object")
+    floats = ("time_s", "value", "active_since_s", "for_s")
+    kinds = {"replica": "int64", "fired": "bool", **{c: "float64" for c in floats}}
+    return kinds.get(column, "object")
 
 
 FAILED_PREFIXES = ("rejected-", "failed-")

@@ -29,7 +29,9 @@ instant of a replica, the value a Prometheus scraping every ``scrape_interval_s`
 have read, so ``increase()`` over the failure rule's window sees each failure
 ``alerts.parquet`` counts, however sparsely the run was sampled. From ``fleet.parquet`` (fleet
 runs only), ``fragsim_fleet_replicas{state=...}`` counts the replicas in each
-lifecycle state. Free and largest free memory are also written in bytes, at the KV
+lifecycle state. ``ALERTS`` and ``ALERTS_FOR_STATE`` are the exported rules' alerts as
+Prometheus's rule evaluation would have written them (:mod:`sim.fleet.openmetrics_alerts`;
+``--no-alerts`` leaves them out). Free and largest free memory are also written in bytes, at the KV
 bytes per token of a replica the summary records for its pool (``kv_bytes_per_token``;
 ``fleet.pools[].kv_bytes_per_token`` where pools differ), or the number given, which
 overrides it; a run folder that records none (written before fragsim did) gets no
@@ -73,6 +75,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:
     import numpy as np
 
+    from sim.fleet.openmetrics_alerts import AlertInputs
     from sim.fleet.openmetrics_counters import ScrapeClock
 
 DEFAULT_ORIGIN_S = 1_704_067_200
@@ -427,13 +430,15 @@ def write_openmetrics(
     kv_bytes_per_token: int | None = None,
     scrape_interval_s: float = 30.0,
     trend_window_s: float = 3600.0,
+    alerts: AlertInputs | None = None,
 ) -> bool:
     """Write the run in ``run_dir`` (already checked, its ``summary`` read) to ``out``
     as the module docstring says; ``kv_bytes_per_token`` overrides the summary's.
     ``scrape_interval_s`` (the counters' and the correlation's) and ``trend_window_s``
     (the correlation's) default to :data:`sim.fleet.alerts.DEFAULT_SCRAPE_INTERVAL_S` and
-    :data:`~sim.fleet.alerts.DEFAULT_TREND_WINDOW_S` (a test holds them equal). True
-    when memory was also written in bytes. Raises
+    :data:`~sim.fleet.alerts.DEFAULT_TREND_WINDOW_S` (a test holds them equal);
+    ``alerts``: also write ``ALERTS`` / ``ALERTS_FOR_STATE`` evaluated with these
+    (:mod:`sim.fleet.openmetrics_alerts`). True when memory was also written in bytes. Raises
     :class:`sim.fleet.openmetrics_counters.TooManyScrapes` before
     writing anything."""
     from sim.fleet.openmetrics_counters import (
@@ -465,5 +470,12 @@ def write_openmetrics(
     fleet = run_dir / "fleet.parquet"
     if fleet.exists():
         _fleet_family(out, fleet, origin_s)
+    if alerts is not None:
+        from sim.fleet.openmetrics_alerts import write_alert_families
+
+        pool = pool_of(summary)
+        write_alert_families(
+            out, run_dir, origin_s, pool, alerts, scrape_interval_s, trend_window_s
+        )
     out.write("# EOF\n")
     return per_token is not None

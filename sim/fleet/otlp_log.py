@@ -3,9 +3,12 @@ as the OpenTelemetry Collector's file exporter writes them, read into the same
 :class:`~sim.fleet.postmortem_log.PostmortemLog` the CSV/Parquet log gives (the replay
 does not know which it got).
 
-Input. A file (``*.json`` / ``*.jsonl``) or a folder of them (read in name order): OTLP
-JSON, one ``ExportTraceServiceRequest`` per line (``resourceSpans`` -> ``scopeSpans`` ->
-``spans``); blank lines are skipped. Each line is parsed by the OpenTelemetry protobuf
+Input. A file (``*.json`` / ``*.jsonl``, maybe ``.gz`` / ``.zst``) or a folder of them
+(read in name order): OTLP JSON, one ``ExportTraceServiceRequest`` per line
+(``resourceSpans`` -> ``scopeSpans`` -> ``spans``), plain, gzip or zstd as the bytes say;
+:mod:`sim.fleet.otlp_files` takes the files to JSON objects (entries that are not regular
+files, compressions, UTF-8, duplicate keys, nesting). Each line is parsed by the
+OpenTelemetry protobuf
 definitions (``opentelemetry-proto``, protobuf's ``json_format``: ``intValue`` and the
 ``*UnixNano`` times as strings or numbers, enums as numbers or names). ``traceId``,
 ``spanId`` and ``parentSpanId`` are dropped first: OTLP JSON writes them in hex, not in
@@ -14,7 +17,8 @@ protobuf's base64, and the log does not use them. A folder may also hold ``nodes
 ``timestamp`` column, where used, has the same origin as the spans).
 
 Every span is one attempt (:data:`ATTRIBUTES` maps the attribute names; other
-attributes and spans' names are ignored). Its arrival is its start time in seconds from
+attributes and spans' names are ignored, but no attribute key may be given twice with
+different values). Its arrival is its start time in seconds from
 the log start, the earliest span start. Spans sharing ``gen_ai.request.id`` are the
 attempts of one request, numbered by start time (ties in file order). A span failed when
 its status code is ERROR or it has ``error.type`` (``timeout`` / ``timed-out``:
@@ -27,6 +31,13 @@ its spans (the node: ``k8s.pod.name``, else ``host.name``, else ``service.instan
 the instance: ``service.instance.id``) and merges them with the nodes file where one is
 given (the file wins; a conflict is an error naming its line and field).
 
+Ranges, each refused at its span (file, line and attribute): status code 0, 1 or 2;
+token counts at most ``traces.validate.MAX_TOKENS``; the latencies finite, 0 to
+:data:`MAX_SPAN_DURATION_S`; strings read non-blank; a span lasting at most
+:data:`MAX_SPAN_DURATION_S` (zero is fine); all spans within :data:`MAX_LOG_SPAN_S` of
+one another (else the span farthest from the median start is named: a node's clock set
+wrong, say, not a run too long to simulate).
+
 Errors are one :class:`~sim.fleet.postmortem_log.LogError` line naming the file, line and
 attribute (or JSON field), what was expected and what was found.
 """
@@ -34,14 +45,23 @@ attribute (or JSON field), what was expected and what was found.
 from __future__ import annotations
 
 import itertools
-import json
+import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
 
+from sim.fleet.otlp_files import (
+    SPAN_SUFFIXES,
+    check_regular,
+    documents,
+    is_span_name,
+    present,
+    span_entries,
+)
 from sim.fleet.otlp_nodes import NodesFile, Span, span_fleet
 from sim.fleet.postmortem_log import (
     NODES,
@@ -53,11 +73,16 @@ from sim.fleet.postmortem_log import (
 )
 from sim.fleet.postmortem_nodes import Fleet, node_events, node_pools
 from traces.errors import TraceError
-from traces.validate import ReadContext
+from traces.validate import MAX_TOKENS, ReadContext
 
-SPAN_SUFFIXES: Final = (".json", ".jsonl")
+__all__ = ["SPAN_SUFFIXES", "is_otlp_log", "load_otlp_log"]
 STATUS_CODE_ERROR: Final = 2
 """``Status.StatusCode.STATUS_CODE_ERROR`` of the OTLP trace protocol."""
+STATUS_CODES: Final = {0: "UNSET", 1: "OK", 2: "ERROR"}
+MAX_SPAN_DURATION_S: Final = 86_400.0
+"""The longest a span (and any latency attribute) may last: one day."""
+MAX_LOG_SPAN_S: Final = 30 * 86_400.0
+"""The longest time all of a log's spans may cover, first start to last end: 30 days."""
 TIMED_OUT: Final = ("timeout", "timed-out")
 
 
@@ -73,15 +98,16 @@ class Attribute:
     meaning: str
 
 
+_LATENCY: Final = "checked (seconds, 0 to 86,400), not replayed"
 ATTRIBUTES: Final[dict[str, Attribute]] = {
     "gen_ai.request.id": Attribute(
         "string", True, "`request_id` (spans sharing it: attempts of one request)"
     ),
-    "gen_ai.usage.prompt_tokens": Attribute("int", True, "`prompt_tokens` (>= 1)"),
-    "gen_ai.usage.completion_tokens": Attribute("int", True, "`output_tokens` (>= 0)"),
-    "gen_ai.latency.time_in_queue": Attribute("double", False, "checked, not replayed"),
-    "gen_ai.latency.time_to_first_token": Attribute("double", False, "checked, not replayed"),
-    "gen_ai.latency.e2e": Attribute("double", False, "checked, not replayed"),
+    "gen_ai.usage.prompt_tokens": Attribute("int", True, "`prompt_tokens` (1 to 2^40)"),
+    "gen_ai.usage.completion_tokens": Attribute("int", True, "`output_tokens` (0 to 2^40)"),
+    "gen_ai.latency.time_in_queue": Attribute("double", False, _LATENCY),
+    "gen_ai.latency.time_to_first_token": Attribute("double", False, _LATENCY),
+    "gen_ai.latency.e2e": Attribute("double", False, _LATENCY),
     "gen_ai.response.finish_reasons": Attribute("string array", False, "checked, not replayed"),
     "error.type": Attribute("string", False, "`status` failed (timed-out for `timeout`)"),
 }
@@ -115,39 +141,41 @@ _IDS: Final = ("traceId", "spanId", "parentSpanId")
 
 
 def is_otlp_log(path: str | Path) -> bool:
-    """Whether ``path`` is an OTLP JSON log: a ``*.json``/``*.jsonl`` file, or a folder
-    holding one (a CSV/Parquet LOG_DIR holds none)."""
+    """Whether ``path`` is an OTLP JSON log: named as a span file (whatever it is: a FIFO
+    of that name is refused as one), or a folder holding an entry so named (a CSV/Parquet
+    LOG_DIR holds none)."""
     path = Path(path)
-    if path.is_file():
-        return path.suffix in SPAN_SUFFIXES
-    return path.is_dir() and bool(_span_files(path))
-
-
-def _span_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in SPAN_SUFFIXES)
+    if path.is_dir():
+        return bool(span_entries(path))
+    return is_span_name(path.name)
 
 
 def load_otlp_log(path: str | Path) -> PostmortemLog:
     """Read, check and index an OTLP JSON log (module docstring)."""
     path = Path(path)
     folder = path if path.is_dir() else path.parent
-    files = _span_files(path) if path.is_dir() else [path]
-    mixed = [p for p in (folder / "requests.csv", folder / "requests.parquet") if p.exists()]
+    files = span_entries(path) if path.is_dir() else [path]
+    for f in files:
+        check_regular(f)
+    mixed = [p for p in (folder / "requests.csv", folder / "requests.parquet") if present(p)]
     if path.is_dir() and mixed:
         raise LogError(
             path,
             f"both OTLP JSON spans ({files[0].name}) and {mixed[0].name}",
             expected="one log format per folder",
         )
+    nodes = [folder / f"nodes.{ext}" for ext in ("csv", "parquet")]
+    nodes = [p for p in nodes if present(p)] if path.is_dir() else []
+    if len(nodes) > 1:
+        raise LogError(folder, "both nodes.csv and nodes.parquet", expected="at most one")
+    for p in nodes:
+        check_regular(p)
     spans = [s for f in files for s in _read_spans(f)]
     if not spans:
         raise LogError(path, "no spans", expected="at least one span")
+    _check_log_span(spans)
     origin_ns = min(s.start_ns for s in spans)
-    nodes = [folder / f"nodes.{ext}" for ext in ("csv", "parquet")]
-    nodes = [p for p in nodes if p.exists()] if path.is_dir() else []
     try:
-        if len(nodes) > 1:
-            raise LogError(folder, "both nodes.csv and nodes.parquet", expected="at most one")
         nodes_file = None
         if nodes:
             node_ctx, table = read_table(nodes[0], NODES, "time_s")
@@ -185,43 +213,37 @@ def _read_spans(path: Path) -> list[Span]:
         ) from None
 
     spans = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, text in enumerate(f, 1):
-            if not text.strip():
-                continue
-            try:
-                doc = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise LogError(path, f"not JSON: {exc.msg}", line=line_no) from None
-            if not isinstance(doc, dict):
-                raise LogError(
-                    path, "not a JSON object", line=line_no, expected="an ExportTraceServiceRequest"
-                )
-            _drop_ids(doc)
-            message = ExportTraceServiceRequest()
-            try:
-                json_format.ParseDict(doc, message)
-            except json_format.ParseError as exc:
-                why = " ".join(str(exc).split())[:300]
-                raise LogError(
-                    path, why, line=line_no, expected="OTLP JSON (ExportTraceServiceRequest)"
-                ) from None
-            spans += _spans_of(message, (path, line_no))
+    for line_no, doc in documents(path):
+        _drop_ids(doc)
+        message = ExportTraceServiceRequest()
+        try:
+            json_format.ParseDict(doc, message)
+        except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
+            why = " ".join(str(exc).split())[:300] or type(exc).__name__
+            raise LogError(
+                path, why, line=line_no, expected="OTLP JSON (ExportTraceServiceRequest)"
+            ) from None
+        spans += _spans_of(message, (path, line_no))
     return spans
 
 
 def _drop_ids(doc: dict[str, Any]) -> None:
-    """Remove the hex span/trace ids (OTLP JSON's, not protobuf JSON's encoding)."""
-    for rs in doc.get("resourceSpans") or ():
-        for ss in (rs.get("scopeSpans") if isinstance(rs, dict) else None) or ():
-            for span in (ss.get("spans") if isinstance(ss, dict) else None) or ():
-                if isinstance(span, dict):
-                    for key in _IDS:
-                        span.pop(key, None)
-                    for link in span.get("links") or ():
-                        if isinstance(link, dict):
-                            link.pop("traceId", None)
-                            link.pop("spanId", None)
+    """Remove the hex span/trace ids (OTLP JSON's, not protobuf JSON's encoding); what is
+    not a list of objects where one is due is left for the protobuf parser to refuse."""
+    for rs in _objects(doc, "resourceSpans"):
+        for ss in _objects(rs, "scopeSpans"):
+            for span in _objects(ss, "spans"):
+                for key in _IDS:
+                    span.pop(key, None)
+                for link in _objects(span, "links"):
+                    link.pop("traceId", None)
+                    link.pop("spanId", None)
+
+
+def _objects(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """The objects of the list ``doc[key]`` (none where it is no list)."""
+    items = doc.get(key)
+    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
 
 
 def _spans_of(message: Any, where: tuple[Path, int]) -> list[Span]:
@@ -246,15 +268,23 @@ def _span(span: Any, where: tuple[Path, int], node: str, instance: str) -> Span:
             path, "span ends before it starts", line=line, field="endTimeUnixNano",
             expected=f">= startTimeUnixNano ({start})", got=end,
         )  # fmt: skip
+    if end - start > MAX_SPAN_DURATION_S * 1e9:
+        raise LogError(
+            path, f"span lasts {(end - start) / 1e9:.4g} s", line=line, field="endTimeUnixNano",
+            expected=f"at most {MAX_SPAN_DURATION_S:,.0f} s after startTimeUnixNano ({start}; "
+            "otlp_log.MAX_SPAN_DURATION_S)", got=end,
+        )  # fmt: skip
+    code = int(span.status.code)
+    if code not in STATUS_CODES:
+        shown = ", ".join(f"{k} ({v})" for k, v in STATUS_CODES.items())
+        raise LogError(
+            path, "unknown status code", line=line, field="status.code",
+            expected=f"one of {shown}", got=code,
+        )  # fmt: skip
     attrs = _attributes(span.attributes, ATTRIBUTES, where, "span ")
-    for name in ("gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens"):
-        low = 1 if name.endswith("prompt_tokens") else 0
-        if attrs[name] < low:
-            raise LogError(
-                path, "out of range", line=line, field=name, expected=f">= {low}", got=attrs[name]
-            )
+    _check_ranges(attrs, where)
     error = attrs.get("error.type")
-    failed = span.status.code == STATUS_CODE_ERROR or error is not None
+    failed = code == STATUS_CODE_ERROR or error is not None
     status = "ok" if not failed else "timed-out" if str(error).lower() in TIMED_OUT else "failed"
     return Span(
         where,
@@ -272,28 +302,24 @@ def _span(span: Any, where: tuple[Path, int], node: str, instance: str) -> Span:
 def _attributes(
     kvs: Any, table: dict[str, Attribute], where: tuple[Path, int], what: str
 ) -> dict[str, Any]:
-    """The values of ``table``'s attributes among ``kvs``, checked for kind."""
+    """The values of ``table``'s attributes among ``kvs``, checked for kind; a key given
+    twice (any key) must have the same value both times."""
     path, line = where
     found: dict[str, Any] = {}
+    seen: dict[str, Any] = {}
     for kv in kvs:
         spec = table.get(kv.key)
-        if spec is None:
-            continue
-        got = kv.value.WhichOneof("value")
-        want = _ONEOF[spec.kind]
-        items = list(kv.value.array_value.values) if got == "array_value" else []
-        if got != want or any(v.WhichOneof("value") != "string_value" for v in items):
-            shown = _JSON_NAME.get(got or "", "no value")
+        value = None if spec is None else _value(kv, spec, where, what)
+        if seen.setdefault(kv.key, kv.value) != kv.value:
             raise LogError(
                 path,
-                f"{what}attribute of the wrong type",
+                f"{what}attribute given twice with different values",
                 line=line,
                 field=kv.key,
-                expected=f"{_JSON_NAME[want]}" + (" of stringValue" if items else ""),
-                written=shown if got != want else "arrayValue with a non-string value",
+                expected="each attribute key once",
             )
-        value = getattr(kv.value, want)
-        found[kv.key] = [v.string_value for v in items] if got == "array_value" else value
+        if spec is not None:
+            found.setdefault(kv.key, value)
     for name, spec in table.items():
         if spec.required and name not in found:
             raise LogError(
@@ -304,6 +330,93 @@ def _attributes(
                 expected=f"an attribute with {_JSON_NAME[_ONEOF[spec.kind]]}",
             )
     return found
+
+
+def _value(kv: Any, spec: Attribute, where: tuple[Path, int], what: str) -> Any:
+    """The value of attribute ``kv``, checked to be of ``spec``'s kind (a string: not
+    blank)."""
+    path, line = where
+    got = kv.value.WhichOneof("value")
+    want = _ONEOF[spec.kind]
+    items = list(kv.value.array_value.values) if got == "array_value" else []
+    if got != want or any(v.WhichOneof("value") != "string_value" for v in items):
+        shown = _JSON_NAME.get(got or "", "no value")
+        raise LogError(
+            path,
+            f"{what}attribute of the wrong type",
+            line=line,
+            field=kv.key,
+            expected=f"{_JSON_NAME[want]}" + (" of stringValue" if items else ""),
+            written=shown if got != want else "arrayValue with a non-string value",
+        )
+    if got == "array_value":
+        return [v.string_value for v in items]
+    value = getattr(kv.value, want)
+    if got == "string_value" and not value.strip():
+        raise LogError(
+            path, f"{what}attribute is blank", line=line, field=kv.key,
+            expected="a non-empty stringValue", written=value,
+        )  # fmt: skip
+    return value
+
+
+def _check_ranges(attrs: dict[str, Any], where: tuple[Path, int]) -> None:
+    """Token counts within [low, MAX_TOKENS]; latencies finite, 0 to MAX_SPAN_DURATION_S."""
+    path, line = where
+    for name in ("gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens"):
+        low = 1 if name.endswith("prompt_tokens") else 0
+        if not low <= attrs[name] <= MAX_TOKENS:
+            raise LogError(
+                path, "out of range", line=line, field=name,
+                expected=f"a whole number from {low} to {MAX_TOKENS:,} (2^40, "
+                "traces.validate.MAX_TOKENS)", got=attrs[name],
+            )  # fmt: skip
+    for name, spec in ATTRIBUTES.items():
+        value = attrs.get(name)
+        if spec.kind != "double" or value is None:
+            continue
+        if not (math.isfinite(value) and 0 <= value <= MAX_SPAN_DURATION_S):
+            raise LogError(
+                path, "out of range", line=line, field=name,
+                expected=f"seconds from 0 to {MAX_SPAN_DURATION_S:,.0f} (finite)", got=value,
+            )  # fmt: skip
+
+
+def _check_log_span(spans: list[Span]) -> None:
+    """All spans within MAX_LOG_SPAN_S of one another; else the one farthest from the
+    median start (by its start or its end) is the error: its node's clock, most likely."""
+    first, last = min(s.start_ns for s in spans), max(s.end_ns for s in spans)
+    if last - first <= MAX_LOG_SPAN_S * 1e9:
+        return
+    median = sorted(s.start_ns for s in spans)[len(spans) // 2]
+
+    def off(s: Span) -> int:
+        return max(abs(s.start_ns - median), abs(s.end_ns - median))
+
+    worst = max(spans, key=off)
+    late = abs(worst.end_ns - median) >= abs(worst.start_ns - median)
+    ns = worst.end_ns if late else worst.start_ns
+    side = "after" if ns > median else "before"
+    path, line = worst.where
+    raise LogError(
+        path,
+        f"span {'ends' if late else 'starts'} at {_utc(ns)}, {abs(ns - median) / 1e9:,.0f} s "
+        f"{side} the spans' median start ({_utc(median)}): the log would span "
+        f"{(last - first) / 1e9:,.0f} s (a node's clock set wrong?)",
+        line=line,
+        field="endTimeUnixNano" if late else "startTimeUnixNano",
+        expected=f"all spans within {MAX_LOG_SPAN_S:,.0f} s (30 days; otlp_log.MAX_LOG_SPAN_S) "
+        "of one another",
+        got=ns,
+    )
+
+
+def _utc(ns: int) -> str:
+    """``ns`` after the Unix epoch as an ISO UTC time (to the second)."""
+    try:
+        return datetime.fromtimestamp(ns // 10**9, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):
+        return f"{ns} ns after the Unix epoch"
 
 
 def _log(path: Path, spans: list[Span], origin_ns: int, fleet: Fleet) -> PostmortemLog:

@@ -17,7 +17,9 @@ Inferred from the spans (times in seconds from the log start, the earliest span 
   the log start, the node is in the initial fleet instead, with zero uptime (spans
   cannot tell how long it had been up: its load and warm-up precede its first request).
 - **stop**: a node whose last span ends more than :data:`EDGE_S` before the log end (the
-  latest span end) is scaled down at that end; otherwise it is up to the end of the log.
+  latest span end) is scaled down at that end (just after its latest span start where
+  that span lasts no time: a span of zero length is valid); otherwise it is up to the
+  end of the log.
 - **restart**: a node whose spans come from several instances was restarted once per
   change; the instances are ordered by first span start, and the restart is when the
   previous instance had finished its requests: the end of its last span to end, but
@@ -47,7 +49,8 @@ Conflicts. A nodes file none of whose replicas has a span is refused (it names t
 nodes otherwise than the spans do). The merged events must follow the lifecycle
 (:func:`sim.fleet.postmortem_nodes.fleet_of`), and every span must start while its node
 is up or crashed by them (not before the file starts it, nor after the file scales it
-down); otherwise one error line names the nodes file's line (or the spans' line, for
+down; checked first, so such a file event is blamed, not an inferred event it puts out
+of order); otherwise one error line names the nodes file's line (or the spans' line, for
 an inferred event) and field.
 """
 
@@ -55,6 +58,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,7 +139,10 @@ def span_fleet(spans: Sequence[Span], origin_ns: int, nodes: NodesFile | None = 
             t_s = 0.0 if t_s <= EDGE_S else t_s
             detail = "first span" if t_s > 0 else "up at the log start (first span)"
             starts.append(_inferred(first, t_s, "start", detail, "startTimeUnixNano"))
-        stop_s = sec(last.end_ns)
+        # A stop never at or before the latest span start (a span of zero length last):
+        # an event at a span's very instant comes before it.
+        latest_s = sec(max(s.start_ns for s in own))
+        stop_s = max(sec(last.end_ns), math.nextafter(latest_s, math.inf))
         ends_up = not known or (known[-1].event != "scale_down" and stop_s > known[-1].time_s)
         if stop_s < end_s - EDGE_S and ends_up:
             later.append(_inferred(last, stop_s, "scale_down", "last span", "endTimeUnixNano"))
@@ -144,9 +151,9 @@ def span_fleet(spans: Sequence[Span], origin_ns: int, nodes: NodesFile | None = 
     pools = nodes.pools if nodes is not None else {}
     only = set(pools.values())
     default = only.pop() if len(only) == 1 else DEFAULT_POOL
-    fleet = fleet_of(events, names, [pools.get(n, default) for n in names])
-    _check_spans_up(spans, events, sec)
-    return fleet
+    _check_spans_up(spans, events, sec)  # first: a file's event the spans contradict is
+    # the cause of any lifecycle error an inferred event would meet after it
+    return fleet_of(events, names, [pools.get(n, default) for n in names])
 
 
 def _check_names_meet(spans: Sequence[Span], file_events: list[NodeEvent]) -> None:
@@ -223,7 +230,8 @@ def _check_spans_up(
         before = [e for e in own if e.time_s <= t_s]
         if before and before[-1].event != "scale_down":
             continue
-        blame = before[-1] if before else own[0]
+        ups = [e for e in own if e.event in ("start", "scale_up")]  # after s: the file's
+        blame = before[-1] if before else ups[0] if ups else own[0]
         where = f"{s.where[0].name} line {s.where[1]}"
         if before:
             message = f"scale_down of replica {s.node!r} at {blame.time_s:g} s, before its "

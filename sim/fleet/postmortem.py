@@ -35,7 +35,8 @@ Names. Runs keep the engine's integer replica ids; :mod:`sim.fleet.postmortem_na
 adds the log's names beside them (``replica_name`` columns, ``replicas.csv``), and the
 matching compares names.
 
-Counterfactuals. Each is a scenario (a built-in name or a file) run on the SAME traffic
+Counterfactuals. The modelled baseline (the BASE scenario) and each counterfactual is a
+scenario (a built-in name or a file) run on the SAME traffic
 from the log's initial fleet, with its own hardware, allocator, scheduler and fleet
 policies (router, retries, restart policy, autoscaler, lifecycle). Recorded crashes of
 initial nodes are kept (a crash is no policy's decision); recorded restarts and scale
@@ -62,6 +63,7 @@ from policies.routing.base import Router, RouteRequest, RouterView, least, outst
 from sim.fleet.config import MAX_NODES, FleetConfig, LifecycleConfig
 from sim.fleet.fleet import NodeAction
 from sim.fleet.matching import MatchReport, Rule, match_failures
+from sim.fleet.postmortem_baseline import Change, agreement, policy_changes
 from sim.fleet.postmortem_log import PostmortemLog
 from sim.fleet.postmortem_names import (
     counterfactual_names,
@@ -350,11 +352,7 @@ def replay(
     script = replay_script(log, rmap)
     result = _simulate(scenario, log, router, script, progress)
     result = with_replica_names(result, rmap.names(log))
-    recorded = log.recorded_failures()
-    recorded["replica"] = [log.replica_names[r] for r in recorded["replica"].tolist()]
-    report = match_failures(
-        recorded, simulated_failures(result), rule=rule, tolerance_s=tolerance_s
-    )
+    report = match_run(log, result, rule=rule, tolerance_s=tolerance_s)
     counts = {
         k: sum(a.action == k for a in script)
         for k in ("restart", "crash", "scale_up", "scale_down")
@@ -363,10 +361,30 @@ def replay(
     return Replay(result, report, router.counts(), counts, replica_table(log, rmap))
 
 
+def match_run(
+    log: PostmortemLog, result: RunResult, *, rule: Rule = "by_request", tolerance_s: float = 30.0
+) -> MatchReport:
+    """The log's recorded failures matched against a named run's (the replay, or the
+    modelled baseline: :mod:`sim.fleet.postmortem_baseline`)."""
+    recorded = log.recorded_failures()
+    recorded["replica"] = [log.replica_names[r] for r in recorded["replica"].tolist()]
+    return match_failures(recorded, simulated_failures(result), rule=rule, tolerance_s=tolerance_s)
+
+
+def changes_against(base: Scenario, cf: Scenario, log: PostmortemLog) -> list[Change]:
+    """What ``cf`` changes against the modelled baseline of ``base``, both built for
+    ``log`` (:func:`sim.fleet.postmortem_baseline.policy_changes`)."""
+    rmap = build_replica_map(log)
+    return policy_changes(
+        counterfactual_scenario(base, log, rmap), counterfactual_scenario(cf, log, rmap)
+    )
+
+
 def run_counterfactual(
     cf: Scenario, log: PostmortemLog, progress: Progress | None = None
 ) -> RunResult:
-    """``cf`` on the log's traffic (module docstring), its frames named."""
+    """``cf`` on the log's traffic (module docstring), its frames named. The modelled
+    baseline is the BASE scenario run so (:mod:`sim.fleet.postmortem_baseline`)."""
     rmap = build_replica_map(log)
     scenario = counterfactual_scenario(cf, log, rmap)
     result = _simulate(scenario, log, None, counterfactual_script(log, rmap), progress)
@@ -380,10 +398,14 @@ def postmortem_record(
     *,
     log_name: str = "",
     scenario: str = "",
+    baseline: MatchReport | None = None,
+    baseline_summary: Mapping[str, Any] | None = None,
+    changes: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """``postmortem.json``: the log's folder name and the BASE scenario's name (as the
     caller gives them), the match's counts and scores, the routing and script counts,
-    and the log's span, nodes and node events by name (what the report draws)."""
+    and the log's span, nodes and node events by name (what the report draws); with a
+    modelled baseline, its match (``baseline``) and each counterfactual's ``changes``."""
     m = done.match
     events = log.node_events
     details = events["detail"].tolist() if "detail" in events else [""] * len(events)
@@ -417,4 +439,16 @@ def postmortem_record(
         "router_fallbacks": done.router["fallbacks"],
         "script": done.script,
         "counterfactuals": list(counterfactuals),
+        "baseline": None
+        if baseline is None
+        else {
+            "simulated_failures": baseline.simulated_failures,
+            "matched": baseline.matched,
+            "precision": baseline.precision,
+            "recall": baseline.recall,
+        },
+        "agreement": []
+        if baseline is None or baseline_summary is None
+        else agreement(done.match, done.script, done.result.summary, baseline, baseline_summary),
+        "changes": {k: list(v) for k, v in (changes or {}).items()},
     }

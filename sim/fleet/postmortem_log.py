@@ -46,6 +46,7 @@ the :class:`PostmortemLog`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -175,7 +176,7 @@ def find_log_files(log_dir: str | Path) -> tuple[Path, Path]:
     found = []
     for stem in ("requests", "nodes"):
         present = [log_dir / f"{stem}.{ext}" for ext in ("csv", "parquet")]
-        present = [p for p in present if p.exists()]
+        present = [p for p in present if os.path.lexists(p)]  # a dangling link: named
         if len(present) != 1:
             raise LogError(
                 log_dir,

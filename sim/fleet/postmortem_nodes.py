@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
@@ -149,18 +150,20 @@ def fleet_of(events: Sequence[NodeEvent], names: Sequence[str], pools: Sequence[
     uptime_s = np.zeros(len(names))
     up_at_start = np.zeros(len(names), bool)
     keep = []
+    since: list[NodeEvent | None] = [None] * len(names)
     for i in rows:
         e = events[i]
         r = ids[e.replica]
         after, to = _NEXT[e.event]
         if state[r] not in after:
             raise e.error(
-                f"{e.event} of replica {e.replica!r} at {e.time_s:g} s, when it is {state[r]}",
+                f"{e.event} of replica {e.replica!r} at {e.time_s:g} s, when it is {state[r]}"
+                + _since(since[r]),
                 field=e.fields[0],
                 expected=f"{e.event} only when the node is {' or '.join(after)}",
                 got=e.event,
             )
-        state[r] = to
+        state[r], since[r] = to, e
         if e.event == "start" and e.time_s <= 0:
             up_at_start[r], uptime_s[r] = True, abs(e.time_s)
         else:
@@ -173,6 +176,16 @@ def fleet_of(events: Sequence[NodeEvent], names: Sequence[str], pools: Sequence[
     if any(e.detail is not None for e in events):
         frame["detail"] = np.array([e.detail or "" for e in keep], dtype=object)
     return Fleet(list(names), list(pools), uptime_s, up_at_start, pd.DataFrame(frame))
+
+
+def _since(e: NodeEvent | None) -> str:
+    """`` (since its EVENT at T s: FILE line L)``: what put a node in its state."""
+    if e is None:
+        return ""
+    err = e.error("")
+    where = Path(err.path).name
+    where += f" line {err.line}" if err.line is not None else f" row {err.row}"
+    return f" (since its {e.event} at {e.time_s:g} s: {where})"
 
 
 def read_fleet(ctx: ReadContext, t: pa.Table, time_s: np.ndarray) -> Fleet:

@@ -44,8 +44,10 @@ interval; labels ``severity`` ``critical`` (the seed's ``high``) or ``warning``
   cannot grow, and its gauge tells a preemption at high free memory (vLLM exports no
   failure counter and no contiguity, so the ratio rules keep fragsim's names: the
   rules file's header says which);
-* the ratio rules threshold the gauge with a ``for:`` (default 5m): one low reading
-  does not page;
+* the ratio rules threshold the gauge, the uptime rule the correlation gauge, each
+  with its ``for:`` (:data:`sim.fleet.alert_states.SHIPPED_FOR_S`: none on the severe
+  rule, ``30s`` (two scrapes in a row) on the approaching and uptime rules; a rule without a
+  ``for:`` fires at its first evaluation);
 * the uptime rule thresholds ``fragsim_node_uptime_vs_fragmentation_correlation``:
   Spearman's rho of (uptime, 1 - ratio) over the node's own readings, one every scrape
   interval, in the last ``T`` s (the rule also asks uptime >= ``T``: a restart within the
@@ -56,8 +58,8 @@ interval; labels ``severity`` ``critical`` (the seed's ``high``) or ``warning``
   ``avg_over_time`` / ``stddev_over_time`` could compute only Pearson's r, a second
   statistic beside the summary's and the reports'.
 
-The ``for:`` and the failure window make Prometheus fire later and longer than
-``fragsim alerts show``, which fires at the first scrape a condition holds.
+``fragsim alerts show`` and a run's ``alerts.parquet`` apply the same ``for:`` and
+window (:mod:`sim.fleet.alert_states`): they fire where these rules fire.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from typing import Any, Literal
 
 import yaml
 
+from sim.fleet.alert_states import DEFAULT_TIMING, RuleTiming, with_gauge_hold
 from sim.fleet.alerts import (
     ALERTS,
     DEFAULT_SCRAPE_INTERVAL_S,
@@ -139,15 +142,26 @@ INSTANCE_LABELS = ("replica", "pod", "instance")
 
 @dataclass(frozen=True)
 class RuleOptions:
-    """How the rules are written: ``for_s`` on gauge thresholds, the failure rule's
-    window, the runbook URL template (``{alert}``: the alert's name), whose metric names
-    and which label names a node (what Alertmanager routes and groups on)."""
+    """How the rules are written: each rule's ``for:`` and the failure rule's window
+    (``timing``; ``for_s`` overrides every gauge rule's ``for:``, ``failure_window_s``
+    the window), the runbook URL template (``{alert}``: the alert's name), whose metric
+    names and which label names a node (what Alertmanager routes and groups on)."""
 
-    for_s: float = 300.0
-    failure_window_s: float = 300.0
+    for_s: float | None = None
+    failure_window_s: float | None = None
+    timing: RuleTiming = DEFAULT_TIMING
     runbook_url: str = "https://runbooks.example.com/fragsim/{alert}"
     metrics: MetricNames = "fragsim"
     instance_label: str = "replica"
+
+    def rule_timing(self) -> RuleTiming:
+        """The timing the rules are written with (``timing`` with the overrides)."""
+        timing = self.timing
+        if self.for_s is not None:
+            timing = with_gauge_hold(timing, self.for_s)
+        if self.failure_window_s is not None:
+            timing = RuleTiming(timing.for_s, self.failure_window_s)
+        return timing
 
 
 DEFAULT_OPTIONS = RuleOptions()
@@ -182,7 +196,7 @@ def expressions(
     """Alert name -> its PromQL expression."""
     ratio = METRIC["largest_contiguous_free_block_ratio"]
     uptime = METRIC["uptime_s"]
-    window = duration(max(options.failure_window_s, 2 * scrape_interval_s))
+    window = duration(options.rule_timing().window_s(scrape_interval_s))
     by = f"sum by ({options.instance_label})"
     if options.metrics == "vllm":
         preempted = f"{by} (increase({VLLM_METRICS['fragsim_preemptions_total']}[{window}])) > 0"
@@ -205,10 +219,14 @@ def expressions(
 
 
 def _description(
-    spec: AlertSpec, th: AlertThresholds, trend_window_s: float, options: RuleOptions
+    spec: AlertSpec,
+    th: AlertThresholds,
+    trend_window_s: float,
+    options: RuleOptions,
+    scrape_interval_s: float,
 ) -> str:
     node = f"Replica {{{{ $labels.{options.instance_label} }}}}"
-    window = duration(options.failure_window_s)
+    window = duration(options.rule_timing().window_s(scrape_interval_s))
     failure = (
         f"{node}: preempted while less than {1 - th.high_free_share:g} of KV cache was in "
         f"use in the last {window} (vLLM's nearest sign of the seed's fragmentation)."
@@ -244,15 +262,18 @@ def alert_rules(
     """The rules file as a mapping: one group ``fragsim`` evaluated every scrape, one
     rule per alert of :data:`~sim.fleet.alerts.ALERTS` (module docstring)."""
     exprs = expressions(thresholds, scrape_interval_s, trend_window_s, options)
+    timing = options.rule_timing()
     rules = []
     for spec in ALERTS:
         rule: dict[str, Any] = {"alert": spec.name, "expr": exprs[spec.name]}
-        if spec is not FRAGMENTATION_FAILURE:  # a gauge threshold: held for a while
-            rule["for"] = duration(max(options.for_s, scrape_interval_s))
+        if timing.hold_s(spec.name) > 0:  # none: fires at the first evaluation
+            rule["for"] = duration(timing.hold_s(spec.name))
         rule["labels"] = {"severity": SEVERITIES[spec.severity]}
         rule["annotations"] = {
             "summary": spec.summary,
-            "description": _description(spec, thresholds, trend_window_s, options),
+            "description": _description(
+                spec, thresholds, trend_window_s, options, scrape_interval_s
+            ),
             "runbook_url": options.runbook_url.replace("{alert}", spec.name),
             "response": spec.response,
         }

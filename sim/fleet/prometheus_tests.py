@@ -1,26 +1,28 @@
 """``promtool test rules`` unit tests for the exported rules (:mod:`sim.fleet.prometheus`),
-generated from a run: for each rule, the first episode in which fragsim's own
-evaluation (:func:`sim.fleet.alerts.conditions`) fires it on a replica long enough for
-Prometheus to fire it too, written as the series Prometheus would have scraped and the
-alert expected then.
+generated from a run: for each rule, the first episode fragsim's own evaluation fires
+(:func:`sim.fleet.alerts.conditions` through :func:`sim.fleet.alert_states.hold`, the
+rule's own ``for:``) and, for a rule with a ``for:``, the first episode it suppresses,
+written as the series Prometheus would have scraped and the firing alerts fragsim says
+Prometheus holds at instants of the episode.
 
-One test per rule found firing (a rule that never fires long enough in the run gets
-none: the file's header lists them). For a replica's episode starting at scrape ``k``
-(the condition false at ``k - 1``, true from ``k``), the test's series are the replica's
-scraped values (:func:`sim.fleet.alerts.scraped`: the latest periodic sample at or
-before each scrape) from scrape ``k - 2`` on, one per evaluation interval:
+One test per such episode (a rule the run never fires, with data throughout, gets
+none: the file's header lists them). For a replica's episode of the scrapes
+``s .. r - 1`` (the condition held from ``s``, fired at ``f`` where it did, resolved at
+``r``; ``r`` the run's last scrape where it still holds), the test's series are the
+replica's scraped values (:func:`sim.fleet.alerts.scraped`: the latest periodic sample
+at or before each scrape) from ``k0`` to ``r``, one per evaluation interval, and its
+``alert_rule_test`` asserts the firing alerts (none, or the one alert with the series'
+labels, its severity and its annotations rendered with the value then) at ``s - 1``,
+``s``, ``f - 1``, ``f``, ``r - 1`` and ``r`` (those in the test's range):
 
-* a gauge rule (``for: F``, ``n = ceil(F / I)`` scrapes) needs the condition to hold
-  at scrapes ``k .. k + n`` (with data at every scrape of the test): at ``k + n`` the
-  alert fires with the labels of the series, the severity and the annotations rendered
-  with the value scraped then; one scrape earlier it is still pending (no alert). The
-  uptime rule's series are the ratio, the uptime and the correlation gauge as
+* a gauge rule's test starts at ``k0 = s - 2``, with data at every scrape of the test;
+  the uptime rule's series are the ratio, the uptime and the correlation gauge as
   ``fragsim export openmetrics`` writes it (:func:`sim.fleet.alerts.uptime_correlation`
   at every scrape with data: the function that evaluates the alert);
-* the failure rule reads the counter of failures above the high-free share at each
-  scrape (the export's counter, cumulated over the scrape windows ``(t_{j-1}, t_j]``);
-  an episode at ``k >= 1`` fires at ``k`` (``increase`` over two samples) and not at
-  ``k - 1``.
+* the failure rule's test is the counter of failures above the high-free share as the
+  export writes it (cumulated over the scrape windows ``(t_{j-1}, t_j]``, from the
+  replica's first scrape to its last: ``_`` outside), from one ``increase()`` range
+  before ``s - 1``, so that every range the test evaluates is the run's.
 
 ``{{ $value }}`` is rendered as Prometheus's templates print a float (Go's ``%v``):
 shortest digits, integers without a point, which equals :func:`sim.fleet.openmetrics.
@@ -29,14 +31,14 @@ number` for the values rendered here (ratios and rho in [-1, 1]).
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
+from sim.fleet.alert_states import Held, hold
 from sim.fleet.openmetrics import number, pool_of
 from sim.fleet.prometheus import METRIC, RuleOptions, duration
+from sim.results.seed_alerts import FRAGMENTATION_FAILURE
 
 if TYPE_CHECKING:
-    import numpy as np
     import pandas as pd
 
     from sim.results.seed_alerts import AlertThresholds
@@ -45,6 +47,7 @@ FAILURE_COUNTER = METRIC["high_free_failures"]
 RATIO = METRIC["largest_contiguous_free_block_ratio"]
 UPTIME = METRIC["uptime_s"]
 RHO = METRIC["node_uptime_vs_fragmentation_correlation"]
+FAILURE_RULE = FRAGMENTATION_FAILURE.name
 
 
 def _render(text: str, label: str, replica: int, value: float | None) -> str:
@@ -52,23 +55,25 @@ def _render(text: str, label: str, replica: int, value: float | None) -> str:
     return text if value is None else text.replace("{{ $value }}", number(value))
 
 
-def _series(name: str, labels: dict[str, str], values: np.ndarray) -> dict[str, str]:
+def _series(name: str, labels: dict[str, str], values: list[float | None]) -> dict[str, str]:
     inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    return {"series": f"{name}{{{inner}}}", "values": " ".join(number(float(v)) for v in values)}
+    text = " ".join("_" if v is None else number(float(v)) for v in values)
+    return {"series": f"{name}{{{inner}}}", "values": text}
 
 
-def _episode(firing: np.ndarray, has: np.ndarray, need: int, first: int) -> int | None:
-    """The first scrape ``k >= first`` starting an episode that holds ``need`` scrapes,
-    with data from ``k - 2`` to its end; None when there is none."""
+def _episodes(held: Held, n: int) -> list[tuple[int, int | None, int]]:
+    """(start, the instant it fired or None, its end ``r``) of each episode; ``r`` is the
+    instant it resolved, or the last where it still holds at the run's end."""
     import numpy as np
 
-    starts = np.flatnonzero(firing & ~np.concatenate([[False], firing[:-1]]))
-    for k in starts.tolist():
-        if k < first or k + need > len(firing):
-            continue
-        if firing[k : k + need].all() and has[max(0, k - 2) : k + need].all():
-            return int(k)
-    return None
+    active = held.active
+    out = []
+    for s in np.flatnonzero(active & ~np.concatenate([[False], active[:-1]])).tolist():
+        stop = np.flatnonzero(~active[s:])
+        r = s + int(stop[0]) if len(stop) else n - 1
+        fired = np.flatnonzero(held.firing[s : r + 1])
+        out.append((s, s + int(fired[0]) if len(fired) else None, r))
+    return out
 
 
 def rule_tests(
@@ -81,12 +86,13 @@ def rule_tests(
     trend_window_s: float,
     options: RuleOptions,
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The ``tests`` list of a promtool test file for ``rules`` (one per rule found
-    firing long enough) and the names of the rules without a test."""
+    """The ``tests`` list of a promtool test file for ``rules`` (module docstring) and
+    the names of the rules the run never fires (with data throughout: no test)."""
     import numpy as np
 
     from sim.fleet.alerts import (
         conditions,
+        counter_span,
         high_free_failures,
         scrape_times,
         scraped,
@@ -95,20 +101,34 @@ def rule_tests(
     )
 
     times = scrape_times(timeseries, scrape_interval_s)
+    timing = options.rule_timing()
+    window_scrapes = int(
+        round(timing.window_s(scrape_interval_s) * 1000) // round(scrape_interval_s * 1000)
+    )
     pool = pool_of(summary)
     label = options.instance_label
     by_name = {r["alert"]: r for g in rules["groups"] for r in g["rules"]}
-    todo = dict(by_name)
+    todo = {
+        name: {"fired", "suppressed"} if "for" in rule else {"fired"}
+        for name, rule in by_name.items()
+    }
     tests: list[dict[str, Any]] = []
-    interval = duration(scrape_interval_s)
     for replica in sorted(set(timeseries["replica"].tolist())):
-        if not todo:
+        if not any(todo.values()):
             break
         found = conditions(
-            timeseries, events, replica, times, thresholds, trend_window_s, scrape_interval_s
+            timeseries,
+            events,
+            replica,
+            times,
+            thresholds,
+            trend_window_s,
+            scrape_interval_s,
+            timing,
         )
         s = scraped(timeseries, times, replica)
         has = s["has_data"].to_numpy()
+        lo, hi = counter_span(timeseries, times, replica)
         labels = {label: str(replica), "pool": pool(replica)}
         counter = np.cumsum(high_free_failures(events, times, replica, thresholds.high_free_share))
         window = trend_window_scrapes(trend_window_s, scrape_interval_s)
@@ -117,53 +137,55 @@ def rule_tests(
             UPTIME: s["uptime_s"].to_numpy(),
             RHO: uptime_correlation(s, window, has),  # as fragsim export openmetrics writes it
         }
-        for name in list(todo):
-            rule = todo[name]
-            firing, value = found[name]
-            gauge = "for" in rule
-            n = math.ceil(_seconds(rule["for"]) / scrape_interval_s) if gauge else 0
-            k = _episode(firing, has if gauge else np.ones_like(has), n + 1, 0 if gauge else 1)
-            if k is None:
+        for name, rule in by_name.items():
+            if not todo[name]:
                 continue
-            k0 = max(0, k - 2)
-            end = k + n
-            if gauge:
-                used = [m for m in gauges if m in rule["expr"]]
-                series = [_series(m, labels, gauges[m][k0 : end + 1]) for m in used]
-                expected_labels = {**labels, "severity": rule["labels"]["severity"]}
-                shown: float | None = float(value[end])
-            else:
-                series = [_series(FAILURE_COUNTER, labels, counter[k0 : end + 1])]
-                expected_labels = {label: str(replica), "severity": rule["labels"]["severity"]}
-                shown = None
-            annotations = {
-                key: _render(text, label, replica, shown)
-                for key, text in rule["annotations"].items()
-            }
-            at = (end - k0) * scrape_interval_s
-            tests.append(
-                {
-                    "name": f"{name} on replica {replica} from {times[k]:g} s of the run",
-                    "interval": interval,
-                    "input_series": series,
-                    "alert_rule_test": [
-                        {
-                            "eval_time": _at(at - scrape_interval_s),
-                            "alertname": name,
-                            "exp_alerts": [],
-                        },
-                        {
-                            "eval_time": _at(at),
-                            "alertname": name,
-                            "exp_alerts": [
-                                {"exp_labels": expected_labels, "exp_annotations": annotations}
-                            ],
-                        },
-                    ],
-                }
-            )
-            del todo[name]
-    return tests, list(todo)
+            condition, value = found[name]
+            held = hold(condition, times, _seconds(rule.get("for", "0s")))
+            gauge = name != FAILURE_RULE
+            for start, fired, end in _episodes(held, len(times)):
+                kind = "suppressed" if fired is None else "fired"
+                if kind not in todo[name]:
+                    continue
+                k0 = max(0, start - 2) if gauge else max(0, lo, start - 1 - window_scrapes)
+                if gauge and not has[k0 : end + 1].all():
+                    continue
+                if gauge:
+                    used = [m for m in gauges if m in rule["expr"]]
+                    series = [_series(m, labels, list(gauges[m][k0 : end + 1])) for m in used]
+                    alert_labels = {**labels, "severity": rule["labels"]["severity"]}
+                else:
+                    cells = [counter[j] if lo <= j <= hi else None for j in range(k0, end + 1)]
+                    series = [_series(FAILURE_COUNTER, labels, cells)]
+                    alert_labels = {label: str(replica), "severity": rule["labels"]["severity"]}
+                marks = [start - 1, start, end - 1, end]
+                if fired is not None:
+                    marks += [fired - 1, fired]
+                checks = []
+                for k in sorted({k for k in marks if k0 <= k <= end}):
+                    expected = []
+                    if held.firing[k]:
+                        shown = float(value[k]) if gauge else None
+                        annotations = {
+                            key: _render(text, label, replica, shown)
+                            for key, text in rule["annotations"].items()
+                        }
+                        expected.append(
+                            {"exp_labels": alert_labels, "exp_annotations": annotations}
+                        )
+                    at = _at((k - k0) * scrape_interval_s)
+                    checks.append({"eval_time": at, "alertname": name, "exp_alerts": expected})
+                what = "fires" if fired is not None else f"held {rule['for']} too briefly to fire"
+                tests.append(
+                    {
+                        "name": f"{name} on replica {replica} from {times[start]:g} s of the run: {what}",
+                        "interval": duration(scrape_interval_s),
+                        "input_series": series,
+                        "alert_rule_test": checks,
+                    }
+                )
+                todo[name].discard(kind)
+    return tests, [name for name, left in todo.items() if "fired" in left]
 
 
 def _at(at_s: float) -> str:
@@ -186,7 +208,7 @@ def tests_file(
 
     head = "# fragsim: promtool test rules for the exported alerts, generated from a run."
     if untested:
-        head += "\n# No episode in the run to test: " + ", ".join(untested)
+        head += "\n# No firing in the run to test: " + ", ".join(untested)
     body = {
         "rule_files": [rule_file],
         "evaluation_interval": duration(scrape_interval_s),

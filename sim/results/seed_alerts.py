@@ -14,9 +14,11 @@ Two counts go with an alert and must not be confused:
 
 * *matching failures* (or *matching samples*): every allocation failure (every periodic
   sample) that meets the condition, counted over the whole run (``summary.json``);
-* *firings*: how many times the alert started firing as Prometheus evaluates it, once
-  per scrape window (``alerts.parquet``, fleet runs): several failures in one window,
-  or in consecutive windows, are one firing.
+* *condition episodes* and *firings* (``alerts.parquet``, fleet runs): the rule
+  evaluated at every scrape as Prometheus evaluates it; an episode is a stretch of
+  scrapes where its condition held (several failures in one window, or in consecutive
+  windows, are one), a firing an episode that held the rule's ``for:``
+  (:mod:`sim.fleet.alert_states`).
 
 The correlation statistic is one, everywhere: Spearman's rank correlation rho of
 (uptime since the last restart, fragmentation ``1 - largest_contiguous_free_block_ratio``),

@@ -21,8 +21,9 @@ scenario's ``metrics``), one entry per alert whose condition held during the run
   ``uptime_rho_alert`` with p < 0.01, and the recent fragmentation past ``1 - ratio_alert``.
   The statistic is in ``memory.node_uptime_vs_fragmentation_correlation`` for every run.
 
-A fleet run adds ``firings`` to each (:func:`with_firings`): how many times the alert
-started firing in ``alerts.parquet``, per scrape window, a different count.
+A fleet run adds two counts of ``alerts.parquet`` to each (:func:`with_firings`):
+``condition_episodes``, the stretches of scrapes where the rule's condition held, and
+``firings``, those that held its ``for:`` and fired, as Prometheus fires them.
 """
 
 from __future__ import annotations
@@ -216,26 +217,41 @@ def _alerts(
 
 
 def with_firings(
-    alerts: list[dict[str, Any]], firings: dict[str, int], th: AlertThresholds
+    alerts: list[dict[str, Any]],
+    episodes: dict[str, tuple[int, int]],
+    th: AlertThresholds,
+    for_s: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """The summary's alerts with ``firings`` (times each started firing in the
-    scrape-window log, 0 where it never did) on every entry, and an entry for an alert
-    that fired in the log although its run-wide condition did not hold (the uptime
-    correlation over one window, not the whole run); in :data:`ALERTS` order."""
-    unknown = set(firings) - set(BY_NAME)
+    """The summary's alerts with ``condition_episodes`` and ``firings`` on every entry
+    (``episodes``: alert -> the episodes its condition held at a scrape, and those that
+    held its ``for:`` and fired, in the alert log; 0 where it never did), and an entry
+    for an alert whose condition held in the log although its run-wide condition did not
+    (the uptime correlation over one window, not the whole run); in :data:`ALERTS`
+    order."""
+    unknown = set(episodes) - set(BY_NAME)
     if unknown:
         raise ValueError(f"not alerts of the seed: {sorted(unknown)}")
     have = {a["alert"]: a for a in alerts}
     out = []
     for spec in ALERTS:
         found = have.get(spec.name)
-        fired = int(firings.get(spec.name, 0))
-        if found is None and fired:
+        held, fired = (int(n) for n in episodes.get(spec.name, (0, 0)))
+        if found is None and held:
             found = {"alert": spec.name, "severity": spec.severity}
             found["condition"] = condition(spec, th)
         if found is not None:
-            out.append(found | {"firings": fired})
+            counts: dict[str, Any] = {"condition_episodes": held, "firings": fired}
+            if for_s is not None and spec.name in for_s:
+                counts["for_s"] = float(for_s[spec.name])
+            out.append(found | counts)
     return out
+
+
+def _duration(seconds: float) -> str:
+    """``60`` -> ``1m``, ``90`` -> ``1m30s``: a rule's ``for:`` as Prometheus writes it."""
+    whole = round(seconds)
+    minutes, rest = divmod(whole, 60)
+    return (f"{minutes}m" if minutes else "") + (f"{rest}s" if rest or not minutes else "")
 
 
 def alert_lines(summary: dict[str, Any]) -> list[str]:
@@ -255,9 +271,11 @@ def alert_lines(summary: dict[str, Any]) -> list[str]:
             if rho is not None:
                 counts.append(f"Spearman rho {rho:.2f} over the whole run (condition not met)")
         if "firings" in a:
-            n = a["firings"]
+            held, n = a.get("condition_episodes", a["firings"]), a["firings"]
+            hold = f" after for: {_duration(a['for_s'])}" if a.get("for_s") else ""
             counts.append(
-                f"{n:,} firing{'' if n == 1 else 's'} (per scrape window, alerts.parquet)"
+                f"condition held in {held:,} episode{'' if held == 1 else 's'}, "
+                f"{n:,} fired{hold} (alerts.parquet)"
             )
         if a.get("first_time_s") is not None:
             counts.append(f"first at {a['first_time_s']:,.0f} s")

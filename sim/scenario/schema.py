@@ -265,14 +265,20 @@ class Scenario(_Strict):
             raise ValueError(
                 "; ".join(
                     line.removeprefix("allocator: ")
-                    for line in validation_lines("allocator", e, value, prefix=str(value["kind"]))
+                    for line in validation_lines(
+                        "allocator",
+                        e,
+                        value,
+                        prefix=str(value["kind"]),
+                        model=ALLOCATORS.get(value["kind"]),
+                    )
                 )
             ) from None
 
 
 def format_validation_error(source: str, err: ValidationError, data: object) -> str:
     """One line per problem: ``FILE: field a.b: got VALUE: message``."""
-    return "\n".join(validation_lines(source, err, data))
+    return "\n".join(validation_lines(source, err, data, model=Scenario))
 
 
 MAX_SCENARIO_BYTES = 1 << 20
@@ -313,7 +319,8 @@ def load_scenario(path: str | Path) -> Scenario:
             f"{source}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})"
         ) from None
     try:
-        data = load_yaml(text, written=True)  # messages quote numbers as written
+        # messages quote numbers as written, and name the line of the field
+        data = load_yaml(text, written=True, located=True)
     except yaml.YAMLError as e:
         raise ScenarioError(f"{source}: {yaml_error_line(e, text)}") from None
     if not isinstance(data, dict):
@@ -361,7 +368,15 @@ def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario
             ALLOCATORS[allocator["kind"]].model_validate_json(strict_json(allocator), strict=True)
         except ValidationError as e:
             raise ScenarioError(
-                "\n".join(validation_lines(source, e, allocator, prefix="allocator"))
+                "\n".join(
+                    validation_lines(
+                        source,
+                        e,
+                        allocator,
+                        prefix="allocator",
+                        model=ALLOCATORS[allocator["kind"]],
+                    )
+                )
             ) from None
     try:
         scenario = Scenario.model_validate_json(text, strict=True)
@@ -397,7 +412,9 @@ def check_pools(scenario: Scenario, data: dict[str, Any], source: str) -> None:
             try:
                 HardwareConfig.model_validate_json(strict_json(merged), strict=True)
             except ValidationError as e:
-                lines = validation_lines(source, e, merged, prefix=f"{where}.hardware")
+                lines = validation_lines(
+                    source, e, merged, prefix=f"{where}.hardware", model=HardwareConfig
+                )
                 raise ScenarioError("\n".join(lines)) from None
         if pool.allocator is not None:
             allocator = raw.get("allocator") or pool.allocator.model_dump(mode="json")
@@ -408,7 +425,13 @@ def check_pools(scenario: Scenario, data: dict[str, Any], source: str) -> None:
                 else:
                     parse_allocator(allocator)
             except ValidationError as e:
-                lines = validation_lines(source, e, allocator, prefix=f"{where}.allocator")
+                lines = validation_lines(
+                    source,
+                    e,
+                    allocator,
+                    prefix=f"{where}.allocator",
+                    model=ALLOCATORS.get(str(kind)),
+                )
                 raise ScenarioError("\n".join(lines)) from None
             except ValueError as e:
                 raise ScenarioError(f"{source}: field {where}.allocator: {e}") from None

@@ -18,6 +18,7 @@ from sim.errors import short, validation_lines
 from sim.scenario import bounds
 from sim.scenario.fields import strict_json
 from sim.scenario.schema import Scenario, ScenarioError, ScenarioWarning, WorkloadConfig
+from sim.scenario.yaml_loader import LocatedDict
 from traces import TraceError, load, synth, transform
 from traces.arrivals import ArrivalSpec, mean_rate_per_s
 from traces.bounds import BoundError
@@ -40,7 +41,13 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
             out[k] = _merge(old, v)
         else:
             out[k] = v
-    return out
+    lines = getattr(override, "key_lines", None)
+    if lines is None:
+        return out
+    located = LocatedDict()  # the file's lines, for messages (yaml_loader.LocatedDict)
+    located.update(out)
+    located.key_lines.update(lines)
+    return located
 
 
 def check_workload(w: WorkloadConfig, written: object = None) -> None:
@@ -86,7 +93,9 @@ def synth_spec(w: WorkloadConfig, written: object = None) -> synth.SynthSpec:
         raise ScenarioError(
             "\n".join(
                 line.removeprefix("scenario: ")
-                for line in validation_lines("scenario", e, shown, prefix="workload.synth")
+                for line in validation_lines(
+                    "scenario", e, shown, prefix="workload.synth", model=synth.SynthSpec
+                )
             )
         ) from None
     if spec.num_requests is not None:
@@ -114,7 +123,9 @@ def arrival_spec(w: WorkloadConfig, written: object = None) -> ArrivalSpec | Non
         raise ScenarioError(
             "\n".join(
                 line.removeprefix("scenario: ")
-                for line in validation_lines("scenario", e, shown, prefix="workload.arrival")
+                for line in validation_lines(
+                    "scenario", e, shown, prefix="workload.arrival", model=ArrivalSpec
+                )
             )
         ) from None
     return spec

@@ -22,7 +22,10 @@
 * **numbers as written** (``load_yaml(text, written=True)``): integers and floats are
   :class:`WrittenInt` / :class:`WrittenFloat`, equal to the number and remembering the
   text the file wrote, which their ``repr`` gives -- so a message quotes ``got 1e9``
-  where the value was written ``1e9``, not ``got 1000000000.0``.
+  where the value was written ``1e9``, not ``got 1000000000.0``;
+* **keys located** (``load_yaml(text, located=True)``): mappings are
+  :class:`LocatedDict`, a ``dict`` that also holds the line each key was written on, so
+  a message about a field names its line (``sim.errors.validation_lines``).
 
 Every refusal is a ``yaml.YAMLError`` with the line and column of the offending node,
 worded by the caller like any other YAML error.
@@ -30,7 +33,9 @@ worded by the caller like any other YAML error.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Generator
 from typing import Any
 
 import yaml
@@ -75,12 +80,23 @@ class WrittenFloat(float):
         return self.written
 
 
+class LocatedDict(dict[Any, Any]):
+    """A mapping that remembers the line (1-based) each of its keys was written on."""
+
+    key_lines: dict[Any, int]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.key_lines = {}
+
+
 class BoundedLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` with the bounds of this module (one instance per document)."""
 
-    def __init__(self, stream: str, written: bool = False) -> None:
+    def __init__(self, stream: str, written: bool = False, located: bool = False) -> None:
         super().__init__(stream)
         self._written = written
+        self._located = located
         self._expanded = 0  # values composed so far, aliases expanded
         self._sizes: dict[int, int] = {}  # id(node) -> values it stands for
         self._depth = 0
@@ -138,6 +154,16 @@ class BoundedLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_map(self, node: MappingNode) -> Generator[dict[Any, Any], None, None]:
+        data: dict[Any, Any] = LocatedDict() if self._located else {}
+        yield data
+        data.update(self.construct_mapping(node))
+        if isinstance(data, LocatedDict):
+            for key_node, _ in node.value:  # merges flattened: keys where they were written
+                key = self.construct_object(key_node)
+                with contextlib.suppress(TypeError):  # unhashable: construct_mapping refused it
+                    data.key_lines[key] = key_node.start_mark.line + 1
 
     def construct_yaml_bool(self, node: ScalarNode) -> bool:
         value = self.construct_scalar(node)
@@ -200,6 +226,7 @@ BoundedLoader.yaml_implicit_resolvers = {
 BoundedLoader.add_implicit_resolver(_BOOL_TAG, _BOOL_1_2, list("tTfF"))
 BoundedLoader.add_implicit_resolver(_INT_TAG, _INT_DECIMAL, list("-+0123456789"))
 BoundedLoader.add_implicit_resolver(_FLOAT_TAG, _FLOAT_1_2, list("-+0123456789."))
+BoundedLoader.add_constructor("tag:yaml.org,2002:map", BoundedLoader.construct_yaml_map)
 BoundedLoader.add_constructor(_BOOL_TAG, BoundedLoader.construct_yaml_bool)
 BoundedLoader.add_constructor(_INT_TAG, BoundedLoader.construct_yaml_int)
 BoundedLoader.add_constructor(_FLOAT_TAG, BoundedLoader.construct_yaml_float)
@@ -225,11 +252,12 @@ def yaml_error_line(error: yaml.YAMLError, text: str) -> str:
     return f"not valid YAML: {problem[:200]}{where}"
 
 
-def load_yaml(text: str, *, written: bool = False) -> Any:
+def load_yaml(text: str, *, written: bool = False, located: bool = False) -> Any:
     """The one document in ``text``; ``yaml.YAMLError`` (with a mark) when it breaks a
     bound of this module or is not YAML. With ``written``, numbers are
-    :class:`WrittenInt` / :class:`WrittenFloat` (their ``repr`` is the file's text)."""
-    loader = BoundedLoader(text, written=written)
+    :class:`WrittenInt` / :class:`WrittenFloat` (their ``repr`` is the file's text); with
+    ``located``, mappings are :class:`LocatedDict` (each key's line)."""
+    loader = BoundedLoader(text, written=written, located=located)
     try:
         return loader.get_single_data()
     finally:

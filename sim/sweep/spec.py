@@ -185,7 +185,7 @@ def load_sweep(path: str | Path) -> Sweep:
     try:
         spec = SweepFile.model_validate(data)
     except ValidationError as e:
-        raise ScenarioError("\n".join(validation_lines(source, e, data))) from None
+        raise ScenarioError("\n".join(validation_lines(source, e, data, model=SweepFile))) from None
     for name, values in spec.grid.items():
         if not values:
             raise ScenarioError(f"{source}: field grid.{name}: an empty list of values")

@@ -210,8 +210,9 @@ def test_show_evaluates_at_the_scrape_interval_the_run_recorded(
 def test_a_run_scraped_less_often_than_the_defaults_needs_no_flags(
     run_dir: Path, tmp_path: Path
 ) -> None:
-    """A fleet scraped every 2 h (its trend window then one scrape, the --for and the
-    failure window longer than 300 s) is shown and exported without a flag."""
+    """A fleet scraped every 2 h (its trend window then one scrape, the failure window
+    two scrapes; the shipped for: stays, shorter than a scrape: fires at the next
+    evaluation) is shown and exported without a flag."""
     import json
     import shutil
 
@@ -230,7 +231,7 @@ def test_a_run_scraped_less_often_than_the_defaults_needs_no_flags(
     )
     assert result.exit_code == 0, result.output
     text = rules.read_text()
-    assert "for: 2h" in text and "[4h]" in text
+    assert text.count("for: 30s") == 2 and "[4h]" in text
     # a scrape interval given alone widens the default window to one scrape
     assert fragsim("alerts", "show", str(run_dir), "--scrape-interval", "7200").exit_code == 0
 
@@ -289,3 +290,42 @@ def test_show_and_the_exports_take_the_thresholds_the_run_recorded(
     recorded["ratio_alert"] = "high"
     (copy / "summary.json").write_text(json.dumps(summary))
     assert_one_error(fragsim("alerts", "show", str(copy)), "fleet.alerts.thresholds.ratio_alert")
+
+
+def test_show_and_the_exports_take_the_for_the_run_recorded(run_dir: Path, tmp_path: Path) -> None:
+    """A fleet run records each rule's for: (summary.json ``fleet.alerts.for_s``): show,
+    the rules and the ALERTS export take it; ``--for`` overrides it; a bad recorded value
+    is one error line naming the field, and ``--no-alerts`` leaves ALERTS out."""
+    import json
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    path = copy / "summary.json"
+    summary = json.loads(path.read_text())
+    held = "high_fragmentation_approaching_threshold"
+    times = {"scrape_interval_s": 30.0, "trend_window_s": 3600.0}  # a one-replica run: as a fleet's
+    summary["fleet"] = {"alerts": times | {"for_s": {held: 3600.0}}}
+    path.write_text(json.dumps(summary))
+    rules = tmp_path / "rules.yaml"
+    args = ("alerts", "export", "-o", str(rules), "--tests", str(tmp_path / "t.yaml"))
+    assert fragsim(*args, "--run", str(copy)).exit_code == 0
+    assert "for: 1h" in rules.read_text() and "for: 30s" in rules.read_text()
+    shown = fragsim("alerts", "show", str(copy), "-f", "csv")
+    row = next(r for r in shown.stdout.splitlines() if r.startswith(held))
+    assert row.split(",")[2] == "3600.0"
+    overridden = fragsim("alerts", "show", str(copy), "-f", "csv", "--for", "0")
+    row = next(r for r in overridden.stdout.splitlines() if r.startswith(held))
+    assert row.split(",")[2] == "0.0"
+    metrics = tmp_path / "run.om"
+    assert fragsim("export", "openmetrics", str(copy), "-o", str(metrics)).exit_code == 0
+    assert "# TYPE ALERTS gauge" in metrics.read_text()
+    assert "# TYPE ALERTS_FOR_STATE gauge" in metrics.read_text()
+    done = fragsim("export", "openmetrics", str(copy), "-o", str(metrics), "--no-alerts")
+    assert done.exit_code == 0 and "ALERTS" not in metrics.read_text()
+    summary["fleet"]["alerts"]["for_s"] = {held: "soon"}
+    path.write_text(json.dumps(summary))
+    assert_one_error(fragsim("alerts", "show", str(copy)), f"fleet.alerts.for_s.{held}")
+    summary["fleet"]["alerts"]["for_s"] = {"nope": 1.0}
+    path.write_text(json.dumps(summary))
+    assert_one_error(fragsim("alerts", "show", str(copy)), "fleet.alerts.for_s", "nope")

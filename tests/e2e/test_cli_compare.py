@@ -173,8 +173,15 @@ def test_runs_in_folders_of_one_name_have_sections_of_their_own(runs: Path, tmp_
     fragsim("compare", str(tmp_path / "a" / "run"), str(tmp_path / "b" / "run"), "-o", str(out))
     assert pd.read_csv(out / "compare.csv")["run"].tolist() == ["run", "run-2"]
     html = (out / "report.html").read_text()
-    sections = re.findall(r"<h2>(.*?)</h2>", html)
+    headings = re.findall(r"<h2>(.*?)</h2>", html)
+    sections = [re.sub(r' <span class="run-folder">.*?</span>', "", h) for h in headings]
     assert sections == ["comparison", "run", "run-2"], sections
+    assert headings[1:] == [  # each headed by its rank, the table's
+        f'{name} <span class="run-folder">rank {rank} of 2</span>'
+        for name, rank in zip(
+            ["run", "run-2"], pd.read_csv(out / "compare.csv")["rank"], strict=True
+        )
+    ]
     assert re.findall(r"<h3>(.*?): alerts</h3>", html) == ["run", "run-2"]
 
 

@@ -35,6 +35,7 @@ def test_the_example_is_reproduced_reported_and_named(tmp_path: Path) -> None:
     result = runner.invoke(app, args, env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == [
+        "baseline",
         "compare.csv",
         "counterfactuals",
         "match.csv",
@@ -54,9 +55,20 @@ def test_the_example_is_reproduced_reported_and_named(tmp_path: Path) -> None:
     assert list(match.columns) == list(TABLE_COLUMNS)
     assert int(match["matched"].sum()) == matched
     compare = pd.read_csv(out / "compare.csv")
-    assert list(compare.columns) == [c for c, _ in COLUMNS]
-    assert compare["scenario"].tolist() == ["replay", CF]
-    assert compare["requests"].tolist() == [1800, 1800]
+    extra = ["role", "change", "rank", "verdict"]
+    assert list(compare.columns) == [c for c, _ in COLUMNS] + extra
+    assert compare["scenario"].tolist() == ["replay", "baseline", CF]
+    assert compare["role"].tolist() == ["replay", "baseline", "counterfactual"]
+    assert compare["requests"].tolist() == [1800, 1800, 1800]
+    assert compare["change"].fillna("").tolist() == ["", "", "allocator best_fit → paged"]
+    assert compare["verdict"].iloc[2].startswith("allocator best_fit → paged: saves $")
+    assert pd.isna(compare["rank"].iloc[0]) and sorted(compare["rank"].iloc[1:]) == [1, 2]
+    # The modelled baseline's agreement with the log and the replay is stated.
+    measures = {row["measure"]: row for row in record["agreement"]}
+    assert measures["failed requests"]["log"] == 30
+    assert measures["failed requests"]["replay"] == n_sim
+    assert measures["recall"]["baseline"] == record["baseline"]["recall"]
+    assert record["changes"] == {CF: ["allocator best_fit → paged"]}
     # The log's names wherever a user reads a node; the engine's ids kept beside them.
     assert set(match["replica"]) | set(match["simulated_replica"].dropna()) <= NAMES
     replicas = pd.read_csv(out / "replicas.csv")
@@ -76,7 +88,15 @@ def test_the_example_is_reproduced_reported_and_named(tmp_path: Path) -> None:
     assert "failures per node" in stdout and "which fix pays" in stdout
     assert all(name in stdout for name in NAMES)
     assert all(len(line) <= 80 for line in stdout.splitlines() if not line.startswith("wrote"))
-    assert stdout.splitlines()[-1].startswith(f"wrote {out}/")
+    assert "wrote" not in stdout and result.stderr.splitlines()[-1].startswith(f"wrote {out}/")
+    # One rank per run, the same in the terminal, compare.csv and the report.
+    ranks = dict(zip(compare["scenario"], compare["rank"], strict=True))
+    rows = [line.split("│") for line in stdout.splitlines() if line.startswith("│")]
+    printed = {c[2].strip(): c[1].strip() for c in rows if len(c) > 3 and c[2].strip() in ranks}
+    assert printed == {k: "—" if pd.isna(v) else str(int(v)) for k, v in ranks.items()}
+    for name, rank in ranks.items():
+        shown = "—" if pd.isna(rank) else str(int(rank))
+        assert f"<tr><td>{name}</td><td>{shown}</td>" in text
     # fragsim report reads the folder: the same bytes, to -o or to the folder.
     again = tmp_path / "again.html"
     assert runner.invoke(app, ["report", str(out), "-o", str(again)]).exit_code == 0
@@ -177,3 +197,22 @@ def test_the_report_of_the_replay_names_nodes_as_the_log_does(tmp_path: Path) ->
     text = html.read_text()
     assert not re.search(r"replica \d", text), re.findall(r".{40}replica \d.{40}", text)[:3]
     assert all(f"replica {name}" in text for name in NAMES)
+
+
+def test_a_counterfactual_that_changes_two_things_is_flagged(tmp_path: Path) -> None:
+    data = Path(__file__).resolve().parents[2] / "sim" / "scenario" / "data"
+    text = (data / f"{CF}.yaml").read_text().replace("name: " + CF, "name: paged-and-runbook")
+    assert "autoscaler: {kind: naive}" in text
+    cf = tmp_path / "two.yaml"
+    cf.write_text(text.replace("autoscaler: {kind: naive}", "autoscaler: {kind: runbook}"))
+    out = tmp_path / "pm"
+    args = ["postmortem", str(EXAMPLE), "-o", str(out), "--counterfactual", str(cf)]
+    result = runner.invoke(app, [*args, "--no-report", "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    change = "allocator best_fit → paged; autoscaler naive → runbook"
+    assert (
+        f"note: counterfactual paged-and-runbook changes 2 things against the modelled "
+        f"baseline ({change}): its saving is not one policy's"
+    ) in result.stderr
+    compare = pd.read_csv(out / "compare.csv")
+    assert compare["verdict"].iloc[2].startswith(f"2 changes at once ({change}): ")

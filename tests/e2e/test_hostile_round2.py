@@ -129,7 +129,7 @@ def test_an_undefined_statistic_is_a_placeholder_in_the_terminal(tmp_path: Path,
     (row,) = [line for line in result.stdout.splitlines() if "per 1M output tokens" in line]
     if fmt == "json":
         rows = strict_json(result.stdout, "stdout")
-        assert {"metric": "$ per 1M output tokens", "value": None} in rows
+        assert {"metric": "fleet / $ per 1M output tokens", "value": None} in rows
     elif fmt == "csv":
         assert row.endswith("tokens,"), row
     else:
@@ -334,9 +334,9 @@ def test_plan_says_when_no_count_meets_the_slos(tmp_path: Path) -> None:
         "--workers", "1",
     )  # fmt: skip
     assert result.exit_code == 1, (result.output, result.exception)
-    assert result.stderr.splitlines()[-1].startswith(
-        "no replica count up to 2 meets ttft_p99<=1ms for the scenario"
-    )
+    said = result.stderr.split("\nno replica count ")[-1]  # wrapped to the terminal
+    assert " ".join(said.split()).startswith("up to 2 meets ttft_p99<=1ms for the scenario")
+    assert max(len(line) for line in f"no replica count {said}".splitlines()) <= 80
     plan = pd.read_csv(out / "plan.csv")
     assert plan["meets_slos"].tolist() == [False] and plan["replicas"].isna().all()
 

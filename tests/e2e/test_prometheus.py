@@ -3,13 +3,15 @@
 ``fragsim export openmetrics`` is backfilled by ``promtool tsdb create-blocks-from
 openmetrics`` with every sample kept; ``fragsim alerts export``'s rules, over fragsim's
 metric names and vLLM's, pass ``promtool check rules``; the promtool tests generated from
-a run (``--tests``) pass, and fail on a changed rule; and the real server, holding the
-backfilled run and the rules, evaluates each rule where fragsim's alerts.parquet fired."""
+a run (``--tests``) pass on the episodes fragsim fires and the ones ``for:`` suppresses,
+and fail on a changed rule or ``for:``; and the real server, holding the backfilled run,
+evaluates each rule's expression where fragsim's alerts.parquet says its condition held
+and answers ``ALERTS`` / ``ALERTS_FOR_STATE`` at exactly the instants fragsim says."""
 
 from __future__ import annotations
 
 import json
-import math
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.fleet.alerts import scrape_times
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(
@@ -67,6 +70,19 @@ def fleet_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def severe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fleet with the severe threshold at the approaching one's (0.6): every rule
+    fires, the severe one without a for:."""
+    from sim.runner import run
+    from sim.scenario.schema import parse_scenario
+
+    out = tmp_path_factory.mktemp("prom-severe") / "run"
+    scenario = FLEET | {"name": "prom-severe", "metrics": FLEET["metrics"] | {"ratio_severe": 0.6}}
+    run(parse_scenario(scenario)).write(out)
+    return out
+
+
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     assert PROMTOOL is not None
     return subprocess.run(
@@ -109,6 +125,8 @@ def test_promtool_backfills_every_exported_sample(fleet_run: Path, tmp_path: Pat
     ("metrics", "label"), [("fragsim", "replica"), ("vllm", "pod"), ("vllm", "instance")]
 )
 def test_exported_rules_pass_promtool_check_rules(tmp_path: Path, metrics: str, label: str) -> None:
+    import yaml
+
     rules = tmp_path / "rules.yaml"
     args = ["--metrics", metrics, "--instance-label", label, "--runbook-url", "https://x/{alert}"]
     result = runner.invoke(app, ["alerts", "export", "-o", str(rules), *args])
@@ -119,28 +137,63 @@ def test_exported_rules_pass_promtool_check_rules(tmp_path: Path, metrics: str, 
     text = rules.read_text()
     assert f"sum by ({label})" in text and "https://x/severe_fragmentation" in text
     assert ("vllm:num_preemptions_total" in text) == (metrics == "vllm")
-    assert " offset " not in text and "for: 0s" not in text and "for: 5m" in text
+    assert " offset " not in text and "for: 0s" not in text
+    # the shipped for: (sim.fleet.alert_states.SHIPPED_FOR_S): none on the failure and
+    # severe rules, 30s (two scrapes in a row) on the approaching and uptime rules
+    holds = [r.get("for") for g in yaml.safe_load(text)["groups"] for r in g["rules"]]
+    assert holds == [None, None, "30s", "30s"]
 
 
 @pytest.mark.slow
 def test_generated_promtool_tests_pass_and_fail_on_a_changed_rule(
     fleet_run: Path, tmp_path: Path
 ) -> None:
+    """With the shipped for: the run fires the failure, approaching and uptime rules:
+    promtool agrees with fragsim at the instants it derives, and disagrees once a rule
+    asks for more failures or holds longer than fragsim's evaluation did."""
     rules, tests = tmp_path / "rules.yaml", tmp_path / "tests" / "rules_test.yaml"
     tests.parent.mkdir()
-    args = ["-o", str(rules), "--tests", str(tests), "--run", str(fleet_run), "--for", "30"]
+    args = ["-o", str(rules), "--tests", str(tests), "--run", str(fleet_run)]
     result = runner.invoke(app, ["alerts", "export", *args])
     assert result.exit_code == 0, result.output
     text = tests.read_text()
     assert "- ../rules.yaml" in text
-    assert "name: fragmentation_driven_allocation_failure on replica" in text
-    assert "name: node_uptime_vs_fragmentation_correlation on replica" in text
+    for name in (
+        "fragmentation_driven_allocation_failure",
+        "high_fragmentation_approaching_threshold",
+        "node_uptime_vs_fragmentation_correlation",
+    ):
+        assert re.search(rf"name: '?{name} on replica \d+ from [\d.]+ s of the run: fires", text)
+    assert "# No firing in the run to test: severe_fragmentation" in text
     done = _promtool("test", "rules", str(tests))
     assert done.returncode == 0, done.stdout + done.stderr
-    # the same tests over a rule that asks for more failures than happened: they fail
-    changed = rules.read_text().replace("[5m])) > 0", "[5m])) > 1000")
-    assert changed != rules.read_text()
-    rules.write_text(changed)
+    original = rules.read_text()
+    for before, after in (("[5m])) > 0", "[5m])) > 1000"), ("for: 30s", "for: 10m")):
+        changed = original.replace(before, after)
+        assert changed != original
+        rules.write_text(changed)
+        assert _promtool("test", "rules", str(tests)).returncode != 0, after
+
+
+@pytest.mark.slow
+def test_generated_tests_hold_an_episode_for_suppresses(fleet_run: Path, tmp_path: Path) -> None:
+    """With for: 5m on the gauge rules (the issue's rules: no episode of this run holds
+    that long) fragsim fires no ratio alert, its tests say promtool fires none on an
+    episode the condition held, and they fail once the rule fires at once."""
+    rules, tests = tmp_path / "rules.yaml", tmp_path / "rules_test.yaml"
+    args = ["-o", str(rules), "--tests", str(tests), "--run", str(fleet_run), "--for", "300"]
+    assert runner.invoke(app, ["alerts", "export", *args]).exit_code == 0
+    text = tests.read_text()
+    name = "high_fragmentation_approaching_threshold"
+    assert re.search(rf"name: '?{name} on replica \d+ from [\d.]+ s of the run: held 5m too", text)
+    assert name in text.splitlines()[1]  # never fired: listed as untested
+    shown = runner.invoke(app, ["alerts", "show", str(fleet_run), "--for", "300", "-f", "csv"])
+    row = next(r for r in shown.stdout.splitlines() if r.startswith(name))
+    held, fired = (int(v) for v in row.split(",")[3:5])
+    assert held > 0 and fired == 0, row
+    done = _promtool("test", "rules", str(tests))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rules.write_text(rules.read_text().replace("for: 5m", "for: 30s"))
     assert _promtool("test", "rules", str(tests)).returncode != 0
 
 
@@ -184,10 +237,12 @@ def test_gauge_rules_get_tests_that_promtool_passes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     severe = yaml.safe_load(tests_path.read_text())["tests"][0]
     # the episode starts at scrape 20 (600 s), the test two scrapes earlier; for: 2m is
-    # 4 scrapes: pending at 2m30s, firing at 3m
-    assert [c["eval_time"] for c in severe["alert_rule_test"]] == ["2m30s", "3m"]
-    assert severe["alert_rule_test"][0]["exp_alerts"] == []
-    (fired,) = severe["alert_rule_test"][1]["exp_alerts"]
+    # 4 scrapes: active from 1m, pending at 2m30s, firing at 3m, to 10m30s, resolved at
+    # 11m (1200 s)
+    checks = severe["alert_rule_test"]
+    assert [c["eval_time"] for c in checks] == ["30s", "1m", "2m30s", "3m", "10m30s", "11m"]
+    assert [bool(c["exp_alerts"]) for c in checks] == [False, False, False, True, True, False]
+    (fired,) = checks[3]["exp_alerts"]
     assert fired["exp_labels"] == {"pod": "0", "pool": "default", "severity": "critical"}
     assert (
         "Replica 0: largest_contiguous_free_block_ratio is 0.45 (< 0.5)"
@@ -197,6 +252,11 @@ def test_gauge_rules_get_tests_that_promtool_passes(tmp_path: Path) -> None:
 
 PROMETHEUS = shutil.which("prometheus")
 ORIGIN_S = 1_704_067_200  # export openmetrics' default origin
+
+
+def _key(metric: dict[str, str]) -> tuple[str, ...]:
+    """(replica, alertname, alertstate) of a series ("" where it has none)."""
+    return tuple(metric.get(k, "") for k in ("replica", "alertname", "alertstate"))
 
 
 def _free_port() -> int:
@@ -216,69 +276,55 @@ def _get(url: str) -> Any:
         return json.load(response)
 
 
-def _starts(instants: list[float]) -> list[float]:
-    """The first instant of each run of consecutive 30 s scrapes."""
-    return [t for i, t in enumerate(instants) if i == 0 or t - instants[i - 1] > 30.0 + 1e-6]
-
-
-def _held_starts(rows: pd.DataFrame, hold_s: float) -> list[float]:
-    """The starts of one alert's episodes on one replica (its ``alerts.parquet`` rows,
-    in time order) once each is held ``hold_s`` past its resolution, as a rule over
-    ``increase(...[W])`` holds a failure for ``W`` (``hold_s`` = ``W`` - one scrape):
-    episodes that then touch are one."""
-    starts: list[float] = []
-    held_until = -math.inf
-    for time_s, state in zip(rows["time_s"], rows["state"], strict=True):
-        if state == "firing":
-            if time_s > held_until:
-                starts.append(float(time_s))
-            held_until = math.inf
-        else:
-            held_until = float(time_s) + hold_s
-    return starts
-
-
-def _held_instants(rows: pd.DataFrame, hold_s: float, end_s: float) -> list[float]:
-    """The 30 s scrape instants one alert fires at on one replica (its ``alerts.parquet``
-    rows, in time order), each episode held ``hold_s`` past its resolution."""
-    instants: set[float] = set()
+def _instants(rows: pd.DataFrame, opening: str, last_s: float) -> list[float]:
+    """The 30 s scrape instants one alert is in a state on one replica, from its
+    alerts.parquet rows (in time order): from each ``opening`` row (``pending``: the
+    condition held; ``firing``) to its episode's ``resolved`` row, exclusive, or to the
+    run's last scrape ``last_s``."""
+    instants: list[float] = []
     on: float | None = None
     for time_s, state in zip(rows["time_s"], rows["state"], strict=True):
-        if state == "firing":
+        if state == opening:
             on = float(time_s)
-        elif on is not None:
-            instants.update(30.0 * k for k in range(round(on / 30), round((time_s + hold_s) / 30)))
+        elif state == "resolved" and on is not None:
+            instants += [30.0 * k for k in range(round(on / 30), round(time_s / 30))]
             on = None
     if on is not None:
-        instants.update(30.0 * k for k in range(round(on / 30), math.floor(end_s / 30) + 1))
-    return sorted(instants)
+        instants += [30.0 * k for k in range(round(on / 30), round(last_s / 30) + 1)]
+    return instants
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package)")
+@pytest.mark.parametrize("which", ["fleet_run", "severe_run"])
 def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
-    fleet_run: Path, tmp_path: Path
+    which: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    """Backfill the run, start the server on 127.0.0.1 with the exported rules, and
-    evaluate each rule's expression over the run through the HTTP API (a server
-    evaluates rules only on its live clock): each alert starts on the same replicas in
-    the same scrape windows as in alerts.parquet, within one evaluation interval, and
-    fires at exactly the scrapes alerts.parquet fires at (the failure rule's episodes
-    held for its increase() window, 60 s: a failure fires it for two scrapes, where
-    fragsim's log fires it for the one scrape window). The uptime rule reads the
-    exported correlation gauge."""
+    """Backfill the run (its ALERTS included), start the server on 127.0.0.1 with the
+    exported rules, and ask it through the HTTP API (a server evaluates rules only on
+    its live clock, never over backfilled history): each rule's expression holds at
+    exactly the scrapes alerts.parquet says its condition held, on the same replicas
+    (the uptime rule reads the exported correlation gauge, the failure rule the counter
+    over its 5-minute increase()); the stored ALERTS are pending and firing at exactly
+    the instants alerts.parquet says, ALERTS_FOR_STATE holds each episode's activeAt,
+    and ALERTS{alertstate="firing"}, counted at its own instants, answers at exactly
+    the firing instants. The second run fires every rule, the severe one too."""
     import time
     import urllib.parse
 
     import yaml
 
+    fleet_run: Path = request.getfixturevalue(which)
     metrics, rules, data = tmp_path / "run.om", tmp_path / "rules.yaml", tmp_path / "data"
     assert (
         runner.invoke(app, ["export", "openmetrics", str(fleet_run), "-o", str(metrics)]).exit_code
         == 0
     )
-    args = ["-o", str(rules), "--for", "30", "--failure-window", "60"]
+    # the shipped for: and window and the run's thresholds, as the run recorded them
+    args = ["-o", str(rules), "--run", str(fleet_run), "--tests", str(tmp_path / "t.yaml")]
     assert runner.invoke(app, ["alerts", "export", *args]).exit_code == 0
+    tested = _promtool("test", "rules", str(tmp_path / "t.yaml"))  # promtool agrees too
+    assert tested.returncode == 0, tested.stdout + tested.stderr
     assert (
         _promtool("tsdb", "create-blocks-from", "openmetrics", str(metrics), str(data)).returncode
         == 0
@@ -312,36 +358,76 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
         exprs = {r["name"]: r["query"] for g in loaded["groups"] for r in g["rules"]}
         assert len(exprs) == 4
         alerts = pd.read_parquet(fleet_run / "alerts.parquet")
-        span_s = float(pd.read_parquet(fleet_run / "timeseries.parquet")["time_s"].max())
-        checked: dict[str, int] = {}
-        for name, expr in exprs.items():
-            query = urllib.parse.urlencode(
-                {"query": expr, "start": ORIGIN_S, "end": ORIGIN_S + span_s, "step": "30"}
-            )
-            found = _get(f"{base}/api/v1/query_range?{query}")["data"]["result"]
-            ours = alerts[alerts["alert"] == name].sort_values("time_s", kind="stable")
-            hold_s = 30.0 if name == "fragmentation_driven_allocation_failure" else 0.0
-            theirs: dict[int, list[float]] = {
-                int(s["metric"]["replica"]): _starts([float(t) - ORIGIN_S for t, _ in s["values"]])
-                for s in found
+        last_s = float(scrape_times(pd.read_parquet(fleet_run / "timeseries.parquet"), 30.0)[-1])
+
+        def over_run(query: str) -> dict[tuple[str, ...], list[float]]:
+            """Each series' instants (run seconds) where ``query`` answers, every 30 s."""
+            args = {"query": query, "start": ORIGIN_S, "end": ORIGIN_S + last_s, "step": "30"}
+            found = _get(f"{base}/api/v1/query_range?{urllib.parse.urlencode(args)}")
+            return {
+                _key(s["metric"]): [float(t) - ORIGIN_S for t, _ in s["values"]]
+                for s in found["data"]["result"]
             }
-            mine = {int(r): _held_starts(g, hold_s) for r, g in ours.groupby("replica")}
-            assert set(theirs) == set(mine), name
-            # every scrape it fires at, not only where each episode starts (the export's
-            # counters are on the scrape clock, whatever the run's sampling)
-            for s in found:
-                replica = int(s["metric"]["replica"])
-                rows = ours[ours["replica"] == replica]
-                fired = sorted(float(t) - ORIGIN_S for t, _ in s["values"])
-                assert fired == _held_instants(rows, hold_s, span_s), (name, replica)
-            for replica, starts in mine.items():
-                assert len(starts) == len(theirs[replica]), (name, replica, starts, theirs[replica])
-                for a, b in zip(starts, theirs[replica], strict=True):
-                    assert abs(a - b) <= 30.0, (name, replica, starts, theirs[replica])
-                checked[name] = checked.get(name, 0) + len(starts)
-        # the run fires the failure, approaching-threshold and uptime alerts (not the
-        # severe one: its ratio stays above 0.5)
-        assert set(checked) == set(exprs) - {"severe_fragmentation"}, checked
+
+        def raw(selector: str) -> dict[tuple[str, ...], list[tuple[float, float]]]:
+            """Each series' stored samples (run seconds, value)."""
+            args = {"query": f"{selector}[{round(last_s) + 60}s]", "time": ORIGIN_S + last_s}
+            found = _get(f"{base}/api/v1/query?{urllib.parse.urlencode(args)}")
+            return {
+                _key(s["metric"]): [(float(t) - ORIGIN_S, float(v)) for t, v in s["values"]]
+                for s in found["data"]["result"]
+            }
+
+        stored = raw("ALERTS")
+        for_state = raw("ALERTS_FOR_STATE")
+        fired: set[str] = set()
+        for name, expr in exprs.items():
+            ours = alerts[alerts["alert"] == name].sort_values("time_s", kind="stable")
+            by_replica = {int(r): g for r, g in ours.groupby("replica")}
+            # the rule's expression holds exactly where fragsim says its condition held
+            held = {key[0]: t for key, t in over_run(expr).items()}
+            assert held == {
+                str(r): _instants(g, "pending", last_s) for r, g in by_replica.items()
+            }, name
+            for replica, rows in by_replica.items():
+                active = _instants(rows, "pending", last_s)
+                firing = _instants(rows, "firing", last_s)
+                pending = sorted(set(active) - set(firing))
+                for state, want in (("firing", firing), ("pending", pending)):
+                    got = stored.get((str(replica), name, state), [])
+                    assert [t for t, _ in got] == want, (name, replica, state)
+                    assert all(v == 1.0 for _, v in got)
+                # ALERTS_FOR_STATE: activeAt (Unix seconds) at every active instant
+                starts = rows.loc[rows["state"] == "pending", "time_s"].tolist()
+                got_state = for_state.get((str(replica), name, ""), [])
+                assert [t for t, _ in got_state] == active, (name, replica)
+                for t, value in got_state:
+                    since = max(s for s in starts if s <= t)
+                    assert value == ORIGIN_S + since, (name, replica, t)
+                fired |= {name} if firing else set()
+        # ALERTS{alertstate="firing"} answers at exactly the firing instants once each
+        # sample counts only at its own instant (no 5-minute look-back past resolution)
+        query = (
+            'ALERTS{alertstate="firing"} and timestamp(ALERTS{alertstate="firing"}) > time() - 30'
+        )
+        answered = over_run(query)
+        want_firing = {
+            (str(r), name): _instants(g.sort_values("time_s", kind="stable"), "firing", last_s)
+            for (name, r), g in alerts.groupby(["alert", "replica"])
+        }
+        assert {k[:2]: v for k, v in answered.items()} == {
+            k: v for k, v in want_firing.items() if v
+        }
+        labels = _get(base + "/api/v1/series?" + urllib.parse.urlencode({"match[]": "ALERTS"}))
+        for metric in labels["data"]:
+            assert metric["severity"] in ("critical", "warning")
+            assert ("pool" in metric) == (
+                metric["alertname"] != "fragmentation_driven_allocation_failure"
+            )
+        # the first run fires the failure, approaching-threshold and uptime alerts (not
+        # the severe one: its ratio stays above 0.5), the second every one
+        unfired = {"severe_fragmentation"} if which == "fleet_run" else set()
+        assert fired == set(exprs) - unfired, fired
     finally:
         server.terminate()
         server.wait(timeout=30)

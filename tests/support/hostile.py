@@ -6,6 +6,9 @@ strict JSON (no NaN, no infinity); a hostile value is put at a path of a scenari
 from __future__ import annotations
 
 import json
+import os
+import socket
+from pathlib import Path
 from typing import Any
 
 from typer.testing import Result
@@ -58,3 +61,24 @@ def strict_json(text: str, where: object) -> Any:
         raise AssertionError(f"{where}: {constant} is not JSON")
 
     return json.loads(text, parse_constant=refuse)
+
+
+def special_file(path: Path, kind: str) -> None:
+    """Put at ``path`` what is not a regular file: ``fifo``, ``socket`` (bound, then left
+    behind), ``dangling`` (a symlink to nothing), ``loop`` (a symlink to itself),
+    ``device`` (a symlink to /dev/null) or ``directory``."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(path))
+    elif kind == "dangling":
+        path.symlink_to(path.parent / "missing-target")
+    elif kind == "loop":
+        path.symlink_to(path.name)
+    elif kind == "device":
+        path.symlink_to("/dev/null")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        raise ValueError(f"unknown kind {kind!r}")

@@ -1,8 +1,10 @@
 """The seed's alerts over hand-made frames (``sim.fleet.alerts``) and the Prometheus
-rules exported for them (``sim.fleet.prometheus``): each alert fires at the scrape
-Prometheus would fire it at (not before), resolves when its condition ends, a NaN
-ratio never alerts, "exceeds 25 %" is strict, and failed requests are diagnosed by the
-allocator's cause."""
+rules exported for them (``sim.fleet.prometheus``): each alert's condition holds at the
+scrape Prometheus would see it hold at (not before), ends when it ends, a NaN ratio
+never alerts, "exceeds 25 %" is strict, and failed requests are diagnosed by the
+allocator's cause. These tests evaluate the conditions with ``for: 0`` (the condition's
+episodes are then the firings) and a 60 s failure window;
+``test_alert_states.py`` holds ``for:``."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import yaml
 from scipy import stats
 
 from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS
+from sim.fleet.alert_states import RuleTiming
 from sim.fleet.alerts import (
     ALERT_COLUMNS,
     ALERTS,
@@ -73,16 +76,21 @@ def events(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 NO_EVENTS = events([])
+AT_ONCE = RuleTiming({spec.name: 0.0 for spec in ALERTS}, failure_window_s=60.0)
+"""No ``for:``; the failure rule's increase() over 60 s: three samples, a failure in a
+scrape window holds it at that scrape and the next."""
 
 
 def log_of(ts: pd.DataFrame, ev: pd.DataFrame = NO_EVENTS, **kw: Any) -> pd.DataFrame:
-    log = evaluate_alerts(ts, ev, **kw)
+    log = evaluate_alerts(ts, ev, **({"timing": AT_ONCE} | kw))
     assert tuple(log.columns) == ALERT_COLUMNS
     return log
 
 
 def transitions(log: pd.DataFrame, alert: str) -> list[tuple[float, str]]:
-    rows = log[log["alert"] == alert]
+    """The firing and resolved rows (with ``for: 0`` each pending row has a firing row
+    at the same instant)."""
+    rows = log[(log["alert"] == alert) & (log["state"] != "pending")]
     return list(zip(rows["time_s"].tolist(), rows["state"].tolist(), strict=True))
 
 
@@ -97,7 +105,8 @@ def test_ratio_alerts_fire_at_the_first_scrape_below_and_resolve_above() -> None
     ]
     assert transitions(log, SEVERE) == [(90.0, "firing"), (120.0, "resolved")]
     first = log.iloc[0]
-    assert (first["severity"], first["value"]) == ("medium", 0.55)
+    assert (first["severity"], first["value"], first["state"]) == ("medium", 0.55, "pending")
+    assert log.iloc[1]["state"] == "firing" and bool(log.iloc[1]["fired"])
     assert first["response"].startswith("Schedule proactive restart")
     assert set(log.loc[log["alert"] == SEVERE, "severity"]) == {"high"}
 
@@ -115,6 +124,7 @@ def test_threshold_is_strict_and_the_scenarios_thresholds_are_used() -> None:
 def test_a_nan_ratio_never_alerts_and_resolves_a_firing_alert() -> None:
     log = log_of(ratios([math.nan, math.nan, 0.3, math.nan]))
     assert transitions(log, SEVERE) == [(60.0, "firing"), (90.0, "resolved")]
+    assert log["active_since_s"].tolist() == [60.0] * 6  # both ratio alerts
     assert math.isnan(log.iloc[-1]["value"])
     assert log_of(ratios([math.nan] * 5)).empty
 
@@ -144,7 +154,7 @@ def test_a_down_replica_and_one_past_its_final_sample_have_no_data() -> None:
         ]
     )
     log = log_of(ts)
-    severe = log[log["alert"] == SEVERE]
+    severe = log[(log["alert"] == SEVERE) & (log["state"] != "pending")]
     assert list(zip(severe["time_s"], severe["replica"], severe["state"], strict=True)) == [
         (0.0, 0, "firing"),
         (30.0, 0, "resolved"),
@@ -162,7 +172,7 @@ def test_the_scrape_grid_follows_the_interval() -> None:
 # -- allocation failures at high free memory ------------------------------------------
 
 
-def test_failure_at_high_free_memory_fires_at_the_scrape_that_closes_its_window() -> None:
+def test_failure_at_high_free_memory_holds_while_increase_sees_it() -> None:
     ts = ratios([1.0] * 6)
     ev = events(
         [
@@ -173,11 +183,14 @@ def test_failure_at_high_free_memory_fires_at_the_scrape_that_closes_its_window(
         ]
     )
     log = log_of(ts, ev)
-    # (30, 60] holds two failures, (60, 90] one (still firing), (90, 120] none
+    # (30, 60] holds two failures, (60, 90] one; increase() over [t - 60, t] sees them
+    # until the range starts at 90 s: resolved at 150 s
     assert transitions(log, FAILURE) == [
         (60.0, "firing"),
-        (120.0, "resolved"),
+        (150.0, "resolved"),
     ]
+    # the default range, 5 minutes, holds it past the run's end
+    assert transitions(log_of(ts, ev, timing=RuleTiming()), FAILURE) == [(60.0, "firing")]
     fired = log[log["alert"] == FAILURE].iloc[0]
     assert (fired["severity"], fired["value"]) == ("high", 2.0)  # the preemption is no failure
     assert fired["response"].startswith("Restart the affected node")
@@ -188,20 +201,21 @@ def test_a_failure_exactly_at_the_high_free_share_does_not_fire() -> None:
     at = events([{"time_s": 10.0, "free_share": 0.25, "cause": "capacity"}])
     assert log_of(ts, at).empty
     above = events([{"time_s": 10.0, "free_share": 0.2501}])
-    assert transitions(log_of(ts, above), FAILURE) == [
-        (30.0, "firing"),
-        (60.0, "resolved"),
-    ]
+    assert transitions(log_of(ts, above), FAILURE) == [(30.0, "firing")]
 
 
 def test_failures_are_per_replica_and_after_the_last_scrape_are_never_scraped() -> None:
     ts = pd.concat([ratios([1.0] * 3), ratios([1.0] * 3, replica=1)], ignore_index=True)
-    ev = events([{"time_s": 0.0, "free_share": 0.5, "replica": 1}, {"time_s": 61.0}])
+    ev = events([{"time_s": 1.0, "free_share": 0.5, "replica": 1}, {"time_s": 61.0}])
     log = log_of(ts, ev)
     assert log[["time_s", "replica", "state"]].values.tolist() == [
-        [0.0, 1, "firing"],
-        [30.0, 1, "resolved"],
+        [30.0, 1, "pending"],
+        [30.0, 1, "firing"],
     ]
+    # a failure at the first scrape is in the counter's first sample: increase() never
+    # sees it rise
+    at_start = events([{"time_s": 0.0, "free_share": 0.5, "replica": 1}])
+    assert log_of(ts, at_start).empty
 
 
 # -- uptime trend ---------------------------------------------------------------------
@@ -247,7 +261,7 @@ def test_the_window_statistic_is_spearman_rho_the_summarys_statistic() -> None:
     # same points is below 0.95), then a dip inside the window
     ts = ratios([1.0 - f for f in SATURATING])
     log = log_of(ts, trend_window_s=240.0)  # 8 scrapes
-    rows = log[log["alert"] == UPTIME]
+    rows = log[(log["alert"] == UPTIME) & (log["state"] != "pending")]
     first = rows.iloc[0]
     assert (first["state"], first["value"]) == ("firing", 1.0)
 
@@ -312,20 +326,25 @@ def test_matching_failures_and_firings_are_two_counts_both_named() -> None:
     # three failures in the first window, one in the next: one firing spans both
     ev = events([{"time_s": t, "free_share": 0.5} for t in (1.0, 2.0, 3.0, 45.0)])
     log = log_of(ts, ev)
-    assert transitions(log, FAILURE) == [(30.0, "firing"), (90.0, "resolved")]
+    assert transitions(log, FAILURE) == [(30.0, "firing"), (120.0, "resolved")]
     summary = summarize(requests([]), ts, ev, end_s=150.0)
     (entry,) = summary["alerts"]
     assert entry["matching_failures"] == 4 and "count" not in entry
-    fired = with_firings(summary["alerts"], {FAILURE: 1, UPTIME: 2}, AlertThresholds())
-    assert [(a["alert"], a["firings"]) for a in fired] == [(FAILURE, 1), (UPTIME, 2)]
+    episodes = {FAILURE: (1, 1), UPTIME: (3, 2)}
+    fired = with_firings(summary["alerts"], episodes, AlertThresholds(), {UPTIME: 120.0})
+    assert [(a["alert"], a["condition_episodes"], a["firings"]) for a in fired] == [
+        (FAILURE, 1, 1),
+        (UPTIME, 3, 2),
+    ]
     assert fired[1]["condition"].startswith("Spearman rho(uptime, 1 - ratio) >= 0.5")
     (line, uptime_line) = alert_lines({"alerts": fired})
-    assert "4 matching failures" in line and "1 firing (per scrape window" in line
-    assert "matching" not in uptime_line and "2 firings" in uptime_line
+    assert "4 matching failures; condition held in 1 episode, 1 fired (alerts.parquet)" in line
+    assert "matching" not in uptime_line
+    assert "condition held in 3 episodes, 2 fired after for: 2m" in uptime_line
     run_wide = {"alerts": fired, "memory": {UPTIME: {"spearman_rho": 0.3}}}
     assert "Spearman rho 0.30 over the whole run (condition not met)" in alert_lines(run_wide)[1]
     with pytest.raises(ValueError, match="FragmentationDrivenAllocationFailure"):
-        with_firings([], {"FragmentationDrivenAllocationFailure": 1}, AlertThresholds())
+        with_firings([], {"FragmentationDrivenAllocationFailure": (1, 1)}, AlertThresholds())
 
 
 # -- diagnosis ------------------------------------------------------------------------
@@ -393,16 +412,16 @@ def test_rules_file_is_valid_yaml_with_one_rule_per_alert() -> None:
         assert (group["name"], group["interval"]) == ("fragsim", "30s")
         assert [r["alert"] for r in group["rules"]] == [a.name for a in ALERTS]
         for rule, spec in zip(group["rules"], ALERTS, strict=True):
-            gauge = spec.name != FAILURE  # a threshold held for a while; the counter's not
+            held = spec.name in (HIGH, UPTIME)  # the medium warnings hold; no for: 0s
             assert set(rule) == {"alert", "expr", "labels", "annotations"} | (
-                {"for"} if gauge else set()
+                {"for"} if held else set()
             )
             assert rule["labels"] == {
                 "severity": {"high": "critical", "medium": "warning"}[spec.severity]
             }
             assert rule["annotations"]["response"] == spec.response
             assert {"summary", "description", "runbook_url"} <= set(rule["annotations"])
-            assert rule.get("for") == ("5m" if gauge else None)
+            assert rule.get("for") == ("30s" if held else None)
 
 
 def test_rule_expressions_use_the_metric_table_and_the_thresholds() -> None:

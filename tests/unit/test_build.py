@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import setuptools
 
-from sim.build import COMPILED_MODULES, compiled_modules, engine_build
+from sim.build import COMPILED_MODULES, compiled_files, compiled_modules, engine_build
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED_BUILD = os.environ.get("FRAGSIM_EXPECT_BUILD")
@@ -63,6 +63,7 @@ def test_the_suite_runs_on_the_build_it_expects() -> None:
 def test_engine_build_reports_every_listed_module() -> None:
     flags = compiled_modules()
     assert list(flags) == list(COMPILED_MODULES)
+    assert compiled_files() == flags  # what version reads without importing the engine
     assert engine_build() == {frozenset({True}): "compiled", frozenset({False}): "pure"}.get(
         frozenset(flags.values()), "mixed"
     )

@@ -93,6 +93,7 @@ def test_markdown_is_a_pipe_table(capsys: pytest.CaptureFixture[str]) -> None:
         "|---|---:|",
         "| a\\|b | 1 |",
         "| c | 22 |",
+        "",  # what follows is not a row of the table
     ]
 
 

@@ -230,7 +230,7 @@ def test_bad_input_is_one_error_line_and_nothing_written(
     [
         (["--metrics", "tgi"], "--metrics"),
         (["--instance-label", "node"], "--instance-label"),
-        (["--for", "10"], "--for"),
+        (["--for", "-1"], "--for"),
         (["--failure-window", "45"], "--failure-window"),
     ],
 )

@@ -174,7 +174,8 @@ def test_a_run_that_records_no_bytes_per_token_gets_a_note_naming_the_flag(
     out = tmp_path / "x.om"
     result = runner.invoke(app, ["export", "openmetrics", str(run), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    (note,) = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
+    # one note, wrapped to the terminal: read it as one line
+    (note,) = [n for n in " ".join(result.stderr.split()).split("note: ")[1:] if n]
     assert "records no KV bytes per token" in note and "--kv-bytes-per-token" in note
     assert "fragsim_kv_free_bytes" not in out.read_text()
     args = ["export", "openmetrics", str(run), "-o", str(out), "--kv-bytes-per-token", "2"]
@@ -238,6 +239,14 @@ def test_a_two_pool_fleet_that_scales_labels_its_new_replicas_by_their_pool(
             "ratio_severe": 0.5,
             "uptime_rho_alert": 0.5,
         },
+        # each rule's for: and the failure window (sim.fleet.alert_states)
+        "for_s": {
+            "fragmentation_driven_allocation_failure": 0.0,
+            "severe_fragmentation": 0.0,
+            "high_fragmentation_approaching_threshold": 30.0,
+            "node_uptime_vs_fragmentation_correlation": 30.0,
+        },
+        "failure_window_s": 300.0,
     }
     summary_path = tmp_path / "run" / "summary.json"
     summary = json.loads(summary_path.read_text())

@@ -123,3 +123,13 @@ def test_a_capped_table_says_how_many_rows_it_left_out(monkeypatch: pytest.Monke
     html = tables.capped_table(["n"], body, 5, "rows in match.csv")
     assert html.count("<td>") == 2 and html.endswith("<p>3 more rows in match.csv</p>")
     assert "more" not in tables.capped_table(["n"], body[:2], 2, "rows in match.csv")
+
+
+def test_a_log_without_failures_says_so_instead_of_drawing(tmp_path: Path) -> None:
+    recorded, simulated = _frames(4)
+    simulated = simulated.iloc[:4].assign(status="ok")
+    folder = _folder(tmp_path, recorded.iloc[0:0], simulated)
+    text = rp.write_postmortem_report(folder, tmp_path / "r.html").read_text()
+    line = "no failures to draw: neither the log nor the replay has a failed request"
+    assert text.count(line) == 2  # over time (both figures), and per node
+    assert "Plotly.newPlot" not in text.split("</head>", 1)[1]

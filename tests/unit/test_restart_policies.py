@@ -57,7 +57,7 @@ def test_every_kind_carries_the_fleet_fields_and_builds_fresh_policies(kind: str
 def test_parse_restart_names_the_allowed_kinds() -> None:
     with pytest.raises(ValueError, match="allowed: alert, fragmentation, none, rolling, scheduled"):
         parse_restart({"kind": "reboot"})
-    with pytest.raises(ValueError, match="unknown restart policy kind None"):
+    with pytest.raises(ValueError, match="needs a kind, one of alert, fragmentation, none"):
         parse_restart({})
 
 

@@ -1,0 +1,79 @@
+"""``fragsim export grafana -o FILE [--run RUN_DIR] [--origin T]`` (the command is
+declared in :mod:`sim.cli.export`, beside its ``--origin``): the fleet seed's Grafana dashboard
+(:mod:`sim.fleet.dashboard`) as JSON to import into Grafana, over the Prometheus that
+holds ``fragsim export openmetrics``'s backfill.
+
+With ``--run`` the dashboard opens on that run's simulated span at ``--origin`` (the
+export's origin: give both the same) and draws the run's alert thresholds and scrape
+interval (its summary's ``fleet.alerts``); without it, a day from ``--origin`` and the
+seed's thresholds, 30 s. The same options give the same bytes. A run folder that cannot
+be read, a bad option, or a missing ``grafana-foundation-sdk`` (the ``grafana`` extra)
+is one ``error: ...`` line and exit status 2; the file is written atomically.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from sim.cli.run import fail
+from sim.errors import clip
+
+SDK_MISSING = (
+    "fragsim export grafana needs grafana-foundation-sdk (Grafana's dashboard builder): "
+    "pip install 'fragsim[grafana]'"
+)
+
+
+def _run_options(run_dir: Path) -> dict[str, Any]:
+    """The span, scrape interval and thresholds of the run in ``run_dir``."""
+    from sim.cli.alert_times import run_thresholds, run_times
+    from sim.results.runfolder import RunFolderError, check_run_folder, read_summary
+    from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds
+
+    try:
+        folder = check_run_folder(run_dir)
+        summary = read_summary(folder / "summary.json")
+    except RunFolderError as e:
+        raise fail(str(e)) from None
+    path = folder / "summary.json"
+    span_s = summary.get("span_s")
+    if (
+        isinstance(span_s, bool)
+        or not isinstance(span_s, int | float)
+        or not math.isfinite(span_s)
+        or span_s < 0
+    ):
+        raise fail(f"{clip(str(path))}: field span_s: expected the run's simulated seconds")
+    scrape_s, _window_s, _note = run_times(summary, path, None, None)
+    recorded = run_thresholds(summary, path) or {}
+    thresholds = AlertThresholds(**{k: v for k, v in recorded.items() if k in THRESHOLD_FIELDS})
+    # a run shorter than a scrape still gets a range that shows its one sample
+    return {
+        "span_s": max(float(span_s), scrape_s),
+        "scrape_interval_s": scrape_s,
+        "thresholds": thresholds,
+    }
+
+
+def write_dashboard(out: Path, run_dir: Path | None, origin_s: float) -> None:
+    """Write the dashboard for ``run_dir`` (None: no run) at ``origin_s`` to ``out``
+    (module docstring), then ``wrote FILE`` on stderr."""
+    from sim.fleet.dashboard import DashboardOptions, dashboard_json
+    from traces import TraceError
+    from traces.writers import atomic_path
+
+    chosen = {} if run_dir is None else _run_options(run_dir)
+    try:
+        text = dashboard_json(DashboardOptions(origin_s=origin_s, **chosen))
+    except ImportError:
+        raise fail(SDK_MISSING) from None
+    try:
+        with atomic_path(out) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+    except TraceError as e:
+        raise fail(str(e)) from None
+    typer.echo(f"wrote {out}", err=True)
