@@ -305,8 +305,10 @@ def test_show_and_the_exports_take_the_for_the_run_recorded(run_dir: Path, tmp_p
     summary = json.loads(path.read_text())
     held = "high_fragmentation_approaching_threshold"
     times = {"scrape_interval_s": 30.0, "trend_window_s": 3600.0}  # a one-replica run: as a fleet's
-    summary["fleet"] = {"alerts": times | {"for_s": {held: 3600.0}}}
+    summary["fleet"] = stub_fleet(POOLS, alerts=times | {"for_s": {held: 3600.0}})
     path.write_text(json.dumps(summary))
+    as_fleet(copy)
+    summary = json.loads(path.read_text())  # with the fleet tables' digests
     rules = tmp_path / "rules.yaml"
     args = ("alerts", "export", "-o", str(rules), "--tests", str(tmp_path / "t.yaml"))
     assert fragsim(*args, "--run", str(copy)).exit_code == 0
