@@ -185,6 +185,15 @@ def check_summary(data: dict[str, Any], shown: str) -> None:
         raise RunFolderError(f"{shown}: {_first_error(e)}") from None
 
 
+_EXPECTED = {
+    "float_type": "a number",
+    "int_type": "an integer",
+    "string_type": "a string",
+    "bool_type": "true or false",
+}
+"""pydantic's type errors, said as what a run writes."""
+
+
 def _first_error(error: ValidationError) -> str:
     """The first of pydantic's errors as ``field a.b.0: what (got VALUE)``."""
     first = error.errors(include_url=False)[0]
@@ -199,6 +208,8 @@ def _first_error(error: ValidationError) -> str:
         message = f"expected an object, got {json_type(first['input'])}"
     elif kind == "list_type":
         message = f"expected an array, got {json_type(first['input'])}"
+    elif kind in _EXPECTED:
+        message = f"expected {_EXPECTED[kind]}, got {short(first['input'], 40)}"
     else:
         message = f"{message[:1].lower()}{message[1:]} (got {short(first['input'], 40)})"
     return clip(f"field {where or '(top)'}: {message}", 300)

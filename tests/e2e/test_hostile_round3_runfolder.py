@@ -138,7 +138,7 @@ SUMMARY_DAMAGE: list[tuple[str, Any, str]] = [
     ("fleet.alerts.scrape_interval_s", "30", "field fleet.alerts.scrape_interval_s"),
     ("fleet.alerts.scrape_interval_s", True, "field fleet.alerts.scrape_interval_s"),
     ("fleet.alerts.scrape_interval_s", 1e30, "field fleet.alerts.scrape_interval_s"),
-    ("kv_bytes_per_token", 1e30, "field kv_bytes_per_token: input should be a valid integer"),
+    ("kv_bytes_per_token", 1e30, "field kv_bytes_per_token: expected an integer, got 1e+30"),
     ("kv_bytes_per_token", 10**30, "field kv_bytes_per_token"),
     ("kv_bytes_per_token", 0, "field kv_bytes_per_token"),
     ("kv_bytes_per_token", "524288", "field kv_bytes_per_token"),

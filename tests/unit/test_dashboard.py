@@ -139,15 +139,15 @@ def test_origin_span_and_thresholds_show() -> None:
 def _run_folder(tmp_path: Path, summary: dict[str, Any]) -> Path:
     """A run folder whose summary holds ``summary`` (and the sections every summary
     has, empty); its tables are empty files (the dashboard reads only the summary)."""
+    from support.runfolder import stub_summary
+
     from sim.results.io import FILES
-    from sim.results.runfolder import SUMMARY_SECTIONS
 
     run = tmp_path / "run"
     run.mkdir()
     for name in FILES:
         (run / name).write_bytes(b"")
-    sections = {key: kind() for key, kind in SUMMARY_SECTIONS.items()}
-    (run / "summary.json").write_text(json.dumps({**sections, **summary}))
+    (run / "summary.json").write_text(json.dumps(stub_summary(**summary)))
     return run
 
 
@@ -158,8 +158,11 @@ def test_a_runs_span_scrape_interval_and_thresholds(tmp_path: Path) -> None:
         "ratio_severe": 0.45,
         "uptime_rho_alert": 0.5,
     }
+    from support.runfolder import stub_fleet
+
     alerts = {"scrape_interval_s": 60.0, "trend_window_s": 3600.0, "thresholds": thresholds}
-    run = _run_folder(tmp_path, {"span_s": 7200.0, "fleet": {"alerts": alerts}})
+    fleet = stub_fleet([{"name": "a", "count": 1}], alerts=alerts)
+    run = _run_folder(tmp_path, {"span_s": 7200.0, "fleet": fleet})
     out = tmp_path / "d.json"
     result = runner.invoke(app, ["export", "grafana", "--run", str(run), "-o", str(out)])
     assert result.exit_code == 0, result.output
