@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 OPTIONS = {
-    "model": "--model",
+    "model": "--model / --config",
     "gpu": "--gpu",
     "tensor_parallel": "--tp",
     "memory_utilization": "--memory-utilization",
@@ -28,6 +28,12 @@ OPTIONS = {
 def hardware_command(
     ctx: typer.Context,
     model: Annotated[str | None, typer.Option(help="Model preset: show its KV budget.")] = None,
+    config: Annotated[
+        str | None, typer.Option(help="A Hugging Face config.json: show its model and KV budget.")
+    ] = None,
+    kv_cache_dtype: Annotated[
+        str, typer.Option(help="KV-cache dtype for --config: auto, bf16, fp16 or fp8.")
+    ] = "auto",
     gpu: Annotated[str, typer.Option(help="GPU preset.")] = "a100-80gb",
     tp: Annotated[int, typer.Option("--tp", min=1, help="Tensor parallelism.")] = 1,
     memory_utilization: Annotated[float, typer.Option(help="Share of GPU memory used.")] = 0.9,
@@ -39,7 +45,10 @@ def hardware_command(
 
     from sim.hardware import HardwareConfig
 
-    if model is None:
+    if config is not None:
+        if model is not None:
+            raise fail("fragsim hardware: give --model or --config, not both")
+    if model is None and config is None:
         given = [
             f"--{name.replace('_', '-')}" if name != "tp" else "--tp"
             for name in ("gpu", "tp", "memory_utilization", "max_seq_tokens")
@@ -53,8 +62,8 @@ def hardware_command(
         print_presets(fmt)
         return
     try:
-        config = HardwareConfig(
-            model=model,
+        hw = HardwareConfig(
+            model=model if config is None else {"config": config, "kv_cache_dtype": kv_cache_dtype},
             gpu=gpu,
             tensor_parallel=tp,
             memory_utilization=memory_utilization,
@@ -62,11 +71,17 @@ def hardware_command(
         )
     except ValidationError as e:
         raise fail("\n".join(option_errors(e))) from None
-    budget = config.resolve()
-    typer.echo(f"{model} on {tp} x {gpu} (memory_utilization {memory_utilization}):")
+    budget = hw.resolve()
+    label = model if config is None else hw.model_spec.name
+    typer.echo(f"{label} on {tp} x {gpu} (memory_utilization {memory_utilization}):")
+    hf = hw.hf_model
+    if hf is not None:
+        typer.echo("\n".join(hf.describe()))
     typer.echo(budget.describe())
-    typer.echo(f"  {'max_seq_tokens':<28} {config.model_spec.max_seq_tokens:,}")
-    typer.echo(f"  {'replica $/hour':<28} {config.replica_usd_per_hour:.2f}")
+    typer.echo(f"  {'max_seq_tokens':<28} {hw.model_spec.max_seq_tokens:,}")
+    typer.echo(f"  {'replica $/hour':<28} {hw.replica_usd_per_hour:.2f}")
+    for note in hf.engine_notes() if hf is not None else ():
+        typer.echo(note)
 
 
 def print_presets(fmt: str) -> None:
@@ -84,7 +99,7 @@ def print_presets(fmt: str) -> None:
             Cell(m.num_params / 1e9, f"{m.num_params / 1e9:.2f}"),
             m.max_seq_tokens,
         )
-        for m in MODELS.values()
+        for m in (*MODELS.values(), *shipped_specs())
     ]
     gpus = [
         (
@@ -109,6 +124,13 @@ def print_presets(fmt: str) -> None:
         if fmt == "table":
             typer.echo("")
         echo_prose(f"$/GPU-hour: {GPU_PRICE_SOURCE}; fleet pools are priced from it", fmt=fmt)
+
+
+def shipped_specs() -> list[Any]:
+    """The shipped config.json presets as the engine sees them (sim/models/configs)."""
+    from sim.models.presets import shipped_model, shipped_names
+
+    return [shipped_model(name).to_spec() for name in shipped_names()]
 
 
 def option_errors(e: ValidationError) -> list[str]:

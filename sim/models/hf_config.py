@@ -91,6 +91,43 @@ class HfModel:
         """Dense FLOPs per token, attention left out: ``2 x active_params``."""
         return 2 * self.active_params
 
+    def describe(self) -> list[str]:
+        """The model as ``fragsim hardware`` prints it: layers by kind, KV per token,
+        state per request, parameters, weights, FLOPs, and how the engine uses it."""
+        rows = [f"  {'model':<28} {self.name} ({self.model_type}, {self.source})"]
+        for k in self.layer_kinds:
+            what = f"{k.layers} layers"
+            if k.kind == "mamba":
+                what += f", state {self.mamba_state_bytes_per_request:,} bytes/request (all)"
+            else:
+                what += f", {k.kv_bytes_per_token_per_layer:,} KV bytes/token/layer"
+            if k.window_tokens:
+                what += f", window {k.window_tokens:,} tokens"
+            rows.append(f"  {'layers ' + k.kind:<28} {what}")
+        rows += [
+            f"  {'params total / active':<28} {self.total_params:,} / {self.active_params:,}",
+            f"  {'weights':<28} {self.weights_bytes:,} bytes ({self.weight_format})",
+            f"  {'kv element bytes':<28} {self.kv_dtype_bytes}",
+            f"  {'flops/token':<28} {self.flops_per_token:,} + "
+            f"{self.attention_flops_per_context_token:,} per context token",
+        ]
+        return rows
+
+    def engine_notes(self) -> list[str]:
+        """What the single-pool engine does with this model that it does not do."""
+        notes = []
+        if any(k.kind == "sliding_attention" for k in self.layer_kinds):
+            notes.append(
+                "note: sliding-window layers are simulated as full attention (every token "
+                "kept); per-window freeing is issue 29 item 2, not done"
+            )
+        if self.mamba_state_bytes_per_request:
+            notes.append(
+                "note: Mamba layers' state per request is reported, not held in the pool; "
+                "a state pool is issue 29 item 2, not done"
+            )
+        return notes
+
     def to_spec(self) -> ModelSpec:
         """The single-pool engine's view: every attention layer holds the full sequence
         (a sliding layer is treated as full attention; Mamba state is not held)."""
@@ -173,7 +210,9 @@ def parse_config(
         raise f.fail(f"kv_cache_dtype {kv_cache_dtype!r}: expected one of auto, bf16, fp16, fp8")
     dtype_name = f.get("torch_dtype", f.get("dtype", "bfloat16"))
     if dtype_name not in _TORCH_DTYPE_BYTES:
-        raise f.fail(f"field 'torch_dtype': expected bfloat16, float16 or float32, got {dtype_name!r}")
+        raise f.fail(
+            f"field 'torch_dtype': expected bfloat16, float16 or float32, got {dtype_name!r}"
+        )
     dtype_bytes = _TORCH_DTYPE_BYTES[dtype_name]
     kv_bytes = KV_DTYPE_BYTES[kv_cache_dtype] or dtype_bytes
 
@@ -257,8 +296,7 @@ def layer_pattern(f: _Fields) -> list[str]:
     if f.model_type == "gemma3_text":  # every sliding_window_pattern-th layer is global
         every = f.int("sliding_window_pattern")
         return [
-            "full_attention" if (i + 1) % every == 0 else "sliding_attention"
-            for i in range(layers)
+            "full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)
         ]
     if f.model_type == "gpt_oss":
         raise f.fail("field 'layer_types' missing (needed for gpt_oss)")

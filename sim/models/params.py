@@ -140,7 +140,11 @@ def _attention(c: Counted, f: _Fields, hidden: int) -> None:
 def _mlp(c: Counted, f: _Fields, hidden: int, i: int) -> None:
     mt = f.model_type
     if mt == "gpt_oss":
-        e, k, m = f.int("num_local_experts"), f.int("num_experts_per_tok"), f.int("intermediate_size")
+        e, k, m = (
+            f.int("num_local_experts"),
+            f.int("num_experts_per_tok"),
+            f.int("intermediate_size"),
+        )
         c.add(hidden, e, "router")
         c.add(1, e, "bias")
         c.add(e * hidden, 2 * m, "expert", k / e)  # gate_up_proj
