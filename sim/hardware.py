@@ -358,12 +358,13 @@ class ModelConfigFile(BaseModel):
     @property
     def hf_model(self) -> HfModel:
         """The model the file describes."""
-        return self._model  # type: ignore[no-any-return]
+        return self._model
 
 
 def shipped_model(name: str) -> HfModel | None:
     """A shipped config.json preset by name (``sim/models/configs``), or None."""
-    from sim.models.presets import shipped_model as read, shipped_names
+    from sim.models.presets import shipped_model as read
+    from sim.models.presets import shipped_names
 
     return read(name) if name in shipped_names() else None
 

@@ -45,9 +45,8 @@ def hardware_command(
 
     from sim.hardware import HardwareConfig
 
-    if config is not None:
-        if model is not None:
-            raise fail("fragsim hardware: give --model or --config, not both")
+    if config is not None and model is not None:
+        raise fail("fragsim hardware: give --model or --config, not both")
     if model is None and config is None:
         given = [
             f"--{name.replace('_', '-')}" if name != "tp" else "--tp"

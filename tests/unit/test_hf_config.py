@@ -217,7 +217,7 @@ def test_an_unknown_architecture_is_refused(tmp_path: Path) -> None:
 def test_an_unknown_quantisation_is_refused(tmp_path: Path) -> None:
     data = json.loads((CONFIG_DIR / "llama-3.1-8b.json").read_text())
     data["quantization_config"] = {"quant_method": "bitsandbytes"}
-    with pytest.raises(HfConfigError, match="quant_method.*'bitsandbytes' not known"):
+    with pytest.raises(HfConfigError, match=r"quant_method.*'bitsandbytes' not known"):
         read_config(_write(tmp_path, data))
 
 
@@ -246,5 +246,5 @@ def test_a_scenario_reads_the_config_relative_to_its_file(tmp_path: Path) -> Non
         "workload: {preset: bimodal}\nallocator: {kind: paged}\n"
         "hardware: {model: {config: missing/config.json}}\n"
     )
-    with pytest.raises(ScenarioError, match="missing/config.json: cannot read"):
+    with pytest.raises(ScenarioError, match=r"missing/config\.json: cannot read"):
         load_scenario(str(scenario))
