@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 OPTIONS = {
-    "model": "--model / --config",
+    "model": "--model",
     "gpu": "--gpu",
     "tensor_parallel": "--tp",
     "memory_utilization": "--memory-utilization",
@@ -140,7 +140,9 @@ def option_errors(e: ValidationError) -> list[str]:
         msg = " ".join(str(x["msg"]).removeprefix("Value error, ").split())
         loc = x["loc"]
         field = str(loc[0]) if loc else ""
-        if field in OPTIONS:
+        if field == "model" and isinstance(x.get("input"), dict):  # a config.json's line
+            what = "--config"
+        elif field in OPTIONS:
             what = f"invalid value for {OPTIONS[field]}: got {short(x.get('input'))}"
         else:
             what = "options --model, --gpu, --tp and --memory-utilization"

@@ -100,7 +100,7 @@ class HfModel:
             if k.kind == "mamba":
                 what += f", state {self.mamba_state_bytes_per_request:,} bytes/request (all)"
             else:
-                what += f", {k.kv_bytes_per_token_per_layer:,} KV bytes/token/layer"
+                what += f", {k.kv_bytes_per_token_per_layer:,} KV bytes/token/layer (tp 1)"
             if k.window_tokens:
                 what += f", window {k.window_tokens:,} tokens"
             rows.append(f"  {'layers ' + k.kind:<28} {what}")
@@ -234,7 +234,9 @@ def parse_config(
     else:
         heads = f.int("num_attention_heads")
         kv_heads = f.int("num_key_value_heads", heads)
-        head_dim = f.int("head_dim", hidden // heads if heads else None)
+        head_dim = f.int(
+            "head_dim", f.get("attention_head_dim") or (hidden // heads if heads else None)
+        )
         per_layer = 2 * kv_heads * head_dim * kv_bytes
         pattern = layer_pattern(f)
         window = f.int("sliding_window") if "sliding_attention" in pattern else 0
@@ -300,11 +302,14 @@ def layer_pattern(f: _Fields) -> list[str]:
         ]
     if f.model_type == "gpt_oss":
         raise f.fail("field 'layer_types' missing (needed for gpt_oss)")
-    if f.get("sliding_window") and f.get("use_sliding_window", True):
-        if f.model_type in ("qwen2", "qwen3", "qwen3_moe") and not f.get("use_sliding_window"):
+    if not f.get("sliding_window"):
+        return ["full_attention"] * layers
+    if f.model_type in ("qwen2", "qwen3", "qwen3_moe"):  # windowed from max_window_layers on
+        if not f.get("use_sliding_window", False):
             return ["full_attention"] * layers
-        return ["sliding_attention"] * layers  # Mistral-7B-v0.1: every layer windowed
-    return ["full_attention"] * layers
+        first = f.int("max_window_layers", layers)
+        return ["full_attention" if i < first else "sliding_attention" for i in range(layers)]
+    return ["sliding_attention"] * layers  # Mistral-7B-v0.1: every layer windowed
 
 
 def mamba_state_bytes(f: _Fields, dtype_bytes: int) -> int:

@@ -32,6 +32,8 @@ class Tensor:
 @dataclass
 class Counted:
     tensors: list[Tensor] = field(default_factory=list)
+    tied: bool = False
+    """Tied embeddings: the table is also the LM head (a matmul every token)."""
 
     def add(self, rows: int, cols: int, group: str, active_share: float = 1.0) -> None:
         if rows and cols:
@@ -47,9 +49,7 @@ class Counted:
         the routed experts it is not sent to."""
         return round(
             sum(t.numel * t.active_share for t in self.tensors if t.group != "embed")
-        ) + sum(t.numel for t in self.tensors if t.group == "embed" and self._tied)
-
-    _tied: bool = False
+        ) + sum(t.numel for t in self.tensors if t.group == "embed" and self.tied)
 
     def weight_format(self, f: _Fields) -> str:
         q = f.get("quantization_config")
@@ -102,7 +102,7 @@ def count_params(f: _Fields) -> Counted:
     mt = f.model_type
     tied_default = mt == "gemma3_text"
     tied = bool(f.get("tie_word_embeddings", tied_default))
-    c._tied = tied
+    c.tied = tied
     c.add(vocab, hidden, "embed")
     if not tied:
         c.add(vocab, hidden, "lm_head")

@@ -50,8 +50,7 @@ def _gpt_oss_weights(layers: int, experts: int) -> tuple[int, int]:
     return bf16 + mxfp4, 2 * bf16 + mxfp4 * 17 // 32
 
 
-def test_the_shipped_presets_are_the_ten_named_less_the_two_left_out() -> None:
-    # Qwen3-8B and Qwen3-32B are left out: no public copy of their config.json was found
+def test_the_shipped_presets_are_the_ten_named() -> None:
     assert shipped_names() == (
         "deepseek-v3",
         "gemma-3-27b",
@@ -61,6 +60,8 @@ def test_the_shipped_presets_are_the_ten_named_less_the_two_left_out() -> None:
         "llama-3.1-8b",
         "nemotron-h-8b",
         "qwen3-30b-a3b",
+        "qwen3-32b",
+        "qwen3-8b",
     )
     for name in shipped_names():  # each file names where its numbers come from
         assert "huggingface.co" in json.loads((CONFIG_DIR / f"{name}.json").read_text())["_source"]
@@ -86,6 +87,23 @@ def test_llama_3_1_70b_on_four_h100s() -> None:
     assert budget.weights_bytes == 2 * params // 4
     assert budget.kv_bytes_per_token == per_gpu_token == 81_920
     assert budget.kv_capacity_tokens == _capacity(H100, 2 * params, 8192, per_gpu_token, tp=4)
+
+
+@pytest.mark.parametrize(
+    ("name", "h", "n", "i", "q", "tp"),
+    [("qwen3-8b", 4096, 36, 12288, 32, 1), ("qwen3-32b", 5120, 64, 25600, 64, 2)],
+)
+def test_qwen3_dense(name: str, h: int, n: int, i: int, q: int, tp: int) -> None:
+    v, kv, d = 151936, 8, 128
+    # untied embed + lm_head, final norm; per layer q, k+v, o, q/k norms, gated MLP, 2 norms
+    params = (
+        2 * v * h + h + n * (h * q * d + h * 2 * kv * d + q * d * h + 2 * d + 3 * h * i + 2 * h)
+    )
+    assert shipped_model(name).total_params == params
+    per_gpu_token = 2 * n * (kv // tp) * d * 2
+    budget = HardwareConfig(model=name, gpu="h100-80gb", tensor_parallel=tp).resolve()
+    assert budget.kv_bytes_per_token == per_gpu_token
+    assert budget.kv_capacity_tokens == _capacity(H100, 2 * params, h, per_gpu_token, tp=tp)
 
 
 def test_qwen3_30b_a3b_counts_every_expert_in_weights_and_eight_in_compute() -> None:
@@ -221,6 +239,15 @@ def test_an_unknown_quantisation_is_refused(tmp_path: Path) -> None:
         read_config(_write(tmp_path, data))
 
 
+def test_qwen_sliding_window_applies_from_max_window_layers(tmp_path: Path) -> None:
+    data = json.loads((CONFIG_DIR / "qwen3-8b.json").read_text())
+    data.update(use_sliding_window=True, sliding_window=4096, max_window_layers=28)
+    kinds = {
+        k.kind: (k.layers, k.window_tokens) for k in read_config(_write(tmp_path, data)).layer_kinds
+    }
+    assert kinds == {"full_attention": (28, 0), "sliding_attention": (8, 4096)}
+
+
 def test_tensor_parallel_must_split_the_kv_heads_of_a_config_model() -> None:
     with pytest.raises(ValidationError, match="must divide num_kv_heads=8"):
         HardwareConfig(model="llama-3.1-8b", gpu="h100-80gb", tensor_parallel=3)
@@ -248,3 +275,32 @@ def test_a_scenario_reads_the_config_relative_to_its_file(tmp_path: Path) -> Non
     )
     with pytest.raises(ScenarioError, match=r"missing/config\.json: cannot read"):
         load_scenario(str(scenario))
+
+
+def test_a_config_read_model_runs_end_to_end(tmp_path: Path) -> None:
+    """gpt-oss-20b from its config.json through a run: its capacity and bytes per token
+    reach the pool, and the roofline computes active (not total) parameters."""
+    from support.scenarios import request_frame
+
+    from sim import run
+    from sim.scenario.schema import parse_scenario
+
+    config = tmp_path / "config.json"
+    config.write_text((CONFIG_DIR / "gpt-oss-20b.json").read_text())
+    scenario = parse_scenario(
+        {
+            "workload": {"preset": "bimodal"},
+            "hardware": {"model": {"config": str(config)}, "gpu": "h100-80gb"},
+            "allocator": {"kind": "paged"},
+        }
+    )
+    requests = request_frame([0.0, 0.1, 0.2, 0.3], [512, 2048, 64, 900], [64, 16, 200, 30])
+    result = run(scenario, requests)
+    assert len(result.requests) == 4
+    assert result.summary["requests"]["by_status"] == {"ok": 4}
+    _, weights = _gpt_oss_weights(24, 32)
+    assert scenario.hardware.resolve().kv_capacity_tokens == _capacity(
+        H100, weights, 2880, 2 * 24 * 8 * 64 * 2
+    )
+    spec = scenario.hardware.model_spec
+    assert spec.compute_params == shipped_model("gpt-oss-20b").active_params < spec.num_params
