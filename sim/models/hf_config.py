@@ -5,7 +5,8 @@ What it gives, from the config's fields only (formulas in docs/hardware-latency.
 * the layer pattern: full attention, sliding-window attention (``layer_types`` or
   ``sliding_window_pattern``), MLA (DeepSeek: one latent of ``kv_lora_rank +
   qk_rope_head_dim`` per token and layer), Mamba-2 layers (Nemotron-H
-  ``hybrid_override_pattern``) with their fixed state per request;
+  ``hybrid_override_pattern``) and Mamba-1 layers (Jamba ``attn_layer_period`` /
+  ``attn_layer_offset``) with their fixed state per request;
 * KV bytes per token per layer kind (``kv_cache_dtype: fp8`` halves them, as vLLM does);
 * parameters, total and active (MoE: all experts stored, ``num_experts_per_tok`` plus the
   shared ones computed), tied embeddings, and the weight bytes under the config's
@@ -32,7 +33,8 @@ KV_DTYPE_BYTES = {"auto": 0, "bf16": 2, "fp16": 2, "fp8": 1}
 """``kv_cache_dtype`` values (vLLM's names); ``auto`` is the model's dtype."""
 _TORCH_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _GQA_TYPES = {"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma3_text", "gpt_oss"}
-_KNOWN_TYPES = sorted(_GQA_TYPES | {"deepseek_v3", "nemotron_h"})
+_HYBRID_TYPES = {"nemotron_h", "jamba"}
+_KNOWN_TYPES = sorted(_GQA_TYPES | _HYBRID_TYPES | {"deepseek_v3"})
 
 
 class HfConfigError(ValueError):
@@ -201,7 +203,7 @@ def parse_config(
         data.setdefault("model_type", "gemma3_text")
     f = _Fields(data, source)
     model_type = f.get("model_type")
-    if model_type not in _GQA_TYPES | {"deepseek_v3", "nemotron_h"}:
+    if model_type not in _KNOWN_TYPES:
         raise f.fail(
             f"field 'model_type': unknown architecture {model_type!r}; "
             f"known: {', '.join(_KNOWN_TYPES)}"
@@ -247,7 +249,7 @@ def parse_config(
                 kinds.append(LayerKind(kind, n, kv, window if kind == "sliding_attention" else 0))
         attn_layers = pattern.count("full_attention") + pattern.count("sliding_attention")
         flops_ctx = 4 * attn_layers * heads * head_dim
-    mamba_state = mamba_state_bytes(f, dtype_bytes) if model_type == "nemotron_h" else 0
+    mamba_state = mamba_state_bytes(f, dtype_bytes) if model_type in _HYBRID_TYPES else 0
     max_seq = f.int("max_position_embeddings")
     return HfModel(
         name=name,
@@ -287,6 +289,11 @@ def layer_pattern(f: _Fields) -> list[str]:
         if bad:
             raise f.fail(f"field 'hybrid_override_pattern': unknown layer characters {bad}")
         return [names[c] for c in pattern]
+    if f.model_type == "jamba":  # attention every attn_layer_period-th layer from the offset
+        period, offset = f.int("attn_layer_period"), f.int("attn_layer_offset")
+        if period < 1:
+            raise f.fail("field 'attn_layer_period': expected >= 1")
+        return ["full_attention" if i % period == offset else "mamba" for i in range(layers)]
     types = f.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != layers:
@@ -313,11 +320,17 @@ def layer_pattern(f: _Fields) -> list[str]:
 
 
 def mamba_state_bytes(f: _Fields, dtype_bytes: int) -> int:
-    """Mamba-2 state of one request over every Mamba layer: per layer, the conv state
+    """Mamba state of one request over every Mamba layer. Mamba-2 (Nemotron-H), per
+    layer: the conv state
     ``(conv_kernel - 1) x (intermediate + 2 n_groups ssm_state_size)`` and the SSM state
     ``mamba_num_heads x mamba_head_dim x ssm_state_size`` elements, in the model dtype
-    (vLLM's default ``mamba_ssm_cache_dtype``)."""
+    (vLLM's default ``mamba_ssm_cache_dtype``). Mamba-1 (Jamba): ``(mamba_d_conv - 1) x
+    inner + inner x mamba_d_state`` with ``inner = mamba_expand x hidden_size``."""
     layers = layer_pattern(f).count("mamba")
+    if f.model_type == "jamba":  # Mamba-1: conv (d_conv - 1) x inner, SSM inner x d_state
+        inner = f.int("mamba_expand") * f.int("hidden_size")
+        per_layer = (f.int("mamba_d_conv") - 1) * inner + inner * f.int("mamba_d_state")
+        return layers * per_layer * dtype_bytes
     heads, head_dim = f.int("mamba_num_heads"), f.int("mamba_head_dim")
     state, groups = f.int("ssm_state_size"), f.int("n_groups")
     conv_dim = heads * head_dim + 2 * groups * state

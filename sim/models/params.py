@@ -111,6 +111,8 @@ def count_params(f: _Fields) -> Counted:
         _deepseek(c, f, hidden, layers)
     elif mt == "nemotron_h":
         _nemotron_h(c, f, hidden)
+    elif mt == "jamba":
+        _jamba(c, f, hidden, layers)
     else:
         for i in range(layers):
             _attention(c, f, hidden)
@@ -221,3 +223,44 @@ def _nemotron_h(c: Counted, f: _Fields, hidden: int) -> None:
             c.add(heads * hd, hidden, "attn")
         elif ch == "-":
             c.add(hidden, 2 * f.int("intermediate_size"), "mlp")  # up, down (relu^2)
+
+
+def _jamba(c: Counted, f: _Fields, hidden: int, layers: int) -> None:
+    """Jamba: attention every ``attn_layer_period``-th layer (from ``attn_layer_offset``),
+    Mamba-1 elsewhere; MoE every ``expert_layer_period``-th layer (from its offset)."""
+    heads = f.int("num_attention_heads")
+    kv = f.int("num_key_value_heads", heads)
+    hd = hidden // max(heads, 1)
+    period, offset = f.int("attn_layer_period"), f.int("attn_layer_offset")
+    e_period, e_offset = f.int("expert_layer_period"), f.int("expert_layer_offset")
+    inner = f.int("mamba_expand") * hidden
+    state, conv = f.int("mamba_d_state"), f.int("mamba_d_conv")
+    rank: Any = f.get("mamba_dt_rank", "auto")
+    dt_rank = -(-hidden // 16) if rank == "auto" else f.int("mamba_dt_rank")
+    ffn = f.int("intermediate_size")
+    proj_bias = bool(f.get("mamba_proj_bias", False))
+    for i in range(layers):
+        c.add(2, hidden, "norm")  # input and pre-feed-forward norms
+        if period and i % period == offset:
+            c.add(hidden, (heads + 2 * kv) * hd, "attn")
+            c.add(heads * hd, hidden, "attn")
+        else:
+            c.add(hidden, 2 * inner, "mamba")  # in_proj
+            c.add(inner, conv, "norm")  # depthwise conv1d weight
+            if f.get("mamba_conv_bias", True):
+                c.add(1, inner, "bias")
+            c.add(inner, dt_rank + 2 * state, "mamba")  # x_proj
+            c.add(dt_rank, inner, "mamba")  # dt_proj
+            c.add(1, inner, "bias")  # dt_proj bias
+            c.add(inner, state, "norm")  # A_log
+            c.add(1, inner, "norm")  # D
+            c.add(1, dt_rank + 2 * state, "norm")  # dt, B, C layer norms
+            c.add(inner, hidden, "mamba")  # out_proj
+            if proj_bias:
+                c.add(1, 2 * inner + hidden, "bias")
+        if e_period and i % e_period == e_offset:
+            e, k = f.int("num_experts"), f.int("num_experts_per_tok")
+            c.add(hidden, e, "router")
+            c.add(e * hidden, 3 * ffn, "expert", k / e)
+        else:
+            c.add(hidden, 3 * ffn, "mlp")

@@ -50,12 +50,13 @@ def _gpt_oss_weights(layers: int, experts: int) -> tuple[int, int]:
     return bf16 + mxfp4, 2 * bf16 + mxfp4 * 17 // 32
 
 
-def test_the_shipped_presets_are_the_ten_named() -> None:
+def test_the_shipped_presets_are_the_ten_named_and_jamba() -> None:
     assert shipped_names() == (
         "deepseek-v3",
         "gemma-3-27b",
         "gpt-oss-120b",
         "gpt-oss-20b",
+        "jamba-1.5-mini",
         "llama-3.1-70b",
         "llama-3.1-8b",
         "nemotron-h-8b",
@@ -208,6 +209,26 @@ def test_nemotron_h_8b_attention_kv_and_mamba_state_per_request() -> None:
     assert any("Mamba" in note for note in got.engine_notes())
 
 
+def test_jamba_1_5_mini_attention_every_eighth_layer_mamba_1_state_moe_every_other() -> None:
+    v, h, n, q, kv, d, f_, e, k = 65536, 4096, 32, 32, 8, 128, 14336, 16, 2
+    inner, ds, dc, r = 2 * h, 16, 4, 256  # mamba_expand x hidden, d_state, d_conv, dt_rank
+    attn = h * (q + 2 * kv) * d + q * d * h
+    mamba = h * 2 * inner + inner * dc + inner + inner * (r + 2 * ds) + r * inner + inner
+    mamba += inner * ds + inner + (r + 2 * ds) + inner * h  # A_log, D, dt/B/C norms, out_proj
+    moe, dense = h * e + e * 3 * h * f_, 3 * h * f_
+    total = 2 * v * h + h + n * 2 * h + 4 * attn + 28 * mamba + 16 * moe + 16 * dense
+    got = shipped_model("jamba-1.5-mini")
+    assert got.total_params == total
+    assert round(total / 1e9, 1) == 51.6  # AI21's published 52B total, 12B active
+    assert got.active_params == total - v * h - 16 * (e - k) * 3 * h * f_  # 2 of 16 experts
+    assert round(got.active_params / 1e9) == 12
+    assert got.mamba_state_bytes_per_request == 28 * ((dc - 1) * inner + inner * ds) * 2
+    per_gpu_token = 2 * 4 * (kv // 2) * d * 2
+    budget = HardwareConfig(model="jamba-1.5-mini", gpu="h100-80gb", tensor_parallel=2).resolve()
+    assert budget.kv_bytes_per_token == per_gpu_token == 8_192
+    assert budget.kv_capacity_tokens == _capacity(H100, 2 * total, h, per_gpu_token, tp=2)
+
+
 # -- refusals: one line naming the file and the field ------------------------------------
 
 
@@ -227,8 +248,8 @@ def test_a_missing_field_is_refused_naming_the_file_and_field(tmp_path: Path) ->
 
 
 def test_an_unknown_architecture_is_refused(tmp_path: Path) -> None:
-    path = _write(tmp_path, {"model_type": "jamba", "num_hidden_layers": 32})
-    with pytest.raises(HfConfigError, match="field 'model_type': unknown architecture 'jamba'"):
+    path = _write(tmp_path, {"model_type": "mixtral", "num_hidden_layers": 32})
+    with pytest.raises(HfConfigError, match="field 'model_type': unknown architecture 'mixtral'"):
         read_config(path)
 
 
