@@ -71,6 +71,9 @@ class ModelSpec:
     """All weights as stored (quantised formats, scales included); 0: params x dtype."""
     active_params: int = 0
     """Parameters one token's matmuls use (MoE: the routed experts only); 0: num_params."""
+    tp_allreduces_per_step: int = 0
+    """Tensor-parallel all-reduces in one forward pass (one after each token mixer and
+    each MLP); 0: ``2 x num_layers``. A hybrid's Mamba and MLP-only blocks count too."""
 
     def __post_init__(self) -> None:
         for field in (
@@ -91,6 +94,11 @@ class ModelSpec:
     def weights_bytes(self) -> int:
         """All weights on one GPU (tp = 1)."""
         return self.quantized_weights_bytes or self.num_params * self.dtype_bytes
+
+    @property
+    def allreduces_per_step(self) -> int:
+        """Tensor-parallel all-reduces per forward pass (see ``tp_allreduces_per_step``)."""
+        return self.tp_allreduces_per_step or 2 * self.num_layers
 
     @property
     def compute_params(self) -> int:

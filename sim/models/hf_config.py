@@ -146,6 +146,9 @@ class HfModel:
             kv_dtype_bytes=self.kv_dtype_bytes,
             quantized_weights_bytes=self.weights_bytes,
             active_params=self.active_params,
+            tp_allreduces_per_step=self.num_layers
+            if self.model_type == "nemotron_h"  # one mixer or one MLP per block
+            else 2 * self.num_layers,
         )
 
 

@@ -325,3 +325,17 @@ def test_a_config_read_model_runs_end_to_end(tmp_path: Path) -> None:
     )
     spec = scenario.hardware.model_spec
     assert spec.compute_params == shipped_model("gpt-oss-20b").active_params < spec.num_params
+
+
+def test_the_roofline_computes_active_params_and_a_hybrids_all_reduces_per_block() -> None:
+    from sim.latency.models import RooflineLatency
+
+    gpu = GPUS["h100-80gb"]
+    moe = shipped_model("qwen3-30b-a3b")
+    roof = RooflineLatency(moe.to_spec(), gpu, 2)
+    assert roof.compute_per_token_s == 2.0 * moe.active_params / 2 / (gpu.dense_bf16_flops * 0.6)
+    # Nemotron-H: 52 blocks, one all-reduce after each (not two per KV layer: 2 x 4)
+    hybrid = RooflineLatency(shipped_model("nemotron-h-8b").to_spec(), gpu, 2)
+    assert hybrid.fixed_s == 0.5e-3 + 52 * 10e-6
+    dense = RooflineLatency(shipped_model("llama-3.1-8b").to_spec(), gpu, 2)
+    assert dense.fixed_s == 0.5e-3 + 2 * 32 * 10e-6
