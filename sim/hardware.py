@@ -341,12 +341,20 @@ def _lookup(presets: Mapping[str, _S], what: str, name: str) -> _S:
 
 
 class ModelConfigFile(BaseModel):
-    """A model read from a Hugging Face ``config.json`` on disk (``sim.models``)."""
+    """A model read from a Hugging Face ``config.json``: a file on disk (``config``) or a
+    shipped one by name (``preset``), with the serving engine's KV and weight dtypes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    config: str = Field(
-        min_length=1, description="A Hugging Face config.json (relative to the scenario file)."
+    config: str | None = Field(
+        default=None,
+        min_length=1,
+        description="A Hugging Face config.json (relative to the scenario file).",
+    )
+    preset: str | None = Field(
+        default=None,
+        min_length=1,
+        description="A shipped config.json by name instead (fragsim hardware lists them).",
     )
     name: str | None = Field(
         default=None, min_length=1, description="A label for results; default: its folder."
@@ -354,13 +362,29 @@ class ModelConfigFile(BaseModel):
     kv_cache_dtype: Literal["auto", "bf16", "fp16", "fp8"] = Field(
         default="auto", description="KV-cache element type (vLLM's; fp8 halves bf16's bytes)."
     )
+    quantization: Literal["auto", "fp8"] = Field(
+        default="auto",
+        description="Weights: auto (as the config ships them) or fp8 (quantised at load, "
+        "per-tensor scales, as vLLM's --quantization fp8).",
+    )
     _model: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _read(self) -> ModelConfigFile:
-        from sim.models.presets import file_model
+        from sim.models.presets import file_model, shipped_names
+        from sim.models.presets import shipped_model as read_shipped
 
-        self._model = file_model(self.config, self.name, self.kv_cache_dtype)
+        if (self.config is None) == (self.preset is None):
+            raise ValueError("give one of config (a config.json) and preset (a shipped name)")
+        if self.preset is not None:
+            if self.preset not in shipped_names():
+                raise ValueError(
+                    f"unknown config preset {self.preset!r}; allowed: {', '.join(shipped_names())}"
+                )
+            self._model = read_shipped(self.preset, self.kv_cache_dtype, self.quantization)
+        else:
+            assert self.config is not None
+            self._model = file_model(self.config, self.name, self.kv_cache_dtype, self.quantization)
         return self
 
     @property
@@ -398,8 +422,8 @@ def _preset_or_inline(value: Any) -> str:
 def _model_branch(value: Any) -> str:
     if isinstance(value, str):
         return "preset"
-    if isinstance(value, dict | ModelConfigFile) and (
-        isinstance(value, ModelConfigFile) or "config" in value
+    if isinstance(value, ModelConfigFile) or (
+        isinstance(value, dict) and ("config" in value or "preset" in value)
     ):
         return "config"
     return "inline"

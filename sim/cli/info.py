@@ -32,7 +32,10 @@ def hardware_command(
         str | None, typer.Option(help="A Hugging Face config.json: show its model and KV budget.")
     ] = None,
     kv_cache_dtype: Annotated[
-        str, typer.Option(help="KV-cache dtype for --config: auto, bf16, fp16 or fp8.")
+        str, typer.Option(help="KV-cache dtype of a config.json model: auto, bf16, fp16 or fp8.")
+    ] = "auto",
+    quantization: Annotated[
+        str, typer.Option(help="Weights of a config.json model: auto (as shipped) or fp8.")
     ] = "auto",
     gpu: Annotated[str, typer.Option(help="GPU preset.")] = "a100-80gb",
     tp: Annotated[int, typer.Option("--tp", min=1, help="Tensor parallelism.")] = 1,
@@ -60,9 +63,22 @@ def hardware_command(
             )
         print_presets(fmt)
         return
+    from sim.hardware import MODELS
+
+    dtypes = {"kv_cache_dtype": kv_cache_dtype, "quantization": quantization}
+    chosen: Any = model
+    if config is not None:
+        chosen = {"config": config, **dtypes}
+    elif dtypes != {"kv_cache_dtype": "auto", "quantization": "auto"}:
+        if model in MODELS:
+            raise fail(
+                f"fragsim hardware: --kv-cache-dtype and --quantization apply to config.json "
+                f"models (--config, or a shipped one); {model} is a built-in spec"
+            )
+        chosen = {"preset": model, **dtypes}
     try:
         hw = HardwareConfig(
-            model=model if config is None else {"config": config, "kv_cache_dtype": kv_cache_dtype},
+            model=chosen,
             gpu=gpu,
             tensor_parallel=tp,
             memory_utilization=memory_utilization,
@@ -140,8 +156,9 @@ def option_errors(e: ValidationError) -> list[str]:
         msg = " ".join(str(x["msg"]).removeprefix("Value error, ").split())
         loc = x["loc"]
         field = str(loc[0]) if loc else ""
-        if field == "model" and isinstance(x.get("input"), dict):  # a config.json's line
-            what = "--config"
+        given = x.get("input")
+        if field == "model" and isinstance(given, dict):  # a config.json's own line
+            what = "--model" if "preset" in given else "--config"
         elif field in OPTIONS:
             what = f"invalid value for {OPTIONS[field]}: got {short(x.get('input'))}"
         else:

@@ -177,7 +177,9 @@ class _Fields:
         return str(self.data.get("model_type", "?"))
 
 
-def read_config(path: Path, *, name: str | None = None, kv_cache_dtype: str = "auto") -> HfModel:
+def read_config(
+    path: Path, *, name: str | None = None, kv_cache_dtype: str = "auto", quantization: str = "auto"
+) -> HfModel:
     """Read ``path`` (a config.json) into an :class:`HfModel`. Raises HfConfigError."""
     source = str(path)
     try:
@@ -193,17 +195,40 @@ def read_config(path: Path, *, name: str | None = None, kv_cache_dtype: str = "a
     if not isinstance(data, dict):
         raise HfConfigError(f"{source}: expected a JSON object of config fields")
     default_name = path.parent.name if path.name == "config.json" else path.stem
-    return parse_config(data, source, name=name or default_name, kv_cache_dtype=kv_cache_dtype)
+    return parse_config(
+        data,
+        source,
+        name=name or default_name,
+        kv_cache_dtype=kv_cache_dtype,
+        quantization=quantization,
+    )
 
 
 def parse_config(
-    data: Mapping[str, Any], source: str, *, name: str, kv_cache_dtype: str = "auto"
+    data: Mapping[str, Any],
+    source: str,
+    *,
+    name: str,
+    kv_cache_dtype: str = "auto",
+    quantization: str = "auto",
 ) -> HfModel:
-    """Parse a config mapping (see :func:`read_config`)."""
+    """Parse a config mapping (see :func:`read_config`). ``quantization="fp8"`` quantises
+    an unquantised checkpoint at load (vLLM's ``--quantization fp8``: per-tensor scales)."""
     text = data.get("text_config")
     if isinstance(text, dict):  # a multimodal wrapper (Gemma 3): the language model
         data = {**text, "quantization_config": data.get("quantization_config")}
         data.setdefault("model_type", "gemma3_text")
+    if quantization == "fp8":
+        shipped = data.get("quantization_config")
+        if shipped:
+            method = shipped.get("quant_method") if isinstance(shipped, dict) else shipped
+            raise HfConfigError(
+                f"{source}: quantization fp8: the checkpoint already ships quantised "
+                f"(quantization_config.quant_method {method!r}); use quantization: auto"
+            )
+        data = {**data, "quantization_config": {"quant_method": "fp8"}}
+    elif quantization != "auto":
+        raise HfConfigError(f"{source}: quantization {quantization!r}: expected auto or fp8")
     f = _Fields(data, source)
     model_type = f.get("model_type")
     if model_type not in _KNOWN_TYPES:

@@ -18,15 +18,17 @@ def shipped_names() -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=64)
-def shipped_model(name: str, kv_cache_dtype: str = "auto") -> HfModel:
+def shipped_model(name: str, kv_cache_dtype: str = "auto", quantization: str = "auto") -> HfModel:
     """A shipped config read (cached). Raises KeyError for a name not shipped."""
     path = CONFIG_DIR / f"{name}.json"
     if name not in shipped_names():
         raise KeyError(name)
-    return read_config(path, name=name, kv_cache_dtype=kv_cache_dtype)
+    return read_config(path, name=name, kv_cache_dtype=kv_cache_dtype, quantization=quantization)
 
 
 @lru_cache(maxsize=64)
-def file_model(path: str, name: str | None, kv_cache_dtype: str) -> HfModel:
+def file_model(path: str, name: str | None, kv_cache_dtype: str, quantization: str) -> HfModel:
     """A config.json on disk read (cached by path: a run reads it once)."""
-    return read_config(Path(path), name=name, kv_cache_dtype=kv_cache_dtype)
+    return read_config(
+        Path(path), name=name, kv_cache_dtype=kv_cache_dtype, quantization=quantization
+    )

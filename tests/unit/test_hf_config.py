@@ -229,6 +229,39 @@ def test_jamba_1_5_mini_attention_every_eighth_layer_mamba_1_state_moe_every_oth
     assert budget.kv_capacity_tokens == _capacity(H100, 2 * total, h, per_gpu_token, tp=2)
 
 
+def test_quantization_fp8_at_load_and_fp8_kv_for_a_shipped_preset() -> None:
+    """Llama-3.1-70B served as vLLM --quantization fp8 --kv-cache-dtype fp8: every linear
+    weight one byte (plus a 4-byte scale per matrix), embeddings, LM head and norms bf16."""
+    v, h, n, i, q, kv, d = LLAMA_70B
+    linear = n * (h * q * d + h * 2 * kv * d + q * d * h + 3 * h * i)
+    rest = 2 * v * h + h + n * 2 * h
+    model = {"preset": "llama-3.1-70b", "quantization": "fp8", "kv_cache_dtype": "fp8"}
+    hw = HardwareConfig(model=model, gpu="h100-80gb", tensor_parallel=2)
+    assert hw.hf_model is not None
+    got = hw.hf_model.weights_bytes
+    assert 0 < got - (linear + 2 * rest) <= 4 * 7 * n  # at most one scale per real matrix
+    assert hw.resolve().kv_bytes_per_token == 2 * 80 * (8 // 2) * 128 * 1
+
+
+def test_w4a16_gptq_weights(tmp_path: Path) -> None:
+    data = json.loads((CONFIG_DIR / "llama-3.1-8b.json").read_text())
+    data["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128}
+    v, h, n, i, q, kv, d = LLAMA_8B
+    linear = n * (h * q * d + h * 2 * kv * d + q * d * h + 3 * h * i)
+    rest = 2 * v * h + h + n * 2 * h
+    # 4 bits a weight, and per group of 128 an fp16 scale and a 4-bit zero point
+    expected = 2 * rest + linear // 2 + linear // 128 * 2 + linear // 128 // 2
+    got = read_config(_write(tmp_path, data))
+    assert got.weights_bytes == expected and got.weight_format == "W4A16 (gptq, group 128)"
+
+
+def test_quantizing_a_quantised_checkpoint_is_refused() -> None:
+    with pytest.raises(ValidationError, match=r"already ships quantised .*'mxfp4'"):
+        HardwareConfig(model={"preset": "gpt-oss-20b", "quantization": "fp8"})
+    with pytest.raises(ValidationError, match="give one of config"):
+        HardwareConfig(model={"preset": "gpt-oss-20b", "config": "x.json"})
+
+
 # -- refusals: one line naming the file and the field ------------------------------------
 
 
