@@ -139,6 +139,15 @@ def print_presets(fmt: str) -> None:
         if fmt == "table":
             typer.echo("")
         echo_prose(f"$/GPU-hour: {GPU_PRICE_SOURCE}; fleet pools are priced from it", fmt=fmt)
+        from sim.models.presets import shipped_names
+
+        echo_prose(
+            f"the last {len(shipped_names())} models are read from shipped config.json "
+            "files: layers and KV "
+            "bytes as the single-pool engine holds them (every attention layer, sliding ones "
+            "as full); fragsim hardware --model NAME shows each layer kind",
+            fmt=fmt,
+        )
 
 
 def shipped_specs() -> list[Any]:
