@@ -22,13 +22,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     ValidationInfo,
     field_validator,
@@ -36,6 +37,9 @@ from pydantic import (
 )
 
 from sim.scenario.fields import MAX_BYTES, MAX_BYTES_PER_S, MAX_TOKENS
+
+if TYPE_CHECKING:
+    from sim.models.hf_config import HfModel
 
 _S = TypeVar("_S")
 
@@ -58,6 +62,18 @@ class ModelSpec:
     hidden_size: int
     max_seq_tokens: int
     """Longest sequence (prompt + output) the model serves."""
+    kv_latent_dim: int = 0
+    """MLA (a model read from its config.json): elements of the one latent per token and
+    layer, held whole on every tensor-parallel rank; 0: K and V per head."""
+    kv_dtype_bytes: int = 0
+    """Bytes per KV element (``kv_cache_dtype: fp8``: 1); 0: ``dtype_bytes``."""
+    quantized_weights_bytes: int = 0
+    """All weights as stored (quantised formats, scales included); 0: params x dtype."""
+    active_params: int = 0
+    """Parameters one token's matmuls use (MoE: the routed experts only); 0: num_params."""
+    tp_allreduces_per_step: int = 0
+    """Tensor-parallel all-reduces in one forward pass (one after each token mixer and
+    each MLP); 0: ``2 x num_layers``. A hybrid's Mamba and MLP-only blocks count too."""
 
     def __post_init__(self) -> None:
         for field in (
@@ -77,7 +93,17 @@ class ModelSpec:
     @property
     def weights_bytes(self) -> int:
         """All weights on one GPU (tp = 1)."""
-        return self.num_params * self.dtype_bytes
+        return self.quantized_weights_bytes or self.num_params * self.dtype_bytes
+
+    @property
+    def allreduces_per_step(self) -> int:
+        """Tensor-parallel all-reduces per forward pass (see ``tp_allreduces_per_step``)."""
+        return self.tp_allreduces_per_step or 2 * self.num_layers
+
+    @property
+    def compute_params(self) -> int:
+        """Parameters whose FLOPs one token costs (``2 x`` this per token)."""
+        return self.active_params or self.num_params
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,9 +194,14 @@ def kv_heads_per_gpu(model: ModelSpec, tp: int = 1) -> int:
 
 def kv_bytes_per_token(model: ModelSpec, tp: int = 1) -> int:
     """Bytes one token's K and V take over all layers on one GPU of a ``tp``-way replica:
-    ``2 * num_layers * kv_heads_per_gpu * head_dim * dtype_bytes`` (with ``tp = 1``, the
-    whole token)."""
-    return 2 * model.num_layers * kv_heads_per_gpu(model, tp) * model.head_dim * model.dtype_bytes
+    ``2 * num_layers * kv_heads_per_gpu * head_dim * kv_dtype_bytes`` (with ``tp = 1``, the
+    whole token); MLA: ``num_layers * kv_latent_dim * kv_dtype_bytes`` on every rank."""
+    elem = model.kv_dtype_bytes or model.dtype_bytes
+    if model.kv_latent_dim:
+        if tp < 1:
+            raise ValueError(f"tensor parallel degree must be >= 1, got {tp}")
+        return model.num_layers * model.kv_latent_dim * elem
+    return 2 * model.num_layers * kv_heads_per_gpu(model, tp) * model.head_dim * elem
 
 
 ACTIVATION_BASE_BYTES = 1 * GIB
@@ -309,14 +340,101 @@ def _lookup(presets: Mapping[str, _S], what: str, name: str) -> _S:
     return presets[name]
 
 
+class ModelConfigFile(BaseModel):
+    """A model read from a Hugging Face ``config.json``: a file on disk (``config``) or a
+    shipped one by name (``preset``), with the serving engine's KV and weight dtypes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    config: str | None = Field(
+        default=None,
+        min_length=1,
+        description="A Hugging Face config.json (relative to the scenario file).",
+    )
+    preset: str | None = Field(
+        default=None,
+        min_length=1,
+        description="A shipped config.json by name instead (fragsim hardware lists them).",
+    )
+    name: str | None = Field(
+        default=None, min_length=1, description="A label for results; default: its folder."
+    )
+    kv_cache_dtype: Literal["auto", "bf16", "fp16", "fp8"] = Field(
+        default="auto", description="KV-cache element type (vLLM's; fp8 halves bf16's bytes)."
+    )
+    quantization: Literal["auto", "fp8"] = Field(
+        default="auto",
+        description="Weights: auto (as the config ships them) or fp8 (quantised at load, "
+        "per-tensor scales, as vLLM's --quantization fp8).",
+    )
+    _model: Any = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _read(self) -> ModelConfigFile:
+        from sim.models.presets import file_model, shipped_names
+        from sim.models.presets import shipped_model as read_shipped
+
+        if (self.config is None) == (self.preset is None):
+            raise ValueError("give one of config (a config.json) and preset (a shipped name)")
+        if self.preset is not None:
+            if self.preset not in shipped_names():
+                raise ValueError(
+                    f"unknown config preset {self.preset!r}; allowed: {', '.join(shipped_names())}"
+                )
+            self._model = read_shipped(self.preset, self.kv_cache_dtype, self.quantization)
+        else:
+            assert self.config is not None
+            self._model = file_model(self.config, self.name, self.kv_cache_dtype, self.quantization)
+        return self
+
+    @property
+    def hf_model(self) -> HfModel:
+        """The model the file describes."""
+        return self._model
+
+
+def shipped_model(name: str) -> HfModel | None:
+    """A shipped config.json preset by name (``sim/models/configs``), or None."""
+    from sim.models.presets import shipped_model as read
+    from sim.models.presets import shipped_names
+
+    return read(name) if name in shipped_names() else None
+
+
+def model_preset_names() -> tuple[str, ...]:
+    """Every model preset name: the built-in specs, then the shipped config files."""
+    from sim.models.presets import shipped_names
+
+    return (*MODELS, *shipped_names())
+
+
+def _check_model_name(name: str) -> None:
+    if name not in MODELS and shipped_model(name) is None:
+        raise ValueError(
+            f"unknown model preset {name!r}; allowed: {', '.join(model_preset_names())}"
+        )
+
+
 def _preset_or_inline(value: Any) -> str:
     return "preset" if isinstance(value, str) else "inline"
 
 
-# A preset name or an inline mapping; errors name the branch the value took.
+def _model_branch(value: Any) -> str:
+    if isinstance(value, str):
+        return "preset"
+    if isinstance(value, ModelConfigFile) or (
+        isinstance(value, dict) and ("config" in value or "preset" in value)
+    ):
+        return "config"
+    return "inline"
+
+
+# A preset name, a config.json or an inline mapping; errors name the branch taken.
 ModelChoice = Annotated[
-    Annotated[str, Tag("preset")] | Annotated[ModelSpecConfig, Tag("inline")],
-    Discriminator(_preset_or_inline),
+    Annotated[str, Tag("preset")]
+    | Annotated[ModelConfigFile, Tag("config")]
+    | Annotated[ModelSpecConfig, Tag("inline")],
+    Discriminator(_model_branch),
 ]
 GpuChoice = Annotated[
     Annotated[str, Tag("preset")] | Annotated[GpuSpecConfig, Tag("inline")],
@@ -335,7 +453,9 @@ class HardwareConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: ModelChoice = Field(
-        default="llama-2-7b", description=f"Model preset ({', '.join(MODELS)}) or an inline model."
+        default="llama-2-7b",
+        description=f"Model preset ({', '.join(MODELS)}, or a shipped config.json: "
+        "fragsim hardware lists them), {config: path/to/config.json} or an inline model.",
     )
     gpu: GpuChoice = Field(
         default="a100-80gb", description=f"GPU preset ({', '.join(GPUS)}) or an inline GPU."
@@ -384,9 +504,11 @@ class HardwareConfig(BaseModel):
 
     @field_validator("model")
     @classmethod
-    def _known_model(cls, value: str | ModelSpecConfig) -> str | ModelSpecConfig:
+    def _known_model(
+        cls, value: str | ModelConfigFile | ModelSpecConfig
+    ) -> str | ModelConfigFile | ModelSpecConfig:
         if isinstance(value, str):
-            _lookup(MODELS, "model", value)
+            _check_model_name(value)
         return value
 
     @field_validator("gpu")
@@ -404,6 +526,11 @@ class HardwareConfig(BaseModel):
             heads = model.num_kv_heads
         elif isinstance(model, str) and model in MODELS:
             heads = MODELS[model].num_kv_heads
+        elif isinstance(model, str | ModelConfigFile):
+            hf = model.hf_model if isinstance(model, ModelConfigFile) else shipped_model(model)
+            if hf is None or hf.kv_latent_dim:  # MLA: the latent is whole on every rank
+                return tp
+            heads = hf.num_kv_heads
         else:
             return tp
         if heads % tp != 0 and tp % heads != 0:
@@ -420,14 +547,26 @@ class HardwareConfig(BaseModel):
     @property
     def model_spec(self) -> ModelSpec:
         """The resolved model, ``max_seq_tokens`` override applied."""
-        spec = (
-            _lookup(MODELS, "model", self.model)
-            if isinstance(self.model, str)
-            else self.model.to_spec()
-        )
+        hf = self.hf_model
+        if hf is not None:
+            spec = hf.to_spec()
+        elif isinstance(self.model, str):
+            spec = _lookup(MODELS, "model", self.model)
+        else:
+            assert isinstance(self.model, ModelSpecConfig)
+            spec = self.model.to_spec()
         if self.max_seq_tokens is not None:
             spec = replace(spec, max_seq_tokens=self.max_seq_tokens)
         return spec
+
+    @property
+    def hf_model(self) -> HfModel | None:
+        """The model read from a config.json (a file or a shipped preset), else None."""
+        if isinstance(self.model, ModelConfigFile):
+            return self.model.hf_model
+        if isinstance(self.model, str) and self.model not in MODELS:
+            return shipped_model(self.model)
+        return None
 
     @property
     def gpu_spec(self) -> GpuSpec:

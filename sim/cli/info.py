@@ -28,6 +28,15 @@ OPTIONS = {
 def hardware_command(
     ctx: typer.Context,
     model: Annotated[str | None, typer.Option(help="Model preset: show its KV budget.")] = None,
+    config: Annotated[
+        str | None, typer.Option(help="A Hugging Face config.json: show its model and KV budget.")
+    ] = None,
+    kv_cache_dtype: Annotated[
+        str, typer.Option(help="KV-cache dtype of a config.json model: auto, bf16, fp16 or fp8.")
+    ] = "auto",
+    quantization: Annotated[
+        str, typer.Option(help="Weights of a config.json model: auto (as shipped) or fp8.")
+    ] = "auto",
     gpu: Annotated[str, typer.Option(help="GPU preset.")] = "a100-80gb",
     tp: Annotated[int, typer.Option("--tp", min=1, help="Tensor parallelism.")] = 1,
     memory_utilization: Annotated[float, typer.Option(help="Share of GPU memory used.")] = 0.9,
@@ -39,7 +48,9 @@ def hardware_command(
 
     from sim.hardware import HardwareConfig
 
-    if model is None:
+    if config is not None and model is not None:
+        raise fail("fragsim hardware: give --model or --config, not both")
+    if model is None and config is None:
         given = [
             f"--{name.replace('_', '-')}" if name != "tp" else "--tp"
             for name in ("gpu", "tp", "memory_utilization", "max_seq_tokens")
@@ -52,9 +63,22 @@ def hardware_command(
             )
         print_presets(fmt)
         return
+    from sim.hardware import MODELS
+
+    dtypes = {"kv_cache_dtype": kv_cache_dtype, "quantization": quantization}
+    chosen: Any = model
+    if config is not None:
+        chosen = {"config": config, **dtypes}
+    elif dtypes != {"kv_cache_dtype": "auto", "quantization": "auto"}:
+        if model in MODELS:
+            raise fail(
+                f"fragsim hardware: --kv-cache-dtype and --quantization apply to config.json "
+                f"models (--config, or a shipped one); {model} is a built-in spec"
+            )
+        chosen = {"preset": model, **dtypes}
     try:
-        config = HardwareConfig(
-            model=model,
+        hw = HardwareConfig(
+            model=chosen,
             gpu=gpu,
             tensor_parallel=tp,
             memory_utilization=memory_utilization,
@@ -62,11 +86,17 @@ def hardware_command(
         )
     except ValidationError as e:
         raise fail("\n".join(option_errors(e))) from None
-    budget = config.resolve()
-    typer.echo(f"{model} on {tp} x {gpu} (memory_utilization {memory_utilization}):")
+    budget = hw.resolve()
+    label = model if config is None else hw.model_spec.name
+    typer.echo(f"{label} on {tp} x {gpu} (memory_utilization {memory_utilization}):")
+    hf = hw.hf_model
+    if hf is not None:
+        typer.echo("\n".join(hf.describe()))
     typer.echo(budget.describe())
-    typer.echo(f"  {'max_seq_tokens':<28} {config.model_spec.max_seq_tokens:,}")
-    typer.echo(f"  {'replica $/hour':<28} {config.replica_usd_per_hour:.2f}")
+    typer.echo(f"  {'max_seq_tokens':<28} {hw.model_spec.max_seq_tokens:,}")
+    typer.echo(f"  {'replica $/hour':<28} {hw.replica_usd_per_hour:.2f}")
+    for note in hf.engine_notes() if hf is not None else ():
+        typer.echo(note)
 
 
 def print_presets(fmt: str) -> None:
@@ -84,7 +114,7 @@ def print_presets(fmt: str) -> None:
             Cell(m.num_params / 1e9, f"{m.num_params / 1e9:.2f}"),
             m.max_seq_tokens,
         )
-        for m in MODELS.values()
+        for m in (*MODELS.values(), *shipped_specs())
     ]
     gpus = [
         (
@@ -109,6 +139,22 @@ def print_presets(fmt: str) -> None:
         if fmt == "table":
             typer.echo("")
         echo_prose(f"$/GPU-hour: {GPU_PRICE_SOURCE}; fleet pools are priced from it", fmt=fmt)
+        from sim.models.presets import shipped_names
+
+        echo_prose(
+            f"the last {len(shipped_names())} models are read from shipped config.json "
+            "files: layers and KV "
+            "bytes as the single-pool engine holds them (every attention layer, sliding ones "
+            "as full); fragsim hardware --model NAME shows each layer kind",
+            fmt=fmt,
+        )
+
+
+def shipped_specs() -> list[Any]:
+    """The shipped config.json presets as the engine sees them (sim/models/configs)."""
+    from sim.models.presets import shipped_model, shipped_names
+
+    return [shipped_model(name).to_spec() for name in shipped_names()]
 
 
 def option_errors(e: ValidationError) -> list[str]:
@@ -119,7 +165,10 @@ def option_errors(e: ValidationError) -> list[str]:
         msg = " ".join(str(x["msg"]).removeprefix("Value error, ").split())
         loc = x["loc"]
         field = str(loc[0]) if loc else ""
-        if field in OPTIONS:
+        given = x.get("input")
+        if field == "model" and isinstance(given, dict):  # a config.json's own line
+            what = "--model" if "preset" in given else "--config"
+        elif field in OPTIONS:
             what = f"invalid value for {OPTIONS[field]}: got {short(x.get('input'))}"
         else:
             what = "options --model, --gpu, --tp and --memory-utilization"

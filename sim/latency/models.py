@@ -104,10 +104,11 @@ class RooflineLatency(LatencyModel):
     Per step, on one GPU of a ``tp``-way replica::
 
         memory_s  = (weights_bytes/tp + kv_tokens * kv_bytes_per_token(tp)) / (hbm * mem_eff)
-        compute_s = 2 * num_params/tp * (prefill_tokens + decode_seqs) / (flops * compute_eff)
-        comm_s    = 2 * num_layers * (allreduce_latency_s
+        compute_s = 2 * compute_params/tp * (prefill_tokens + decode_seqs) / (flops * compute_eff)
+        comm_s    = allreduces * (allreduce_latency_s
                       + 2 (tp-1)/tp * tokens * hidden_size * dtype_bytes / link_bytes_per_s)
-                    (tp > 1 only: two ring all-reduces per layer)
+                    (tp > 1 only: two ring all-reduces per layer, a hybrid's blocks
+                    one each: ModelSpec.allreduces_per_step)
         step_s    = max(memory_s, compute_s) + comm_s + overhead_s
 
     Attention FLOPs are left out (they matter only for prompts of many thousand tokens:
@@ -142,11 +143,11 @@ class RooflineLatency(LatencyModel):
         """Weights read once per step."""
         self.memory_per_kv_token_s = kv_bytes_per_token(model, tp) / bandwidth
         self.compute_per_token_s = (
-            2.0 * model.num_params / tp / (gpu.dense_bf16_flops * compute_efficiency)
+            2.0 * model.compute_params / tp / (gpu.dense_bf16_flops * compute_efficiency)
         )
         comm_fixed_s, comm_per_token_s = 0.0, 0.0
         if tp > 1:
-            layers_x2 = 2 * model.num_layers
+            layers_x2 = model.allreduces_per_step
             comm_fixed_s = layers_x2 * tp_allreduce_latency_s
             comm_per_token_s = (
                 layers_x2

@@ -331,7 +331,8 @@ def load_scenario(path: str | Path) -> Scenario:
 
 def _rebase_paths(data: dict[str, Any], base: Path) -> None:
     """Make the relative paths a scenario names relative to its own folder (in place):
-    ``workload.trace``, ``latency.path`` and the empirical-lengths ``path`` of
+    ``workload.trace``, ``latency.path``, ``hardware.model.config`` (and a fleet pool's),
+    and the empirical-lengths ``path`` of
     ``workload.synth.lengths`` (or of each of its mixture components)."""
 
     def rebase(block: object, key: str) -> None:
@@ -341,6 +342,13 @@ def _rebase_paths(data: dict[str, Any], base: Path) -> None:
     workload = data.get("workload")
     rebase(workload, "trace")
     rebase(data.get("latency"), "path")
+    hardware = data.get("hardware")
+    rebase(hardware.get("model") if isinstance(hardware, dict) else None, "config")
+    fleet = data.get("fleet")
+    pools = fleet.get("pools") if isinstance(fleet, dict) else None
+    for pool in pools if isinstance(pools, list) else []:
+        pool_hw = pool.get("hardware") if isinstance(pool, dict) else None
+        rebase(pool_hw.get("model") if isinstance(pool_hw, dict) else None, "config")
     synth = workload.get("synth") if isinstance(workload, dict) else None
     lengths = synth.get("lengths") if isinstance(synth, dict) else None
     if isinstance(lengths, dict):

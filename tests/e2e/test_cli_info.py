@@ -30,3 +30,32 @@ def test_allocators_lists_every_registered_kind() -> None:
     assert result.exit_code == 0
     for kind in ALLOCATORS:
         assert kind in result.stdout
+
+
+def test_hardware_reads_a_config_json_and_says_what_the_engine_does_with_it(tmp_path) -> None:
+    from sim.models.presets import CONFIG_DIR
+
+    config = tmp_path / "gpt-oss-20b" / "config.json"
+    config.parent.mkdir()
+    config.write_text((CONFIG_DIR / "gpt-oss-20b.json").read_text())
+    args = ["hardware", "--config", str(config), "--gpu", "h100-80gb", "--kv-cache-dtype", "fp8"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "layers sliding_attention     12 layers" in out and "window 128 tokens" in out
+    assert "mxfp4" in out and "/ kv_bytes_per_token         24,576" in out  # 2x24x8x64x1
+    assert "simulated as full attention" in out and "issue 29 item 2" in out
+    listing = runner.invoke(app, ["hardware"])
+    assert "deepseek-v3" in listing.stdout and "nemotron-h-8b" in listing.stdout
+
+
+def test_hardware_refuses_a_config_missing_a_field_in_one_line(tmp_path) -> None:
+    bad = tmp_path / "config.json"
+    bad.write_text('{"model_type": "llama", "hidden_size": 8}')
+    result = runner.invoke(app, ["hardware", "--config", str(bad)])
+    assert result.exit_code == 2
+    line = result.stderr.strip()
+    assert "\n" not in line
+    assert line.endswith(f"--config: {bad}: field 'vocab_size' missing (needed for llama)")
+    both = runner.invoke(app, ["hardware", "--config", str(bad), "--model", "llama-3-8b"])
+    assert both.exit_code == 2 and "not both" in both.stderr
