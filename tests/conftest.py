@@ -59,6 +59,7 @@ BUILD_INDEPENDENT: frozenset[str] = frozenset(
         "e2e/test_demo.py",
         "e2e/test_docs.py",
         "e2e/test_hostile_round2.py",
+        "e2e/test_hostile_round3_writers.py",
         "e2e/test_postmortem_otlp.py",
         "e2e/test_prometheus.py",
         "e2e/test_report_browser.py",
