@@ -63,6 +63,7 @@ BUILD_INDEPENDENT: frozenset[str] = frozenset(
         "e2e/test_hostile_otlp.py",
         "e2e/test_hostile_round2.py",
         "e2e/test_hostile_round3_runfolder.py",
+        "e2e/test_hostile_round3_writers.py",
         "e2e/test_postmortem_otlp.py",
         "e2e/test_prometheus.py",
         "e2e/test_readme_recipes.py",

@@ -114,6 +114,33 @@ def _write(path: Path, write: Callable[[Path], object]) -> None:
         raise fail(str(e)) from None
 
 
+def _check_distinct(outputs: dict[str, Path | None]) -> None:
+    """One ``error:`` line when two outputs name one file (links, relative forms)."""
+    from traces import TraceError
+    from traces.atomic import check_distinct
+
+    try:
+        check_distinct({flag: path for flag, path in outputs.items() if path is not None})
+    except TraceError as e:
+        raise fail(str(e)) from None
+
+
+def _write_together(files: dict[Path, str]) -> None:
+    """Write each text to its file, all or none (``traces.atomic.staged``: every file is
+    complete in its temporary before any is put in place)."""
+    from traces import TraceError
+    from traces.atomic import staged
+
+    try:
+        with staged() as outputs:
+            for path, text in files.items():
+                outputs.file(path).write_text(text, encoding="utf-8")
+    except TraceError as e:
+        raise fail(str(e)) from None
+    except OSError as e:
+        raise fail(f"{clip(str(path))}: cannot write file ({e.strerror or e})") from None
+
+
 @alerts_app.command("export")
 def export_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Rules file to write (YAML).")],
@@ -167,6 +194,7 @@ def export_command(
         )
     if (tests is None) != (run_dir is None):
         raise typer.BadParameter("--tests and --run go together", param_hint="--tests")
+    _check_distinct({"-o": out, "--tests": tests})
     if tests is not None and metrics != "fragsim":
         raise typer.BadParameter(
             "tests are generated over fragsim's metric names", param_hint="--metrics"
@@ -192,10 +220,10 @@ def export_command(
         tests_text = _rule_tests(rules, run_dir, tests, out, thresholds, options)(
             scrape_s, window_s
         )
-    _write(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    files = {out: text} if tests is None or tests_text is None else {out: text, tests: tests_text}
+    _write_together(files)
     typer.echo(f"wrote {len(ALERTS)} alerting rules to {out}")
     if tests is not None and tests_text is not None:
-        _write(tests, lambda tmp: tmp.write_text(tests_text, encoding="utf-8"))
         typer.echo(f"wrote promtool tests to {tests}")
     if note is not None:
         typer.echo(note, err=True)

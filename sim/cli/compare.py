@@ -17,6 +17,13 @@ in ``table`` format) and the verdicts on stdout; progress, and where the results
 on stderr (also with ``--quiet``). ``--format csv`` / ``json`` print the rows of
 ``compare.csv``.
 
+``OUT`` is written whole or not at all: the runs, the tables and the report go to a
+hidden sibling (``traces.atomic``), swapped in once complete, so a full disk or Ctrl-C
+leaves ``OUT`` as it was. ``OUT`` must be new, empty or an earlier comparison's
+(:func:`check_compare_dir`), apart from every run folder given (:func:`check_out_apart`);
+a scenario whose name cannot be a folder name (``.``, ``..``) is refused. One RUN alone
+is refused: there is nothing to compare it with.
+
 Module-level imports stay light (standard library and typer): pandas, the engine and
 plotly load inside the functions that use them.
 """
@@ -30,6 +37,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from sim.cli.output import FormatOption
+from sim.errors import clip
 from sim.scenario.fields import MAX_SEED
 
 if TYPE_CHECKING:
@@ -67,13 +75,20 @@ def compare_command(
 ) -> None:
     """Compare runs against a baseline: what each saves or costs ($, replica-hours,
     failures, p99 latency), ranked by $ saved, ties by fewer allocation failures."""
-    from sim.cli.run import check_output_dir, fail, prepare
+    from sim.cli.run import fail, prepare
 
+    if len(runs) < 2:
+        raise fail(
+            f"compare: got one run ({clip(str(runs[0]))}); give two or more: the first is "
+            "the baseline (or the one --baseline names), the others are compared with it"
+        )
     folders = {i: p for i, p in enumerate(runs) if _run_folder(p, report=not no_report)}
     prepared = {
         i: prepare(p, seed=seed) for i, p in enumerate(runs) if i not in folders
     }  # every scenario loaded and checked before anything runs
     summaries: dict[int, dict[str, Any]] = {i: _read_summary(p) for i, p in folders.items()}
+    for i in prepared:
+        check_run_name(prepared[i][0].name, prepared[i][3])
     names = unique_names(
         [
             folders[i].resolve().name if i in folders else prepared[i][0].name
@@ -81,29 +96,25 @@ def compare_command(
         ]
     )
     base = 0 if baseline is None else _baseline_index(baseline, names)
-    given = {p.resolve() for p in folders.values()}
-    for i in prepared:
-        if (out / names[i]).resolve() in given:
-            raise fail(
-                f"{out / names[i]}: a run folder given to compare would be replaced by the run of {names[i]}; write to another -o"
-            )
-        check_output_dir(out / names[i])
-    check_output_dir(out / "compare")  # the folder itself must be writable
-    to_run = [(i, prepared[i][0], out / names[i]) for i in sorted(prepared)]
-    summaries.update(_simulate(to_run, prepared, quiet=quiet, jobs=jobs))
-    _check_summaries(summaries, folders, fail)
-    _warn_spans([summaries[i] for i in range(len(runs))], names)
-    from sim.fleet.compare import compare_frame, with_deltas
+    check_out_apart(out, list(folders.values()))
+    from traces.atomic import staged
 
-    frame = with_deltas(compare_frame([summaries[i] for i in range(len(runs))]), names, base)
-    _write_tables(frame, out)
-    dirs = {names[i]: folders.get(i, out / names[i]) for i in range(len(runs))}
-    report = None
-    if not no_report:
-        from sim.cli.report import write_report_of
+    with staged() as outputs:
+        stage = _stage(outputs, out)
+        to_run = [(i, prepared[i][0], stage / names[i]) for i in sorted(prepared)]
+        summaries.update(_simulate(to_run, prepared, quiet=quiet, jobs=jobs))
+        _check_summaries(summaries, folders, fail)
+        _warn_spans([summaries[i] for i in range(len(runs))], names)
+        from sim.fleet.compare import compare_frame, with_deltas
 
-        order = [str(n) for n in frame["run"]]  # the table's names: unique
-        report = write_report_of([dirs[n] for n in order], out / "report.html", names=order)
+        frame = with_deltas(compare_frame([summaries[i] for i in range(len(runs))]), names, base)
+        _write_tables(frame, stage, out)
+        dirs = {names[i]: folders.get(i, stage / names[i]) for i in range(len(runs))}
+        report = None
+        if not no_report:
+            order = [str(n) for n in frame["run"]]  # the table's names: unique
+            report = _write_report([dirs[n] for n in order], order, stage, out)
+        _commit(outputs, out)
     if not quiet:
         print_comparison(frame, fmt)
     ran = [names[i] for i in sorted(prepared)]
@@ -111,6 +122,113 @@ def compare_command(
     typer.echo(f"wrote {out}/ ({listed})", err=True)
     if report is not None:
         typer.echo(f"report: {report}", err=True)
+
+
+COMPARE_FILES = frozenset({"compare.csv", "compare.parquet", "report.html"})
+"""What a compare folder holds besides the run folders it simulated."""
+
+
+def check_compare_dir(out: Path) -> None:
+    """Raise (FileExistsError) unless ``out`` is absent, empty, or an earlier
+    comparison's folder -- ``compare.csv`` or ``compare.parquet``, ``report.html`` and run
+    folders (each holding only a run's files), nothing else: a compare folder is
+    replaced whole, so nothing that fragsim did not write there is ever lost."""
+    from sim.results.io import REPLACEABLE
+
+    if not out.exists():
+        return
+    entries = sorted(out.iterdir())
+    names = {p.name for p in entries}
+    if not entries:
+        return
+    others = [
+        p.name
+        for p in entries
+        if p.name not in COMPARE_FILES
+        and not (
+            p.is_dir()
+            and not p.is_symlink()
+            and not p.name.startswith(".")
+            and all(q.name in REPLACEABLE for q in p.iterdir())
+        )
+    ]
+    if others or not names & {"compare.csv", "compare.parquet"}:
+        shown = ", ".join(others[:3]) or ", ".join(sorted(names)[:3])
+        raise FileExistsError(
+            f"{out} exists and holds other files ({shown}); compare writes a new or empty "
+            "folder, or replaces an earlier comparison's whole: choose another -o"
+        )
+
+
+def check_out_apart(out: Path, inputs: list[Path]) -> None:
+    """One ``error:`` line when ``-o`` is an input run folder, lies inside one, or holds
+    one: the comparison replaces ``-o`` whole, and never writes into a run it reads."""
+    from sim.cli.run import fail
+
+    real = out.resolve()
+    for folder in inputs:
+        given = folder.resolve()
+        if real == given or given in real.parents:
+            where = "is" if real == given else "is inside"
+            raise fail(
+                f"{clip(str(out))}: -o {where} the run folder {clip(str(folder))} given to "
+                "compare; write the comparison to another folder"
+            )
+        if real in given.parents:
+            raise fail(
+                f"{clip(str(out))}: -o holds the run folder {clip(str(folder))} given to "
+                "compare, and a comparison replaces its folder whole; write to another -o"
+            )
+
+
+def check_run_name(name: str, source: Path) -> None:
+    """A scenario's name becomes a folder under ``-o``: one ``error:`` line for one that
+    cannot be a single, visible path component (empty, ``.``, ``..``, a leading dot)."""
+    from sim.cli.run import fail
+
+    if not name.strip() or name.startswith("."):
+        raise fail(
+            f"{clip(str(source))}: field name: got {name!r}: a run's name becomes its "
+            "folder under -o; expected a name that does not start with a dot"
+        )
+
+
+def _stage(outputs: Any, out: Path) -> Path:
+    """The hidden sibling of ``out`` the comparison is written into (one ``error:`` line
+    when ``out`` may not be replaced or its folder refuses a new one)."""
+    from sim.cli.run import fail
+
+    try:
+        stage: Path = outputs.folder(out, check_compare_dir)
+    except FileExistsError as e:
+        raise fail(str(e)) from None
+    except OSError as e:
+        raise fail(f"{clip(str(out))}: output directory: {e.strerror or e}") from None
+    return stage
+
+
+def _write_report(run_dirs: list[Path], names: list[str], stage: Path, out: Path) -> Path:
+    """``report.html`` into the staged folder; an error names ``out``, not the stage."""
+    from reports import ReportError, write_report
+    from sim.cli.run import fail
+    from traces.errors import TraceError
+
+    try:
+        write_report(run_dirs, stage / "report.html", names=names)
+    except (ReportError, TraceError) as e:
+        raise fail(clip(str(e).replace(str(stage), str(out)))) from None
+    return out / "report.html"
+
+
+def _commit(outputs: Any, out: Path) -> None:
+    """Swap the complete comparison in (Ctrl-C after it says it was written)."""
+    from sim.cli import interrupt
+    from sim.cli.run import fail
+
+    try:
+        outputs.commit(on_commit=lambda: interrupt.note_written(clip(str(out))))
+    except OSError as e:
+        raise fail(f"{clip(str(out))}: cannot write results: {e.strerror or e}") from None
 
 
 def _run_folder(path: Path, *, report: bool) -> bool:
@@ -183,11 +301,14 @@ def _warn_spans(summaries: list[dict[str, Any]], names: list[str]) -> None:
 
 
 def unique_names(names: list[str]) -> list[str]:
-    """Run names safe as folder names: each name, ``-2``, ``-3``... on repeats."""
+    """Run names safe as folder names: each name (characters but letters, digits and
+    ``-_.`` replaced by ``_``; a name of dots only is ``scenario``), ``-2``, ``-3``... on
+    repeats."""
     seen: dict[str, int] = {}
     out = []
     for name in names:
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "scenario"
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+        safe = safe if safe.strip(".") else "scenario"
         seen[safe] = seen.get(safe, 0) + 1
         out.append(safe if seen[safe] == 1 else f"{safe}-{seen[safe]}")
     return out
@@ -212,7 +333,7 @@ def _simulate(
     ``jobs`` at once (progress over runs); each written to its folder."""
     if not to_run:
         return {}
-    from sim.cli.run import fail, simulate, write_results
+    from sim.cli.run import fail, simulate
     from sim.scenario.schema import ScenarioError
 
     if jobs == 1 or len(to_run) == 1:
@@ -225,10 +346,20 @@ def _simulate(
                 result = simulate(scenario, requests, quiet=quiet, parts=parts)
             except ScenarioError as e:
                 raise fail(str(e), source) from None
-            write_results(result, folder)
+            _write_run(result, folder)
             done[i] = result.summary
         return done
     return _simulate_pool(to_run, quiet=quiet, jobs=jobs)
+
+
+def _write_run(result: Any, folder: Path) -> None:
+    """A run into the staged comparison (a new folder there: nothing to replace)."""
+    from sim.cli.run import fail
+
+    try:
+        result.write(folder)
+    except OSError as e:
+        raise fail(f"{clip(str(folder.name))}: cannot write results: {e.strerror or e}") from None
 
 
 def _simulate_pool(
@@ -265,21 +396,16 @@ def _run_one(scenario: Scenario, out: str) -> dict[str, Any]:
     return result.summary
 
 
-def _write_tables(frame: pd.DataFrame, out: Path) -> None:
+def _write_tables(frame: pd.DataFrame, stage: Path, out: Path) -> None:
+    """``compare.csv`` and ``compare.parquet`` into the staged folder (errors name
+    ``out``: the staged folder is an implementation detail)."""
     from sim.cli.run import fail
-    from traces.errors import TraceError
-    from traces.writers import atomic_path
 
-    try:
-        out.mkdir(parents=True, exist_ok=True)  # compared run folders only: nothing ran here
-    except OSError as e:
-        raise fail(f"{out}: output directory: {e.strerror or e}") from None
     for name, write in (("compare.csv", frame.to_csv), ("compare.parquet", frame.to_parquet)):
         try:
-            with atomic_path(out / name) as tmp:
-                write(tmp, index=False)
-        except TraceError as e:
-            raise fail(str(e)) from None
+            write(stage / name, index=False)
+        except OSError as e:
+            raise fail(f"{clip(str(out / name))}: cannot write file ({e.strerror or e})") from None
 
 
 def print_comparison(frame: pd.DataFrame, fmt: str) -> None:

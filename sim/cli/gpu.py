@@ -131,8 +131,8 @@ def validate_command(
     from gpu_backend.validate import scenario_dict, validate
     from sim.cli.run import fail
     from sim.latency.calibrated import CalibratedLatency
+    from traces.atomic import staged
     from traces.errors import TraceError
-    from traces.writers import atomic_path
 
     try:
         cal = CalibratedLatency.from_json(calibration).calibration
@@ -160,12 +160,12 @@ def validate_command(
         raise fail(clip(str(e))) from None
     try:
         out.mkdir(parents=True, exist_ok=True)
-        with atomic_path(out / "steps.csv") as tmp:
-            result.steps_frame().to_csv(tmp, index=False)
-        with atomic_path(out / "replay_requests.csv") as tmp:
-            result.requests.to_csv(tmp, index=False)
-        with atomic_path(out / "validation.json") as tmp:
-            tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        with staged() as outputs:  # the three files together or none
+            result.steps_frame().to_csv(outputs.file(out / "steps.csv"), index=False)
+            result.requests.to_csv(outputs.file(out / "replay_requests.csv"), index=False)
+            outputs.file(out / "validation.json").write_text(
+                json.dumps(report, indent=2) + "\n", encoding="utf-8"
+            )
     except (TraceError, OSError) as e:
         raise fail(clip(str(e))) from None
     e2e, step = report["e2e"], report["step_time"]

@@ -92,18 +92,24 @@ def plan_command(
 ) -> None:
     """Find the fewest replicas meeting every SLO, per variant, and what each costs."""
     from sim.scenario.schema import ScenarioError
-    from sim.sweep.plan import check_plan, plan
-    from sim.sweep.slo import SloError, parse_slo
+    from sim.sweep.plan import PlanError, check_axes, check_plan, check_plan_size, plan
+    from sim.sweep.slo import SloError, check_slos, parse_slo
     from sim.sweep.spec import load_base
-    from sim.sweep.summary import write_frame
+    from sim.sweep.summary import write_frames
     from traces.errors import TraceError
 
     try:
         slos = [parse_slo(s) for s in slo]
+        check_slos(slos)
     except SloError as e:
         raise typer.BadParameter(str(e), param_hint="--slo") from None
     lo, hi = parse_range(replicas)
     axes = [parse_vary(v) for v in vary or []]
+    try:
+        check_axes(axes, autoscale=autoscale)
+        most = check_plan_size(axes, lo=lo, hi=hi, replications=replications)
+    except PlanError as e:
+        raise fail(str(e)) from None
     source = clip(str(scenario))
     try:
         base = load_base(str(scenario), Path.cwd(), source)
@@ -112,7 +118,6 @@ def plan_command(
         raise fail(str(e)) from None
     check_sweep_dir(out)
     try:
-        most = len(variants_of(axes)) * most_evaluated(lo, hi) * replications
         with (
             progress("plan", most, what="evaluations", amounts=_at_most, quiet=quiet) as p,
             counting_executor(out, workers, scheduler, p) as ex,
@@ -129,10 +134,14 @@ def plan_command(
                 source=source,
             )
             p.update(p.done, total=p.done)  # the search is over: nothing more to run
-        write_frame(result.plan, out / "plan.parquet")
-        write_frame(result.plan, out / "plan.csv")
-        write_frame(result.points, out / "plan_points.parquet")
-        write_frame(result.runs, out / "runs.parquet")
+        write_frames(
+            {
+                out / "plan.parquet": result.plan,
+                out / "plan.csv": result.plan,
+                out / "plan_points.parquet": result.points,
+                out / "runs.parquet": result.runs,
+            }
+        )
     except ScenarioError as e:
         raise fail(str(e)) from None
     except (TraceError, OSError) as e:
@@ -156,31 +165,6 @@ def plan_command(
         )
     if len(unmet):
         raise typer.Exit(1)
-
-
-def variants_of(axes: list[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
-    """Every combination of the axes' values (one empty variant without axes)."""
-    from sim.sweep.plan import variants
-
-    return variants(axes)
-
-
-def most_evaluated(lo: int, hi: int) -> int:
-    """The most replica counts the search (``sim.sweep.plan.replica_search``) tries for
-    one variant, over every answer it may find in ``lo..hi`` or none."""
-    from sim.sweep.plan import replica_search
-
-    most = 0
-    for answer in range(lo, hi + 2):  # hi + 1: no count meets the SLOs
-        search, tried = replica_search(lo, hi), 0
-        try:
-            probe = next(search)
-            while True:
-                tried += 1
-                probe = search.send(probe >= answer)
-        except StopIteration:
-            most = max(most, tried)
-    return most
 
 
 def _at_most(done: float, total: float | None) -> str:

@@ -37,6 +37,7 @@ from scipy.optimize import nnls
 
 from sim.errors import clip, short
 from sim.latency.base import FloatArray, InputBounds, LatencyModel
+from traces.atomic import atomic_path
 
 LATENCY_FORMAT = "fragsim-latency/1"
 """The ``format`` tag of calibration files this version reads and writes."""
@@ -245,9 +246,12 @@ class CalibratedLatency(LatencyModel):
         return cls(calibration)
 
     def to_json(self, path: str | Path) -> None:
-        """Write the calibration (not the counters), keys in a fixed order."""
+        """Write the calibration (not the counters), keys in a fixed order, atomically
+        (``traces.atomic.atomic_path``: never a half-written file, never a replaced
+        device; ``traces.TraceError`` naming ``path`` when it cannot be written)."""
         text = json.dumps(self.calibration.model_dump(mode="json"), indent=2)
-        Path(path).write_text(text + "\n", encoding="utf-8")
+        with atomic_path(path) as tmp:
+            tmp.write_text(text + "\n", encoding="utf-8")
 
     def check_hardware(self, model: str, gpu: str, tp: int, source: str = "") -> None:
         """ValueError when the file was calibrated for other hardware."""

@@ -3,7 +3,8 @@
 Outputs are byte-for-byte reproducible for the same scenario, seed and library
 versions: no wall-clock times, no host names, stable column order, sorted JSON keys.
 
-Writing is safe against a kill at any instant (``RunResult.write``):
+Writing is safe against a kill at any instant (``RunResult.write``, through the writer
+every output shares, :mod:`traces.atomic`):
 
 * the files go to a hidden sibling ``.NAME.tmp-PID-XXXXXXXX/`` (``PID``: the writer's
   process id), which becomes ``NAME/`` only once complete;
@@ -25,18 +26,9 @@ kill a write at each step (``tests/e2e/test_run_faults.py``).
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import json
 import math
-import os
-import re
-import shutil
-import signal
-import tempfile
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +38,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sim.results.digests import DIGESTS, table_digests
+from traces import atomic
+from traces.atomic import fault, staged
 
 FILES = ("requests.parquet", "timeseries.parquet", "events.parquet", "summary.json")
 REPLACEABLE = (*FILES, "fleet.parquet", "alerts.parquet", "report.html")
@@ -109,164 +103,41 @@ class RunResult:
         once the run is in place, before Ctrl-C is heard again (so a caller can tell,
         whenever an interrupt comes, whether the run was written)."""
         out = Path(out_dir)
-        check_replaceable(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale(out)
-        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(out, "tmp"), dir=out.parent))
-        try:
+        with staged() as outputs:
+            tmp = outputs.folder(out, check_replaceable, complete=_complete)
             for name, frame in self.frames():
                 table = pa.Table.from_pandas(frame, preserve_index=False)
                 table = table.replace_schema_metadata(None)
                 pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
-                _fault("partial")
+                fault("partial")
             digests = table_digests(tmp, [f"{name}.parquet" for name, _ in self.frames()])
             summary = {**self.summary, DIGESTS: digests}  # what the reader checks
             (tmp / "summary.json").write_text(summary_json(summary))
             if extras is not None:
                 extras(tmp)
-            umask = os.umask(0)
-            os.umask(umask)
-            tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; a run folder is ordinary
-            _fault("written")
-            with _interrupts_ignored():
-                _commit(tmp, out)
-                if on_commit is not None:
-                    on_commit()
-            _fault("done")
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)  # after a swap: the old run
-            raise
+            fault("written")
+            outputs.commit(on_commit)
+        fault("done")
         return out
-
-
-def _commit(tmp: Path, out: Path) -> None:
-    """Move the complete run ``tmp`` to ``out``; an earlier run there ends in ``tmp``
-    (swapped) or is deleted. At every instant ``out`` or an ``old`` aside folder holds a
-    complete run."""
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    if _exchange(tmp, out):
-        _fault("swapped")
-        shutil.rmtree(tmp)
-        return
-    aside = Path(tempfile.mkdtemp(prefix=_temp_prefix(out, "old"), dir=out.parent))
-    os.rename(out, aside)  # an empty directory is replaced by rename
-    _fault("aside")
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        os.rename(aside, out)
-        raise
-    _fault("replaced")
-    shutil.rmtree(aside, ignore_errors=True)
-
-
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two directories in one step (Linux ``renameat2``); False where the C
-    library or the file system has no such call, so the caller falls back."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError):
-        return False
-    renameat2.argtypes = [
-        ctypes.c_int,
-        ctypes.c_char_p,
-        ctypes.c_int,
-        ctypes.c_char_p,
-        ctypes.c_uint,
-    ]
-    renameat2.restype = ctypes.c_int
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    errno = ctypes.get_errno()
-    if errno in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: no exchange here
-        return False
-    raise OSError(errno, os.strerror(errno), str(b))
-
-
-@contextmanager
-def _interrupts_ignored() -> Iterator[None]:
-    """Ctrl-C (SIGINT) does nothing within the block. Only the main thread can set
-    signal handlers in Python; elsewhere (no Ctrl-C arrives there) this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _temp_stem(out: Path) -> str:
-    """``out``'s name, shortened and hashed when long, so a temporary's name stays
-    within the file system's 255 bytes wherever the name itself does."""
-    name = out.name
-    if len(name.encode()) > 120:
-        name = f"{name[:80]}~{hashlib.sha1(name.encode()).hexdigest()[:12]}"
-    return name
-
-
-def _temp_prefix(out: Path, kind: str) -> str:
-    """``.NAME.KIND-PID-``: ``mkdtemp`` appends 8 characters of ``[a-z0-9_]``."""
-    return f".{_temp_stem(out)}.{kind}-{os.getpid()}-"
 
 
 def clean_stale(out: Path) -> None:
     """Remove the temporaries of dead writers to ``out``; a complete earlier run left
     aside (a kill between the two renames of a replacement without swap) is put back
-    at ``out`` when nothing is there."""
-    pattern = re.compile(rf"\.{re.escape(_temp_stem(out))}\.(tmp|old)-(\d+)-[a-z0-9_]+")
-    try:
-        entries = list(out.parent.iterdir())
-    except OSError:
-        return
-    for entry in sorted(entries):
-        match = pattern.fullmatch(entry.name)
-        if match is None or _alive(int(match.group(2))):
-            continue
-        if match.group(1) == "old" and not out.exists() and _complete(entry):
-            os.rename(entry, out)
-        else:
-            shutil.rmtree(entry, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # PermissionError: someone else's live process
-        return True
-    return True
+    at ``out`` when nothing is there (:func:`traces.atomic.clean_stale`)."""
+    atomic.clean_stale(out, _complete)
 
 
 def _complete(folder: Path) -> bool:
     return all((folder / name).is_file() for name in FILES)
 
 
-def _fault(point: str) -> None:
-    """Test-only (``FRAGSIM_FAULT_AT=POINT[:SIGNAL]``): signal this process at ``point``."""
-    spec = os.environ.get("FRAGSIM_FAULT_AT")
-    if spec:
-        where, _, name = spec.partition(":")
-        if where == point:
-            os.kill(os.getpid(), getattr(signal, f"SIG{name or 'KILL'}"))
-
-
 def check_replaceable(out: Path) -> None:
-    """Raise unless ``out`` is absent or an earlier run's directory (only our files)."""
-    if not out.exists() and not out.is_symlink():
+    """Raise (FileExistsError) unless ``out`` is absent or an earlier run's directory
+    (only our files); a link or anything not a folder is never replaced."""
+    atomic.check_folder_target(out)
+    if not out.exists():
         return
-    if not out.is_dir() or out.is_symlink():
-        raise FileExistsError(f"{out} exists and is not a directory")
     extra = sorted(p.name for p in out.iterdir() if p.name not in REPLACEABLE)
     if extra or out.resolve() == Path.cwd().resolve():
         shown = ", ".join(extra[:3]) or "the working directory"

@@ -25,6 +25,7 @@ over the cheapest variant's minus one (0.15: 15 % more fleet cost for the same S
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,17 @@ from sim.sweep.summary import ci95, param_value, runs_frame
 
 COUNT = "fleet.pools.0.count"
 Search = Generator[int, bool, "int | None"]
+
+MAX_PLAN_RUNS = 10_000
+"""The most simulation runs a plan may need -- its variants x the replica counts its
+search may evaluate for one (:func:`most_evaluated`) x the replications -- checked
+before anything is validated or run (:func:`check_plan_size`). A sweep may run more
+(``sim.sweep.spec.MAX_TASKS``); a plan's search is a question of a few variants."""
+
+
+class PlanError(ValueError):
+    """A plan's ``--vary`` axes or size that no search should start with; the message
+    names the option."""
 
 
 def replica_search(lo: int, hi: int) -> Search:
@@ -87,6 +99,92 @@ def count_overrides(base: dict[str, Any], n: int, autoscale: bool) -> dict[str, 
     if ceiling is not None and ceiling < n:
         out["fleet.max_replicas"] = n
     return out
+
+
+def most_evaluated(lo: int, hi: int) -> int:
+    """The most replica counts :func:`replica_search` tries for one variant, over every
+    answer it may find in ``lo..hi`` or none."""
+    most = 0
+    for answer in range(lo, hi + 2):  # hi + 1: no count meets the SLOs
+        search, tried = replica_search(lo, hi), 0
+        try:
+            probe = next(search)
+            while True:
+                tried += 1
+                probe = search.send(probe >= answer)
+        except StopIteration:
+            most = max(most, tried)
+    return most
+
+
+def _keys(path: str) -> tuple[str, ...]:
+    """A dotted path's keys, list indices as numbers write them (``pools.00`` is
+    ``pools.0``)."""
+    return tuple(str(int(k)) if k.isdigit() else k for k in path.strip().split("."))
+
+
+def _value_key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def check_axes(vary: Sequence[tuple[str, list[Any]]], *, autoscale: bool) -> None:
+    """Refuse (PlanError) ``--vary`` axes a plan cannot search, before anything else:
+    a path the plan sets itself (the replica count ``fleet.pools.0.count``,
+    ``fleet.min_replicas``, and ``fleet.max_replicas`` without ``--autoscale``: the
+    variant's value would be overwritten), a path given twice or inside another axis
+    (``fleet.router`` with ``fleet.router.kind``: one would overwrite the other), and a
+    value given twice in one axis (two variants that are one)."""
+    owned = {_keys(COUNT): "the replica count under search", _keys("fleet.min_replicas"): ""}
+    if not autoscale:
+        owned[_keys("fleet.max_replicas")] = ""
+    seen: list[tuple[tuple[str, ...], str]] = []
+    for path, values in vary:
+        keys = _keys(path)
+        if keys in owned:
+            what = owned[keys] or "set to the replica count under search"
+            raise PlanError(
+                f"--vary {path}: the plan sets it ({what}); --replicas gives the counts to "
+                "search, --vary the policies to compare"
+            )
+        for other_keys, other in seen:
+            if keys == other_keys:
+                also = "" if other == path else f" (as {other})"
+                raise PlanError(
+                    f"--vary {path}: given twice{also}; give one --vary per path, with every "
+                    "value (PATH=V1,V2,...)"
+                )
+            short, long = sorted((keys, other_keys), key=len)
+            if long[: len(short)] == short:
+                raise PlanError(
+                    f"--vary {path}: overlaps --vary {other} (one lies inside the other, "
+                    "whose value would overwrite it); vary one of them"
+                )
+        seen.append((keys, path))
+        given: set[str] = set()
+        for value in values:
+            key = _value_key(value)
+            if key in given:
+                raise PlanError(f"--vary {path}: the value {key} is given twice")
+            given.add(key)
+
+
+def check_plan_size(
+    vary: Sequence[tuple[str, list[Any]]], *, lo: int, hi: int, replications: int
+) -> int:
+    """The most simulation runs the plan may need (variants x :func:`most_evaluated` x
+    replications), counted without listing the variants; PlanError past
+    :data:`MAX_PLAN_RUNS`."""
+    count = math.prod(len(values) for _, values in vary)
+    per_variant = most_evaluated(lo, hi)
+    most = count * per_variant * replications
+    if most > MAX_PLAN_RUNS:
+        raise PlanError(
+            f"--vary: {count:,} variants x up to {per_variant} replica counts in {lo}..{hi} "
+            f"x {replications} replications make up to {most:,} runs; a plan runs at most "
+            f"{MAX_PLAN_RUNS:,}: fewer --vary values, a narrower --replicas or fewer "
+            "--replications"
+        )
+    return most
 
 
 def variants(vary: Sequence[tuple[str, list[Any]]]) -> list[dict[str, Any]]:

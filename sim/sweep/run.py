@@ -11,7 +11,7 @@ import pandas as pd
 
 from sim.sweep.execute import Executor, Outcome, Progress
 from sim.sweep.spec import Sweep
-from sim.sweep.summary import runs_frame, summary_frame, write_frame
+from sim.sweep.summary import runs_frame, summary_frame, write_frames
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,11 @@ def run_sweep(
         outcomes = executor.run(sweep.tasks, progress)
     runs = runs_frame(outcomes, sweep.params)
     summary = summary_frame(runs, sweep.params)
-    write_frame(runs, out / "runs.parquet")
-    write_frame(summary, out / "summary.parquet")
-    write_frame(summary, out / "summary.csv")
+    write_frames(
+        {
+            out / "runs.parquet": runs,
+            out / "summary.parquet": summary,
+            out / "summary.csv": summary,
+        }
+    )
     return SweepResult(outcomes, runs, summary)

@@ -22,7 +22,8 @@ from scipy import stats
 
 from sim.fleet.compare import compare_row
 from sim.sweep.execute import Outcome
-from traces.writers import atomic_path
+from traces.atomic import staged
+from traces.errors import TraceError
 
 METRICS: tuple[str, ...] = (
     "requests",
@@ -149,8 +150,21 @@ def summary_frame(runs: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
 
 def write_frame(frame: pd.DataFrame, path: Path) -> None:
     """``.parquet`` or ``.csv`` by suffix, atomically (a reader sees old or new)."""
-    with atomic_path(path) as tmp:
-        if path.suffix == ".csv":
-            frame.to_csv(tmp, index=False)
-        else:
-            frame.to_parquet(tmp, index=False)
+    write_frames({path: frame})
+
+
+def write_frames(frames: dict[Path, pd.DataFrame]) -> None:
+    """Each frame to its path (``.parquet`` or ``.csv`` by suffix), all or none
+    (``traces.atomic.staged``: every table is complete in its temporary before any is
+    put in place, so a failure leaves the earlier tables, all of them, as they were).
+    ``traces.TraceError`` names the path that could not be written."""
+    with staged() as outputs:
+        for path, frame in frames.items():
+            tmp = outputs.file(path)
+            try:
+                if path.suffix == ".csv":
+                    frame.to_csv(tmp, index=False)
+                else:
+                    frame.to_parquet(tmp, index=False)
+            except OSError as exc:
+                raise TraceError(path, f"cannot write file ({exc.strerror or exc})") from None

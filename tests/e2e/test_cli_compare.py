@@ -135,16 +135,19 @@ def test_formats(runs: Path, tmp_path: Path, fmt: str) -> None:
 def test_bad_arguments_are_one_error_line(runs: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert "a folder but not a run" in fails("compare", str(empty), "-o", str(tmp_path / "o"))
-    line = fails("compare", str(runs / "paged"), "-o", str(tmp_path / "o"), "--baseline", "x")
-    assert "--baseline x: no run of that name (runs: paged)" in line
+    paged, o = str(runs / "paged"), str(tmp_path / "o")
+    assert "a folder but not a run" in fails("compare", paged, str(empty), "-o", o)
+    line = fails("compare", paged, paged, "-o", o, "--baseline", "x")
+    assert "--baseline x: no run of that name (runs: paged, paged-2)" in line
     partial = tmp_path / "partial"
     partial.mkdir()
     (partial / "summary.json").write_text((runs / "paged" / "summary.json").read_text())
-    assert "--no-report" in fails("compare", str(partial), "-o", str(tmp_path / "o"))
+    assert "--no-report" in fails("compare", paged, str(partial), "-o", o)
     (partial / "summary.json").write_text('{"scenario": "x"}')
-    line = fails("compare", str(partial), "-o", str(tmp_path / "o"), "--no-report")
+    line = fails("compare", paged, str(partial), "-o", o, "--no-report")
     assert "not a fragsim summary" in line
+    line = fails("compare", paged, "-o", o)
+    assert line.startswith(f"error: compare: got one run ({paged}); give two or more")
     assert not (tmp_path / "o").exists()  # nothing written
 
 

@@ -35,6 +35,7 @@ from typer.testing import CliRunner
 from sim.cli import app
 from sim.results import io
 from sim.results.io import FILES, read_result
+from traces import atomic
 
 SCENARIO: dict[str, Any] = {
     "name": "faults",
@@ -51,9 +52,9 @@ def stopped_run(
     disables the atomic swap (the rename-aside fallback runs)."""
     env = {k: v for k, v in os.environ.items() if k != "FRAGSIM_FAULT_AT"}
     env["FRAGSIM_FAULT_AT"] = fault
-    code = "import sys\nfrom sim.results import io\n"
+    code = "import sys\nfrom traces import atomic\n"
     if not swap:
-        code += "io._exchange = lambda a, b: False\n"
+        code += "atomic.exchange = lambda a, b: False\n"
     code += "from sim.cli import main\nsys.argv = ['fragsim', *sys.argv[1:]]\nmain()\n"
     args = ["run", str(scenario), "-o", str(out), "-q", "--no-report", "--seed", "2"]
     return subprocess.run(
@@ -176,7 +177,7 @@ def test_without_a_swap_a_kill_loses_nothing(
         assert len(aside) == 1 and run_seed(aside[0]) == 1
     else:
         assert run_seed(out) == 2
-    monkeypatch.setattr(io, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(atomic, "exchange", lambda a, b: False)
     io.clean_stale(out)  # what the next write does first: the old run is back
     assert run_seed(out) == (1 if point == "aside" else 2)
     next_run(scenario, out)

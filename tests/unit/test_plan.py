@@ -36,11 +36,13 @@ def test_slos_parse(text: str, metric: str, op: str, threshold: float) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("ttft_p99=2s", "expected METRIC OP VALUE"),
-        ("ttft_p99<=2h", "expected METRIC OP VALUE"),
-        ("ttft_p99<=-1s", "expected METRIC OP VALUE"),
-        ("failure_rate<=0.1s", "failure_rate takes no unit"),
-        ("ttft_p98<=2s", "unknown metric 'ttft_p98'"),
+        ("ttft_p99=2s", "unknown operator '='"),
+        ("ttft_p99<=2h", "unknown unit 'h'; ttft_p50, "),
+        ("ttft_p99<=5sec", "unknown unit 'sec'; ttft_p50, "),
+        ("ttft_p99<=-1s", "the value '-1s' is not a number >= 0"),
+        ("failure_rate<=0.1s", "unknown unit 's'; "),
+        ("ttft_p98<=2s", "unknown metric 'ttft_p98'; ttft_p50, "),
+        ("ttft_p99", "expected METRIC OP VALUE"),
     ],
 )
 def test_bad_slos_say_why(text: str, message: str) -> None:
