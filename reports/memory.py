@@ -310,7 +310,8 @@ def _worst(
         )
         mine = mine.iloc[stride_indices(len(mine), MAX_MARKERS // 10)]
         free = as_float(mine["free_tokens"])
-        ratio = np.where(free > 0, as_float(mine["largest_free_extent_tokens"]) / free, np.nan)
+        largest = as_float(mine["largest_free_extent_tokens"])
+        ratio = np.divide(largest, free, out=np.full(len(free), np.nan), where=free > 0)
         symbols = np.where(mine["cause"].to_numpy() == "fragmentation", "x", "circle-open")
         fig.add_trace(
             go.Scatter(

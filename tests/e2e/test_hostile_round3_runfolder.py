@@ -73,7 +73,7 @@ def commands(run: Path, out: Path) -> dict[str, tuple[list[object], list[Path]]]
             [out / "r.yaml", out / "t.yaml"],
         ),
         "report": (["report", run, "-o", out / "r.html"], [out / "r.html"]),
-        "compare": (["compare", run, "-o", out / "cmp"], [out / "cmp"]),
+        "compare": (["compare", run, run, "-o", out / "cmp"], [out / "cmp"]),  # two runs
     }
 
 
