@@ -195,6 +195,12 @@ def export_command(
     if (tests is None) != (run_dir is None):
         raise typer.BadParameter("--tests and --run go together", param_hint="--tests")
     _check_distinct({"-o": out, "--tests": tests})
+    if run_dir is not None:
+        from sim.cli.run_folder import check_not_an_input
+
+        check_not_an_input(out, run_dir)
+        if tests is not None:
+            check_not_an_input(tests, run_dir, "--tests")
     if tests is not None and metrics != "fragsim":
         raise typer.BadParameter(
             "tests are generated over fragsim's metric names", param_hint="--metrics"
@@ -325,6 +331,10 @@ def show_command(
         check_times(early_s, early_s if trend_window_s is None else trend_window_s)
     thresholds = _thresholds(scenario)
     _check_run_dir(run_dir)
+    if out is not None:
+        from sim.cli.run_folder import check_not_an_input
+
+        check_not_an_input(out, run_dir)
     with progress("alerts show", 3, what="steps") as p:
         p.update(0, note="reading the run")
         try:

@@ -24,7 +24,7 @@ import typer
 from sim.cli.alert_times import run_thresholds, run_times, run_timing
 from sim.cli.output import echo_prose
 from sim.cli.run import fail
-from sim.cli.run_folder import checked_run, too_many_scrapes
+from sim.cli.run_folder import check_not_an_input, checked_run, too_many_scrapes
 from sim.errors import clip
 
 if TYPE_CHECKING:
@@ -206,6 +206,7 @@ def openmetrics_command(
     from traces.writers import atomic_path
 
     origin_s = parse_origin(origin)
+    check_not_an_input(out, run_dir)
     folder, summary = checked_run(run_dir, NEEDED_COLUMNS)
     _check_bytes(kv_bytes_per_token, summary, folder / "summary.json")
     scrape_s, window_s, note = run_times(
@@ -268,4 +269,6 @@ def grafana_command(
     for Grafana's Import dashboard, over export openmetrics' series."""
     from sim.cli.export_grafana import write_dashboard
 
+    if run_dir is not None:
+        check_not_an_input(out, run_dir)
     write_dashboard(out, run_dir, parse_origin(origin))

@@ -71,3 +71,18 @@ def too_many_scrapes(
     if recorded_scrape(summary):
         return fail(f"{clip(str(summary_path))}: field {SCRAPE_FIELD}: {message}")
     return fail(f"the default --scrape-interval: {message}; pass a larger --scrape-interval")
+
+
+def check_not_an_input(out: Path, folder: Path, flag: str = "-o") -> None:
+    """One ``error:`` line when an output would replace one of the files of the run
+    folder the command reads (``-o RUN/summary.json``): a command never overwrites its
+    own input. A new file beside them is the user's to write."""
+    from sim.cli.run import fail
+    from sim.results.io import REPLACEABLE
+
+    real = out.resolve()
+    if real.parent == folder.resolve() and real.name in REPLACEABLE:
+        raise fail(
+            f"{clip(str(out))}: {flag} names the file {real.name} of the run folder "
+            f"{clip(str(folder))} that this command reads; write to another path"
+        )

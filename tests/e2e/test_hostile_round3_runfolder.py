@@ -333,6 +333,31 @@ def test_the_good_folder_is_read_by_every_command_without_a_note(
         assert all(p.exists() for p in outputs), name
 
 
+@pytest.mark.parametrize(
+    "own", ["summary.json", "timeseries.parquet", "alerts.parquet", "fleet.parquet"]
+)
+def test_no_command_writes_over_a_file_of_the_run_it_reads(
+    tmp_path: Path, fleet_run: Path, own: str
+) -> None:
+    """26.3: an output naming one of the input run's own files (directly or through
+    ``..``) is refused before anything is read or written; the run stays as it was."""
+    run = _copy(fleet_run, tmp_path)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    target = run / own
+    sideways = run / ".." / run.name / own
+    for args, flag in (
+        (["export", "openmetrics", run, "-o", target], "-o"),
+        (["export", "grafana", "--run", run, "-o", sideways], "-o"),
+        (["alerts", "show", run, "-o", target], "-o"),
+        (["alerts", "export", "-o", target, "--run", run, "--tests", tmp_path / "t.y"], "-o"),
+        (["alerts", "export", "-o", tmp_path / "r.y", "--run", run, "--tests", target], "--tests"),
+    ):
+        line = refused(invoke(*args), "")
+        assert f"{flag} names the file {own} of the run folder" in line, (args, line)
+        assert {p.name: p.read_bytes() for p in run.iterdir()} == before, args
+        assert not list(tmp_path.glob("*.y")), args
+
+
 # -- 26.5: an error names where the bad value came from ----------------------------------
 
 
