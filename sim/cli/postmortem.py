@@ -17,7 +17,8 @@ baseline and the counterfactuals, one row each, with role, change, rank and verd
 (:mod:`reports.postmortem`; not with ``--no-report``). Nodes carry the log's names
 everywhere a user reads them (tables, report, a ``replica_name`` column beside every
 ``replica`` id in the run folders). Everything is simulated before anything is written;
-each piece is written atomically.
+OUT is written whole into a hidden sibling and swapped in (all of it or nothing: an
+earlier postmortem's folder is replaced whole, any other non-empty folder refused).
 
 Prints (``--format``, :mod:`sim.cli.output`): the match, failures per node, the
 baseline against the log and the replay, and the runs ranked, runs as rows; on stderr,
@@ -101,7 +102,7 @@ def postmortem_command(
 ) -> None:
     """Replay LOG_DIR's traffic and node events, match its failures, run counterfactuals."""
     from sim.cli.compare import unique_names
-    from sim.cli.run import check_output_dir, fail
+    from sim.cli.run import fail
     from sim.fleet.otlp_log import is_otlp_log, load_otlp_log
     from sim.fleet.postmortem import changes_against, match_run, postmortem_record
     from sim.fleet.postmortem_baseline import BASELINE, REPLAY
@@ -118,11 +119,7 @@ def postmortem_command(
     chosen = [] if no_counterfactuals else (counterfactual or list(DEFAULT_COUNTERFACTUALS))
     cfs = [_load(name) for name in chosen]
     names = unique_names([REPLAY, BASELINE, *(cf.name for cf in cfs)])[2:]
-    check_output_dir(out / "replay")
-    if cfs:
-        check_output_dir(out / BASELINE)
-    for name in names:
-        check_output_dir(out / "counterfactuals" / name)
+    _check_out(out)
     try:
         changes = {n: changes_against(base, cf, log) for n, cf in zip(names, cfs, strict=True)}
         done, runs = _simulate(base, cfs, names, log, rule, tolerance_s, quiet)
@@ -207,7 +204,6 @@ def _write_all(
     import json
     import math
 
-    from sim.cli.report import write_postmortem_report_of
     from sim.cli.run import fail
     from sim.fleet.compare import compare_frame
     from sim.fleet.postmortem_baseline import BASELINE, REPLAY, change_text, ranked
@@ -222,31 +218,94 @@ def _write_all(
         table = ranked(frame).set_index("run")
         frame["rank"] = [table.loc[n, "rank"] for n in frame["scenario"]]
         frame["verdict"] = [table.loc[n, "verdict"] for n in frame["scenario"]]
-    try:
-        done.result.write(out / "replay")
-        if runs:
-            runs[0].write(out / BASELINE)
-        for name, result in zip(names, runs[1:], strict=True):
-            result.write(out / "counterfactuals" / name)
-        _write(out / "match.csv", lambda p: done.match.table.to_csv(p, index=False))
-        _write(out / "compare.csv", lambda p: frame.to_csv(p, index=False))
-        _write(out / "replicas.csv", lambda p: done.replicas.to_csv(p, index=False))
-        from sim.results.io import undefined_as_null  # undefined statistics: null
+    from sim.cli import interrupt
+    from sim.errors import clip
+    from sim.results.io import undefined_as_null  # undefined statistics: null
+    from traces.atomic import staged
 
-        text = json.dumps(undefined_as_null(record), indent=2, allow_nan=False) + "\n"
-        _write(out / "postmortem.json", lambda p: p.write_text(text))
+    text = json.dumps(undefined_as_null(record), indent=2, allow_nan=False) + "\n"
+    stage = out  # errors name OUT, never the hidden folder it is staged in
+    try:
+        with staged() as outputs:  # all of OUT, swapped in whole, or nothing
+            stage = outputs.folder(out, check_postmortem_dir)
+            done.result.write(stage / "replay")
+            if runs:
+                runs[0].write(stage / BASELINE)
+            for name, result in zip(names, runs[1:], strict=True):
+                result.write(stage / "counterfactuals" / name)
+            done.match.table.to_csv(stage / "match.csv", index=False)
+            frame.to_csv(stage / "compare.csv", index=False)
+            done.replicas.to_csv(stage / "replicas.csv", index=False)
+            (stage / "postmortem.json").write_text(text)
+            if report:
+                from reports.html import ReportError
+                from reports.postmortem import write_postmortem_report
+
+                try:
+                    write_postmortem_report(stage, stage / "report.html")
+                except ReportError as e:
+                    raise fail(clip(str(e).replace(str(stage), str(out)))) from None
+            outputs.commit(on_commit=lambda: interrupt.note_written(str(out)))
     except (TraceError, FileExistsError) as e:
-        raise fail(str(e)) from None
-    if report:
-        write_postmortem_report_of(out, out / "report.html")
+        raise fail(str(e).replace(str(stage), str(out))) from None
+    except OSError as e:
+        raise fail(f"{out}: cannot write results: {e.strerror or e}") from None
     return frame
 
 
-def _write(path: Path, write: Any) -> None:
-    from traces.writers import atomic_path
+POSTMORTEM_FILES = frozenset(
+    {"match.csv", "compare.csv", "replicas.csv", "postmortem.json", "report.html"}
+)
+"""What a postmortem folder holds besides its run folders."""
 
-    with atomic_path(path) as tmp:
-        write(tmp)
+
+def check_postmortem_dir(out: Path) -> None:
+    """Raise (FileExistsError) unless ``out`` is absent, empty, or an earlier
+    postmortem's folder (``postmortem.json``, :data:`POSTMORTEM_FILES`, ``replay/``,
+    ``baseline/`` and ``counterfactuals/NAME/`` holding only a run's files): it is
+    replaced whole, so nothing fragsim did not write there is ever lost."""
+    from sim.results.io import REPLACEABLE
+
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return
+    if not out.is_dir() or out.is_symlink():
+        raise FileExistsError(f"{out} exists and is not a folder; choose another -o")
+
+    def run_folder(p: Path) -> bool:
+        return p.is_dir() and not p.is_symlink() and all(q.name in REPLACEABLE for q in p.iterdir())
+
+    others = []
+    for p in sorted(out.iterdir()):
+        if p.name in POSTMORTEM_FILES and p.is_file():
+            continue
+        if p.name in ("replay", "baseline") and run_folder(p):
+            continue
+        if (
+            p.name == "counterfactuals"
+            and p.is_dir()
+            and not p.is_symlink()
+            and all(run_folder(q) and not q.name.startswith(".") for q in p.iterdir())
+        ):
+            continue
+        others.append(p.name)
+    if others or not (out / "postmortem.json").is_file():
+        shown = ", ".join(others[:3]) or "no postmortem.json"
+        raise FileExistsError(
+            f"{out} exists and holds other files ({shown}); postmortem writes a new or empty "
+            "folder, or replaces an earlier postmortem's whole: choose another -o"
+        )
+
+
+def _check_out(out: Path) -> None:
+    """Fail before simulating when ``out`` may not become (or be replaced by) a
+    postmortem folder."""
+    from sim.cli.run import check_output_dir, fail
+
+    try:
+        check_postmortem_dir(out)
+    except FileExistsError as e:
+        raise fail(str(e)) from None
+    check_output_dir(out / "replay")  # the folder's parents and file system accept it
 
 
 def _score(value: float | None) -> Cell:

@@ -216,3 +216,49 @@ def test_a_counterfactual_that_changes_two_things_is_flagged(tmp_path: Path) -> 
     ) in result.stderr
     compare = pd.read_csv(out / "compare.csv")
     assert compare["verdict"].iloc[2].startswith(f"2 changes at once ({change}): ")
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_postmortem_is_written_whole_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26.3: OUT is committed as one folder. A failure at its last output (the
+    report, after every run folder and table is written) leaves an earlier postmortem
+    there exactly as it was and no temporary beside it; a folder holding anything else
+    is refused before simulating; a rerun replaces the earlier postmortem whole."""
+    out = tmp_path / "pm"
+    args = ["postmortem", str(EXAMPLE), "-o", str(out), "--no-counterfactuals"]
+    assert runner.invoke(app, args).exit_code == 0
+    before = _tree(out)
+    assert "postmortem.json" in before and "replay/summary.json" in before
+
+    import reports.postmortem
+    from traces.errors import TraceError
+
+    def full_disk(pm_dir: Path, report: Path) -> Path:
+        raise TraceError(report, "cannot write file (No space left on device)")
+
+    monkeypatch.setattr(reports.postmortem, "write_postmortem_report", full_disk)
+    cf_args = [*args[:-1], "--counterfactual", CF]
+    failed = runner.invoke(app, cf_args)
+    assert failed.exit_code == 2 and "No space left on device" in failed.stderr
+    assert str(out / "report.html") in failed.stderr  # OUT named, not the hidden folder
+    assert _tree(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pm"]
+    monkeypatch.undo()
+
+    again = runner.invoke(app, cf_args)
+    assert again.exit_code == 0, again.output
+    assert (out / "counterfactuals" / CF / "summary.json").is_file()
+
+    for stray in ("notes.txt", "replay/mine.csv"):
+        other = tmp_path / "other"
+        shutil.copytree(out, other)
+        (other / stray).write_text("mine\n")
+        refused = runner.invoke(app, ["postmortem", str(EXAMPLE), "-o", str(other)])
+        assert refused.exit_code == 2 and "holds other files" in refused.stderr, stray
+        assert (other / stray).read_text() == "mine\n"
+        shutil.rmtree(other)
