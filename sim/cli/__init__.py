@@ -51,7 +51,7 @@ COMMANDS: dict[str, Lazy] = {
         "sim.cli.run:scenarios_command", "List the built-in scenarios (run any of them by name)."
     ),
     "demo": Lazy(
-        "sim.cli.run:demo_command",
+        "sim.cli.demo:demo_command",
         "The main job on built-in defaults: the fleet seed's worked example, its paged "
         "counterfactual and a daily-restart mitigation, compared.",
     ),

@@ -29,7 +29,7 @@ from sim.cli.output import Cell, FormatOption, echo_prose, number_cell, print_ta
 from sim.cli.progress import progress, sim_time_amounts
 from sim.errors import clip, os_error_line, short
 from sim.results.labels import WASTE_LABELS
-from sim.scenario.builtin import DEMO, builtin_names, describe_builtin, resolve_scenario
+from sim.scenario.builtin import builtin_names, describe_builtin, resolve_scenario
 from sim.scenario.fields import MAX_SEED
 
 if TYPE_CHECKING:  # the engine, pandas and pydantic models load inside the commands
@@ -397,45 +397,3 @@ def scenarios_command(fmt: FormatOption = "table") -> None:
     """List the built-in scenarios (run any of them by name)."""
     rows = [(name, describe_builtin(name)) for name in builtin_names()]
     print_table("built-in scenarios", ("name", "what it models"), rows, fmt)
-
-
-def demo_command(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")] = Path("out/demo"),
-    no_report: Annotated[bool, typer.Option("--no-report", help="No OUT/report.html.")] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="No progress or tables (the output path still).")
-    ] = False,
-    fmt: FormatOption = "table",
-) -> None:
-    """The main job on built-in defaults: the fleet seed's worked example, its paged
-    counterfactual and a daily-restart mitigation, compared.
-
-    The worked example is six days of bimodal traffic on a contiguous best-fit replica.
-    Each run is written to OUT/NAME/; stdout gets each run's summary and the comparison
-    (one column per run, named by its folder; csv and json: the comparison only),
-    stderr the progress and OUT."""
-    from sim.fleet.compare import COLUMNS, compare_frame, formatted
-
-    for name in DEMO:
-        check_output_dir(out / name)
-    summaries = []
-    for name in DEMO:
-        scenario, requests, parts, _ = prepare(Path(name))
-        result = simulate(scenario, requests, quiet=quiet, parts=parts)
-        write_results(result, out / name)
-        if not quiet and fmt in ("table", "markdown"):
-            print_summary(result.summary, fmt)
-        summaries.append(result.summary)
-    frame = compare_frame(summaries)
-    rows = [
-        (label, *(Cell(v, formatted(column, v)) for v in frame[column].tolist()))
-        for column, label in COLUMNS[1:]
-    ]
-    if not quiet:
-        print_table("comparison", ("metric", *DEMO), rows, fmt)
-    html = None
-    if not no_report:
-        from sim.cli.report import write_report_of
-
-        html = write_report_of([out / n for n in DEMO], out / "report.html")
-    say_written(out, [*DEMO], html)
