@@ -8,6 +8,7 @@ Module-level imports stay light (typer): the reader loads when a command reads a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,8 +81,8 @@ def check_not_an_input(out: Path, folder: Path, flag: str = "-o") -> None:
     from sim.cli.run import fail
     from sim.results.io import REPLACEABLE
 
-    real = out.resolve()
-    if real.parent == folder.resolve() and real.name in REPLACEABLE:
+    real = Path(os.path.realpath(out))  # never raises: a loop of links is the writer's
+    if real.parent == Path(os.path.realpath(folder)) and real.name in REPLACEABLE:
         raise fail(
             f"{clip(str(out))}: {flag} names the file {real.name} of the run folder "
             f"{clip(str(folder))} that this command reads; write to another path"
