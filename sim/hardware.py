@@ -443,6 +443,19 @@ GpuChoice = Annotated[
 ]
 
 
+KV_CAPACITY_FIELDS = ("kv_capacity_tokens", "num_gpu_blocks", "gpu_kv_cache_tokens")
+"""The :class:`HardwareConfig` fields that set the KV capacity directly (one at most)."""
+
+
+def merge_hardware(base: Mapping[str, Any], pool: Mapping[str, Any]) -> dict[str, Any]:
+    """A fleet pool's ``hardware`` over the scenario's: the pool's keys win, and a pool
+    giving one of :data:`KV_CAPACITY_FIELDS` replaces the scenario's (they exclude each
+    other)."""
+    if any(name in pool for name in KV_CAPACITY_FIELDS):
+        base = {k: v for k, v in base.items() if k not in KV_CAPACITY_FIELDS}
+    return {**base, **pool}
+
+
 class HardwareConfig(BaseModel):
     """Model, GPU and memory budget of one replica, as a scenario gives them.
 
@@ -558,11 +571,7 @@ class HardwareConfig(BaseModel):
 
     @model_validator(mode="after")
     def _budget_fits(self) -> HardwareConfig:
-        given = [
-            name
-            for name in ("kv_capacity_tokens", "num_gpu_blocks", "gpu_kv_cache_tokens")
-            if getattr(self, name) is not None
-        ]
+        given = [name for name in KV_CAPACITY_FIELDS if getattr(self, name) is not None]
         if len(given) > 1:
             raise ValueError(
                 f"{' and '.join(given)} both set the KV capacity: give one of "

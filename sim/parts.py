@@ -13,7 +13,7 @@ import pandas as pd
 from policies.allocators.base import PoolSpec
 from policies.allocators.config import AllocatorConfig, PagedConfig
 from sim.engine.scheduler import SchedulerConfig
-from sim.hardware import HardwareConfig
+from sim.hardware import HardwareConfig, merge_hardware
 from sim.latency.calibrated import MAX_STEP_S
 from sim.latency.models import LatencyModel
 from sim.scenario import bounds
@@ -142,7 +142,9 @@ def run_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> list[
         where = f"fleet.pools[{i}]"
         try:
             if pool.hardware is not None:
-                merged = scenario.hardware.model_dump(exclude_unset=True) | pool.hardware
+                merged = merge_hardware(
+                    scenario.hardware.model_dump(exclude_unset=True), pool.hardware
+                )
                 update["hardware"] = HardwareConfig.model_validate(merged)
             if pool.allocator is not None:
                 update["allocator"] = pool.allocator

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.fleet import fleet_data
 from test_replica import trace
 
-from sim.parts import build_parts
+from sim.parts import build_parts, run_parts
 from sim.runner import run
 from sim.scenario.schema import Scenario, ScenarioError, parse_scenario
 
@@ -103,3 +104,20 @@ def test_bad_values_are_refused_naming_the_field(hardware: dict[str, Any], field
 def test_a_tokens_figure_the_block_size_cannot_mean_is_refused(tokens: int, message: str) -> None:
     with pytest.raises(ScenarioError, match=rf"field hardware\.gpu_kv_cache_tokens: {message}"):
         build_parts(scenario({"gpu_kv_cache_tokens": tokens}))
+
+
+def test_a_fleet_pool_may_give_vllm_figures_over_the_scenarios_capacity() -> None:
+    data = fleet_data(
+        capacity_tokens=4096,  # the scenario's kv_capacity_tokens, replaced by pool b's
+        allocator=PAGED,
+        pools=[
+            {"name": "a", "count": 1},
+            {"name": "b", "count": 1, "hardware": {"num_gpu_blocks": G}},
+            {"name": "c", "count": 1, "hardware": {"gpu_kv_cache_tokens": G * BLOCK_TOKENS}},
+        ],
+    )
+    parts = run_parts(parse_scenario(data))
+    assert [p.kv_capacity_tokens for p in parts] == [4096, *[(G - 1) * BLOCK_TOKENS] * 2]
+    data["fleet"]["pools"][1]["hardware"]["kv_capacity_tokens"] = 100
+    with pytest.raises(ScenarioError, match=r"fleet\.pools\[1\]\.hardware.*num_gpu_blocks"):
+        parse_scenario(data)
