@@ -251,7 +251,8 @@ class KvBudget:
     """One token's K and V on one GPU."""
     kv_capacity_tokens: int
     tensor_parallel: int = 1
-    capacity_source: Literal["derived", "override"] = "derived"
+    capacity_source: Literal["derived", "override", "vllm"] = "derived"
+    """``vllm``: from ``num_gpu_blocks`` / ``gpu_kv_cache_tokens`` (null block left out)."""
 
     @property
     def replica_kv_bytes_per_token(self) -> int:
@@ -442,6 +443,19 @@ GpuChoice = Annotated[
 ]
 
 
+KV_CAPACITY_FIELDS = ("kv_capacity_tokens", "num_gpu_blocks", "gpu_kv_cache_tokens")
+"""The :class:`HardwareConfig` fields that set the KV capacity directly (one at most)."""
+
+
+def merge_hardware(base: Mapping[str, Any], pool: Mapping[str, Any]) -> dict[str, Any]:
+    """A fleet pool's ``hardware`` over the scenario's: the pool's keys win, and a pool
+    giving one of :data:`KV_CAPACITY_FIELDS` replaces the scenario's (they exclude each
+    other)."""
+    if any(name in pool for name in KV_CAPACITY_FIELDS):
+        base = {k: v for k, v in base.items() if k not in KV_CAPACITY_FIELDS}
+    return {**base, **pool}
+
+
 class HardwareConfig(BaseModel):
     """Model, GPU and memory budget of one replica, as a scenario gives them.
 
@@ -501,6 +515,22 @@ class HardwareConfig(BaseModel):
         le=MAX_TOKENS,
         description="Longest sequence served (prompt + output); default: the model's.",
     )
+    num_gpu_blocks: int | None = Field(
+        default=None,
+        ge=2,
+        le=MAX_TOKENS,
+        description="vLLM's num_gpu_blocks (its start-up log): the paged pool has this "
+        "many blocks of allocator.block_size_tokens, block 0 vLLM's null block, so "
+        "num_gpu_blocks - 1 are usable. Paged allocator only.",
+    )
+    gpu_kv_cache_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="vLLM's 'GPU KV cache size: N tokens' (num_gpu_blocks x block_size, "
+        "the null block included): paged, num_gpu_blocks = N / block_size_tokens; "
+        "other allocators: N tokens of capacity (no null block).",
+    )
 
     @field_validator("model")
     @classmethod
@@ -541,8 +571,49 @@ class HardwareConfig(BaseModel):
 
     @model_validator(mode="after")
     def _budget_fits(self) -> HardwareConfig:
-        self.resolve()
+        given = [name for name in KV_CAPACITY_FIELDS if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(
+                f"{' and '.join(given)} both set the KV capacity: give one of "
+                "kv_capacity_tokens, num_gpu_blocks and gpu_kv_cache_tokens"
+            )
+        if self.num_gpu_blocks is None and self.gpu_kv_cache_tokens is None:
+            self.resolve()  # the vLLM figures need the allocator: checked when built
         return self
+
+    def vllm_capacity_tokens(self, block_size_tokens: int | None) -> int | None:
+        """The usable KV tokens vLLM's start-up figures mean, or None when neither is
+        given. ``block_size_tokens``: the paged allocator's block (None: another
+        allocator). Paged: ``(num_gpu_blocks - 1) x block_size_tokens`` (vLLM's
+        ``BlockPool`` keeps block 0 as its null block). Others: ``gpu_kv_cache_tokens``
+        tokens (no null block), and ``num_gpu_blocks`` is refused. Raises ValueError
+        starting ``field hardware.FIELD:``."""
+        blocks, tokens = self.num_gpu_blocks, self.gpu_kv_cache_tokens
+        if blocks is None and tokens is None:
+            return None
+        if block_size_tokens is None:
+            if tokens is None:
+                raise ValueError(
+                    f"field hardware.num_gpu_blocks: {blocks} counts the paged allocator's "
+                    "blocks; with this allocator give gpu_kv_cache_tokens or "
+                    "kv_capacity_tokens"
+                )
+            return tokens
+        if tokens is not None:
+            if tokens % block_size_tokens:
+                raise ValueError(
+                    f"field hardware.gpu_kv_cache_tokens: {tokens:,} is not a multiple of "
+                    f"allocator.block_size_tokens {block_size_tokens} (vLLM prints "
+                    "num_gpu_blocks x block_size)"
+                )
+            blocks = tokens // block_size_tokens
+            if blocks < 2:
+                raise ValueError(
+                    f"field hardware.gpu_kv_cache_tokens: {tokens:,} is {blocks} block(s) "
+                    f"of {block_size_tokens} tokens; vLLM needs at least 2 (one null block)"
+                )
+        assert blocks is not None
+        return (blocks - 1) * block_size_tokens
 
     @property
     def model_spec(self) -> ModelSpec:
@@ -578,9 +649,11 @@ class HardwareConfig(BaseModel):
         """Price of one replica: ``tensor_parallel`` GPUs."""
         return self.tensor_parallel * self.gpu_spec.usd_per_hour
 
-    def resolve(self) -> KvBudget:
+    def resolve(self, block_size_tokens: int | None = None) -> KvBudget:
         """The replica's KV budget. Raises ValueError (one line showing every term) when
-        the derived budget leaves less than one token of KV memory."""
+        the derived budget leaves less than one token of KV memory.
+        ``block_size_tokens``: the paged allocator's block, for ``num_gpu_blocks`` /
+        ``gpu_kv_cache_tokens`` (see :meth:`vllm_capacity_tokens`)."""
         model, gpu, tp = self.model_spec, self.gpu_spec, self.tensor_parallel
         usable_bytes = int(gpu.memory_bytes * self.memory_utilization)
         weights_bytes = (
@@ -606,6 +679,14 @@ class HardwareConfig(BaseModel):
             kv_capacity_tokens=max(kv_bytes, 0) // per_token,
             tensor_parallel=tp,
         )
+        vllm_tokens = self.vllm_capacity_tokens(block_size_tokens)
+        if vllm_tokens is not None:
+            return replace(
+                budget,
+                kv_bytes=vllm_tokens * per_token,
+                kv_capacity_tokens=vllm_tokens,
+                capacity_source="vllm",
+            )
         if self.kv_capacity_tokens is not None:
             return replace(
                 budget,

@@ -13,7 +13,7 @@ import pandas as pd
 from policies.allocators.base import PoolSpec
 from policies.allocators.config import AllocatorConfig, PagedConfig
 from sim.engine.scheduler import SchedulerConfig
-from sim.hardware import HardwareConfig
+from sim.hardware import HardwareConfig, merge_hardware
 from sim.latency.calibrated import MAX_STEP_S
 from sim.latency.models import LatencyModel
 from sim.scenario import bounds
@@ -39,7 +39,14 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
     trace's prefix-hash block size. Raises ScenarioError naming the field (a calibration
     file's errors name ``latency.path`` and the file)."""
     hw = scenario.hardware
-    budget = hw.resolve()
+    allocator = scenario.allocator
+    if requests is not None:
+        allocator = _adopt_hash_block(allocator, requests)
+    paged_block = allocator.block_size_tokens if isinstance(allocator, PagedConfig) else None
+    try:
+        budget = hw.resolve(paged_block)
+    except ValueError as e:  # num_gpu_blocks / gpu_kv_cache_tokens against the allocator
+        raise ScenarioError(str(e)) from None
     model, gpu = hw.model_spec, hw.gpu_spec
     spec = PoolSpec(
         capacity_tokens=budget.kv_capacity_tokens,
@@ -57,9 +64,6 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
         field = "latency.path" if scenario.latency.kind == "calibrated" else "latency"
         raise ScenarioError(f"field {field}: {e}") from None
     check_step_times(scenario.latency.kind, latency, sched_config, budget.kv_capacity_tokens)
-    allocator = scenario.allocator
-    if requests is not None:
-        allocator = _adopt_hash_block(allocator, requests)
     try:
         allocator.build(spec)
     except ValueError as e:
@@ -138,7 +142,9 @@ def run_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> list[
         where = f"fleet.pools[{i}]"
         try:
             if pool.hardware is not None:
-                merged = scenario.hardware.model_dump(exclude_unset=True) | pool.hardware
+                merged = merge_hardware(
+                    scenario.hardware.model_dump(exclude_unset=True), pool.hardware
+                )
                 update["hardware"] = HardwareConfig.model_validate(merged)
             if pool.allocator is not None:
                 update["allocator"] = pool.allocator

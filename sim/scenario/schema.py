@@ -30,7 +30,7 @@ from sim.engine.batch import ClientRetry
 from sim.engine.scheduler import SchedulerConfig
 from sim.errors import clip, short, validation_lines
 from sim.fleet.config import FleetConfig
-from sim.hardware import HardwareConfig
+from sim.hardware import HardwareConfig, merge_hardware
 from sim.latency.config import LatencyConfig, RooflineLatencyConfig
 from sim.results.summary import AlertThresholds
 from sim.scenario.fields import (
@@ -415,8 +415,10 @@ def check_pools(scenario: Scenario, data: dict[str, Any], source: str) -> None:
         raw = written[i] if isinstance(written, list) and i < len(written) else {}
         where = f"fleet.pools[{i}]"
         if pool.hardware is not None:
-            merged = scenario.hardware.model_dump(mode="json", exclude_unset=True)
-            merged |= raw.get("hardware") or pool.hardware
+            merged = merge_hardware(
+                scenario.hardware.model_dump(mode="json", exclude_unset=True),
+                raw.get("hardware") or pool.hardware,
+            )
             try:
                 HardwareConfig.model_validate_json(strict_json(merged), strict=True)
             except ValidationError as e:
