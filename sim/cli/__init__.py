@@ -85,8 +85,9 @@ COMMANDS: dict[str, Lazy] = {
         "Find the fewest replicas meeting every SLO, per variant, and what each costs.",
     ),
     "calibrate": Lazy(
-        "sim.cli.gpu:calibrate_command",
-        "Measure a grid of steps on the device and write a fragsim-latency/1 file.",
+        "sim.cli.calibrate:calibrate_command",
+        "Write a fragsim-latency/1 file: steps measured on the device, or a fit to vLLM's "
+        "spans (--from-spans).",
     ),
     "validate": Lazy(
         "sim.cli.gpu:validate_command",
