@@ -15,49 +15,22 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
+from support.prometheus import ALERTING_FLEET, PROMTOOL, free_port, get_json, promtool
 from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.fleet.alerts import scrape_times
 
-PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool not installed (Debian package prometheus; make test)"
 )
 
 runner = CliRunner()
 
-# Two pools up an hour already, best-fit on a bimodal trace: allocation failures at high
-# free memory, fragmentation rising with uptime (the uptime alert fires: its window is an
-# hour), an autoscaler that adds replicas to the second pool, ~10 minutes simulated in a
-# few seconds; sampled every 120 s, more sparsely than the 30 s scrapes, as long runs are
-# (the six-day seed-postmortem: 300 s).
-FLEET = {
-    "name": "prom-fleet",
-    "mode": "fast",
-    "workload": {
-        "preset": "bimodal",
-        "synth": {"duration_s": 600.0, "arrival": {"kind": "poisson", "rate_per_s": 1.0}},
-    },
-    "hardware": {"model": "llama-2-7b", "gpu": "a100-80gb", "max_seq_tokens": 32768},
-    "allocator": {"kind": "best_fit"},
-    "latency": {"kind": "roofline"},
-    "metrics": {"sample_interval_s": 120.0},
-    "fleet": {
-        "pools": [
-            {"name": "a", "count": 1, "initial_uptime_s": 3600.0},
-            {"name": "b", "count": 1, "initial_uptime_s": 3600.0},
-        ],
-        "scale_pool": "b",
-        "router": {"kind": "least_outstanding"},
-        "autoscaler": {"kind": "naive"},
-        "lifecycle": {"provision": {"mean_s": 100.0}, "load": {"mean_s": 20.0}, "warmup_s": 10.0},
-    },
-}
+FLEET = ALERTING_FLEET  # tests/support/prometheus.py says what it is
 
 
 @pytest.fixture(scope="module")
@@ -83,13 +56,6 @@ def severe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    assert PROMTOOL is not None
-    return subprocess.run(
-        [PROMTOOL, *args], capture_output=True, text=True, timeout=120, check=False
-    )
-
-
 @pytest.mark.slow
 def test_promtool_backfills_every_exported_sample(fleet_run: Path, tmp_path: Path) -> None:
     metrics = tmp_path / "run.om"
@@ -112,9 +78,7 @@ def test_promtool_backfills_every_exported_sample(fleet_run: Path, tmp_path: Pat
         if line.startswith("fragsim_allocation_failures_at_high_free_memory_total")
     ]
     assert max(float(line.split(" ")[1]) for line in failures) > 0
-    done = _promtool(
-        "tsdb", "create-blocks-from", "openmetrics", str(metrics), str(tmp_path / "db")
-    )
+    done = promtool("tsdb", "create-blocks-from", "openmetrics", str(metrics), str(tmp_path / "db"))
     assert done.returncode == 0, done.stderr
     # the block table: ULID, min, max, duration, samples, chunks, series, size
     rows = [row.split() for row in done.stdout.splitlines() if row[:1].isdigit()]
@@ -131,7 +95,7 @@ def test_exported_rules_pass_promtool_check_rules(tmp_path: Path, metrics: str, 
     args = ["--metrics", metrics, "--instance-label", label, "--runbook-url", "https://x/{alert}"]
     result = runner.invoke(app, ["alerts", "export", "-o", str(rules), *args])
     assert result.exit_code == 0, result.output
-    checked = _promtool("check", "rules", str(rules))
+    checked = promtool("check", "rules", str(rules))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 4 rules found" in checked.stdout
     text = rules.read_text()
@@ -165,14 +129,14 @@ def test_generated_promtool_tests_pass_and_fail_on_a_changed_rule(
     ):
         assert re.search(rf"name: '?{name} on replica \d+ from [\d.]+ s of the run: fires", text)
     assert "# No firing in the run to test: severe_fragmentation" in text
-    done = _promtool("test", "rules", str(tests))
+    done = promtool("test", "rules", str(tests))
     assert done.returncode == 0, done.stdout + done.stderr
     original = rules.read_text()
     for before, after in (("[5m])) > 0", "[5m])) > 1000"), ("for: 30s", "for: 10m")):
         changed = original.replace(before, after)
         assert changed != original
         rules.write_text(changed)
-        assert _promtool("test", "rules", str(tests)).returncode != 0, after
+        assert promtool("test", "rules", str(tests)).returncode != 0, after
 
 
 @pytest.mark.slow
@@ -191,10 +155,10 @@ def test_generated_tests_hold_an_episode_for_suppresses(fleet_run: Path, tmp_pat
     row = next(r for r in shown.stdout.splitlines() if r.startswith(name))
     held, fired = (int(v) for v in row.split(",")[3:5])
     assert held > 0 and fired == 0, row
-    done = _promtool("test", "rules", str(tests))
+    done = promtool("test", "rules", str(tests))
     assert done.returncode == 0, done.stdout + done.stderr
     rules.write_text(rules.read_text().replace("for: 5m", "for: 30s"))
-    assert _promtool("test", "rules", str(tests)).returncode != 0
+    assert promtool("test", "rules", str(tests)).returncode != 0
 
 
 def test_tests_need_a_run_and_fragsims_names(tmp_path: Path) -> None:
@@ -233,7 +197,7 @@ def test_gauge_rules_get_tests_that_promtool_passes(tmp_path: Path) -> None:
     )
     (tests_path := tmp_path / "t.yaml").write_text(tests_file("r.yaml", found, untested, 30.0))
     (tmp_path / "r.yaml").write_text(rules_yaml(rules, options))
-    done = _promtool("test", "rules", str(tests_path))
+    done = promtool("test", "rules", str(tests_path))
     assert done.returncode == 0, done.stdout + done.stderr
     severe = yaml.safe_load(tests_path.read_text())["tests"][0]
     # the episode starts at scrape 20 (600 s), the test two scrapes earlier; for: 2m is
@@ -257,23 +221,6 @@ ORIGIN_S = 1_704_067_200  # export openmetrics' default origin
 def _key(metric: dict[str, str]) -> tuple[str, ...]:
     """(replica, alertname, alertstate) of a series ("" where it has none)."""
     return tuple(metric.get(k, "") for k in ("replica", "alertname", "alertstate"))
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(url: str) -> Any:
-    """The JSON the server answers at ``url`` (on 127.0.0.1)."""
-    import json
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.load(response)
 
 
 def _instants(rows: pd.DataFrame, opening: str, last_s: float) -> list[float]:
@@ -323,17 +270,17 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
     # the shipped for: and window and the run's thresholds, as the run recorded them
     args = ["-o", str(rules), "--run", str(fleet_run), "--tests", str(tmp_path / "t.yaml")]
     assert runner.invoke(app, ["alerts", "export", *args]).exit_code == 0
-    tested = _promtool("test", "rules", str(tmp_path / "t.yaml"))  # promtool agrees too
+    tested = promtool("test", "rules", str(tmp_path / "t.yaml"))  # promtool agrees too
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert (
-        _promtool("tsdb", "create-blocks-from", "openmetrics", str(metrics), str(data)).returncode
+        promtool("tsdb", "create-blocks-from", "openmetrics", str(metrics), str(data)).returncode
         == 0
     )
     config = tmp_path / "prometheus.yml"
     config.write_text(
         yaml.safe_dump({"global": {"evaluation_interval": "30s"}, "rule_files": [str(rules)]})
     )
-    port = _free_port()
+    port = free_port()
     assert PROMETHEUS is not None
     server = subprocess.Popen(
         [
@@ -350,11 +297,11 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
     try:
         for _ in range(300):
             try:
-                _get(base + "/api/v1/status/buildinfo")
+                get_json(base + "/api/v1/status/buildinfo")
                 break
             except OSError:
                 time.sleep(0.1)
-        loaded = _get(base + "/api/v1/rules")["data"]
+        loaded = get_json(base + "/api/v1/rules")["data"]
         exprs = {r["name"]: r["query"] for g in loaded["groups"] for r in g["rules"]}
         assert len(exprs) == 4
         alerts = pd.read_parquet(fleet_run / "alerts.parquet")
@@ -363,7 +310,7 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
         def over_run(query: str) -> dict[tuple[str, ...], list[float]]:
             """Each series' instants (run seconds) where ``query`` answers, every 30 s."""
             args = {"query": query, "start": ORIGIN_S, "end": ORIGIN_S + last_s, "step": "30"}
-            found = _get(f"{base}/api/v1/query_range?{urllib.parse.urlencode(args)}")
+            found = get_json(f"{base}/api/v1/query_range?{urllib.parse.urlencode(args)}")
             return {
                 _key(s["metric"]): [float(t) - ORIGIN_S for t, _ in s["values"]]
                 for s in found["data"]["result"]
@@ -372,7 +319,7 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
         def raw(selector: str) -> dict[tuple[str, ...], list[tuple[float, float]]]:
             """Each series' stored samples (run seconds, value)."""
             args = {"query": f"{selector}[{round(last_s) + 60}s]", "time": ORIGIN_S + last_s}
-            found = _get(f"{base}/api/v1/query?{urllib.parse.urlencode(args)}")
+            found = get_json(f"{base}/api/v1/query?{urllib.parse.urlencode(args)}")
             return {
                 _key(s["metric"]): [(float(t) - ORIGIN_S, float(v)) for t, v in s["values"]]
                 for s in found["data"]["result"]
@@ -418,7 +365,7 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
         assert {k[:2]: v for k, v in answered.items()} == {
             k: v for k, v in want_firing.items() if v
         }
-        labels = _get(base + "/api/v1/series?" + urllib.parse.urlencode({"match[]": "ALERTS"}))
+        labels = get_json(base + "/api/v1/series?" + urllib.parse.urlencode({"match[]": "ALERTS"}))
         for metric in labels["data"]:
             assert metric["severity"] in ("critical", "warning")
             assert ("pool" in metric) == (
