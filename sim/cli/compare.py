@@ -133,31 +133,10 @@ def check_compare_dir(out: Path) -> None:
     comparison's folder -- ``compare.csv`` or ``compare.parquet``, ``report.html`` and run
     folders (each holding only a run's files), nothing else: a compare folder is
     replaced whole, so nothing that fragsim did not write there is ever lost."""
-    from sim.results.io import REPLACEABLE
+    from sim.results.io import check_owned_folder
 
-    if not out.exists():
-        return
-    entries = sorted(out.iterdir())
-    names = {p.name for p in entries}
-    if not entries:
-        return
-    others = [
-        p.name
-        for p in entries
-        if p.name not in COMPARE_FILES
-        and not (
-            p.is_dir()
-            and not p.is_symlink()
-            and not p.name.startswith(".")
-            and all(q.name in REPLACEABLE for q in p.iterdir())
-        )
-    ]
-    if others or not names & {"compare.csv", "compare.parquet"}:
-        shown = ", ".join(others[:3]) or ", ".join(sorted(names)[:3])
-        raise FileExistsError(
-            f"{out} exists and holds other files ({shown}); compare writes a new or empty "
-            "folder, or replaces an earlier comparison's whole: choose another -o"
-        )
+    marker = frozenset({"compare.csv", "compare.parquet"})
+    check_owned_folder(out, "compare", files=COMPARE_FILES, marker=marker)
 
 
 def check_out_apart(out: Path, inputs: list[Path]) -> None:

@@ -60,28 +60,9 @@ def check_demo_dir(out: Path) -> None:
     """Raise (FileExistsError) unless ``out`` is absent, empty, or an earlier demo's
     folder (run folders holding only a run's files, ``report.html``): the demo replaces
     it whole, so nothing fragsim did not write there is ever lost."""
-    from sim.results.io import REPLACEABLE
+    from sim.results.io import check_owned_folder
 
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-        return
-    if not out.is_dir() or out.is_symlink():
-        raise FileExistsError(f"{out} exists and is not a folder; choose another -o")
-    others = [
-        p.name
-        for p in sorted(out.iterdir())
-        if not (p.name == "report.html" and p.is_file())
-        and not (
-            p.is_dir()
-            and not p.is_symlink()
-            and not p.name.startswith(".")
-            and all(q.name in REPLACEABLE for q in p.iterdir())
-        )
-    ]
-    if others:
-        raise FileExistsError(
-            f"{out} exists and holds other files ({', '.join(others[:3])}); the demo writes "
-            "a new or empty folder, or replaces an earlier demo's whole: choose another -o"
-        )
+    check_owned_folder(out, "the demo", files=frozenset({"report.html"}))
 
 
 def _check_demo_out(out: Path) -> None:

@@ -264,36 +264,16 @@ def check_postmortem_dir(out: Path) -> None:
     postmortem's folder (``postmortem.json``, :data:`POSTMORTEM_FILES`, ``replay/``,
     ``baseline/`` and ``counterfactuals/NAME/`` holding only a run's files): it is
     replaced whole, so nothing fragsim did not write there is ever lost."""
-    from sim.results.io import REPLACEABLE
+    from sim.results.io import check_owned_folder
 
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-        return
-    if not out.is_dir() or out.is_symlink():
-        raise FileExistsError(f"{out} exists and is not a folder; choose another -o")
-
-    def run_folder(p: Path) -> bool:
-        return p.is_dir() and not p.is_symlink() and all(q.name in REPLACEABLE for q in p.iterdir())
-
-    others = []
-    for p in sorted(out.iterdir()):
-        if p.name in POSTMORTEM_FILES and p.is_file():
-            continue
-        if p.name in ("replay", "baseline") and run_folder(p):
-            continue
-        if (
-            p.name == "counterfactuals"
-            and p.is_dir()
-            and not p.is_symlink()
-            and all(run_folder(q) and not q.name.startswith(".") for q in p.iterdir())
-        ):
-            continue
-        others.append(p.name)
-    if others or not (out / "postmortem.json").is_file():
-        shown = ", ".join(others[:3]) or "no postmortem.json"
-        raise FileExistsError(
-            f"{out} exists and holds other files ({shown}); postmortem writes a new or empty "
-            "folder, or replaces an earlier postmortem's whole: choose another -o"
-        )
+    check_owned_folder(
+        out,
+        "postmortem",
+        files=POSTMORTEM_FILES,
+        marker=frozenset({"postmortem.json"}),
+        run_dirs=frozenset({"replay", "baseline"}),
+        nested=frozenset({"counterfactuals"}),
+    )
 
 
 def _check_out(out: Path) -> None:

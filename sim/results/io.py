@@ -147,6 +147,53 @@ def check_replaceable(out: Path) -> None:
         )
 
 
+def check_owned_folder(
+    out: Path,
+    what: str,
+    *,
+    files: frozenset[str],
+    marker: frozenset[str] = frozenset(),
+    run_dirs: frozenset[str] | None = None,
+    nested: frozenset[str] = frozenset(),
+) -> None:
+    """Raise (FileExistsError) unless ``out`` is absent, empty, or a folder that a
+    command replacing it whole (``what``: "compare", "postmortem", "the demo") wrote:
+    only ``files``, run folders (each holding only :data:`REPLACEABLE`; named in
+    ``run_dirs``, or any name not starting with a dot when None) and folders named in
+    ``nested`` holding only run folders -- with at least one of ``marker`` present
+    when given. Nothing fragsim did not write is ever lost."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return
+    if not out.is_dir() or out.is_symlink():
+        raise FileExistsError(f"{out} exists and is not a folder; choose another -o")
+
+    def run_folder(p: Path, names: frozenset[str] | None) -> bool:
+        named = not p.name.startswith(".") if names is None else p.name in names
+        return (
+            named
+            and p.is_dir()
+            and not p.is_symlink()
+            and all(q.name in REPLACEABLE for q in p.iterdir())
+        )
+
+    def owned(p: Path) -> bool:
+        if p.name in files:
+            return p.is_file()
+        if p.name in nested:
+            inner = p.is_dir() and not p.is_symlink()
+            return inner and all(run_folder(q, None) for q in p.iterdir())
+        return run_folder(p, run_dirs)
+
+    entries = sorted(out.iterdir())
+    others = [p.name for p in entries if not owned(p)]
+    if others or (marker and not marker & {p.name for p in entries}):
+        shown = ", ".join(others[:3]) or f"no {' or '.join(sorted(marker))}"
+        raise FileExistsError(
+            f"{out} exists and holds other files ({shown}); {what} writes a new or empty "
+            f"folder, or replaces an earlier one of its own whole: choose another -o"
+        )
+
+
 def summary_json(summary: dict[str, Any]) -> str:
     """A summary as strict JSON text (sorted keys, two-space indent, a final newline).
     One rule for every summary, a single replica's or a fleet's: an undefined statistic
