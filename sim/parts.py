@@ -13,10 +13,10 @@ import pandas as pd
 from policies.allocators.base import PoolSpec
 from policies.allocators.config import AllocatorConfig, PagedConfig
 from sim.engine.scheduler import SchedulerConfig
-from sim.hardware import HardwareConfig, merge_hardware
 from sim.latency.calibrated import MAX_STEP_S
 from sim.latency.models import LatencyModel
 from sim.scenario import bounds
+from sim.scenario.hardware import HardwareConfig, merge_hardware
 from sim.scenario.schema import Scenario, ScenarioError
 
 

@@ -46,7 +46,7 @@ def hardware_command(
     """List model and GPU presets, or show one replica's KV budget term by term."""
     from pydantic import ValidationError
 
-    from sim.hardware import HardwareConfig
+    from sim.scenario.hardware import HardwareConfig
 
     if config is not None and model is not None:
         raise fail("fragsim hardware: give --model or --config, not both")

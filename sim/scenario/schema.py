@@ -30,7 +30,6 @@ from sim.engine.batch import ClientRetry
 from sim.engine.scheduler import SchedulerConfig
 from sim.errors import clip, short, validation_lines
 from sim.fleet.config import FleetConfig
-from sim.hardware import HardwareConfig, merge_hardware
 from sim.latency.config import LatencyConfig, RooflineLatencyConfig
 from sim.results.summary import AlertThresholds
 from sim.scenario.fields import (
@@ -44,6 +43,7 @@ from sim.scenario.fields import (
     Number,
     strict_json,
 )
+from sim.scenario.hardware import HardwareConfig, merge_hardware
 from sim.scenario.retention import NoRetention, RetentionConfig
 from sim.scenario.yaml_loader import MAX_EXPANDED_VALUES, load_yaml, yaml_error_line
 

@@ -16,12 +16,12 @@ from sim.hardware import (
     MIB,
     MODELS,
     GpuSpec,
-    HardwareConfig,
     ModelSpec,
     default_activation_reserve_bytes,
     kv_bytes_per_token,
     kv_heads_per_gpu,
 )
+from sim.scenario.hardware import HardwareConfig
 
 HARDWARE_PAGE = Path(__file__).resolve().parents[2] / "docs" / "hardware-latency.md"
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from sim.hardware import GIB, GPUS, HardwareConfig
+from sim.hardware import GIB, GPUS
 from sim.models.hf_config import HfConfigError, read_config
 from sim.models.presets import CONFIG_DIR, shipped_model, shipped_names
+from sim.scenario.hardware import HardwareConfig
 from sim.scenario.schema import ScenarioError, load_scenario
 
 H100 = GPUS["h100-80gb"].memory_bytes  # 81,559 MiB
