@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from support.prometheus import ALERTING_FLEET, PROMTOOL, free_port, get_json, promtool
+from support.prometheus import ALERTING_FLEET, PROMTOOL, get_json, promtool, serve
 from typer.testing import CliRunner
 
 from sim.cli import app
@@ -256,7 +255,6 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
     the instants alerts.parquet says, ALERTS_FOR_STATE holds each episode's activeAt,
     and ALERTS{alertstate="firing"}, counted at its own instants, answers at exactly
     the firing instants. The second run fires every rule, the severe one too."""
-    import time
     import urllib.parse
 
     import yaml
@@ -280,27 +278,7 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
     config.write_text(
         yaml.safe_dump({"global": {"evaluation_interval": "30s"}, "rule_files": [str(rules)]})
     )
-    port = free_port()
-    assert PROMETHEUS is not None
-    server = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=100y",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                get_json(base + "/api/v1/status/buildinfo")
-                break
-            except OSError:
-                time.sleep(0.1)
+    with serve(data, config) as base:
         loaded = get_json(base + "/api/v1/rules")["data"]
         exprs = {r["name"]: r["query"] for g in loaded["groups"] for r in g["rules"]}
         assert len(exprs) == 4
@@ -375,6 +353,3 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
         # the severe one: its ratio stays above 0.5), the second every one
         unfired = {"severe_fragmentation"} if which == "fleet_run" else set()
         assert fired == set(exprs) - unfired, fired
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
