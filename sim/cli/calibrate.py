@@ -9,7 +9,14 @@ from typing import Annotated
 
 import typer
 
-from sim.cli.gpu import DeviceOption, KernelsOption, LayersOption
+from sim.cli.gpu import (
+    DeviceOption,
+    DtypeOption,
+    KernelsOption,
+    LayersOption,
+    ModelOption,
+    QuickOption,
+)
 
 
 def calibrate_command(
@@ -27,15 +34,11 @@ def calibrate_command(
             "--scenario", "-s", help="With --from-spans: the replica to replay (file or built-in)."
         ),
     ] = None,
-    model: Annotated[str, typer.Option("--model", help="A model preset, or tiny.")] = "llama-3-8b",
+    model: ModelOption = "llama-3-8b",
     layers: LayersOption = 2,
     device: DeviceOption = "cuda",
-    dtype: Annotated[
-        str | None, typer.Option("--dtype", help="Default bfloat16 on cuda, float32 on cpu.")
-    ] = None,
-    quick: Annotated[
-        bool, typer.Option("--quick", help="The small grid (seconds on CPU).")
-    ] = False,
+    dtype: DtypeOption = None,
+    quick: QuickOption = False,
     kernels: KernelsOption = "auto",
 ) -> None:
     """Write a fragsim-latency/1 file: steps measured on the device, or a fit to vLLM's

@@ -18,6 +18,11 @@ KernelsOption = Annotated[
 ]
 DeviceOption = Annotated[str, typer.Option("--device", help="cuda or cpu.")]
 LayersOption = Annotated[int, typer.Option("--layers", min=1, help="Decoder layers to run.")]
+ModelOption = Annotated[str, typer.Option("--model", help="A model preset, or tiny.")]
+DtypeOption = Annotated[
+    str | None, typer.Option("--dtype", help="Default bfloat16 on cuda, float32 on cpu.")
+]
+QuickOption = Annotated[bool, typer.Option("--quick", help="The small grid (seconds on CPU).")]
 
 
 def _need_torch(command: str) -> Any:
@@ -76,15 +81,11 @@ def _shape(command: str, model: str) -> Any:
 
 def calibrate_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="The calibration JSON to write.")],
-    model: Annotated[str, typer.Option("--model", help="A model preset, or tiny.")] = "llama-3-8b",
+    model: ModelOption = "llama-3-8b",
     layers: LayersOption = 2,
     device: DeviceOption = "cuda",
-    dtype: Annotated[
-        str | None, typer.Option("--dtype", help="Default bfloat16 on cuda, float32 on cpu.")
-    ] = None,
-    quick: Annotated[
-        bool, typer.Option("--quick", help="The small grid (seconds on CPU).")
-    ] = False,
+    dtype: DtypeOption = None,
+    quick: QuickOption = False,
     kernels: KernelsOption = "auto",
 ) -> None:
     """Measure a grid of steps on the device and write a fragsim-latency/1 file."""
