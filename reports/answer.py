@@ -20,9 +20,9 @@ from reports.aggregate import up_samples, uptime_trend
 from reports.common import esc, high_free_share, ratio_thresholds
 from reports.fleet import event_times
 from reports.timeline import alert_log
-from sim.fleet.alerts import DIAGNOSES, diagnose_failures
 from sim.results.io import RunResult
 from sim.results.seed_alerts import BY_NAME, AlertThresholds, condition
+from sim.telemetry.alerts import DIAGNOSES, diagnose_failures
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def _share(part: float, whole: float) -> str:
 
 
 def failed_requests(result: RunResult) -> pd.DataFrame:
-    """The run's failed requests with their diagnosis (``sim.fleet.alerts``), read with
+    """The run's failed requests with their diagnosis (``sim.telemetry.alerts``), read with
     the scenario's thresholds when the summary carries them."""
     severe, alert = ratio_thresholds(result.summary)
     th = AlertThresholds(
@@ -266,7 +266,7 @@ COMPARE_COLUMNS = ("run", "rank", "verdict", "baseline")
 
 
 def fix_sentence(comparison: pd.DataFrame) -> str | None:
-    """The fix that pays, from a comparison (``sim.fleet.compare.with_deltas``'s frame or
+    """The fix that pays, from a comparison (``sim.results.compare.with_deltas``'s frame or
     a ``compare.csv`` read back; its :data:`COMPARE_COLUMNS`): the verdict of the run
     ranked 1, or that no alternative beats the baseline when the baseline is. None for
     a frame without those columns or rows."""

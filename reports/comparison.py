@@ -11,7 +11,7 @@
 
 The baseline is the run at position ``baseline`` (the first by default, as ``fragsim
 report`` and ``fragsim compare`` order them); ranks and verdicts are
-:func:`sim.fleet.compare.with_deltas`'s.
+:func:`sim.results.compare.with_deltas`'s.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from reports.common import base_layout, empty_panel, esc
-from sim.fleet.compare import (
+from sim.results.compare import (
     COLUMNS,
     DELTA_METRICS,
     compare_frame,
@@ -45,7 +45,7 @@ NEUTRAL_PCT = 1.0
 def comparison_frame(
     summaries: Sequence[dict[str, Any]], names: Sequence[str], baseline: int = 0
 ) -> pd.DataFrame:
-    """:func:`~sim.fleet.compare.with_deltas` over the runs' summaries (display order:
+    """:func:`~sim.results.compare.with_deltas` over the runs' summaries (display order:
     the baseline first, then by rank)."""
     return with_deltas(compare_frame(summaries), list(names), baseline)
 
@@ -54,7 +54,7 @@ def comparison_table(
     summaries: Sequence[dict[str, Any]], names: Sequence[str], baseline: int = 0
 ) -> str:
     """The verdicts (ranked) and the delta table, as HTML (module docstring). Metrics
-    outside :data:`~sim.fleet.compare.DELTA_METRICS` follow, values only."""
+    outside :data:`~sim.results.compare.DELTA_METRICS` follow, values only."""
     frame = comparison_frame(summaries, names, baseline)
     records = [{str(k): v for k, v in r.items()} for r in frame.to_dict("records")]
     base, others = records[0], records[1:]  # records keep each column's type
@@ -120,7 +120,7 @@ def _colour_style(better: bool) -> str:
 def comparison_bars(
     summaries: Sequence[dict[str, Any]], names: Sequence[str], baseline: int = 0
 ) -> go.Figure:
-    """A panel per metric of :data:`~sim.fleet.compare.DELTA_METRICS` (those missing or
+    """A panel per metric of :data:`~sim.results.compare.DELTA_METRICS` (those missing or
     zero for every run left out; those the same for every run left out and named, with
     their value, in the title), a horizontal bar per run in display order (the baseline on
     top, grey, its value a dashed line), each bar labelled with its value and its

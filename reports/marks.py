@@ -26,7 +26,7 @@ CAUSES = (
     ("fragmentation", "fragmentation failures", "x", FRAGMENTATION_COLOUR),
     ("capacity", "capacity failures", "circle-open", CAPACITY_COLOUR),
 )
-"""The allocator's causes as the report names and draws them (``sim.fleet.alerts``'s
+"""The allocator's causes as the report names and draws them (``sim.telemetry.alerts``'s
 diagnoses: fragmentation on a capable node / capacity shortage)."""
 
 

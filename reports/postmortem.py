@@ -11,7 +11,7 @@ reproduced of recorded, routing, the best counterfactual), recorded vs replayed 
 over time (fleet totals per time bin), the same per node over time (the :data:`TOP_NODES`
 nodes with most failures; node events marked; one line instead when nothing failed),
 failures per node, the modelled baseline against the log and the replay, the runs ranked
-against the baseline (:func:`sim.fleet.postmortem_baseline.ranked`, the CLI's ranks),
+against the baseline (:func:`sim.postmortem.baseline.ranked`, the CLI's ranks),
 and the failures that did not match.
 
 Size: plotly.js once (4.8 MB with plotly 6) plus the figures; every figure draws at
@@ -258,7 +258,7 @@ def _event_lines(fig: go.Figure, pm: Postmortem, div: float) -> None:
 def top_nodes(pm: Postmortem) -> tuple[list[str], int]:
     """The nodes with most failures (recorded + replayed; ties by name), at most
     :data:`TOP_NODES`, and how many nodes had any."""
-    from sim.fleet.matching import failures_by_replica
+    from sim.postmortem.matching import failures_by_replica
 
     per = failures_by_replica(pm.match)
     per = per[(per["recorded"] + per["simulated"]) > 0]
@@ -322,7 +322,7 @@ def failures_by_node_over_time(pm: Postmortem) -> go.Figure:
 
 def failures_by_node(pm: Postmortem) -> go.Figure:
     """Recorded, replayed and reproduced failures per node (:func:`top_nodes`)."""
-    from sim.fleet.matching import failures_by_replica
+    from sim.postmortem.matching import failures_by_replica
 
     nodes, with_failures = top_nodes(pm)
     per = failures_by_replica(pm.match).set_index("replica").reindex(nodes)

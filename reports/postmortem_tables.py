@@ -104,7 +104,7 @@ def duration(seconds: float) -> str:
 
 def node_table(pm: Postmortem) -> str:
     """Per node: pool, initial uptime, fleet ids in the replay, failures."""
-    from sim.fleet.matching import failures_by_replica
+    from sim.postmortem.matching import failures_by_replica
 
     r = pm.record
     per = failures_by_replica(pm.match).set_index("replica")
@@ -142,10 +142,10 @@ def node_table(pm: Postmortem) -> str:
 # -- counterfactuals --------------------------------------------------------------------------
 def deltas(pm: Postmortem) -> pd.DataFrame | None:
     """The replay, the modelled baseline and the counterfactuals against the baseline
-    (:func:`sim.fleet.postmortem_baseline.ranked`, as the CLI ranks them); None without
+    (:func:`sim.postmortem.baseline.ranked`, as the CLI ranks them); None without
     counterfactuals. A folder from before the modelled baseline (no ``role`` column):
     the replay is the baseline."""
-    from sim.fleet.postmortem_baseline import BASELINE, ranked
+    from sim.postmortem.baseline import BASELINE, ranked
 
     if len(pm.compare) < 2:
         return None
@@ -195,7 +195,7 @@ def agreement_table(pm: Postmortem) -> str:
 def counterfactual_table(table: pd.DataFrame) -> str:
     """The rows of :func:`deltas` (the replay, the baseline, then by rank) as HTML, with
     an intro."""
-    from sim.fleet.compare import delta_text, formatted
+    from sim.results.compare import delta_text, formatted
 
     rows = []
     for _, row in table.iterrows():
@@ -243,7 +243,7 @@ def counterfactual_table(table: pd.DataFrame) -> str:
 
 def money(value: float) -> str:
     """Dollars with a true minus sign (``−$4.88``); — when missing."""
-    from sim.fleet.compare import usd
+    from sim.results.compare import usd
 
     if math.isnan(value):
         return "—"

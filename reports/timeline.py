@@ -8,7 +8,7 @@
   size: firings last a scrape or two, too short to read as lines over days). A fleet
   run's alert log is its ``alerts.parquet``; a single replica has none written, so its
   log is evaluated here as ``fragsim alerts show`` evaluates it
-  (:func:`sim.fleet.alerts.evaluate_alerts` over its samples and failures, with the
+  (:func:`sim.telemetry.alerts.evaluate_alerts` over its samples and failures, with the
   run's thresholds).
 
 A run with nothing to draw (no failures, no alert firing) gets the one-line
@@ -171,7 +171,7 @@ def alert_log(result: RunResult) -> tuple[pd.DataFrame, str]:
     interval and trend window)."""
     if result.alerts is not None:
         return result.alerts, "alerts.parquet"
-    from sim.fleet.alerts import evaluate_alerts
+    from sim.telemetry.alerts import evaluate_alerts
 
     severe, alert = ratio_thresholds(result.summary)
     thresholds = AlertThresholds(

@@ -24,13 +24,6 @@ import pandas as pd
 
 from sim.driver import Simulated
 from sim.engine.recorder import EventTable
-from sim.fleet.alert_states import DEFAULT_TIMING
-from sim.fleet.alerts import (
-    DEFAULT_TREND_WINDOW_S,
-    diagnose_failures,
-    episode_counts,
-    evaluate_alerts,
-)
 from sim.latency.base import OutOfRange
 from sim.parts import Parts
 from sim.results.frames import frame
@@ -39,6 +32,13 @@ from sim.results.seed_alerts import ALERTS, THRESHOLD_FIELDS
 from sim.results.summary import summarize, with_firings
 from sim.scenario import bounds
 from sim.scenario.schema import Scenario
+from sim.telemetry.alert_states import DEFAULT_TIMING
+from sim.telemetry.alerts import (
+    DEFAULT_TREND_WINDOW_S,
+    diagnose_failures,
+    episode_counts,
+    evaluate_alerts,
+)
 
 if TYPE_CHECKING:
     from policies.routing.base import Router

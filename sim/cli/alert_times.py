@@ -16,7 +16,7 @@ from sim.cli.run import fail
 from sim.errors import clip
 
 if TYPE_CHECKING:
-    from sim.fleet.alert_states import RuleTiming
+    from sim.telemetry.alert_states import RuleTiming
 
 MAX_SCRAPES = 5_000_000
 """The most scrape instants ``show`` evaluates per replica (a bound on its memory)."""
@@ -27,10 +27,10 @@ MIN_SCRAPE_INTERVAL_S = 1.0
 """``sim.fleet.config.MIN_SCRAPE_INTERVAL_S`` (a test holds them equal): the scrapes a
 fleet's ``alerts.scrape_interval_s`` allows, read without importing the fleet."""
 DEFAULT_SCRAPE_INTERVAL_S = 30.0
-"""``sim.fleet.alerts.DEFAULT_SCRAPE_INTERVAL_S`` (a test holds them equal): the option
+"""``sim.telemetry.alerts.DEFAULT_SCRAPE_INTERVAL_S`` (a test holds them equal): the option
 defaults are read without importing the alert engine."""
 DEFAULT_TREND_WINDOW_S = 3600.0
-"""``sim.fleet.alerts.DEFAULT_TREND_WINDOW_S`` (a test holds them equal)."""
+"""``sim.telemetry.alerts.DEFAULT_TREND_WINDOW_S`` (a test holds them equal)."""
 
 ScrapeOpt = Annotated[
     float,
@@ -177,10 +177,10 @@ def run_thresholds(summary: dict[str, Any], path: Path) -> dict[str, float] | No
 def run_timing(summary: dict[str, Any], path: Path) -> RuleTiming:
     """Each rule's ``for:`` and the failure window a fleet run's ``alerts.parquet`` was
     evaluated with (its summary's ``fleet.alerts.for_s`` / ``failure_window_s``), the
-    shipped ones (:data:`sim.fleet.alert_states.SHIPPED_FOR_S`) where it records none.
+    shipped ones (:data:`sim.telemetry.alert_states.SHIPPED_FOR_S`) where it records none.
     A recorded value that is not seconds >= 0 (or an unknown alert) is one error line
     naming the field."""
-    from sim.fleet.alert_states import DEFAULT_FAILURE_WINDOW_S, RuleTiming
+    from sim.telemetry.alert_states import DEFAULT_FAILURE_WINDOW_S, RuleTiming
 
     fleet = summary.get("fleet")
     recorded = fleet.get("alerts") if isinstance(fleet, dict) else None

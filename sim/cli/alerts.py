@@ -180,8 +180,8 @@ def export_command(
     ] = None,
 ) -> None:
     """Write the seed's alerts as a Prometheus alerting-rules file."""
-    from sim.fleet.alerts import ALERTS
-    from sim.fleet.prometheus import INSTANCE_LABELS, RuleOptions, alert_rules, rules_yaml
+    from sim.telemetry.alerts import ALERTS
+    from sim.telemetry.prometheus import INSTANCE_LABELS, RuleOptions, alert_rules, rules_yaml
 
     if metrics not in ("fragsim", "vllm"):
         raise typer.BadParameter(
@@ -268,11 +268,11 @@ def _rule_tests(
     options: Any,
 ) -> Callable[[float, float], str]:
     """The promtool test file's text for ``rules`` from the run in ``run_dir``
-    (:mod:`sim.fleet.prometheus_tests`), once given the scrape interval and window."""
+    (:mod:`sim.telemetry.prometheus_tests`), once given the scrape interval and window."""
     import os
 
-    from sim.fleet.prometheus_tests import rule_tests, tests_file
     from sim.results.runfolder import RunFolderError, read_run
+    from sim.telemetry.prometheus_tests import rule_tests, tests_file
 
     try:
         result = read_run(run_dir)
@@ -321,9 +321,9 @@ def show_command(
     (every transition with --all); then the diagnosis of the run's failed requests."""
     import pandas as pd
 
-    from sim.fleet.alerts import ALERTS, diagnose_failures, evaluate_alerts
-    from sim.fleet.prometheus import RuleOptions
     from sim.results.io import read_result
+    from sim.telemetry.alerts import ALERTS, diagnose_failures, evaluate_alerts
+    from sim.telemetry.prometheus import RuleOptions
 
     if scrape_interval_s is not None or trend_window_s is not None:
         # a bad flag is refused before the run is read; the pair again once it is
@@ -452,7 +452,7 @@ def print_alert_summary(
 
 
 def _hold_text(for_s: float) -> str:
-    from sim.fleet.prometheus import duration
+    from sim.telemetry.prometheus import duration
 
     return duration(for_s) if for_s > 0 else "0s"
 

@@ -5,7 +5,7 @@ Each RUN is a scenario (a file or a built-in name), simulated and written to
 ``fragsim run`` or an earlier ``compare``), read as it is and never re-run; the two mix
 freely. A run's NAME is its scenario's name, or its folder's name (``-2``, ``-3``... on
 repeats). The baseline is the first RUN, or the one ``--baseline`` names; every other run
-is compared against it (``sim.fleet.compare.with_deltas``): dollars, replica-hours,
+is compared against it (``sim.results.compare.with_deltas``): dollars, replica-hours,
 avoidable replica-hours, failed requests, allocation failures, failures at high free
 memory, p99 TTFT and end-to-end, each as a difference and a percentage; ranked by
 dollars saved, ties by fewer allocation failures; one verdict line per run.
@@ -105,7 +105,7 @@ def compare_command(
         summaries.update(_simulate(to_run, prepared, quiet=quiet, jobs=jobs))
         _check_summaries(summaries, folders, fail)
         _warn_spans([summaries[i] for i in range(len(runs))], names)
-        from sim.fleet.compare import compare_frame, with_deltas
+        from sim.results.compare import compare_frame, with_deltas
 
         frame = with_deltas(compare_frame([summaries[i] for i in range(len(runs))]), names, base)
         _write_tables(frame, stage, out)
@@ -255,7 +255,7 @@ def _check_summaries(
     summaries: dict[int, dict[str, Any]], folders: dict[int, Path], fail: Any
 ) -> None:
     """A run folder's summary must carry what the table reads (``compare_row``)."""
-    from sim.fleet.compare import compare_row
+    from sim.results.compare import compare_row
 
     for i, path in folders.items():
         try:
@@ -436,7 +436,7 @@ def display_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[object]]]:
     baseline's in percent (the difference itself where the baseline's is zero;
     ``base`` in the baseline's row)."""
     from sim.cli.output import Cell
-    from sim.fleet.compare import delta_text, formatted
+    from sim.results.compare import delta_text, formatted
 
     columns = ["run", "rank", *(label for _, label in DISPLAY)]
     rows: list[list[object]] = []

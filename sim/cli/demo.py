@@ -35,7 +35,7 @@ def demo_command(
     Each run is written to OUT/NAME/; stdout gets each run's summary and the comparison
     (one column per run, named by its folder; csv and json: the comparison only),
     stderr the progress and OUT."""
-    from sim.fleet.compare import COLUMNS, compare_frame, formatted
+    from sim.results.compare import COLUMNS, compare_frame, formatted
 
     _check_demo_out(out)
     results = []

@@ -1,7 +1,7 @@
 """``fragsim export openmetrics RUN_DIR -o FILE``: a run's timeseries as OpenMetrics text
 with timestamps, to backfill into a real Prometheus
 (``promtool tsdb create-blocks-from openmetrics FILE DATA_DIR``); the format is
-:mod:`sim.fleet.openmetrics`'s.
+:mod:`sim.telemetry.openmetrics`'s.
 
 A folder that is not a readable run, or a bad option, is one ``error: ...`` line and
 exit status 2; the file is written atomically (nothing half-written). A run whose
@@ -28,7 +28,7 @@ from sim.cli.run_folder import check_not_an_input, checked_run, too_many_scrapes
 from sim.errors import clip
 
 if TYPE_CHECKING:
-    from sim.fleet.openmetrics_alerts import AlertInputs
+    from sim.telemetry.openmetrics_alerts import AlertInputs
 
 SEED_HIGH_FREE_SHARE = 0.25
 """``sim.results.seed_alerts.AlertThresholds().high_free_share`` (a test holds them equal)."""
@@ -40,7 +40,7 @@ export_app = typer.Typer(
 )
 
 DEFAULT_ORIGIN = "2024-01-01T00:00:00Z"
-"""``sim.fleet.openmetrics.DEFAULT_ORIGIN_S`` as the option writes it (a test holds
+"""``sim.telemetry.openmetrics.DEFAULT_ORIGIN_S`` as the option writes it (a test holds
 them equal)."""
 
 NEEDED_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -137,8 +137,8 @@ def _alert_inputs(
     summary: dict[str, Any], folder: Path, recorded: dict[str, float], high_free_share: float
 ) -> AlertInputs:
     """The run's alert thresholds (``high_free_share`` as exported) and ``for:``."""
-    from sim.fleet.openmetrics_alerts import AlertInputs
     from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds
+    from sim.telemetry.openmetrics_alerts import AlertInputs
 
     known = {k: v for k, v in recorded.items() if k in THRESHOLD_FIELDS}
     thresholds = AlertThresholds(**(known | {"high_free_share": high_free_share}))
@@ -200,8 +200,8 @@ def openmetrics_command(
 ) -> None:
     """Write a run's per-replica timeseries (and its fleet's replicas by state) as
     OpenMetrics text with timestamps, for promtool tsdb create-blocks-from openmetrics."""
-    from sim.fleet.openmetrics import kv_bytes_per_token_of, write_openmetrics
-    from sim.fleet.openmetrics_counters import TooManyScrapes
+    from sim.telemetry.openmetrics import kv_bytes_per_token_of, write_openmetrics
+    from sim.telemetry.openmetrics_counters import TooManyScrapes
     from traces import TraceError
     from traces.writers import atomic_path
 

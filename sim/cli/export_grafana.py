@@ -1,6 +1,6 @@
 """``fragsim export grafana -o FILE [--run RUN_DIR] [--origin T]`` (the command is
 declared in :mod:`sim.cli.export`, beside its ``--origin``): the fleet seed's Grafana dashboard
-(:mod:`sim.fleet.dashboard`) as JSON to import into Grafana, over the Prometheus that
+(:mod:`sim.telemetry.dashboard`) as JSON to import into Grafana, over the Prometheus that
 holds ``fragsim export openmetrics``'s backfill.
 
 With ``--run`` the dashboard opens on that run's simulated span at ``--origin`` (the
@@ -62,7 +62,7 @@ def _run_options(run_dir: Path) -> dict[str, Any]:
 def write_dashboard(out: Path, run_dir: Path | None, origin_s: float) -> None:
     """Write the dashboard for ``run_dir`` (None: no run) at ``origin_s`` to ``out``
     (module docstring), then ``wrote FILE`` on stderr."""
-    from sim.fleet.dashboard import DashboardOptions, dashboard_json
+    from sim.telemetry.dashboard import DashboardOptions, dashboard_json
     from traces import TraceError
     from traces.writers import atomic_path
 

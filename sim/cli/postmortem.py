@@ -1,10 +1,10 @@
 """``fragsim postmortem LOG_DIR -o OUT/``: replay a production log (requests and node
 events) on the simulated fleet with the recorded routing and node events, report which
 recorded failures the replay reproduces (precision and recall: the rule is
-:mod:`sim.fleet.matching`'s), then run the modelled baseline (the BASE scenario's own
+:mod:`sim.postmortem.matching`'s), then run the modelled baseline (the BASE scenario's own
 policies) and counterfactuals on the same traffic, each judged against the baseline by
-the one thing it changes (:mod:`sim.fleet.postmortem` says how each run is built,
-:mod:`sim.fleet.postmortem_baseline` how changes and ranks are found).
+the one thing it changes (:mod:`sim.postmortem.replay` says how each run is built,
+:mod:`sim.postmortem.baseline` how changes and ranks are found).
 
 Writes, under OUT/: ``replay/`` (the replay's run directory), with counterfactuals
 ``baseline/`` and ``counterfactuals/NAME/`` (one run directory each), ``match.csv`` (one
@@ -39,8 +39,8 @@ from sim.cli.output import Cell, FormatOption, TableData, print_tables
 if TYPE_CHECKING:
     import pandas as pd
 
-    from sim.fleet.matching import MatchReport
-    from sim.fleet.postmortem import Replay
+    from sim.postmortem.matching import MatchReport
+    from sim.postmortem.replay import Replay
     from sim.scenario.schema import Scenario
 
 DEFAULT_BASE = "seed-postmortem"
@@ -103,10 +103,10 @@ def postmortem_command(
     """Replay LOG_DIR's traffic and node events, match its failures, run counterfactuals."""
     from sim.cli.compare import unique_names
     from sim.cli.run import fail
-    from sim.fleet.otlp_log import is_otlp_log, load_otlp_log
-    from sim.fleet.postmortem import changes_against, match_run, postmortem_record
-    from sim.fleet.postmortem_baseline import BASELINE, REPLAY
-    from sim.fleet.postmortem_log import LogError, load_postmortem_log
+    from sim.postmortem.baseline import BASELINE, REPLAY
+    from sim.postmortem.log import LogError, load_postmortem_log
+    from sim.postmortem.otlp_log import is_otlp_log, load_otlp_log
+    from sim.postmortem.replay import changes_against, match_run, postmortem_record
     from sim.scenario.schema import ScenarioError
 
     if no_counterfactuals and counterfactual:
@@ -166,7 +166,7 @@ def _simulate(
     counterfactual, with progress on stderr in simulated time over all runs
     (:mod:`sim.cli.progress`). The runs after the replay: the baseline first."""
     from sim.cli.progress import progress, sim_time_amounts
-    from sim.fleet.postmortem import replay, run_counterfactual
+    from sim.postmortem.replay import replay, run_counterfactual
 
     span_s = max(1.0, float(log.requests["arrival_s"].max()))
     runs: list[Any] = []
@@ -200,13 +200,13 @@ def _write_all(
     report: bool,
 ) -> pd.DataFrame:
     """Write every output (module docstring); returns the ranked compare frame
-    (:func:`sim.fleet.postmortem_baseline.ranked`)."""
+    (:func:`sim.postmortem.baseline.ranked`)."""
     import json
     import math
 
     from sim.cli.run import fail
-    from sim.fleet.compare import compare_frame
-    from sim.fleet.postmortem_baseline import BASELINE, REPLAY, change_text, ranked
+    from sim.postmortem.baseline import BASELINE, REPLAY, change_text, ranked
+    from sim.results.compare import compare_frame
     from traces.errors import TraceError
 
     frame = compare_frame([done.result.summary, *(r.summary for r in runs)])
@@ -295,7 +295,7 @@ def _score(value: float | None) -> Cell:
 def _tables(done: Replay, frame: pd.DataFrame, record: dict[str, Any]) -> list[TableData]:
     tables = [_match_table(done.match, done.router), _node_table(done.match, fmt="table")]
     if len(frame) > 1:
-        from sim.fleet.postmortem_baseline import ranked
+        from sim.postmortem.baseline import ranked
 
         table = ranked(frame)
         tables += [_agreement_table(record), _runs_table(table), _verdict_table(table)]
@@ -338,7 +338,7 @@ def _match_table(m: MatchReport, router: dict[str, int]) -> TableData:
 
 
 def _node_table(m: MatchReport, fmt: str) -> TableData:
-    from sim.fleet.matching import failures_by_replica
+    from sim.postmortem.matching import failures_by_replica
 
     per = failures_by_replica(m.table)
     columns = ["node", "recorded", "replayed", "reproduced", "missed", "extra"]
@@ -358,7 +358,7 @@ def _money(value: float) -> Cell:
     amount; — when missing."""
     import math
 
-    from sim.fleet.compare import usd
+    from sim.results.compare import usd
 
     if math.isnan(value):
         return Cell(None, "—")
@@ -374,7 +374,7 @@ def _rank(value: float) -> Cell:
 
 def _runs_table(ranked: pd.DataFrame) -> TableData:
     """The replay, the modelled baseline and the counterfactuals by rank
-    (:func:`sim.fleet.postmortem_baseline.ranked`)."""
+    (:func:`sim.postmortem.baseline.ranked`)."""
     columns = ["rank", "run", "failed", "alloc fails", "restarts", "replica-h", "cost $"]
     columns += ["saved $", "TTFT p99 s", "e2e p99 s"]
     rows: list[list[object]] = []

@@ -1,7 +1,7 @@
 """Fit the step-time model from vLLM's OpenTelemetry request spans (``fragsim calibrate
 --from-spans``).
 
-Input: the OTLP JSON spans ``fragsim postmortem`` reads (:mod:`sim.fleet.otlp_files`
+Input: the OTLP JSON spans ``fragsim postmortem`` reads (:mod:`sim.postmortem.otlp_files`
 takes the files to JSON objects). Each ok span (status not ERROR, no ``error.type``) is
 one request: its start is its arrival, ``gen_ai.usage.prompt_tokens`` /
 ``completion_tokens`` its lengths, ``gen_ai.latency.time_to_first_token`` and
@@ -66,7 +66,7 @@ def read_span_requests(path: str | Path) -> pd.DataFrame:
     """One row per ok span: ``node``, ``arrival_s`` (from the earliest span start),
     ``prompt_tokens``, ``output_tokens``, ``ttft_s``, ``e2e_s``; sorted by node, then
     arrival. SpanFitError (or the reader's LogError) naming the file and line."""
-    from sim.fleet.otlp_files import check_regular, documents, span_entries
+    from sim.postmortem.otlp_files import check_regular, documents, span_entries
 
     path = Path(path)
     files = span_entries(path) if path.is_dir() else [path]

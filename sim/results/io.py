@@ -66,7 +66,7 @@ class RunResult:
     """A fleet run's fleet table (one row per sample: replicas by state, queue, cost so
     far); None for a single replica."""
     alerts: pd.DataFrame | None = None
-    """A fleet run's alert log (``sim.fleet.alerts``); None for a single replica."""
+    """A fleet run's alert log (``sim.telemetry.alerts``); None for a single replica."""
 
     def frames(self) -> list[tuple[str, pd.DataFrame]]:
         """The tables written as ``NAME.parquet``, in order."""

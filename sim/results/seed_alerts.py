@@ -18,7 +18,7 @@ Two counts go with an alert and must not be confused:
   evaluated at every scrape as Prometheus evaluates it; an episode is a stretch of
   scrapes where its condition held (several failures in one window, or in consecutive
   windows, are one), a firing an episode that held the rule's ``for:``
-  (:mod:`sim.fleet.alert_states`).
+  (:mod:`sim.telemetry.alert_states`).
 
 The correlation statistic is one, everywhere: Spearman's rank correlation rho of
 (uptime since the last restart, fragmentation ``1 - largest_contiguous_free_block_ratio``),

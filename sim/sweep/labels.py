@@ -1,5 +1,5 @@
 """Readable labels, with units, for what tables and reports show: a run's metrics
-(``sim.sweep.summary.METRICS``, ``sim.fleet.compare.COLUMNS``) and a sweep's parameters
+(``sim.sweep.summary.METRICS``, ``sim.results.compare.COLUMNS``) and a sweep's parameters
 (dotted scenario paths such as ``fleet.router.kind``).
 
 A parameter without an entry in :data:`PARAM_LABELS` is labelled from its path: the last

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sim.fleet.compare import compare_row
+from sim.results.compare import compare_row
 from sim.sweep.execute import Outcome
 from traces.atomic import staged
 from traces.errors import TraceError

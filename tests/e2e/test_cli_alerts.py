@@ -16,7 +16,6 @@ from typer.testing import CliRunner, Result
 
 from sim.cli import app
 from sim.cli.output import clock_text
-from sim.fleet.alerts import ALERT_COLUMNS, diagnose_failures, evaluate_alerts
 from sim.results.io import read_result
 from sim.results.seed_alerts import (
     ALERTS,
@@ -25,6 +24,7 @@ from sim.results.seed_alerts import (
     SEVERE_FRAGMENTATION,
     AlertThresholds,
 )
+from sim.telemetry.alerts import ALERT_COLUMNS, diagnose_failures, evaluate_alerts
 
 runner = CliRunner()
 

@@ -18,7 +18,7 @@ from support.fleet import fleet_data
 from typer.testing import CliRunner
 
 from sim.cli import app
-from sim.fleet.compare import DELTA_METRICS
+from sim.results.compare import DELTA_METRICS
 
 SYNTH = {
     "preset": "bimodal",

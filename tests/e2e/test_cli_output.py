@@ -93,7 +93,7 @@ def test_help_errors_and_light_commands_import_nothing_heavy(tmp_path: Path) -> 
 
 def test_option_defaults_copied_for_a_light_start_are_the_engines() -> None:
     from sim.cli import alert_times as alerts
-    from sim.fleet import alerts as engine
+    from sim.telemetry import alerts as engine
 
     assert alerts.DEFAULT_SCRAPE_INTERVAL_S == engine.DEFAULT_SCRAPE_INTERVAL_S
     assert alerts.DEFAULT_TREND_WINDOW_S == engine.DEFAULT_TREND_WINDOW_S

@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.cli import app
-from sim.fleet.compare import COLUMNS
-from sim.fleet.matching import TABLE_COLUMNS
-from sim.fleet.postmortem_log import LogError, load_postmortem_log
+from sim.postmortem.log import LogError, load_postmortem_log
+from sim.postmortem.matching import TABLE_COLUMNS
+from sim.results.compare import COLUMNS
 
 runner = CliRunner()
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "postmortem"

@@ -116,7 +116,7 @@ def _metric_names(text: str, after: str) -> set[str]:
 def test_the_readme_and_the_reference_list_the_metrics_the_export_writes() -> None:
     """The README's metric table (recipe 4) and docs/alerts.md's hold exactly the
     families ``fragsim export openmetrics`` writes (counters with ``_total``)."""
-    from sim.fleet import openmetrics as om
+    from sim.telemetry import openmetrics as om
 
     families = (
         *om.REPLICA_METRICS,

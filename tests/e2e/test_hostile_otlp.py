@@ -26,10 +26,10 @@ from typer.testing import CliRunner
 pytest.importorskip("opentelemetry.proto", reason="the otlp extra (opentelemetry-proto)")
 
 from sim.cli import app
-from sim.fleet import otlp_files
-from sim.fleet.otlp_files import MAX_JSON_DEPTH
-from sim.fleet.otlp_log import MAX_LOG_SPAN_S, MAX_SPAN_DURATION_S, load_otlp_log
-from sim.fleet.postmortem_log import LogError
+from sim.postmortem import otlp_files
+from sim.postmortem.log import LogError
+from sim.postmortem.otlp_files import MAX_JSON_DEPTH
+from sim.postmortem.otlp_log import MAX_LOG_SPAN_S, MAX_SPAN_DURATION_S, load_otlp_log
 from traces.validate import MAX_TOKENS
 
 runner = CliRunner()

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 pytest.importorskip("opentelemetry.proto", reason="the otlp extra (opentelemetry-proto)")
 
 from sim.cli import app
-from sim.fleet.otlp_log import load_otlp_log
-from sim.fleet.otlp_nodes import START_LEAD_S
+from sim.postmortem.otlp_log import load_otlp_log
+from sim.postmortem.otlp_nodes import START_LEAD_S
 
 runner = CliRunner()
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "postmortem-otlp"

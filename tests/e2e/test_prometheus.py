@@ -21,7 +21,7 @@ from support.prometheus import ALERTING_FLEET, PROMTOOL, get_json, promtool, ser
 from typer.testing import CliRunner
 
 from sim.cli import app
-from sim.fleet.alerts import scrape_times
+from sim.telemetry.alerts import scrape_times
 
 pytestmark = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool not installed (Debian package prometheus; make test)"
@@ -101,7 +101,7 @@ def test_exported_rules_pass_promtool_check_rules(tmp_path: Path, metrics: str, 
     assert f"sum by ({label})" in text and "https://x/severe_fragmentation" in text
     assert ("vllm:num_preemptions_total" in text) == (metrics == "vllm")
     assert " offset " not in text and "for: 0s" not in text
-    # the shipped for: (sim.fleet.alert_states.SHIPPED_FOR_S): none on the failure and
+    # the shipped for: (sim.telemetry.alert_states.SHIPPED_FOR_S): none on the failure and
     # severe rules, 30s (two scrapes in a row) on the approaching and uptime rules
     holds = [r.get("for") for g in yaml.safe_load(text)["groups"] for r in g["rules"]]
     assert holds == [None, None, "30s", "30s"]
@@ -170,9 +170,9 @@ def test_tests_need_a_run_and_fragsims_names(tmp_path: Path) -> None:
 def test_gauge_rules_get_tests_that_promtool_passes(tmp_path: Path) -> None:
     import yaml
 
-    from sim.fleet.prometheus import RuleOptions, alert_rules, rules_yaml
-    from sim.fleet.prometheus_tests import rule_tests, tests_file
     from sim.results.seed_alerts import AlertThresholds
+    from sim.telemetry.prometheus import RuleOptions, alert_rules, rules_yaml
+    from sim.telemetry.prometheus_tests import rule_tests, tests_file
 
     # one replica sampled every 30 s: the ratio falls to 0.45 from 600 s to 1200 s
     times = [30.0 * k for k in range(60)]

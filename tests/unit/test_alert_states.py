@@ -1,4 +1,4 @@
-"""Prometheus's alert states (``sim.fleet.alert_states``): ``for:`` held to a
+"""Prometheus's alert states (``sim.telemetry.alert_states``): ``for:`` held to a
 transliteration of ``AlertingRule.Eval`` (pending at the first instant, firing at the
 first with ``now - activeAt >= for``, dropped or resolved when the condition stops, a new
 ``activeAt`` after), ``increase(c[W]) > 0`` held to a direct reading of the range's
@@ -11,15 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.fleet.alert_states import (
+from sim.results import seed_alerts
+from sim.telemetry.alert_states import (
     SHIPPED_FOR_S,
     RuleTiming,
     hold,
     increase_condition,
     with_gauge_hold,
 )
-from sim.fleet.alerts import episode_counts, evaluate_alerts
-from sim.results import seed_alerts
+from sim.telemetry.alerts import episode_counts, evaluate_alerts
 
 HIGH = seed_alerts.HIGH_FRAGMENTATION.name
 FAILURE = seed_alerts.FRAGMENTATION_FAILURE.name

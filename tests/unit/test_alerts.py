@@ -1,5 +1,5 @@
-"""The seed's alerts over hand-made frames (``sim.fleet.alerts``) and the Prometheus
-rules exported for them (``sim.fleet.prometheus``): each alert's condition holds at the
+"""The seed's alerts over hand-made frames (``sim.telemetry.alerts``) and the Prometheus
+rules exported for them (``sim.telemetry.prometheus``): each alert's condition holds at the
 scrape Prometheus would see it hold at (not before), ends when it ends, a NaN ratio
 never alerts, "exceeds 25 %" is strict, and failed requests are diagnosed by the
 allocator's cause. These tests evaluate the conditions with ``for: 0`` (the condition's
@@ -19,20 +19,20 @@ import yaml
 from scipy import stats
 
 from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS
-from sim.fleet.alert_states import RuleTiming
-from sim.fleet.alerts import (
+from sim.results import seed_alerts
+from sim.results.frames import REQUEST_COLUMNS
+from sim.results.seed_alerts import AlertThresholds, spearman_rho
+from sim.results.summary import alert_lines, summarize, with_firings
+from sim.scenario.yaml_loader import load_yaml
+from sim.telemetry.alert_states import RuleTiming
+from sim.telemetry.alerts import (
     ALERT_COLUMNS,
     ALERTS,
     DIAGNOSIS_COLUMNS,
     diagnose_failures,
     evaluate_alerts,
 )
-from sim.fleet.prometheus import METRICS, alert_rules, expressions, rules_yaml
-from sim.results import seed_alerts
-from sim.results.frames import REQUEST_COLUMNS
-from sim.results.seed_alerts import AlertThresholds, spearman_rho
-from sim.results.summary import alert_lines, summarize, with_firings
-from sim.scenario.yaml_loader import load_yaml
+from sim.telemetry.prometheus import METRICS, alert_rules, expressions, rules_yaml
 
 CAP = 1000
 FAILURE = seed_alerts.FRAGMENTATION_FAILURE.name

@@ -1,4 +1,4 @@
-"""sim.fleet.compare: "which fix pays" -- deltas against a baseline, the ranking rule
+"""sim.results.compare: "which fix pays" -- deltas against a baseline, the ranking rule
 (dollars saved, ties by failures, unpriced runs last), verdict lines, and runs without
 a price compared on what they have; sim.sweep.labels: readable labels with units."""
 
@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from sim.fleet.compare import DELTA_METRICS, compare_frame, delta_text, usd, with_deltas
+from sim.results.compare import DELTA_METRICS, compare_frame, delta_text, usd, with_deltas
 from sim.sweep.labels import mean_ci_cell, metric_label, param_label
 
 

@@ -19,8 +19,8 @@ from sim.cli import app
 
 pytest.importorskip("grafana_foundation_sdk", reason="the grafana extra is not installed")
 
-from sim.fleet.dashboard import DashboardOptions, dashboard_json
 from sim.results.seed_alerts import AlertThresholds
+from sim.telemetry.dashboard import DashboardOptions, dashboard_json
 
 runner = CliRunner()
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "grafana-dashboard.json"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.fleet.matching import (
+from sim.postmortem.matching import (
     TABLE_COLUMNS,
     failure_class,
     failures_by_replica,

@@ -1,4 +1,4 @@
-"""`sim.fleet.openmetrics` over a run folder written by hand: every family's header,
+"""`sim.telemetry.openmetrics` over a run folder written by hand: every family's header,
 samples with labels and timestamps from the origin, the failure counter, replicas by
 state, one sample per series per millisecond, the file's end, the uptime-correlation
 gauge as the alerts evaluate it, bytes at the summary's KV bytes per token, pools from
@@ -18,7 +18,7 @@ from support.runfolder import seal, stub_fleet, stub_summary, write_stub_tables
 from typer.testing import CliRunner
 
 from sim.cli import app
-from sim.fleet import openmetrics as om
+from sim.telemetry import openmetrics as om
 
 SUMMARY = stub_summary(fleet=stub_fleet([{"name": "a", "count": 1}, {"name": 'b"1', "count": 1}]))
 
@@ -149,7 +149,7 @@ def test_replicas_by_state_from_the_fleet_table_and_bytes_when_given(tmp_path: P
 
 
 def test_every_metric_the_rules_read_is_exported(tmp_path: Path) -> None:
-    from sim.fleet.prometheus import METRIC, METRICS
+    from sim.telemetry.prometheus import METRIC, METRICS
 
     text = _export(_run_dir(tmp_path))
     samples = {line.split("{")[0] for line in text.splitlines() if not line.startswith("#")}
@@ -173,8 +173,12 @@ def test_defaults_held_equal() -> None:
 
     from sim.cli.alert_times import MAX_SCRAPES
     from sim.cli.export import DEFAULT_ORIGIN, parse_origin
-    from sim.fleet import openmetrics_counters
-    from sim.fleet.alerts import DEFAULT_SCRAPE_INTERVAL_S, DEFAULT_TREND_WINDOW_S, FAILURE_KINDS
+    from sim.telemetry import openmetrics_counters
+    from sim.telemetry.alerts import (
+        DEFAULT_SCRAPE_INTERVAL_S,
+        DEFAULT_TREND_WINDOW_S,
+        FAILURE_KINDS,
+    )
 
     assert parse_origin(DEFAULT_ORIGIN) == om.DEFAULT_ORIGIN_S
     assert openmetrics_counters.MAX_SCRAPES == MAX_SCRAPES
@@ -246,7 +250,7 @@ def test_alerts_export_refuses_bad_rule_options(
 
 
 def test_rule_durations_are_written_in_their_largest_units() -> None:
-    from sim.fleet.prometheus import duration
+    from sim.telemetry.prometheus import duration
 
     assert [duration(s) for s in (30, 300, 3600, 5400, 1.5, 86400)] == [
         "30s",

@@ -22,7 +22,7 @@ from support.runfolder import seal, stub_fleet, stub_summary, write_stub_tables
 from typer.testing import CliRunner
 
 from sim.cli import app
-from sim.fleet import openmetrics as om
+from sim.telemetry import openmetrics as om
 
 runner = CliRunner()
 
@@ -85,8 +85,8 @@ def test_the_correlation_gauge_is_the_alerts_rho_at_every_scrape_the_replica_rep
 ) -> None:
     from scipy.stats import spearmanr
 
-    from sim.fleet.alerts import conditions, scrape_times
     from sim.results.seed_alerts import AlertThresholds
+    from sim.telemetry.alerts import conditions, scrape_times
 
     ts = _trend_timeseries()
     run = _write_run(tmp_path, ts, BASE_SUMMARY)
@@ -239,7 +239,7 @@ def test_a_two_pool_fleet_that_scales_labels_its_new_replicas_by_their_pool(
             "ratio_severe": 0.5,
             "uptime_rho_alert": 0.5,
         },
-        # each rule's for: and the failure window (sim.fleet.alert_states)
+        # each rule's for: and the failure window (sim.telemetry.alert_states)
         "for_s": {
             "fragmentation_driven_allocation_failure": 0.0,
             "severe_fragmentation": 0.0,
@@ -292,8 +292,8 @@ def test_the_failure_counter_is_written_at_every_scrape_of_a_live_replica(
     every scrape from the last at or before its first row to the first at or after its
     last (replica 1 is scaled up at 310 s and down at 650 s), so increase() over two
     scrapes sees each failure, one alone between two rows included: its steps are
-    fragsim's failures per scrape window (sim.fleet.alerts.high_free_failures)."""
-    from sim.fleet.alerts import high_free_failures, scrape_times
+    fragsim's failures per scrape window (sim.telemetry.alerts.high_free_failures)."""
+    from sim.telemetry.alerts import high_free_failures, scrape_times
 
     rows = [(t, 0, "periodic") for t in range(0, 1200, 300)] + [(1200, 0, "final")]
     rows += [(310, 1, "periodic"), (610, 1, "periodic"), (650, 1, "failure")]

@@ -1,4 +1,4 @@
-"""sim.fleet.otlp_log: OTLP JSON spans read into the postmortem log, the restart rule, the
+"""sim.postmortem.otlp_log: OTLP JSON spans read into the postmortem log, the restart rule, the
 nodes file beside the spans, and one-line refusals naming file, line and attribute."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("opentelemetry.proto", reason="the otlp extra (opentelemetry-proto)")
 
-from sim.fleet.otlp_log import ATTRIBUTES, RESOURCE_ATTRIBUTES, is_otlp_log, load_otlp_log
-from sim.fleet.postmortem_log import LogError
+from sim.postmortem.log import LogError
+from sim.postmortem.otlp_log import ATTRIBUTES, RESOURCE_ATTRIBUTES, is_otlp_log, load_otlp_log
 
 T0 = 1_767_225_600_000_000_000
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "postmortem.md"

@@ -1,4 +1,4 @@
-"""sim.fleet.otlp_nodes: node starts and stops from first and last spans, restarts from
+"""sim.postmortem.otlp_nodes: node starts and stops from first and last spans, restarts from
 instance changes, the merge with a nodes file (the file wins, nothing counted twice,
 conflicts one line naming file, line and field), and attributes of the wrong type."""
 
@@ -12,9 +12,9 @@ import pytest
 
 pytest.importorskip("opentelemetry.proto", reason="the otlp extra (opentelemetry-proto)")
 
-from sim.fleet.otlp_log import load_otlp_log
-from sim.fleet.otlp_nodes import EDGE_S, START_LEAD_S, TOLERANCE_S
-from sim.fleet.postmortem_log import LogError, PostmortemLog
+from sim.postmortem.log import LogError, PostmortemLog
+from sim.postmortem.otlp_log import load_otlp_log
+from sim.postmortem.otlp_nodes import EDGE_S, START_LEAD_S, TOLERANCE_S
 
 T0 = 1_767_225_600_000_000_000
 

@@ -14,7 +14,9 @@ import sim
 from policies.routing.base import RouteRequest
 from policies.routing.config import LengthPoolsConfig
 from sim.fleet.fleet import NodeAction
-from sim.fleet.postmortem import (
+from sim.postmortem.log import PostmortemLog, load_postmortem_log
+from sim.postmortem.names import NO_REPLICA, counterfactual_names, replica_table
+from sim.postmortem.replay import (
     RecordedRouter,
     Replay,
     build_replica_map,
@@ -27,8 +29,6 @@ from sim.fleet.postmortem import (
     replay_script,
     run_counterfactual,
 )
-from sim.fleet.postmortem_log import PostmortemLog, load_postmortem_log
-from sim.fleet.postmortem_names import NO_REPLICA, counterfactual_names, replica_table
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "postmortem"
 

@@ -11,10 +11,10 @@ import pytest
 
 import sim
 from sim.cli.postmortem import DEFAULT_BASE, DEFAULT_COUNTERFACTUALS
-from sim.fleet.compare import compare_frame
-from sim.fleet.postmortem import changes_against, run_counterfactual
-from sim.fleet.postmortem_baseline import change_text, ranked
-from sim.fleet.postmortem_log import PostmortemLog, load_postmortem_log
+from sim.postmortem.baseline import change_text, ranked
+from sim.postmortem.log import PostmortemLog, load_postmortem_log
+from sim.postmortem.replay import changes_against, run_counterfactual
+from sim.results.compare import compare_frame
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "postmortem"

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.fleet.postmortem_log import LogError, PostmortemLog, load_postmortem_log
+from sim.postmortem.log import LogError, PostmortemLog, load_postmortem_log
 from traces.errors import TraceError
 from traces.table import from_frame
 

@@ -12,7 +12,7 @@ import pytest
 
 import reports.postmortem as rp
 from reports.html import ReportError
-from sim.fleet.matching import match_failures
+from sim.postmortem.matching import match_failures
 
 NODES = [f"gpu-{i:02d}" for i in range(40)]
 

@@ -18,11 +18,11 @@ from reports.answer import alert_rows, find_out_sentence, fix_sentence
 from reports.common import empty_reason, value_axis
 from reports.html import compare_beside
 from reports.memory import worst_label
-from sim.fleet.alerts import evaluate_alerts
 from sim.results.io import RunResult
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
 from sim.scenario.workload import load_workload
+from sim.telemetry.alerts import evaluate_alerts
 
 
 def quiet_fleet_run() -> RunResult:

@@ -30,11 +30,11 @@ from reports.downsample import (
 from reports.html import MAX_FIGURE_VALUES, figure_values
 from reports.usage import latency_samples
 from sim.cli import app
-from sim.fleet.alerts import evaluate_alerts
 from sim.results.io import RunResult
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
 from sim.scenario.workload import load_workload
+from sim.telemetry.alerts import evaluate_alerts
 
 HOSTILE = "<script>alert(1)</script>"
 

@@ -1,6 +1,6 @@
-"""``promtool test rules`` unit tests for the exported rules (:mod:`sim.fleet.prometheus`),
+"""``promtool test rules`` unit tests for the exported rules (:mod:`sim.telemetry.prometheus`),
 generated from a run: for each rule, the first episode fragsim's own evaluation fires
-(:func:`sim.fleet.alerts.conditions` through :func:`sim.fleet.alert_states.hold`, the
+(:func:`sim.telemetry.alerts.conditions` through :func:`sim.telemetry.alert_states.hold`, the
 rule's own ``for:``) and, for a rule with a ``for:``, the first episode it suppresses,
 written as the series Prometheus would have scraped and the firing alerts fragsim says
 Prometheus holds at instants of the episode.
@@ -9,7 +9,7 @@ One test per such episode (a rule the run never fires, with data throughout, get
 none: the file's header lists them). For a replica's episode of the scrapes
 ``s .. r - 1`` (the condition held from ``s``, fired at ``f`` where it did, resolved at
 ``r``; ``r`` the run's last scrape where it still holds), the test's series are the
-replica's scraped values (:func:`sim.fleet.alerts.scraped`: the latest periodic sample
+replica's scraped values (:func:`sim.telemetry.alerts.scraped`: the latest periodic sample
 at or before each scrape) from ``k0`` to ``r``, one per evaluation interval, and its
 ``alert_rule_test`` asserts the firing alerts (none, or the one alert with the series'
 labels, its severity and its annotations rendered with the value then) at ``s - 1``,
@@ -17,7 +17,7 @@ labels, its severity and its annotations rendered with the value then) at ``s - 
 
 * a gauge rule's test starts at ``k0 = s - 2``, with data at every scrape of the test;
   the uptime rule's series are the ratio, the uptime and the correlation gauge as
-  ``fragsim export openmetrics`` writes it (:func:`sim.fleet.alerts.uptime_correlation`
+  ``fragsim export openmetrics`` writes it (:func:`sim.telemetry.alerts.uptime_correlation`
   at every scrape with data: the function that evaluates the alert);
 * the failure rule's test is the counter of failures above the high-free share as the
   export writes it (cumulated over the scrape windows ``(t_{j-1}, t_j]``, from the
@@ -25,7 +25,7 @@ labels, its severity and its annotations rendered with the value then) at ``s - 
   before ``s - 1``, so that every range the test evaluates is the run's.
 
 ``{{ $value }}`` is rendered as Prometheus's templates print a float (Go's ``%v``):
-shortest digits, integers without a point, which equals :func:`sim.fleet.openmetrics.
+shortest digits, integers without a point, which equals :func:`sim.telemetry.openmetrics.
 number` for the values rendered here (ratios and rho in [-1, 1]).
 """
 
@@ -33,10 +33,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sim.fleet.alert_states import Held, hold
-from sim.fleet.openmetrics import number, pool_of
-from sim.fleet.prometheus import METRIC, RuleOptions, duration
 from sim.results.seed_alerts import FRAGMENTATION_FAILURE
+from sim.telemetry.alert_states import Held, hold
+from sim.telemetry.openmetrics import number, pool_of
+from sim.telemetry.prometheus import METRIC, RuleOptions, duration
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,7 +90,7 @@ def rule_tests(
     the names of the rules the run never fires (with data throughout: no test)."""
     import numpy as np
 
-    from sim.fleet.alerts import (
+    from sim.telemetry.alerts import (
         conditions,
         counter_span,
         high_free_failures,

@@ -1,12 +1,12 @@
-"""The counters of :mod:`sim.fleet.openmetrics` on the scrape clock: at each scrape
+"""The counters of :mod:`sim.telemetry.openmetrics` on the scrape clock: at each scrape
 instant ``t_k = t_0 + k * scrape_interval_s`` of the run
-(:func:`sim.fleet.alerts.scrape_times`: from its first sample up to its last), each
+(:func:`sim.telemetry.alerts.scrape_times`: from its first sample up to its last), each
 replica's counter as a Prometheus scraping its exporter then would read it: the value of
 its last update at or before ``t_k`` (0 before its first). A replica's counter is
 written at every instant from the last at or before its first timeseries row to the
 first at or after its last (within the run's instants): each scrape window
 ``(t_{k-1}, t_k]`` it lived in has both ends sampled, so ``increase()`` over two or more
-scrapes sees each failure in the window ``sim.fleet.alerts`` counts it in, whatever the
+scrapes sees each failure in the window ``sim.telemetry.alerts`` counts it in, whatever the
 run's sample interval (a run sampled every 5 minutes scraped every 30 s: a failure alone
 between two rows is no longer lost).
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from sim.fleet.openmetrics import Family, Labels, batches, header, number, stamp, timestamps_ms
+from sim.telemetry.openmetrics import Family, Labels, batches, header, number, stamp, timestamps_ms
 
 if TYPE_CHECKING:
     import numpy as np
@@ -37,7 +37,7 @@ bound: a test holds them equal)."""
 
 @dataclass(frozen=True)
 class ScrapeClock:
-    """The run's scrape instants ``times_s`` (:func:`sim.fleet.alerts.scrape_times`) and,
+    """The run's scrape instants ``times_s`` (:func:`sim.telemetry.alerts.scrape_times`) and,
     per instant index, the replicas whose counters start (``opening``) and end
     (``closing``) being written there (module docstring)."""
 
@@ -56,7 +56,7 @@ def scrape_clock(timeseries: Path, scrape_interval_s: float) -> ScrapeClock:
     import numpy as np
     import pandas as pd
 
-    from sim.fleet.alerts import scrape_times
+    from sim.telemetry.alerts import scrape_times
 
     first: dict[int, float] = {}
     last: dict[int, float] = {}

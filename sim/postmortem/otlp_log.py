@@ -1,19 +1,19 @@
 """OpenTelemetry request spans as a ``fragsim postmortem`` log: vLLM's per-request spans,
 as the OpenTelemetry Collector's file exporter writes them, read into the same
-:class:`~sim.fleet.postmortem_log.PostmortemLog` the CSV/Parquet log gives (the replay
+:class:`~sim.postmortem.log.PostmortemLog` the CSV/Parquet log gives (the replay
 does not know which it got).
 
 Input. A file (``*.json`` / ``*.jsonl``, maybe ``.gz`` / ``.zst``) or a folder of them
 (read in name order): OTLP JSON, one ``ExportTraceServiceRequest`` per line
 (``resourceSpans`` -> ``scopeSpans`` -> ``spans``), plain, gzip or zstd as the bytes say;
-:mod:`sim.fleet.otlp_files` takes the files to JSON objects (entries that are not regular
+:mod:`sim.postmortem.otlp_files` takes the files to JSON objects (entries that are not regular
 files, compressions, UTF-8, duplicate keys, nesting). Each line is parsed by the
 OpenTelemetry protobuf
 definitions (``opentelemetry-proto``, protobuf's ``json_format``: ``intValue`` and the
 ``*UnixNano`` times as strings or numbers, enums as numbers or names). ``traceId``,
 ``spanId`` and ``parentSpanId`` are dropped first: OTLP JSON writes them in hex, not in
 protobuf's base64, and the log does not use them. A folder may also hold ``nodes.csv`` or
-``nodes.parquet`` (the CSV log's nodes format, :mod:`sim.fleet.postmortem_log`; its
+``nodes.parquet`` (the CSV log's nodes format, :mod:`sim.postmortem.log`; its
 ``timestamp`` column, where used, has the same origin as the spans).
 
 Every span is one attempt (:data:`ATTRIBUTES` maps the attribute names; other
@@ -26,7 +26,7 @@ timed-out; anything else: failed); else it is ok. The replay asks each request f
 ``gen_ai.usage.completion_tokens`` output tokens (for a span that failed, what it
 reported: the log cannot tell what the client asked for).
 
-Nodes. :mod:`sim.fleet.otlp_nodes` infers each node's start, stop and restarts from
+Nodes. :mod:`sim.postmortem.otlp_nodes` infers each node's start, stop and restarts from
 its spans (the node: ``k8s.pod.name``, else ``host.name``, else ``service.instance.id``;
 the instance: ``service.instance.id``) and merges them with the nodes file where one is
 given (the file wins; a conflict is an error naming its line and field).
@@ -38,7 +38,7 @@ token counts at most ``traces.validate.MAX_TOKENS``; the latencies finite, 0 to
 one another (else the span farthest from the median start is named: a node's clock set
 wrong, say, not a run too long to simulate).
 
-Errors are one :class:`~sim.fleet.postmortem_log.LogError` line naming the file, line and
+Errors are one :class:`~sim.postmortem.log.LogError` line naming the file, line and
 attribute (or JSON field), what was expected and what was found.
 """
 
@@ -54,16 +54,7 @@ from typing import Any, Final
 import numpy as np
 import pyarrow as pa
 
-from sim.fleet.otlp_files import (
-    SPAN_SUFFIXES,
-    check_regular,
-    documents,
-    is_span_name,
-    present,
-    span_entries,
-)
-from sim.fleet.otlp_nodes import NodesFile, Span, span_fleet
-from sim.fleet.postmortem_log import (
+from sim.postmortem.log import (
     NODES,
     LogError,
     PostmortemLog,
@@ -71,7 +62,16 @@ from sim.fleet.postmortem_log import (
     node_times,
     read_table,
 )
-from sim.fleet.postmortem_nodes import Fleet, node_events, node_pools
+from sim.postmortem.nodes import Fleet, node_events, node_pools
+from sim.postmortem.otlp_files import (
+    SPAN_SUFFIXES,
+    check_regular,
+    documents,
+    is_span_name,
+    present,
+    span_entries,
+)
+from sim.postmortem.otlp_nodes import NodesFile, Span, span_fleet
 from traces.errors import TraceError
 from traces.validate import MAX_TOKENS, ReadContext
 

@@ -1,5 +1,5 @@
 """The fleet seed's Grafana dashboard over the series ``fragsim export openmetrics``
-writes (:mod:`sim.fleet.openmetrics`), built with Grafana's own builder library
+writes (:mod:`sim.telemetry.openmetrics`), built with Grafana's own builder library
 (``grafana-foundation-sdk``, the ``grafana`` extra) so the JSON is Grafana's schema, not
 a hand-kept copy of it.
 
@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sim.fleet import dashboard_parts as parts
-from sim.fleet.dashboard_parts import SELECTOR
-from sim.fleet.openmetrics import DEFAULT_ORIGIN_S
 from sim.results.seed_alerts import AlertThresholds
+from sim.telemetry import dashboard_parts as parts
+from sim.telemetry.dashboard_parts import SELECTOR
+from sim.telemetry.openmetrics import DEFAULT_ORIGIN_S
 
 DASHBOARD_UID = "fragsim-fleet"
 """The dashboard's uid: importing it again replaces the same dashboard."""

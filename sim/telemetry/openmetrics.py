@@ -16,7 +16,7 @@ first pool, fragsim's default scale pool; a single-replica run has pool
 ``default``). Every periodic or final row of ``timeseries.parquet`` is one sample of
 each gauge: the rows sampled at an allocation failure (``trigger`` ``failure``) are not
 in the gauges, since a scrape reads a gauge on its own clock and the alerts never see
-them (:func:`sim.fleet.alerts.scraped`) -- with them, a rule over the backfilled gauges
+them (:func:`sim.telemetry.alerts.scraped`) -- with them, a rule over the backfilled gauges
 would fire where ``alerts.parquet`` does not. A gauge sampled every ``sample_interval_s``
 reads in Prometheus as the alerts read it (the latest periodic sample at or before a
 scrape) while that interval is within Prometheus's 5-minute look-back; writing the
@@ -24,13 +24,13 @@ gauges at every scrape would multiply the file for the same readings. The counte
 (``fragsim_preemptions``, and ``fragsim_allocation_failures_at_high_free_memory``,
 which counts a replica's allocation failures -- ``admission_failure`` /
 ``growth_failure`` events -- whose free share exceeded ``high_free_share``) are written
-on the scrape clock instead (:mod:`sim.fleet.openmetrics_counters`): at each scrape
+on the scrape clock instead (:mod:`sim.telemetry.openmetrics_counters`): at each scrape
 instant of a replica, the value a Prometheus scraping every ``scrape_interval_s`` would
 have read, so ``increase()`` over the failure rule's window sees each failure
 ``alerts.parquet`` counts, however sparsely the run was sampled. From ``fleet.parquet`` (fleet
 runs only), ``fragsim_fleet_replicas{state=...}`` counts the replicas in each
 lifecycle state. ``ALERTS`` and ``ALERTS_FOR_STATE`` are the exported rules' alerts as
-Prometheus's rule evaluation would have written them (:mod:`sim.fleet.openmetrics_alerts`;
+Prometheus's rule evaluation would have written them (:mod:`sim.telemetry.openmetrics_alerts`;
 ``--no-alerts`` leaves them out). Free and largest free memory are also written in bytes, at the KV
 bytes per token of a replica the summary records for its pool (``kv_bytes_per_token``;
 ``fleet.pools[].kv_bytes_per_token`` where pools differ), or the number given, which
@@ -39,17 +39,17 @@ byte families unless the number is given.
 
 Correlation. ``fragsim_node_uptime_vs_fragmentation_correlation`` is the seed's
 uptime-trend statistic as ``fragsim alerts`` evaluates it
-(:func:`sim.fleet.alerts.uptime_correlation`, the function that writes
+(:func:`sim.telemetry.alerts.uptime_correlation`, the function that writes
 ``alerts.parquet``): at each scrape instant ``t_k = t_0 + k * scrape_interval_s`` of
-the run (:func:`sim.fleet.alerts.scrape_times`) where a replica reports
-(:func:`sim.fleet.alerts.scraped`: up, between its first and final samples; and not
+the run (:func:`sim.telemetry.alerts.scrape_times`) where a replica reports
+(:func:`sim.telemetry.alerts.scraped`: up, between its first and final samples; and not
 after its last periodic or final sample: a replica scaled down is sampled no more, and
 no row says it is gone), Spearman's rho of (uptime, 1 - ratio) over its scrapes of the
 last ``trend_window_s``; NaN where there is no rho (a NaN ratio in the window, fewer
 than two scrapes, a constant series) and at the first scrape after each stretch a
 replica reports (where a live exporter's series would go stale: a rule reading it
 stops at once rather than after Prometheus's 5-minute look-back). The exported rule ``node_uptime_vs_fragmentation_correlation``
-(:mod:`sim.fleet.prometheus`) thresholds it: PromQL has no ranks. The scrape interval
+(:mod:`sim.telemetry.prometheus`) thresholds it: PromQL has no ranks. The scrape interval
 and trend window must be the run's (the summary's ``fleet.alerts``, which
 ``fragsim export openmetrics`` reads) for the counters and this gauge to fire where
 ``alerts.parquet`` does.
@@ -75,15 +75,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:
     import numpy as np
 
-    from sim.fleet.openmetrics_alerts import AlertInputs
-    from sim.fleet.openmetrics_counters import ScrapeClock
+    from sim.telemetry.openmetrics_alerts import AlertInputs
+    from sim.telemetry.openmetrics_counters import ScrapeClock
 
 DEFAULT_ORIGIN_S = 1_704_067_200
 """2024-01-01T00:00:00Z: simulated time 0 in the exported timestamps."""
 BATCH_ROWS = 65_536
 """Rows read from a Parquet file at a time."""
 FAILURE_KINDS = ("admission_failure", "growth_failure")
-"""``sim.fleet.alerts.FAILURE_KINDS`` (a test holds them equal)."""
+"""``sim.telemetry.alerts.FAILURE_KINDS`` (a test holds them equal)."""
 FAILURE_TRIGGER = "failure"
 """The ``trigger`` of a timeseries row sampled at an allocation failure (not scraped)."""
 LIFECYCLE_STATES = ("provisioning", "loading", "warming", "active", "draining", "down")
@@ -159,7 +159,7 @@ UPTIME_CORRELATION = Family(
     "",
 )
 """The seed's ``node_uptime_vs_fragmentation_correlation`` at each scrape (module
-docstring); named as :data:`sim.fleet.prometheus.METRICS` names it (a test holds them
+docstring); named as :data:`sim.telemetry.prometheus.METRICS` names it (a test holds them
 equal)."""
 CORRELATION_COLUMNS = (
     "time_s",
@@ -169,7 +169,7 @@ CORRELATION_COLUMNS = (
     "uptime_s",
     "largest_contiguous_free_block_ratio",
 )
-"""The timeseries columns the correlation reads (:func:`sim.fleet.alerts.scraped`)."""
+"""The timeseries columns the correlation reads (:func:`sim.telemetry.alerts.scraped`)."""
 
 FAILURES = Family(
     "fragsim_allocation_failures_at_high_free_memory",
@@ -383,7 +383,7 @@ def _correlation_family(
     import numpy as np
     import pyarrow.parquet as pq
 
-    from sim.fleet.alerts import scraped, trend_window_scrapes, uptime_correlation
+    from sim.telemetry.alerts import scraped, trend_window_scrapes, uptime_correlation
 
     header(out, UPTIME_CORRELATION)
     times = clock.times_s
@@ -435,13 +435,13 @@ def write_openmetrics(
     """Write the run in ``run_dir`` (already checked, its ``summary`` read) to ``out``
     as the module docstring says; ``kv_bytes_per_token`` overrides the summary's.
     ``scrape_interval_s`` (the counters' and the correlation's) and ``trend_window_s``
-    (the correlation's) default to :data:`sim.fleet.alerts.DEFAULT_SCRAPE_INTERVAL_S` and
-    :data:`~sim.fleet.alerts.DEFAULT_TREND_WINDOW_S` (a test holds them equal);
+    (the correlation's) default to :data:`sim.telemetry.alerts.DEFAULT_SCRAPE_INTERVAL_S` and
+    :data:`~sim.telemetry.alerts.DEFAULT_TREND_WINDOW_S` (a test holds them equal);
     ``alerts``: also write ``ALERTS`` / ``ALERTS_FOR_STATE`` evaluated with these
-    (:mod:`sim.fleet.openmetrics_alerts`). True when memory was also written in bytes. Raises
-    :class:`sim.fleet.openmetrics_counters.TooManyScrapes` before
+    (:mod:`sim.telemetry.openmetrics_alerts`). True when memory was also written in bytes. Raises
+    :class:`sim.telemetry.openmetrics_counters.TooManyScrapes` before
     writing anything."""
-    from sim.fleet.openmetrics_counters import (
+    from sim.telemetry.openmetrics_counters import (
         column_updates,
         counter_family,
         failure_updates,
@@ -471,7 +471,7 @@ def write_openmetrics(
     if fleet.exists():
         _fleet_family(out, fleet, origin_s)
     if alerts is not None:
-        from sim.fleet.openmetrics_alerts import write_alert_families
+        from sim.telemetry.openmetrics_alerts import write_alert_families
 
         pool = pool_of(summary)
         write_alert_families(

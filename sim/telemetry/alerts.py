@@ -16,12 +16,12 @@ Rules (``high_free_share``, ``ratio_alert``, ``ratio_severe`` and ``uptime_rho_a
 from the scenario's ``metrics``: :class:`~sim.results.seed_alerts.AlertThresholds`):
 
 * ``fragmentation_driven_allocation_failure`` (high): the exported rule's
-  ``increase(failures[W]) > 0`` (``W``: :meth:`~sim.fleet.alert_states.RuleTiming.
+  ``increase(failures[W]) > 0`` (``W``: :meth:`~sim.telemetry.alert_states.RuleTiming.
   window_s`) over the replica's counter of allocation failures (``admission_failure`` /
   ``growth_failure`` events) while its free share exceeded ``high_free_share``
   (strictly: exactly 25 % free does not count), the counter read at each scrape
   (failures in ``(t_{j-1}, t_j]`` counted at ``t_j``) from the replica's first row to
-  its last (:func:`~sim.fleet.alert_states.increase_condition`): one failure holds it
+  its last (:func:`~sim.telemetry.alert_states.increase_condition`): one failure holds it
   for the range's scrapes. Value: the failures in the range. Evaluated whether or not
   the gauges have data. The summary's ``matching_failures`` counts failures, the log
   counts episodes.
@@ -36,13 +36,13 @@ from the scenario's ``metrics``: :class:`~sim.results.seed_alerts.AlertThreshold
   >= ``uptime_rho_alert``, the current F > ``1 - ratio_alert`` (past the medium alert's
   level) and the current U >= W (no restart within the window). A NaN ratio in the
   window, or a constant U or F, gives no rho: it does not fire. The exported rule
-  (:mod:`sim.fleet.prometheus`) reads rho from the node's gauge of the seed's metric
+  (:mod:`sim.telemetry.prometheus`) reads rho from the node's gauge of the seed's metric
   name: PromQL has no ranks; ``fragsim export openmetrics`` writes that gauge with
-  :func:`uptime_correlation` at every scrape with data (:mod:`sim.fleet.openmetrics`).
+  :func:`uptime_correlation` at every scrape with data (:mod:`sim.telemetry.openmetrics`).
   Value: rho.
 
 Log. Each rule's condition at each scrape goes through Prometheus's states with the
-rule's ``for:`` (:mod:`sim.fleet.alert_states`): per episode (a stretch of scrapes
+rule's ``for:`` (:mod:`sim.telemetry.alert_states`): per episode (a stretch of scrapes
 where the condition held) one ``pending`` row at its first scrape (Prometheus's
 ``activeAt``), one ``firing`` row where it has held ``for:`` (the same instant with
 ``for: 0``; none when it ended sooner: ``for:`` suppressed it) and one ``resolved`` row
@@ -59,13 +59,6 @@ import math
 import numpy as np
 import pandas as pd
 
-from sim.fleet.alert_states import (
-    DEFAULT_TIMING,
-    Held,
-    RuleTiming,
-    hold,
-    increase_condition,
-)
 from sim.results.seed_alerts import (
     ALERTS,
     FRAGMENTATION_FAILURE,
@@ -74,6 +67,13 @@ from sim.results.seed_alerts import (
     UPTIME_CORRELATION,
     AlertThresholds,
     spearman_rho,
+)
+from sim.telemetry.alert_states import (
+    DEFAULT_TIMING,
+    Held,
+    RuleTiming,
+    hold,
+    increase_condition,
 )
 
 FAILURE_KINDS = ("admission_failure", "growth_failure")
@@ -159,7 +159,7 @@ def high_free_failures(
 def counter_span(timeseries: pd.DataFrame, times: np.ndarray, replica: int) -> tuple[int, int]:
     """The scrape indices ``lo..hi`` a replica's counters are read at: from the last at or
     before its first timeseries row to the first at or after its last
-    (:mod:`sim.fleet.openmetrics_counters`' clock); ``(0, -1)`` with none."""
+    (:mod:`sim.telemetry.openmetrics_counters`' clock); ``(0, -1)`` with none."""
     rows = timeseries.loc[timeseries["replica"] == replica, "time_s"]
     if not len(rows) or not len(times):
         return 0, -1
@@ -219,7 +219,7 @@ def conditions(
     timing: RuleTiming = DEFAULT_TIMING,
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per alert: (condition, value) at each scrape instant for one replica (before
-    ``for:``: :func:`sim.fleet.alert_states.hold` applies it)."""
+    ``for:``: :func:`sim.telemetry.alert_states.hold` applies it)."""
     s = scraped(timeseries, times, replica)
     has = s["has_data"].to_numpy()
     ratio = s["ratio"].to_numpy()

@@ -1,6 +1,6 @@
 """The nodes of a postmortem log: lifecycle events, from a nodes file's rows
-(:mod:`sim.fleet.postmortem_log`'s nodes format) or a reader's inference
-(:mod:`sim.fleet.otlp_nodes`), checked against the lifecycle into the log's
+(:mod:`sim.postmortem.log`'s nodes format) or a reader's inference
+(:mod:`sim.postmortem.otlp_nodes`), checked against the lifecycle into the log's
 :class:`Fleet`.
 
 Each :class:`NodeEvent` carries its own error (its file and line or row), so one check,
@@ -35,7 +35,7 @@ DEFAULT_POOL: Final = "default"
 @dataclass(frozen=True)
 class Fleet:
     """The log's nodes, by dense replica id, and their events (what
-    :class:`~sim.fleet.postmortem_log.PostmortemLog` carries of them)."""
+    :class:`~sim.postmortem.log.PostmortemLog` carries of them)."""
 
     names: list[str]
     pools: list[str]
@@ -78,7 +78,7 @@ _NEXT: Final = {  # event -> (states it may follow, state after it)
 
 def node_events(ctx: ReadContext, t: pa.Table, time_s: np.ndarray) -> list[NodeEvent]:
     """The rows of a nodes table as events, in file order (the table and its times from
-    :mod:`sim.fleet.postmortem_log`'s ``read_table(path, NODES, "time_s")`` and
+    :mod:`sim.postmortem.log`'s ``read_table(path, NODES, "time_s")`` and
     ``node_times``): replica and event present, events known, only a ``start`` before
     the log start. Their order in time is :func:`fleet_of`'s to check."""
     names = text_cells(ctx, t, "replica")

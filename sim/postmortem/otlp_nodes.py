@@ -1,5 +1,5 @@
 """The node events OpenTelemetry request spans can tell, merged with a nodes file's
-(:mod:`sim.fleet.otlp_log` reads the spans; this is what becomes of their resources).
+(:mod:`sim.postmortem.otlp_log` reads the spans; this is what becomes of their resources).
 
 Identity. A span's *node* (the log's replica) is its resource's ``k8s.pod.name``, else
 ``host.name``, else ``service.instance.id``; its *instance* (the serving process) is
@@ -47,7 +47,7 @@ row of it is kept; a node it does not name is in its pool where it names only on
 
 Conflicts. A nodes file none of whose replicas has a span is refused (it names the
 nodes otherwise than the spans do). The merged events must follow the lifecycle
-(:func:`sim.fleet.postmortem_nodes.fleet_of`), and every span must start while its node
+(:func:`sim.postmortem.nodes.fleet_of`), and every span must start while its node
 is up or crashed by them (not before the file starts it, nor after the file scales it
 down; checked first, so such a file event is blamed, not an inferred event it puts out
 of order); otherwise one error line names the nodes file's line (or the spans' line, for
@@ -64,8 +64,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from sim.fleet.postmortem_log import LogError
-from sim.fleet.postmortem_nodes import DEFAULT_POOL, Fleet, NodeEvent, fleet_of
+from sim.postmortem.log import LogError
+from sim.postmortem.nodes import DEFAULT_POOL, Fleet, NodeEvent, fleet_of
 
 EDGE_S: Final = 60.0
 """A node whose first span starts this close to the log start was up at it; one whose
@@ -94,7 +94,7 @@ class Span:
 @dataclass(frozen=True)
 class NodesFile:
     """A nodes file beside the spans: its events in file order
-    (:func:`sim.fleet.postmortem_nodes.node_events`), its replicas' pools and its name."""
+    (:func:`sim.postmortem.nodes.node_events`), its replicas' pools and its name."""
 
     name: str
     events: list[NodeEvent]

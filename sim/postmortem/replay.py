@@ -3,7 +3,7 @@ recorded failures the replay reproduces, then run counterfactual policies on the
 traffic.
 
 Replica ids. The log numbers its replicas densely in order of first appearance in the
-nodes file (:mod:`sim.fleet.postmortem_log`); the fleet numbers nodes in creation order.
+nodes file (:mod:`sim.postmortem.log`); the fleet numbers nodes in creation order.
 :func:`build_replica_map` ties them: the rebuilt fleet has one pool per distinct pool
 name (in order of the replicas' first appearance), the initial nodes come first, pool
 by pool in pool order (log id order within a pool), then one new node per recorded
@@ -27,11 +27,11 @@ yet added is not: an arrival at the very instant of a scripted action is routed 
 the action), else to the least outstanding node (a *fallback*, counted); later
 placements (re-routed retries, redirects) go to the least outstanding node.
 
-Matching. :func:`sim.fleet.matching.match_failures` with ``same_replica=True``, both
+Matching. :func:`sim.postmortem.matching.match_failures` with ``same_replica=True``, both
 sides' replicas as the log's names (the recorded failure's replica is that of its last
 attempt; the simulated one the node the request ended on).
 
-Names. Runs keep the engine's integer replica ids; :mod:`sim.fleet.postmortem_names`
+Names. Runs keep the engine's integer replica ids; :mod:`sim.postmortem.names`
 adds the log's names beside them (``replica_name`` columns, ``replicas.csv``), and the
 matching compares names.
 
@@ -62,10 +62,10 @@ from pydantic import ValidationError
 from policies.routing.base import Router, RouteRequest, RouterView, least, outstanding, up_indices
 from sim.fleet.config import MAX_NODES, FleetConfig, LifecycleConfig
 from sim.fleet.fleet import NodeAction
-from sim.fleet.matching import MatchReport, Rule, match_failures
-from sim.fleet.postmortem_baseline import Change, agreement, policy_changes
-from sim.fleet.postmortem_log import PostmortemLog
-from sim.fleet.postmortem_names import (
+from sim.postmortem.baseline import Change, agreement, policy_changes
+from sim.postmortem.log import PostmortemLog
+from sim.postmortem.matching import MatchReport, Rule, match_failures
+from sim.postmortem.names import (
     counterfactual_names,
     nodes_in,
     replica_table,
@@ -365,7 +365,7 @@ def match_run(
     log: PostmortemLog, result: RunResult, *, rule: Rule = "by_request", tolerance_s: float = 30.0
 ) -> MatchReport:
     """The log's recorded failures matched against a named run's (the replay, or the
-    modelled baseline: :mod:`sim.fleet.postmortem_baseline`)."""
+    modelled baseline: :mod:`sim.postmortem.baseline`)."""
     recorded = log.recorded_failures()
     recorded["replica"] = [log.replica_names[r] for r in recorded["replica"].tolist()]
     return match_failures(recorded, simulated_failures(result), rule=rule, tolerance_s=tolerance_s)
@@ -373,7 +373,7 @@ def match_run(
 
 def changes_against(base: Scenario, cf: Scenario, log: PostmortemLog) -> list[Change]:
     """What ``cf`` changes against the modelled baseline of ``base``, both built for
-    ``log`` (:func:`sim.fleet.postmortem_baseline.policy_changes`)."""
+    ``log`` (:func:`sim.postmortem.baseline.policy_changes`)."""
     rmap = build_replica_map(log)
     return policy_changes(
         counterfactual_scenario(base, log, rmap), counterfactual_scenario(cf, log, rmap)
@@ -384,7 +384,7 @@ def run_counterfactual(
     cf: Scenario, log: PostmortemLog, progress: Progress | None = None
 ) -> RunResult:
     """``cf`` on the log's traffic (module docstring), its frames named. The modelled
-    baseline is the BASE scenario run so (:mod:`sim.fleet.postmortem_baseline`)."""
+    baseline is the BASE scenario run so (:mod:`sim.postmortem.baseline`)."""
     rmap = build_replica_map(log)
     scenario = counterfactual_scenario(cf, log, rmap)
     result = _simulate(scenario, log, None, counterfactual_script(log, rmap), progress)

@@ -3,7 +3,7 @@ and the ``for:`` each of the seed's rules ships with.
 
 States (Prometheus's ``rules/alerting.go``, ``AlertingRule.Eval``). The rule is
 evaluated at every instant ``t_k`` of the run's scrape grid
-(:func:`sim.fleet.alerts.scrape_times`: the rule group's interval is the scrape
+(:func:`sim.telemetry.alerts.scrape_times`: the rule group's interval is the scrape
 interval). Per replica (per label set of the expression's result):
 
 * the first instant its condition holds, the alert becomes *active*: state ``pending``,
@@ -19,14 +19,14 @@ An *episode* is one such stretch of instants where the condition held; it *fired
 it lasted ``for`` (from its first instant to its last: ``n = ceil(for / I)`` intervals,
 ``n + 1`` instants). ``ALERTS{alertstate="pending"|"firing"}`` and
 ``ALERTS_FOR_STATE`` (value ``activeAt`` in Unix seconds) are written at each instant an
-alert is active (:mod:`sim.fleet.openmetrics_alerts`).
+alert is active (:mod:`sim.telemetry.openmetrics_alerts`).
 
-The failure rule reads ``increase(counter[W]) > 0`` (:mod:`sim.fleet.prometheus`): at
+The failure rule reads ``increase(counter[W]) > 0`` (:mod:`sim.telemetry.prometheus`): at
 ``t_k`` Prometheus 2's range selector holds the counter's samples at
 ``t_k - W <= t_j <= t_k``; ``increase`` needs two of them and is positive exactly when
 the last exceeds the first (the counter never resets: it counts over the run, restarts
 included). :func:`increase_condition` evaluates that over the counter as
-``fragsim export openmetrics`` writes it (:mod:`sim.fleet.openmetrics_counters`: at
+``fragsim export openmetrics`` writes it (:mod:`sim.telemetry.openmetrics_counters`: at
 every scrape instant from the replica's first to its last). Prometheus 3 selects the
 range left-open (``t_k - W < t_j``): a failure then holds the condition one scrape
 less (docs/alerts.md).

@@ -1,8 +1,8 @@
-"""The ``ALERTS`` and ``ALERTS_FOR_STATE`` series of :mod:`sim.fleet.openmetrics`: what
+"""The ``ALERTS`` and ``ALERTS_FOR_STATE`` series of :mod:`sim.telemetry.openmetrics`: what
 Prometheus's rule evaluation would have written for the exported rules
-(:mod:`sim.fleet.prometheus`, fragsim's metric names, label ``replica``) had it evaluated
-them over the run, from fragsim's own evaluation (:func:`sim.fleet.alerts.evaluate_alerts`,
-each rule's ``for:``: :mod:`sim.fleet.alert_states`). Prometheus evaluates rules on its
+(:mod:`sim.telemetry.prometheus`, fragsim's metric names, label ``replica``) had it evaluated
+them over the run, from fragsim's own evaluation (:func:`sim.telemetry.alerts.evaluate_alerts`,
+each rule's ``for:``: :mod:`sim.telemetry.alert_states`). Prometheus evaluates rules on its
 own clock only, never over backfilled history: without these, a backfilled Prometheus
 has no alert history.
 
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from sim.fleet.alert_states import DEFAULT_TIMING, RuleTiming
-from sim.fleet.openmetrics import escape, number, stamp, timestamps_ms
+from sim.telemetry.alert_states import DEFAULT_TIMING, RuleTiming
+from sim.telemetry.openmetrics import escape, number, stamp, timestamps_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 ALERTS_NAME = "ALERTS"
 FOR_STATE_NAME = "ALERTS_FOR_STATE"
 SEVERITIES = {"high": "critical", "medium": "warning"}
-"""``sim.fleet.prometheus.SEVERITIES`` (a test holds them equal)."""
+"""``sim.telemetry.prometheus.SEVERITIES`` (a test holds them equal)."""
 POOL_LABELLED = (
     "severe_fragmentation",
     "high_fragmentation_approaching_threshold",
@@ -118,7 +118,7 @@ def write_alert_families(
     """Evaluate the run's alerts and write both families whole (module docstring)."""
     import pyarrow.parquet as pq
 
-    from sim.fleet.alerts import evaluate_alerts, scrape_times
+    from sim.telemetry.alerts import evaluate_alerts, scrape_times
 
     columns = ["time_s", "replica", "trigger", "up", "uptime_s"]
     columns.append("largest_contiguous_free_block_ratio")

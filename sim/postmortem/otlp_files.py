@@ -1,5 +1,5 @@
 """The files of an OTLP span log, from names on disk to JSON objects, trusting nothing
-(:mod:`sim.fleet.otlp_log` parses the objects as OTLP).
+(:mod:`sim.postmortem.otlp_log` parses the objects as OTLP).
 
 Names. A span file is named ``*.json`` or ``*.jsonl``, optionally followed by ``.gz`` or
 ``.zst`` (:func:`is_span_name`); a folder's span files are read in name order. An entry
@@ -26,7 +26,7 @@ byte-order mark at the start of the first line is skipped. A line must be UTF-8 
 its byte and offset are named), strict JSON (no ``NaN`` / ``Infinity``, no number of
 more than 4,300 digits, no key given twice in one object) nested at most
 :data:`MAX_JSON_DEPTH` levels (OTLP needs about 12, plus an attribute value's own
-arrays). Every refusal is one :class:`~sim.fleet.postmortem_log.LogError` naming the
+arrays). Every refusal is one :class:`~sim.postmortem.log.LogError` naming the
 file and line.
 """
 
@@ -44,7 +44,7 @@ from typing import IO, Any, Final
 
 import pyarrow as pa
 
-from sim.fleet.postmortem_log import LogError
+from sim.postmortem.log import LogError
 from traces.formats import KeyTwice, unique_pairs
 
 SPAN_SUFFIXES: Final = (".json", ".jsonl")

@@ -1,4 +1,4 @@
-"""The log's replica names on a postmortem's runs (:mod:`sim.fleet.postmortem`).
+"""The log's replica names on a postmortem's runs (:mod:`sim.postmortem.replay`).
 
 The engine numbers nodes 0..n-1 (fleet ids) and keeps doing so in every file it writes;
 everything a user reads names them as the log does. :func:`with_replica_names` adds a
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from sim.fleet.postmortem_log import PostmortemLog
+from sim.postmortem.log import PostmortemLog
 from sim.results.io import RunResult
 
 if TYPE_CHECKING:
-    from sim.fleet.postmortem import ReplicaMap
+    from sim.postmortem.replay import ReplicaMap
 
 NO_REPLICA = "-"
 """The replica name of a request no node took (refused by the router)."""

@@ -1,11 +1,11 @@
-"""The seed's alerts as a Prometheus rules file: the rules :mod:`sim.fleet.alerts`
+"""The seed's alerts as a Prometheus rules file: the rules :mod:`sim.telemetry.alerts`
 evaluates over a run, written in PromQL over the metrics of :data:`METRICS`, so the
 rules validated in simulation are the rules deployed.
 
 Metrics. A serving node that exports these (one series per node, labelled by the
 routing label, ``replica`` by default) can run the rules unchanged;
 ``fragsim export openmetrics`` writes a run's own, the correlation gauge included
-(:mod:`sim.fleet.openmetrics`). Each gauge is the timeseries column of the same meaning;
+(:mod:`sim.telemetry.openmetrics`). Each gauge is the timeseries column of the same meaning;
 the failure counter counts the allocation failures (``admission_failure`` /
 ``growth_failure``) whose free share exceeded ``high_free_share`` (the exporter applies
 the threshold); the correlation gauge is the seed's metric
@@ -26,7 +26,7 @@ Prometheus metric                                              vLLM's (``--metri
 ``fragsim_waiting_requests``                                   ``vllm:num_requests_waiting``  ``waiting_requests``
 ``fragsim_preemptions_total``                                  ``vllm:num_preemptions_total``  ``preemptions_total``
 ``fragsim_allocation_failures_at_high_free_memory_total``      (none)                        events above ``high_free_share``
-``fragsim_node_uptime_vs_fragmentation_correlation``           (none)                        Spearman rho, ``sim.fleet.alerts``
+``fragsim_node_uptime_vs_fragmentation_correlation``           (none)                        Spearman rho, ``sim.telemetry.alerts``
 =============================================================  ============================  =========================================
 
 Rules (Alertmanager conventions): one group ``fragsim`` evaluated every scrape
@@ -45,7 +45,7 @@ interval; labels ``severity`` ``critical`` (the seed's ``high``) or ``warning``
   failure counter and no contiguity, so the ratio rules keep fragsim's names: the
   rules file's header says which);
 * the ratio rules threshold the gauge, the uptime rule the correlation gauge, each
-  with its ``for:`` (:data:`sim.fleet.alert_states.SHIPPED_FOR_S`: none on the severe
+  with its ``for:`` (:data:`sim.telemetry.alert_states.SHIPPED_FOR_S`: none on the severe
   rule, ``30s`` (two scrapes in a row) on the approaching and uptime rules; a rule without a
   ``for:`` fires at its first evaluation);
 * the uptime rule thresholds ``fragsim_node_uptime_vs_fragmentation_correlation``:
@@ -59,7 +59,7 @@ interval; labels ``severity`` ``critical`` (the seed's ``high``) or ``warning``
   statistic beside the summary's and the reports'.
 
 ``fragsim alerts show`` and a run's ``alerts.parquet`` apply the same ``for:`` and
-window (:mod:`sim.fleet.alert_states`): they fire where these rules fire.
+window (:mod:`sim.telemetry.alert_states`): they fire where these rules fire.
 """
 
 from __future__ import annotations
@@ -70,8 +70,9 @@ from typing import Any, Literal
 
 import yaml
 
-from sim.fleet.alert_states import DEFAULT_TIMING, RuleTiming, with_gauge_hold
-from sim.fleet.alerts import (
+from sim.results.seed_alerts import AlertSpec, AlertThresholds
+from sim.telemetry.alert_states import DEFAULT_TIMING, RuleTiming, with_gauge_hold
+from sim.telemetry.alerts import (
     ALERTS,
     DEFAULT_SCRAPE_INTERVAL_S,
     DEFAULT_THRESHOLDS,
@@ -81,7 +82,6 @@ from sim.fleet.alerts import (
     SEVERE_FRAGMENTATION,
     UPTIME_CORRELATION,
 )
-from sim.results.seed_alerts import AlertSpec, AlertThresholds
 
 METRICS: tuple[tuple[str, str, str, str], ...] = (
     # (fragsim column, Prometheus metric, type, help)
@@ -260,7 +260,7 @@ def alert_rules(
     options: RuleOptions = DEFAULT_OPTIONS,
 ) -> dict[str, Any]:
     """The rules file as a mapping: one group ``fragsim`` evaluated every scrape, one
-    rule per alert of :data:`~sim.fleet.alerts.ALERTS` (module docstring)."""
+    rule per alert of :data:`~sim.telemetry.alerts.ALERTS` (module docstring)."""
     exprs = expressions(thresholds, scrape_interval_s, trend_window_s, options)
     timing = options.rule_timing()
     rules = []
@@ -299,7 +299,9 @@ def rules_yaml(rules: dict[str, Any], options: RuleOptions = DEFAULT_OPTIONS) ->
         head.append(
             "# vLLM exports no contiguity: the ratio and uptime rules keep fragsim's names."
         )
-    head.append("# See sim/fleet/prometheus.py for the rules' windows and the correlation gauge.")
+    head.append(
+        "# See sim/telemetry/prometheus.py for the rules' windows and the correlation gauge."
+    )
     body = yaml.safe_dump(rules, sort_keys=False, allow_unicode=True, width=1000)
     return "\n".join(head) + "\n" + body
 

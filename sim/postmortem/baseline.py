@@ -1,12 +1,12 @@
 """The modelled baseline of ``fragsim postmortem`` and counterfactuals that change one
 thing against it.
 
-Three kinds of run. The *replay* (:func:`sim.fleet.postmortem.replay`) follows the log:
+Three kinds of run. The *replay* (:func:`sim.postmortem.replay.replay`) follows the log:
 recorded routes, recorded restarts, crashes and scale events, no policy of its own. The
 *modelled baseline* is the BASE scenario's own policies (router, retries, restart policy,
 autoscaler, lifecycle, allocator, hardware, scheduler) simulated on the log's traffic
 from the log's initial fleet, built exactly as a counterfactual is
-(:func:`sim.fleet.postmortem.counterfactual_scenario`: recorded crashes of initial nodes
+(:func:`sim.postmortem.replay.counterfactual_scenario`: recorded crashes of initial nodes
 kept, recorded restarts and scale events left to the policies). How well it models the
 log is stated beside the replay (:func:`agreement_rows`: failures, restarts and scale
 events of the log, the replay and the baseline, and the baseline's failures matched
@@ -24,7 +24,7 @@ at once" and lists them (the saving cannot be credited to one policy), and the C
 on stderr. One with none saves exactly 0 (it is the baseline's run, byte for byte).
 
 Ranks (:func:`ranked`): the modelled baseline and the counterfactuals are ranked by
-:func:`sim.fleet.compare.with_deltas` against the baseline (so a baseline ranked 1 means
+:func:`sim.results.compare.with_deltas` against the baseline (so a baseline ranked 1 means
 no change pays); the replay is the record, not an option, and has no rank. The CLI, the
 report and ``compare.csv`` all carry these ranks.
 """
@@ -41,7 +41,7 @@ import pandas as pd
 from sim.scenario.schema import Scenario
 
 if TYPE_CHECKING:
-    from sim.fleet.matching import MatchReport
+    from sim.postmortem.matching import MatchReport
 
 BASELINE = "baseline"
 """The modelled baseline's run name (its folder, ``OUT/baseline/``)."""
@@ -134,12 +134,12 @@ def change_text(changes: Sequence[Change]) -> str:
 
 
 def ranked(frame: pd.DataFrame) -> pd.DataFrame:
-    """``compare.csv``'s rows (:func:`sim.fleet.compare.compare_frame` columns plus
+    """``compare.csv``'s rows (:func:`sim.results.compare.compare_frame` columns plus
     ``role`` (replay, baseline, counterfactual) and ``change``; the replay first, then
     the baseline) in display order, with ``run``, the deltas against the baseline, and
     ``rank`` (missing for the replay) and ``verdict``: the replay, the baseline, then the
     counterfactuals by rank."""
-    from sim.fleet.compare import COLUMNS, verdict, with_deltas
+    from sim.results.compare import COLUMNS, verdict, with_deltas
 
     roles = frame["role"].astype(str).tolist()
     keep = [c for c, _ in COLUMNS]

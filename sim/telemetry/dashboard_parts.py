@@ -1,4 +1,4 @@
-"""The building blocks of :mod:`sim.fleet.dashboard`: grafana-foundation-sdk builders
+"""The building blocks of :mod:`sim.telemetry.dashboard`: grafana-foundation-sdk builders
 preset for its panels (a Prometheus data source chosen by the ``datasource`` variable,
 legends, thresholds) and its template variables. Each imports the SDK when called, so
 importing this module needs no SDK."""

@@ -37,9 +37,9 @@ traces readers do the reading (:func:`traces.readers.iter_raw`: a CSV pyarrow ca
 parse is located by :mod:`traces.locate`), and the checks are those of
 :mod:`traces.validate`.
 
-Building blocks, for readers of other formats (:mod:`sim.fleet.otlp_log`):
+Building blocks, for readers of other formats (:mod:`sim.postmortem.otlp_log`):
 :func:`read_table` reads a file of either format, :func:`node_times` its node times
-(:mod:`sim.fleet.postmortem_nodes` turns its rows into node events and checks any list
+(:mod:`sim.postmortem.nodes` turns its rows into node events and checks any list
 of them into a fleet), and :func:`index_requests` turns a requests table on a fleet into
 the :class:`PostmortemLog`.
 """
@@ -56,7 +56,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sim.fleet.postmortem_nodes import TEXT, Fleet, read_fleet, row_name, text_cells
+from sim.postmortem.nodes import TEXT, Fleet, read_fleet, row_name, text_cells
 from traces.bounds import MAX_ARRIVAL_S
 from traces.errors import TraceError
 from traces.formats import F64, I64, Format, check_columns, read_header
@@ -154,7 +154,7 @@ class PostmortemLog:
     ``status`` (normalised), sorted by arrival (ties in file order)."""
 
     def recorded_failures(self) -> pd.DataFrame:
-        """The ``recorded`` frame of :func:`sim.fleet.matching.match_failures`: one row per
+        """The ``recorded`` frame of :func:`sim.postmortem.matching.match_failures`: one row per
         request whose final status is not ok, with its last attempt's replica (where it
         finally failed) and its first attempt's arrival (the request's arrival, as the
         simulated side has it: the two times compare in ``by_window``)."""
