@@ -57,17 +57,17 @@ import simpy
 from policies.allocators.base import PoolSpec
 from policies.allocators.paged import PagedAllocator
 from sim.build import engine_build
-from sim.columns import make_groups
 from sim.engine.replica import Replica
 from sim.engine.scheduler import Group
 from sim.engine.simpy_adapter import events_processed
-from sim.hardware import GPUS, MODELS
 from sim.latency.models import RooflineLatency
-from sim.parts import build_parts
+from sim.models.hardware import GPUS, MODELS
 from sim.results.io import RunResult
 from sim.runner import run
 from sim.scenario.schema import Scenario, parse_scenario
 from sim.scenario.workload import load_workload
+from sim.simulate.columns import make_groups
+from sim.simulate.parts import build_parts
 
 AZURE_CONV = (
     Path(__file__).resolve().parents[2]

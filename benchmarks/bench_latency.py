@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 
 from sim.build import engine_build
-from sim.hardware import GPUS, MODELS
 from sim.latency.base import bisect_steps_within_s
 from sim.latency.models import RooflineLatency
+from sim.models.hardware import GPUS, MODELS
 
 DECODE_SEQS = 34
 KV_TOKENS_START = 46_000

@@ -129,7 +129,7 @@ _GPU_PRESET_BY_NAME = (
 
 
 def gpu_preset_name(device: torch.device) -> str:
-    """The ``sim.hardware`` GPU preset the device is (a calibration file's ``gpu``), or
+    """The ``sim.models.hardware`` GPU preset the device is (a calibration file's ``gpu``), or
     its name lower-cased with spaces as dashes (``cpu`` on CPU)."""
     name = device_name(device)
     for part, preset in _GPU_PRESET_BY_NAME:

@@ -8,7 +8,7 @@ downloaded. :class:`DecoderStack` runs ``layers_run`` layers; a model's time is 
 measured time scaled to full depth (``time * num_layers / layers_run``: the layers are
 identical, and embedding and LM head are left out).
 
-Shapes come from ``sim.hardware``'s model presets (hidden size, KV heads, head dim,
+Shapes come from ``sim.models.hardware``'s model presets (hidden size, KV heads, head dim,
 layers); query heads are ``hidden_size // head_dim`` (true of every preset) and the MLP
 width is each model's ``intermediate_size`` from its Hugging Face ``config.json``
 (:data:`INTERMEDIATE_SIZE`: the presets do not carry it).
@@ -57,8 +57,8 @@ class ModelShape:
 
     @classmethod
     def preset(cls, name: str) -> ModelShape:
-        """The shape of a ``sim.hardware`` model preset (ValueError naming the choices)."""
-        from sim.hardware import MODELS
+        """The shape of a ``sim.models.hardware`` model preset (ValueError naming the choices)."""
+        from sim.models.hardware import MODELS
 
         if name not in MODELS:
             raise ValueError(f"unknown model preset {name!r}; allowed: {', '.join(MODELS)}")

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from policies.allocators.base import Allocator
     from policies.allocators.paged import PagedAllocator
     from sim.engine.batch import Group, SchedulerConfig, Step
-    from sim.parts import Parts
+    from sim.simulate.parts import Parts
 
 
 @dataclass(frozen=True)
@@ -227,12 +227,12 @@ def replay(
     warmup_steps: int = 3,
     max_steps: int | None = None,
 ) -> ReplayResult:
-    """Replay ``requests`` (a canonical trace frame) under ``parts`` (``sim.parts.
+    """Replay ``requests`` (a canonical trace frame) under ``parts`` (``sim.simulate.parts.
     build_parts`` of a scenario with a ``paged`` allocator) on ``stack``'s device. The
     first ``warmup_steps`` steps run once untimed before their timed run (compilation,
     caches) and are flagged ``warmup``. Checks at every step that the pool's physical
     blocks in use equal the allocator's."""
-    from sim.columns import make_groups
+    from sim.simulate.columns import make_groups
 
     block_size = paged_block_size(parts)
     allocator = parts.allocator.build(parts.spec)
@@ -285,7 +285,7 @@ def lockstep_blocks(
     """The simulator's scheduler and allocator (fresh, built from ``parts``) on the clock
     the replay measured: per step ``(prefill_tokens, decode_seqs, kv_tokens,
     blocks_in_use)``, blocks read from the allocator (owned less its reservoir)."""
-    from sim.columns import make_groups
+    from sim.simulate.columns import make_groups
 
     block_size = paged_block_size(parts)
     allocator = parts.allocator.build(parts.spec)

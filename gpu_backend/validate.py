@@ -46,7 +46,7 @@ def scenario_dict(
     """A one-replica scenario: the trace, the model (its preset, or inline for a custom
     shape), the ``paged`` allocator over ``kv_capacity_tokens`` and the calibration
     (``check_hardware: false``: the replay's pool is sized by hand)."""
-    from sim.hardware import MODELS
+    from sim.models.hardware import MODELS
 
     if shape.name in MODELS and max_seq_tokens is None:
         model: Any = shape.name
@@ -135,7 +135,7 @@ def validate(
 ) -> tuple[dict[str, Any], ReplayResult]:
     """The validation report (module doc) and the replay it compared with."""
     import sim
-    from sim.parts import build_parts
+    from sim.simulate.parts import build_parts
 
     parts = build_parts(scenario, requests)
     simulated = sim.run(scenario, requests).requests
@@ -197,8 +197,8 @@ def contiguous_baseline(
     from gpu_backend.replay import drive
     from gpu_backend.snapshot import pick_stats, summarize_snapshot
     from policies.allocators.base import PoolSpec
-    from sim.columns import make_groups
-    from sim.parts import build_parts
+    from sim.simulate.columns import make_groups
+    from sim.simulate.parts import build_parts
 
     kv = ContiguousKV(layers, shape.num_kv_heads, shape.head_dim, dtype=dtype, device=device)
     data = scenario.model_dump(mode="json", exclude_none=True)

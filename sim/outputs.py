@@ -1,5 +1,5 @@
 """One place assembles a run's outputs and its summary (``sim.results.io.RunResult``)
-from what the loop simulated (``sim.driver.Simulated``): a single replica's requests,
+from what the loop simulated (``sim.simulate.driver.Simulated``): a single replica's requests,
 timeseries and events; a fleet's as well, with each request's route and diagnosis, the
 alert rows, the fleet table and the summary's ``fleet`` section.
 
@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from sim.driver import Simulated
 from sim.engine.recorder import EventTable
 from sim.latency.base import OutOfRange
-from sim.parts import Parts
 from sim.results.frames import frame
 from sim.results.io import RunResult
 from sim.results.seed_alerts import ALERTS, THRESHOLD_FIELDS
 from sim.results.summary import summarize, with_firings
 from sim.scenario import bounds
 from sim.scenario.schema import Scenario
+from sim.simulate.driver import Simulated
+from sim.simulate.parts import Parts
 from sim.telemetry.alert_states import DEFAULT_TIMING
 from sim.telemetry.alerts import (
     DEFAULT_TREND_WINDOW_S,
@@ -42,8 +42,8 @@ from sim.telemetry.alerts import (
 
 if TYPE_CHECKING:
     from policies.routing.base import Router
-    from sim.driver import SingleReplica
     from sim.fleet.fleet import Fleet
+    from sim.simulate.driver import SingleReplica
 
 
 def single_result(

@@ -1,11 +1,11 @@
 """``run(scenario, requests) -> RunResult``: every way into a run goes through here
 (``sim.run``, ``fragsim run`` / ``compare`` / ``postmortem`` / ``sweep`` / ``plan``).
 
-1. What the run will cost is checked (``sim.cost``) and what it builds is built
-   (``sim.parts``: one set of parts per pool, one pool for a single replica) -- every
+1. What the run will cost is checked (``sim.scenario.cost``) and what it builds is built
+   (``sim.simulate.parts``: one set of parts per pool, one pool for a single replica) -- every
    error before anything is simulated.
-2. One loop simulates it (``sim.driver.simulate``) with its traffic: a single replica
-   fed the trace (``sim.driver.SingleReplica``), or the fleet (``sim.fleet.fleet``).
+2. One loop simulates it (``sim.simulate.driver.simulate``) with its traffic: a single replica
+   fed the trace (``sim.simulate.driver.SingleReplica``), or the fleet (``sim.fleet.fleet``).
 3. One place assembles the outputs and the summary (``sim.outputs``).
 """
 
@@ -20,16 +20,16 @@ import pandas as pd
 import simpy
 
 from policies.routing.base import Router
-from sim.columns import group_columns, sessions_of
-from sim.cost import check_run_cost, within_duration
-from sim.driver import RunOutlet, SingleReplica, Traffic, simulate
 from sim.engine.recorder import Recorder
 from sim.fleet.fleet import Fleet, NodeAction
 from sim.outputs import fleet_result, single_result
-from sim.parts import Parts, run_parts
 from sim.results.io import RunResult
 from sim.results.records import Records
+from sim.scenario.cost import check_run_cost, within_duration
 from sim.scenario.schema import Scenario, ScenarioWarning
+from sim.simulate.columns import group_columns, sessions_of
+from sim.simulate.driver import RunOutlet, SingleReplica, Traffic, simulate
+from sim.simulate.parts import Parts, run_parts
 
 
 def run(
@@ -45,12 +45,12 @@ def run(
     scenario's own workload, ``load_workload(scenario)``) under ``scenario``.
 
     ``progress(now_s, end_s)`` is called every 1 % of simulated time when given;
-    ``parts`` (from :func:`sim.parts.run_parts`) skips building them again. A fleet's
+    ``parts`` (from :func:`sim.simulate.parts.run_parts`) skips building them again. A fleet's
     ``router`` replaces the scenario's (a postmortem replays recorded routes) and
     ``script`` lists node actions applied at their times besides the policies' (a
     postmortem's recorded restarts, crashes and scale events). A run that would cost
     more than the bounds of :mod:`sim.scenario.bounds` raises ScenarioError, before
-    simulating (:func:`sim.cost.check_run_cost`) or as soon as the run passes one."""
+    simulating (:func:`sim.scenario.cost.check_run_cost`) or as soon as the run passes one."""
     if requests is None:
         from sim.scenario.workload import load_workload
 

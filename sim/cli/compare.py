@@ -38,7 +38,7 @@ import typer
 
 from sim.cli.output import FormatOption
 from sim.errors import clip
-from sim.scenario.fields import MAX_SEED
+from sim.fields import MAX_SEED
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -72,9 +72,9 @@ def _check_bytes(kv_bytes_per_token: int | None, summary: dict[str, Any], path: 
     """Refuse KV bytes per token (``--kv-bytes-per-token``, else the summary's largest)
     whose product with the run's largest KV capacity (the summary's, else the most any
     run has) overflows the export's 64-bit bytes; the error names where it came from."""
+    from sim.fields import MAX_TOKENS
     from sim.results.runfolder import capacity_bound
     from sim.results.summary_model import MAX_INT64
-    from sim.scenario.fields import MAX_TOKENS
 
     capacity = capacity_bound(summary) or MAX_TOKENS
     if kv_bytes_per_token is not None:

@@ -63,7 +63,7 @@ def hardware_command(
             )
         print_presets(fmt)
         return
-    from sim.hardware import MODELS
+    from sim.models.hardware import MODELS
 
     dtypes = {"kv_cache_dtype": kv_cache_dtype, "quantization": quantization}
     chosen: Any = model
@@ -102,7 +102,7 @@ def hardware_command(
 def print_presets(fmt: str) -> None:
     """The model and GPU presets, two tables in ``fmt``; with ``table`` and ``markdown``,
     where the GPU prices come from."""
-    from sim.hardware import GPU_PRICE_SOURCE, GPUS, MODELS, kv_bytes_per_token
+    from sim.models.hardware import GPU_PRICE_SOURCE, GPUS, MODELS, kv_bytes_per_token
 
     models = [
         (

@@ -28,16 +28,16 @@ from sim.cli import interrupt
 from sim.cli.output import Cell, FormatOption, echo_prose, number_cell, print_table
 from sim.cli.progress import progress, sim_time_amounts
 from sim.errors import clip, os_error_line, short
+from sim.fields import MAX_SEED
 from sim.results.labels import WASTE_LABELS
 from sim.scenario.builtin import builtin_names, describe_builtin, resolve_scenario
-from sim.scenario.fields import MAX_SEED
 
 if TYPE_CHECKING:  # the engine, pandas and pydantic models load inside the commands
     import pandas as pd
 
-    from sim.parts import Parts
     from sim.results.io import RunResult
     from sim.scenario.schema import Scenario
+    from sim.simulate.parts import Parts
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -326,11 +326,11 @@ def prepare(
     source = resolve_scenario(scenario_arg)
     check_scenario_exists(source)
     from sim.cli.trace import show_trace_warnings
-    from sim.cost import check_run_cost
-    from sim.parts import run_parts
+    from sim.scenario.cost import check_run_cost
     from sim.scenario.retention import warn_unused_retention
     from sim.scenario.schema import ScenarioError, load_scenario
     from sim.scenario.workload import load_workload
+    from sim.simulate.parts import run_parts
     from traces import TraceError
 
     try:

@@ -140,7 +140,7 @@ def _user_errors() -> Iterator[None]:
 
 
 def _check_seed(source: object, seed: int) -> None:
-    from sim.scenario.fields import MAX_SEED
+    from sim.fields import MAX_SEED
 
     if not 0 <= seed <= MAX_SEED:
         bound = ">= 0" if seed < 0 else f"<= {MAX_SEED} (a seed is below 2^63)"

@@ -13,7 +13,7 @@ Defaults and where they come from (docs/fleet.md, "Nodes and their lifecycle"):
   not routable, not as slower steps).
 * Router signals refreshed every 50 ms (``router_refresh_s``), as gateways scrape their
   endpoints' metrics; 0 reads every replica fresh at every decision.
-* $/GPU-hour: the pool's GPU preset's price (``sim.hardware.GPUS``, the table
+* $/GPU-hour: the pool's GPU preset's price (``sim.models.hardware.GPUS``, the table
   ``fragsim hardware`` prints: on-demand list prices, mid-2025), times the GPUs per
   replica (``tensor_parallel``); an inline GPU's own ``usd_per_hour``. Set your
   contract's price per pool (``usd_per_gpu_hour``).
@@ -40,7 +40,7 @@ from policies.restart.config import NoRestartConfig, RestartConfig
 from policies.restart.registry import parse_restart
 from policies.routing.config import LeastOutstandingConfig, LengthPoolsConfig, RouterConfig
 from policies.routing.registry import parse_router
-from sim.scenario.fields import MAX_SECONDS, Count, Flag, Number
+from sim.fields import MAX_SECONDS, Count, Flag, Number
 
 MAX_NODES = 4096
 """Nodes in a fleet, all pools together, at any time (also the autoscaler's ceiling)."""
@@ -83,7 +83,7 @@ class PoolConfig(_Strict):
         None,
         ge=0,
         le=1e6,
-        description="Price of one GPU-hour; default: the pool's GPU's (sim.hardware.GPUS, "
+        description="Price of one GPU-hour; default: the pool's GPU's (sim.models.hardware.GPUS, "
         "as fragsim hardware lists it).",
     )
     initial_uptime_s: Number | list[Number] = Field(
@@ -114,7 +114,7 @@ class PoolConfig(_Strict):
 
     def price_usd_per_gpu_hour(self, gpu_usd_per_hour: float) -> float:
         """This pool's price of one GPU-hour: its own, else ``gpu_usd_per_hour`` (its GPU's
-        price in ``sim.hardware``'s table, pool hardware overrides applied)."""
+        price in ``sim.models.hardware``'s table, pool hardware overrides applied)."""
         return gpu_usd_per_hour if self.usd_per_gpu_hour is None else float(self.usd_per_gpu_hour)
 
     def uptime_of(self, index: int) -> float:

@@ -1,4 +1,4 @@
-"""The fleet, a run's traffic (``sim.driver``): the arrival process that routes every
+"""The fleet, a run's traffic (``sim.simulate.driver``): the arrival process that routes every
 request at its arrival (``Router.choose`` over the replicas' views, then
 ``Replica.submit``), client retries (re-routed, or pinned to the replica that refused),
 requests a crash or a killed restart loses, the restart / autoscaling policy ticks and a
@@ -23,8 +23,6 @@ import numpy as np
 import simpy
 
 from policies.routing.base import NO_REQUEST, Router, RouteRequest
-from sim.columns import GroupColumns
-from sim.driver import RunOutlet
 from sim.engine.batch import ClientRetry, Group, SchedEvent, Status
 from sim.engine.driven import Agenda, Clock, DrivenReplica
 from sim.engine.events import ArrivalTimer
@@ -36,9 +34,11 @@ from sim.fleet.loop import ARRIVAL_CHUNK, Retries, drive
 from sim.fleet.node import Node
 from sim.fleet.routeviews import AbsentView, RouteViews
 from sim.latency.base import OutOfRange
-from sim.parts import Parts
 from sim.results.records import Records
 from sim.scenario import bounds
+from sim.simulate.columns import GroupColumns
+from sim.simulate.driver import RunOutlet
+from sim.simulate.parts import Parts
 
 FAILURE_KINDS = frozenset({"admission_failure", "growth_failure"})
 
@@ -91,7 +91,7 @@ class _NodeOutlet(RunOutlet):
 
 
 class Fleet(Lifecycle):
-    """A run's traffic (``sim.driver.Traffic``) when the scenario has a fleet: built with
+    """A run's traffic (``sim.simulate.driver.Traffic``) when the scenario has a fleet: built with
     its initial nodes; the run starts :meth:`processes`."""
 
     def __init__(
@@ -339,7 +339,7 @@ class Fleet(Lifecycle):
     # -- periodic processes -----------------------------------------------------------------------
     def processes(self, sampler: Generator[simpy.Event, Any, None]) -> list[Any]:
         """Arrivals, the run's sampler, the policies' ticks and the script, in that
-        order (``sim.driver.Traffic``)."""
+        order (``sim.simulate.driver.Traffic``)."""
         out = [self.arrivals() if self.exact else drive(self), sampler]
         if self.config.restart.kind != "none":
             out.append(self.restart_ticks())

@@ -12,9 +12,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.hardware import GpuSpec, ModelSpec
+from sim.fields import MAX_BYTES_PER_S, Flag, Number
 from sim.latency.models import CalibratedLatency, ConstantLatency, LatencyModel, RooflineLatency
-from sim.scenario.fields import MAX_BYTES_PER_S, Flag, Number
+from sim.models.hardware import GpuSpec, ModelSpec
 
 MIN_EFFICIENCY = 0.01
 """The least share of a peak (bandwidth, FLOP/s) a roofline may assume: 1 %."""

@@ -148,8 +148,8 @@ class Replay:
 
 def prepare(scenario: Any, spans: pd.DataFrame) -> Replay:
     """Check the scenario can replay the spans (SpanFitError) and build the frames."""
-    from sim.parts import build_parts
     from sim.scenario.schema import ScenarioError
+    from sim.simulate.parts import build_parts
 
     if scenario.fleet is not None:
         raise SpanFitError(

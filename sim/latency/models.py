@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sim.hardware import GpuSpec, ModelSpec, kv_bytes_per_token
 from sim.latency.base import FloatArray, LatencyModel, bisect_steps_within_s
 from sim.latency.calibrated import (
     LATENCY_FORMAT,
@@ -41,6 +40,7 @@ from sim.latency.decode_runs import (
 from sim.latency.decode_runs import _linear_run_from_terms as _linear_run_from_terms  # re-export
 from sim.latency.decode_runs import _linear_run_s as _linear_run_s  # re-export
 from sim.latency.decode_runs import _linear_run_terms as _linear_run_terms  # re-export
+from sim.models.hardware import GpuSpec, ModelSpec, kv_bytes_per_token
 
 __all__ = [
     "LATENCY_FORMAT",

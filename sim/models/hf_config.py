@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.hardware import ModelSpec
+from sim.models.hardware import ModelSpec
 
 MAX_CONFIG_BYTES = 1 << 20
 """A config.json is a few kB; anything over a MiB is not one."""

@@ -27,8 +27,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.errors import clip, short
+from sim.fields import MAX_COUNT, MAX_SECONDS, MAX_TOKENS
 from sim.results.folder_errors import RunFolderError
-from sim.scenario.fields import MAX_COUNT, MAX_SECONDS, MAX_TOKENS
 
 MIN_SCRAPE_INTERVAL_S = 1.0
 """``sim.cli.alert_times.MIN_SCRAPE_INTERVAL_S`` (a test holds them equal)."""

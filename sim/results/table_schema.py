@@ -31,9 +31,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sim.fields import MAX_COUNT, MAX_TOKENS
 from sim.results.folder_errors import RunFolderError
 from sim.results.summary_model import MAX_TIME_S
-from sim.scenario.fields import MAX_COUNT, MAX_TOKENS
 
 if TYPE_CHECKING:
     import pyarrow as pa

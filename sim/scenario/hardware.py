@@ -1,8 +1,8 @@
 """A scenario's ``hardware:`` block, validated at the edge: :class:`HardwareConfig` (a
 model and GPU -- a preset, inline fields or a Hugging Face ``config.json`` -- tensor
 parallelism, memory terms, or the KV capacity given directly, as tokens or as vLLM's
-``num_gpu_blocks``), resolved into :class:`sim.hardware.KvBudget`. The specs, presets and
-the budget's arithmetic are :mod:`sim.hardware`'s; this module is their pydantic edge.
+``num_gpu_blocks``), resolved into :class:`sim.models.hardware.KvBudget`. The specs, presets and
+the budget's arithmetic are :mod:`sim.models.hardware`'s; this module is their pydantic edge.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from sim.hardware import (
+from sim.fields import MAX_BYTES, MAX_BYTES_PER_S, MAX_TOKENS
+from sim.models.hardware import (
     GPUS,
     MODELS,
     GpuSpec,
@@ -33,7 +34,6 @@ from sim.hardware import (
     default_activation_reserve_bytes,
     kv_bytes_per_token,
 )
-from sim.scenario.fields import MAX_BYTES, MAX_BYTES_PER_S, MAX_TOKENS
 
 if TYPE_CHECKING:
     from sim.models.hf_config import HfModel
@@ -47,7 +47,7 @@ MAX_FLOPS = 10**18
 """Dense FLOP/s of an inline GPU (an exaFLOP/s)."""
 MIN_GPU_RATE = 10**9
 """The least bandwidth (bytes/s) and dense FLOP/s of an inline GPU: below it a step
-would take minutes (``sim.parts`` refuses steps over a minute in any case)."""
+would take minutes (``sim.simulate.parts`` refuses steps over a minute in any case)."""
 
 
 class ModelSpecConfig(BaseModel):

@@ -3,7 +3,7 @@
 With every allocation living seconds to minutes, a pool's state mixes within minutes and
 a node's uptime cannot matter. Real stacks keep some KV longer than its request; each
 kind below names one such mechanism, turned into two numbers per request when the
-workload's groups are made (``sim.columns.make_groups``):
+workload's groups are made (``sim.simulate.columns.make_groups``):
 
 * ``retain_s``: how long after a successful finish the request's sequences stay
   allocated (0: freed at the finish, as without retention; inf: until the process
@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.scenario.fields import MAX_SECONDS, MAX_SEED, Count, Number
+from sim.fields import MAX_SECONDS, MAX_SEED, Count, Number
 
 RetentionArrays = tuple[np.ndarray, np.ndarray]
 """(retain_s, retain_until_s), float64, one per request in the frame's row order."""

@@ -29,10 +29,7 @@ from policies.allocators.registry import ALLOCATORS, parse_allocator
 from sim.engine.batch import ClientRetry
 from sim.engine.scheduler import SchedulerConfig
 from sim.errors import clip, short, validation_lines
-from sim.fleet.config import FleetConfig
-from sim.latency.config import LatencyConfig, RooflineLatencyConfig
-from sim.results.summary import AlertThresholds
-from sim.scenario.fields import (
+from sim.fields import (
     MAX_BYTES_PER_S,
     MAX_COUNT,
     MAX_SECONDS,
@@ -43,6 +40,9 @@ from sim.scenario.fields import (
     Number,
     strict_json,
 )
+from sim.fleet.config import FleetConfig
+from sim.latency.config import LatencyConfig, RooflineLatencyConfig
+from sim.results.summary import AlertThresholds
 from sim.scenario.hardware import HardwareConfig, merge_hardware
 from sim.scenario.retention import NoRetention, RetentionConfig
 from sim.scenario.yaml_loader import MAX_EXPANDED_VALUES, load_yaml, yaml_error_line

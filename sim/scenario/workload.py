@@ -15,8 +15,8 @@ import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
 from sim.errors import short, validation_lines
+from sim.fields import strict_json
 from sim.scenario import bounds
-from sim.scenario.fields import strict_json
 from sim.scenario.schema import Scenario, ScenarioError, ScenarioWarning, WorkloadConfig
 from sim.scenario.yaml_loader import LocatedDict
 from traces import TraceError, load, synth, transform

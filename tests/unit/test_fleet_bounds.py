@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from support.fleet import evenly, fleet_data
 
-from sim.cost import check_run_cost
 from sim.runner import run
 from sim.scenario import bounds
+from sim.scenario.cost import check_run_cost
 from sim.scenario.schema import ScenarioError, parse_scenario
 
 HOSTILE: list[tuple[str, dict[str, Any]]] = [

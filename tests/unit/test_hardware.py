@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from support.fleet import fleet_data, run_fleet_data
 from support.scenarios import request_frame
 
-from sim.hardware import (
+from sim.models.hardware import (
     GIB,
     GPUS,
     MIB,

@@ -10,9 +10,9 @@ import pytest
 from support.fleet import fleet_data
 from test_replica import trace
 
-from sim.parts import build_parts, run_parts
 from sim.runner import run
 from sim.scenario.schema import Scenario, ScenarioError, parse_scenario
+from sim.simulate.parts import build_parts, run_parts
 
 BLOCK_TOKENS = 16
 G = 10  # vLLM's num_gpu_blocks: 9 usable blocks, 144 tokens

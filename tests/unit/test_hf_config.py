@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from sim.hardware import GIB, GPUS
+from sim.models.hardware import GIB, GPUS
 from sim.models.hf_config import HfConfigError, read_config
 from sim.models.presets import CONFIG_DIR, shipped_model, shipped_names
 from sim.scenario.hardware import HardwareConfig

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 from support.latency import ForeignLatency
 
-from sim.hardware import GPUS, MODELS
 from sim.latency.base import OutOfRange, bisect_steps_within_s
 from sim.latency.config import (
     CalibratedLatencyConfig,
@@ -31,6 +30,7 @@ from sim.latency.models import (
     RooflineLatency,
     fit_calibrated_latency,
 )
+from sim.models.hardware import GPUS, MODELS
 
 LLAMA7, A100 = MODELS["llama-2-7b"], GPUS["a100-80gb"]
 

@@ -31,7 +31,6 @@ from support.latency import (
     stepwise_steps_within_s,
 )
 
-from sim.hardware import GPUS, MODELS
 from sim.latency.decode_runs import (  # the inversion's core, tested directly
     _constant_run_s,
     _linear_run_from_terms,
@@ -47,6 +46,7 @@ from sim.latency.models import (
     RooflineLatency,
     fit_calibrated_latency,
 )
+from sim.models.hardware import GPUS, MODELS
 
 WALK_LIMIT = 1_000
 """Steps the step-by-step reference walks at most."""

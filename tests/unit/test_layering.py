@@ -83,4 +83,9 @@ def test_the_run_driver_and_the_fleet_import_each_other_one_way() -> None:
         reached.add(name)
         todo.extend(graph[name])
     assert "sim.runner" not in reached
-    assert {"sim.driver", "sim.fleet.fleet", "sim.outputs", "sim.parts"} <= reached
+    assert {
+        "sim.simulate.driver",
+        "sim.fleet.fleet",
+        "sim.outputs",
+        "sim.simulate.parts",
+    } <= reached

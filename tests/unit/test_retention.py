@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 from support.allocators import build_allocator
 
-from sim.columns import make_groups
 from sim.engine.batch import Group, SchedulerConfig
 from sim.engine.scheduler import Scheduler
 from sim.scenario.schema import ScenarioError, parse_scenario
+from sim.simulate.columns import make_groups
 
 STEP_S = 0.01
 

@@ -31,9 +31,9 @@ from pydantic import BaseModel
 
 import sim
 from policies.allocators.registry import ALLOCATORS
-from sim.parts import build_parts, run_parts
 from sim.runner import run
 from sim.scenario.schema import Scenario, ScenarioError, load_scenario, parse_scenario
+from sim.simulate.parts import build_parts, run_parts
 
 BASE: dict[str, Any] = {
     "workload": {"preset": "chat", "synth": {"num_requests": 20}},

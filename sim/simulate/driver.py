@@ -28,17 +28,17 @@ from typing import Any, Protocol
 
 import simpy
 
-from sim.columns import GroupColumns
 from sim.engine.batch import Group, SchedEvent
 from sim.engine.outlet import ReplicaOutlet
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica, RestartMode
 from sim.engine.simpy_adapter import drop_pending
 from sim.latency.base import OutOfRange
-from sim.parts import Parts
 from sim.results.records import Records
 from sim.scenario import bounds
 from sim.scenario.schema import RestartOptions, Scenario
+from sim.simulate.columns import GroupColumns
+from sim.simulate.parts import Parts
 
 Process = Generator[simpy.Event, Any, None]
 

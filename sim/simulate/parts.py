@@ -30,7 +30,7 @@ class Parts:
     allocator: AllocatorConfig
     kv_capacity_tokens: int
     gpu_usd_per_hour: float = 0.0
-    """The GPU's price (``sim.hardware``'s table, or an inline GPU's)."""
+    """The GPU's price (``sim.models.hardware``'s table, or an inline GPU's)."""
 
 
 def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Parts:
