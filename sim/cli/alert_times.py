@@ -24,7 +24,7 @@ MAX_WINDOW_SCRAPES = 100_000
 """The most scrapes in the uptime-trend window."""
 MAX_INTERVAL_S = 86_400.0 * 365
 MIN_SCRAPE_INTERVAL_S = 1.0
-"""``sim.fleet.config.MIN_SCRAPE_INTERVAL_S`` (a test holds them equal): the scrapes a
+"""``sim.scenario.fleet.MIN_SCRAPE_INTERVAL_S`` (a test holds them equal): the scrapes a
 fleet's ``alerts.scrape_interval_s`` allows, read without importing the fleet."""
 DEFAULT_SCRAPE_INTERVAL_S = 30.0
 """``sim.telemetry.alerts.DEFAULT_SCRAPE_INTERVAL_S`` (a test holds them equal): the option

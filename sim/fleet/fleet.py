@@ -28,7 +28,6 @@ from sim.engine.driven import Agenda, Clock, DrivenReplica
 from sim.engine.events import ArrivalTimer
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica, RestartMode
-from sim.fleet.config import FleetConfig
 from sim.fleet.lifecycle import Lifecycle
 from sim.fleet.loop import ARRIVAL_CHUNK, Retries, drive
 from sim.fleet.node import Node
@@ -36,6 +35,7 @@ from sim.fleet.routeviews import AbsentView, RouteViews
 from sim.latency.base import OutOfRange
 from sim.results.records import Records
 from sim.scenario import bounds
+from sim.scenario.fleet import FleetConfig
 from sim.simulate.columns import GroupColumns
 from sim.simulate.driver import RunOutlet
 from sim.simulate.parts import Parts

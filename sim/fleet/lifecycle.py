@@ -24,9 +24,9 @@ import simpy
 
 from policies.autoscale.base import ScaleDecision
 from policies.fleet_view import NodeState
-from sim.fleet.config import Duration, FleetConfig
 from sim.fleet.node import FleetReading, Node, NodeReading
 from sim.scenario import bounds
+from sim.scenario.fleet import Duration, FleetConfig
 
 if TYPE_CHECKING:
     from sim.engine.batch import Group

@@ -60,7 +60,6 @@ import pandas as pd
 from pydantic import ValidationError
 
 from policies.routing.base import Router, RouteRequest, RouterView, least, outstanding, up_indices
-from sim.fleet.config import MAX_NODES, FleetConfig, LifecycleConfig
 from sim.fleet.fleet import NodeAction
 from sim.postmortem.baseline import Change, agreement, policy_changes
 from sim.postmortem.log import PostmortemLog
@@ -72,6 +71,7 @@ from sim.postmortem.names import (
     with_replica_names,
 )
 from sim.results.io import RunResult
+from sim.scenario.fleet import MAX_NODES, FleetConfig, LifecycleConfig
 from sim.scenario.schema import Scenario, ScenarioError, format_validation_error
 
 

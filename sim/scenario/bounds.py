@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from sim.scenario.schema import ScenarioError
 
 if TYPE_CHECKING:
-    from sim.fleet.config import FleetConfig
+    from sim.scenario.fleet import FleetConfig
 
 MAX_REQUESTS = 10_000_000
 """Requests in one run (one replica): the engine holds a record of about 1 KB per

@@ -40,9 +40,9 @@ from sim.fields import (
     Number,
     strict_json,
 )
-from sim.fleet.config import FleetConfig
 from sim.latency.config import LatencyConfig, RooflineLatencyConfig
 from sim.results.summary import AlertThresholds
+from sim.scenario.fleet import FleetConfig
 from sim.scenario.hardware import HardwareConfig, merge_hardware
 from sim.scenario.retention import NoRetention, RetentionConfig
 from sim.scenario.yaml_loader import MAX_EXPANDED_VALUES, load_yaml, yaml_error_line

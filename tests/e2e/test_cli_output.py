@@ -97,7 +97,7 @@ def test_option_defaults_copied_for_a_light_start_are_the_engines() -> None:
 
     assert alerts.DEFAULT_SCRAPE_INTERVAL_S == engine.DEFAULT_SCRAPE_INTERVAL_S
     assert alerts.DEFAULT_TREND_WINDOW_S == engine.DEFAULT_TREND_WINDOW_S
-    from sim.fleet.config import MIN_SCRAPE_INTERVAL_S
+    from sim.scenario.fleet import MIN_SCRAPE_INTERVAL_S
 
     assert alerts.MIN_SCRAPE_INTERVAL_S == MIN_SCRAPE_INTERVAL_S
 
