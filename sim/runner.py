@@ -24,12 +24,12 @@ from sim.engine.recorder import Recorder
 from sim.fleet.fleet import Fleet, NodeAction
 from sim.outputs import fleet_result, single_result
 from sim.results.io import RunResult
-from sim.results.records import Records
 from sim.scenario.cost import check_run_cost, within_duration
 from sim.scenario.schema import Scenario, ScenarioWarning
 from sim.simulate.columns import group_columns, sessions_of
 from sim.simulate.driver import RunOutlet, SingleReplica, Traffic, simulate
 from sim.simulate.parts import Parts, run_parts
+from sim.simulate.records import Records
 
 
 def run(

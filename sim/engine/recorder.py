@@ -149,7 +149,7 @@ class Recorder:
     """Collects the timeseries and the event log as the simulation runs; :meth:`frames`
     turns them into DataFrames. A replica's outlet (``sim.engine.outlet``) hands it the
     replica's events and restarts; the run samples every replica periodically. The
-    requests' records are kept apart (``sim.results.records.Records``)."""
+    requests' records are kept apart (``sim.simulate.records.Records``)."""
 
     samples: SampleTable = field(default_factory=SampleTable)
     events: EventTable = field(default_factory=EventTable)

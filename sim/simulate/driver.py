@@ -34,11 +34,11 @@ from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica, RestartMode
 from sim.engine.simpy_adapter import drop_pending
 from sim.latency.base import OutOfRange
-from sim.results.records import Records
 from sim.scenario import bounds
 from sim.scenario.schema import RestartOptions, Scenario
 from sim.simulate.columns import GroupColumns
 from sim.simulate.parts import Parts
+from sim.simulate.records import Records
 
 Process = Generator[simpy.Event, Any, None]
 

@@ -20,10 +20,10 @@ import sim.runner
 from sim.engine.batch import Group
 from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS, EventTable, Recorder
 from sim.results.frames import REQUEST_COLUMNS, columns_of, frame, request_frame
-from sim.results.records import Records
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
 from sim.scenario.workload import load_workload
+from sim.simulate.records import Records
 
 OUTPUTS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "scenarios.md"
 
