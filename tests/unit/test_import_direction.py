@@ -1,0 +1,370 @@
+"""The import graph of ``sim``, ``policies``, ``traces``, ``reports`` and ``gpu_backend``,
+read from the source with :mod:`ast` (nothing is imported): no circle, no arrow up, no
+import inside a function but of an optional dependency.
+
+* **No circle.** The modules' run-time imports (at file level and inside functions; not
+  those under ``if TYPE_CHECKING:``, which never run) form no cycle; a failure prints
+  the cycle's path.
+* **No arrow up.** :data:`LAYERS` is the dependency direction, lowest first (the same
+  table as ``docs/layout.md``, "Dependency direction"): a module may import its own
+  layer's modules and those of lower layers, never a higher layer's (type-only imports
+  included). A module belongs to the layer of its longest prefix in the table.
+* **No import inside a function** except of an optional dependency (:data:`OPTIONAL`),
+  or of a module of ours that imports one at file level (``reports`` needs plotly,
+  ``gpu_backend`` torch). The ``fragsim`` command's modules (``sim/cli/``) may also defer
+  what is heavy to import (:data:`HEAVY`, or a module of ours that pulls one in), so
+  that ``--help``, usage errors and the light commands start in well under a second
+  (held by ``tests/e2e/test_cli_output.py``); everything light goes to the top.
+
+The checker's own tests plant each violation in a tiny package under ``tmp_path``."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("sim", "policies", "traces", "reports", "gpu_backend")
+
+#: Lowest first. A module may import its layer and the layers below it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("traces", "policies"),  # the request schema; policies never import sim
+    ("sim.errors", "sim.field_names", "sim.fields", "sim.build"),  # leaves
+    ("sim.models",),  # GPU and model presets, KV bytes
+    ("sim.latency",),  # step-time models
+    ("sim.results",),  # result frames' schema, the summary, run folders (data only)
+    ("sim.engine", "sim.results.frames"),  # the compiled core (frames compiled with it)
+    ("sim.scenario",),  # the pydantic schema: builds the engine's configs
+    ("sim.simulate",),  # what a replica and a fleet share below the fleet
+    ("sim.fleet",),
+    ("sim.telemetry",),  # alerts, Prometheus, OpenMetrics, dashboards
+    ("sim.outputs",),  # frames + summary + alerts of a run
+    ("sim.runner",),  # every way into a run
+    ("sim",),  # the public API (sim.run, load_scenario, ...; loaded on first use)
+    # the fit to vLLM's spans reads OTLP files and replays its fit through the runner
+    ("sim.postmortem", "sim.sweep", "sim.latency.from_spans"),
+    ("reports", "gpu_backend"),  # plotly figures; the optional `gpu` extra
+    ("sim.cli", "sim.__main__"),  # the fragsim command
+)
+
+#: Optional dependencies (extras): imported inside the function that needs them.
+OPTIONAL = frozenset(
+    {
+        "torch",  # extra `gpu`
+        "triton",  # extra `gpu`
+        "plotly",  # reports
+        "dask",  # sweeps on a Dask cluster (dask.distributed)
+        "grafana_foundation_sdk",  # extra `grafana`: fragsim export grafana
+        "opentelemetry",  # extra `otlp`: OTLP protobuf spans
+        "google.protobuf",  # ditto (opentelemetry-proto's runtime)
+    }
+)
+
+#: Slow to import; only ``sim/cli/`` command bodies may defer them (a light start).
+HEAVY = frozenset({"pandas", "numpy", "pyarrow", "scipy"})
+
+#: Where deferring :data:`HEAVY` is allowed.
+LIGHT_START = ("sim.cli",)
+
+
+@dataclass(frozen=True)
+class Import:
+    """One imported name: ``target`` is a module of ours (resolved: ``from a import b``
+    is ``a.b`` where that is a module) or an outside module's dotted name."""
+
+    importer: str
+    target: str
+    line: int
+    in_function: bool
+    type_only: bool
+
+
+def module_names(root: Path, packages: Iterable[str]) -> dict[str, Path]:
+    """Dotted module name -> its file, for every ``.py`` under ``root/<package>``."""
+    out: dict[str, Path] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _ours(name: str, modules: Mapping[str, Path]) -> str:
+    """``name`` or its longest prefix that is a module of ours; ``name`` if none is."""
+    probe = name
+    while probe and probe not in modules:
+        probe = probe.rpartition(".")[0]
+    return probe or name
+
+
+def _targets(
+    module: str, node: ast.Import | ast.ImportFrom, modules: Mapping[str, Path]
+) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [_ours(alias.name, modules) for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        package = module.split(".")
+        if modules[module].name != "__init__.py":
+            package = package[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join([*package, base] if base else package)
+    return [
+        f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else _ours(base, modules)
+        for alias in node.names
+    ]
+
+
+def scan(root: Path, packages: Iterable[str]) -> list[Import]:
+    """Every import statement of every module under ``root``'s ``packages``."""
+    modules = module_names(root, packages)
+    found: list[Import] = []
+
+    def visit(module: str, node: ast.AST, in_function: bool, type_only: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                for target in _targets(module, child, modules):
+                    found.append(Import(module, target, child.lineno, in_function, type_only))
+            inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for part in child.body:
+                    visit(module, ast.Module(body=[part], type_ignores=[]), inner, True)
+                for part in child.orelse:
+                    visit(module, ast.Module(body=[part], type_ignores=[]), inner, type_only)
+                continue
+            visit(module, child, inner, type_only)
+
+    for module, path in modules.items():
+        visit(module, ast.parse(path.read_text(encoding="utf-8"), str(path)), False, False)
+    return found
+
+
+def cycles(imports: Iterable[Import], modules: Iterable[str]) -> list[list[str]]:
+    """One cycle path (first module repeated at the end) per strongly connected group
+    of modules that import each other at run time."""
+    names = set(modules)
+    graph: dict[str, set[str]] = {name: set() for name in names}
+    for imp in imports:
+        if not imp.type_only and imp.target in names and imp.target != imp.importer:
+            graph[imp.importer].add(imp.target)
+    found: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    for start in sorted(graph):
+        if start in state:
+            continue
+        path: list[str] = [start]
+        state[start] = 1
+        stack = [iter(sorted(graph[start]))]
+        while stack:
+            step = next(stack[-1], None)
+            if step is None:
+                stack.pop()
+                state[path.pop()] = 2
+            elif state.get(step) == 1:
+                found.append([*path[path.index(step) :], step])
+            elif step not in state:
+                state[step] = 1
+                path.append(step)
+                stack.append(iter(sorted(graph[step])))
+    return found
+
+
+def layer_of(module: str, layers: tuple[tuple[str, ...], ...]) -> int | None:
+    """The layer of ``module``'s longest prefix in ``layers``; None if it has none."""
+    best: tuple[int, int] | None = None
+    for rank, names in enumerate(layers):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and (
+                best is None or len(name) > best[0]
+            ):
+                best = (len(name), rank)
+    return None if best is None else best[1]
+
+
+def arrows_up(
+    imports: Iterable[Import], modules: Iterable[str], layers: tuple[tuple[str, ...], ...]
+) -> list[str]:
+    """``importer:line -> target`` for each import of a higher layer (or of a module the
+    table does not place)."""
+    names = set(modules)
+    out = []
+    for imp in imports:
+        if imp.target not in names:
+            continue
+        low, high = layer_of(imp.importer, layers), layer_of(imp.target, layers)
+        if low is None or high is None or high > low:
+            out.append(f"{imp.importer}:{imp.line} -> {imp.target}")
+    return out
+
+
+def _top(name: str) -> set[str]:
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+
+def deferred_imports(
+    imports: list[Import],
+    modules: Iterable[str],
+    optional: frozenset[str],
+    heavy: frozenset[str],
+    light_start: tuple[str, ...],
+) -> list[str]:
+    """``importer:line -> target`` for each import inside a function that is not
+    allowed there: allowed are an optional dependency, a module of ours that imports
+    one at file level (transitively), and in ``light_start`` modules the same for
+    ``heavy`` ones."""
+    names = set(modules)
+    file_level: dict[str, set[str]] = {name: set() for name in names}
+    for imp in imports:
+        if not imp.in_function and not imp.type_only:
+            file_level[imp.importer].add(imp.target)
+
+    def pulls(target: str, outside: frozenset[str]) -> bool:
+        seen, todo = set(), [target]
+        while todo:
+            name = todo.pop()
+            if _top(name) & outside:
+                return True
+            if name in names and name not in seen:
+                seen.add(name)
+                todo.extend(file_level[name])
+        return False
+
+    out = []
+    for imp in imports:
+        if not imp.in_function or imp.type_only:
+            continue
+        allowed = optional | heavy if imp.importer.startswith(light_start) else optional
+        if not pulls(imp.target, allowed):
+            out.append(f"{imp.importer}:{imp.line} -> {imp.target}")
+    return out
+
+
+# -- the project ------------------------------------------------------------------
+
+
+def _project() -> tuple[list[Import], dict[str, Path]]:
+    packages = [p for p in PACKAGES if (REPO / p).is_dir()]
+    return scan(REPO, packages), module_names(REPO, packages)
+
+
+def test_no_import_circle() -> None:
+    imports, modules = _project()
+    assert cycles(imports, modules) == []
+
+
+def test_no_arrow_up() -> None:
+    imports, modules = _project()
+    assert arrows_up(imports, modules, LAYERS) == []
+
+
+def test_no_import_inside_a_function_but_an_optional_dependency() -> None:
+    imports, modules = _project()
+    assert deferred_imports(imports, modules, OPTIONAL, HEAVY, LIGHT_START) == []
+
+
+def test_every_optional_dependency_named_is_deferred_somewhere() -> None:
+    """A name left in :data:`OPTIONAL` after its last use would allow an import nobody
+    needs."""
+    imports, _ = _project()
+    used = {name for imp in imports if imp.in_function for name in _top(imp.target)}
+    assert sorted(OPTIONAL - used) == []
+
+
+def test_the_layout_doc_states_the_same_direction() -> None:
+    doc = (REPO / "docs" / "layout.md").read_text(encoding="utf-8")
+    section = doc.split("## Dependency direction", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    table = [tuple(part.strip("` ") for part in row.split("|")[2].split(",")) for row in rows]
+    assert table == [tuple(names) for names in LAYERS]
+
+
+# -- the checker, on planted violations ------------------------------------------
+
+
+def _package(root: Path, files: dict[str, str]) -> list[Import]:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return scan(root, ["pkg"])
+
+
+def test_a_planted_circle_is_reported_with_its_path(tmp_path: Path) -> None:
+    imports = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "from pkg import b\n",
+            "pkg/b.py": "from . import c\n",
+            "pkg/c.py": "def f():\n    import pkg.a\n",
+            "pkg/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.e\n",
+            "pkg/e.py": "import pkg.d\n",
+        },
+    )
+    modules = module_names(tmp_path, ["pkg"])
+    assert cycles(imports, modules) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
+
+
+def test_a_planted_arrow_up_is_reported(tmp_path: Path) -> None:
+    imports = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/low/__init__.py": "",
+            "pkg/low/x.py": "from pkg.high.y import Y\n",
+            "pkg/low/z.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.high import y\n",
+            "pkg/high/__init__.py": "",
+            "pkg/high/y.py": "from pkg.low import x\nY = 1\n",
+            "pkg/stray.py": "",
+            "pkg/high/w.py": "import pkg.stray\n",
+        },
+    )
+    modules = module_names(tmp_path, ["pkg"])
+    layers = (("pkg.low", "pkg"), ("pkg.high",))
+    assert arrows_up(imports, modules, layers) == [
+        "pkg.low.x:1 -> pkg.high.y",
+        "pkg.low.z:3 -> pkg.high.y",
+    ]
+    assert arrows_up(imports, modules, (("pkg.low",), ("pkg.high",))) == [
+        "pkg.low.x:1 -> pkg.high.y",
+        "pkg.low.z:3 -> pkg.high.y",
+        "pkg.high.w:1 -> pkg.stray",  # a module the table does not place
+    ]
+
+
+def test_a_planted_import_inside_a_function_is_reported(tmp_path: Path) -> None:
+    imports = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/plots.py": "import plotly\n",
+            "pkg/uses.py": (
+                "def a():\n    import json\n"
+                "def b():\n    import plotly.graph_objects\n"
+                "def c():\n    from pkg import plots\n"
+                "def d():\n    import pandas\n"
+                "class K:\n    def e(self):\n        from pkg.cli import x\n"
+            ),
+            "pkg/cli/__init__.py": "",
+            "pkg/cli/x.py": "def f():\n    import pandas\n    from pkg import uses\n",
+        },
+    )
+    modules = module_names(tmp_path, ["pkg"])
+    found = deferred_imports(
+        imports, modules, frozenset({"plotly"}), frozenset({"pandas"}), ("pkg.cli",)
+    )
+    assert found == [
+        "pkg.cli.x:3 -> pkg.uses",
+        "pkg.uses:2 -> json",
+        "pkg.uses:8 -> pandas",
+        "pkg.uses:11 -> pkg.cli.x",
+    ]
