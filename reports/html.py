@@ -38,8 +38,9 @@ from reports.memory import replica_memory
 from reports.timeline import alert_timeline, failures_over_time
 from reports.uptime import ratio_vs_uptime
 from reports.usage import latency_cdfs, waste_breakdown
-from sim.results.io import RunResult, read_result
+from sim.results.io import RunResult
 from sim.results.labels import WASTE_LABELS
+from sim.results.runfolder import read_result
 from traces.writers import atomic_path
 
 FIGURES: tuple[Callable[[RunResult, ReportOptions], go.Figure | None], ...] = (

@@ -28,7 +28,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sim.results.io import RunResult, read_result
+    from sim.results.io import RunResult
+    from sim.results.runfolder import read_result
     from sim.runner import run
     from sim.scenario.schema import Scenario, ScenarioError, load_scenario, parse_scenario
     from sim.scenario.workload import load_workload
@@ -43,7 +44,7 @@ _PUBLIC = {
     "load_scenario": "sim.scenario.schema",
     "load_workload": "sim.scenario.workload",
     "parse_scenario": "sim.scenario.schema",
-    "read_result": "sim.results.io",
+    "read_result": "sim.results.runfolder",
     "run": "sim.runner",
 }
 

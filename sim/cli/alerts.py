@@ -321,7 +321,7 @@ def show_command(
     (every transition with --all); then the diagnosis of the run's failed requests."""
     import pandas as pd
 
-    from sim.results.io import read_result
+    from sim.results.runfolder import read_result
     from sim.telemetry.alerts import ALERTS, diagnose_failures, evaluate_alerts
     from sim.telemetry.prometheus import RuleOptions
 

@@ -270,7 +270,7 @@ def report_into(out: Path) -> Callable[[Path], None]:
 
     def write(folder: Path) -> None:
         from reports.html import ReportError, build_report, write_html
-        from sim.results.io import read_result
+        from sim.results.runfolder import read_result
         from traces.errors import TraceError
 
         try:

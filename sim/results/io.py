@@ -213,12 +213,3 @@ def undefined_as_null(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
-
-
-def read_result(out_dir: str | Path) -> RunResult:
-    """The run written to ``out_dir``, checked by the one reader of a run folder
-    (:func:`sim.results.runfolder.read_run`): a folder that is not a readable run raises
-    ``RunFolderError`` (a ValueError), one line naming the file and what is wrong."""
-    from sim.results.runfolder import read_run
-
-    return read_run(out_dir)

@@ -69,6 +69,13 @@ FLEET_TABLES = ("fleet", "alerts")
 """The tables only a fleet run writes."""
 
 
+def read_result(out_dir: str | Path) -> RunResult:
+    """The run written to ``out_dir`` (``sim.read_result``), checked by the one reader of
+    a run folder (:func:`read_run`): a folder that is not a readable run raises
+    ``RunFolderError`` (a ValueError), one line naming the file and what is wrong."""
+    return read_run(out_dir)
+
+
 def read_run(out_dir: str | Path) -> RunResult:
     """The run written to ``out_dir``, checked as the module docstring says, its tables
     loaded whole; raises :class:`RunFolderError`."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from sim.scenario.schema import ScenarioError
+from sim.scenario.errors import ScenarioError
 
 if TYPE_CHECKING:
     from sim.scenario.fleet import FleetConfig

@@ -173,7 +173,7 @@ def warn_unused_retention(retention: RetentionConfig, requests: pd.DataFrame) ->
     and silences the run's copy."""
     import warnings
 
-    from sim.scenario.schema import ScenarioWarning
+    from sim.scenario.errors import ScenarioWarning
 
     note = retention.warning(requests)
     if note is not None:

@@ -42,6 +42,8 @@ from sim.fields import (
 )
 from sim.latency.config import LatencyConfig, RooflineLatencyConfig
 from sim.results.summary import AlertThresholds
+from sim.scenario.errors import ScenarioError
+from sim.scenario.errors import ScenarioWarning as ScenarioWarning  # re-exported
 from sim.scenario.fleet import FleetConfig
 from sim.scenario.hardware import HardwareConfig, merge_hardware
 from sim.scenario.retention import NoRetention, RetentionConfig
@@ -49,14 +51,6 @@ from sim.scenario.yaml_loader import MAX_EXPANDED_VALUES, load_yaml, yaml_error_
 
 MAX_RETRIES = 20
 """Client retries of one refused request (the last waits 2^19 backoffs)."""
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot be used; the message names the file and the field."""
-
-
-class ScenarioWarning(UserWarning):
-    """A scenario field that is valid but has no effect (the CLI prints ``warning: ...``)."""
 
 
 class _Strict(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from pydantic import TypeAdapter, ValidationError
@@ -17,12 +17,15 @@ from pydantic import TypeAdapter, ValidationError
 from sim.errors import short, validation_lines
 from sim.fields import strict_json
 from sim.scenario import bounds
-from sim.scenario.schema import Scenario, ScenarioError, ScenarioWarning, WorkloadConfig
+from sim.scenario.errors import ScenarioError, ScenarioWarning
 from sim.scenario.yaml_loader import LocatedDict
 from traces import TraceError, load, synth, transform
 from traces.arrivals import ArrivalSpec, mean_rate_per_s
 from traces.bounds import BoundError
 from traces.formats import FORMATS, detect_format
+
+if TYPE_CHECKING:
+    from sim.scenario.schema import Scenario, WorkloadConfig
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

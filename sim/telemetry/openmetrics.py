@@ -67,10 +67,19 @@ the scrape clock's instants and the failure times.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+
+from sim.telemetry.openmetrics_format import (
+    Family,
+    Labels,
+    batches,
+    header,
+    number,
+    stamp,
+    timestamps_ms,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -80,26 +89,12 @@ if TYPE_CHECKING:
 
 DEFAULT_ORIGIN_S = 1_704_067_200
 """2024-01-01T00:00:00Z: simulated time 0 in the exported timestamps."""
-BATCH_ROWS = 65_536
-"""Rows read from a Parquet file at a time."""
 FAILURE_KINDS = ("admission_failure", "growth_failure")
 """``sim.telemetry.alerts.FAILURE_KINDS`` (a test holds them equal)."""
 FAILURE_TRIGGER = "failure"
 """The ``trigger`` of a timeseries row sampled at an allocation failure (not scraped)."""
 LIFECYCLE_STATES = ("provisioning", "loading", "warming", "active", "draining", "down")
 """The state columns of ``fleet.parquet``."""
-
-
-@dataclass(frozen=True)
-class Family:
-    """One metric family: its OpenMetrics name (without ``_total`` for a counter), type,
-    unit (``""``: none) and help, and the timeseries column it reads (``""``: none)."""
-
-    name: str
-    kind: str
-    unit: str
-    help: str
-    column: str
 
 
 REPLICA_METRICS: tuple[Family, ...] = (
@@ -183,34 +178,6 @@ REPLICAS_BY_STATE = Family(
 )
 
 
-def escape(value: str) -> str:
-    """A label value as OpenMetrics writes it (backslash, quote and newline escaped)."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def number(value: float) -> str:
-    """A sample value: integers without a point, ``NaN``, ``+Inf``, ``-Inf``."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 2**53:
-        return str(int(value))
-    return repr(float(value))
-
-
-def timestamps_ms(times_s: np.ndarray, origin_s: float) -> np.ndarray:
-    """Simulated seconds -> integer Unix milliseconds."""
-    import numpy as np
-
-    return np.rint((np.asarray(times_s, dtype=float) + origin_s) * 1000.0).astype(np.int64)
-
-
-def stamp(ms: int) -> str:
-    """Unix milliseconds as OpenMetrics seconds with three decimals."""
-    return f"{ms // 1000}.{ms % 1000:03d}"
-
-
 def _pool_index(summary: dict[str, Any]) -> Callable[[int], int] | None:
     """Replica id -> the index of its pool in the summary's ``fleet.pools``; None for a
     single-replica run (module docstring)."""
@@ -260,35 +227,6 @@ def kv_bytes_per_token_of(summary: dict[str, Any]) -> Callable[[int], int] | Non
 
 def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def header(out: TextIO, family: Family) -> None:
-    out.write(f"# HELP {family.name} {family.help}\n# TYPE {family.name} {family.kind}\n")
-    if family.unit:
-        out.write(f"# UNIT {family.name} {family.unit}\n")
-
-
-def batches(path: Path, columns: Sequence[str]) -> Iterator[dict[str, np.ndarray]]:
-    import pyarrow.parquet as pq
-
-    with pq.ParquetFile(path) as f:
-        for batch in f.iter_batches(batch_size=BATCH_ROWS, columns=list(columns)):
-            yield {c: batch.column(c).to_numpy(zero_copy_only=False) for c in columns}
-
-
-class Labels:
-    """``{replica="3",pool="a100"}`` per replica, built once each."""
-
-    def __init__(self, pool: Callable[[int], str]) -> None:
-        self._pool = pool
-        self._text: dict[int, str] = {}
-
-    def __call__(self, replica: int) -> str:
-        text = self._text.get(replica)
-        if text is None:
-            text = f'{{replica="{replica}",pool="{escape(self._pool(replica))}"}}'
-            self._text[replica] = text
-        return text
 
 
 def _replica_family(

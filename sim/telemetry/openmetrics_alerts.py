@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from sim.telemetry.alert_states import DEFAULT_TIMING, RuleTiming
-from sim.telemetry.openmetrics import escape, number, stamp, timestamps_ms
+from sim.telemetry.openmetrics_format import escape, number, stamp, timestamps_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -25,7 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from sim.telemetry.openmetrics import Family, Labels, batches, header, number, stamp, timestamps_ms
+from sim.telemetry.openmetrics_format import (
+    Family,
+    Labels,
+    batches,
+    header,
+    number,
+    stamp,
+    timestamps_ms,
+)
 
 if TYPE_CHECKING:
     import numpy as np

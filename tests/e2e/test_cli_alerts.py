@@ -16,7 +16,7 @@ from typer.testing import CliRunner, Result
 
 from sim.cli import app
 from sim.cli.output import clock_text
-from sim.results.io import read_result
+from sim.results.runfolder import read_result
 from sim.results.seed_alerts import (
     ALERTS,
     FRAGMENTATION_FAILURE,

@@ -325,7 +325,7 @@ def test_negative_seed_option_exits_2(tmp_path: Path) -> None:
 
 
 def test_a_written_run_reads_back_as_the_same_frames(tmp_path: Path) -> None:
-    from sim.results.io import read_result
+    from sim.results.runfolder import read_result
 
     scenario = write_scenario(tmp_path / "tiny.yaml", TINY)
     result = fragsim_run(scenario, tmp_path / "out")

@@ -373,7 +373,7 @@ def test_a_write_killed_in_its_report_keeps_the_previous_run(
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     code = (
         "import os, signal, sys\n"
-        "from sim.results.io import read_result\n"
+        "from sim.results.runfolder import read_result\n"
         "def report(folder):\n"
         "    (folder / 'report.html').write_text('half a rep')\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -384,7 +384,7 @@ def test_a_write_killed_in_its_report_keeps_the_previous_run(
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    from sim.results.io import read_result
+    from sim.results.runfolder import read_result
 
     read_result(good_run).write(out)
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in good_run.iterdir())

@@ -34,7 +34,8 @@ from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.results import io
-from sim.results.io import FILES, read_result
+from sim.results.io import FILES
+from sim.results.runfolder import read_result
 from traces import atomic
 
 SCENARIO: dict[str, Any] = {

@@ -26,7 +26,8 @@ from support.hostile import put, refusal_lines
 from typer.testing import CliRunner
 
 from sim.cli import app
-from sim.results.io import FILES, read_result
+from sim.results.io import FILES
+from sim.results.runfolder import read_result
 
 BASE: dict[str, Any] = {
     "name": "hostile",
