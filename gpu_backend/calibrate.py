@@ -31,6 +31,8 @@ from gpu_backend.device import gpu_preset_name, median_time_s, versions
 from gpu_backend.kv_pool import PagedKVPool
 from gpu_backend.model import DecoderStack
 from gpu_backend.replay import build_batch
+from sim.latency.calibrated import CalibratedLatency, fit_calibrated_latency
+from traces.writers import atomic_path
 
 
 @dataclass(frozen=True)
@@ -122,8 +124,6 @@ def measure_grid(stack: DecoderStack, grid: Grid, seed: int = 0) -> Measurement:
 def kfold_mape(m: Measurement, folds: int, seed: int = 0) -> float:
     """Mean absolute percentage error of each point predicted by the fit on the other
     folds (a fraction)."""
-    from sim.latency.calibrated import fit_calibrated_latency
-
     n = m.measured_s.size
     folds = max(2, min(folds, n))
     fold_of = np.random.default_rng(seed).permutation(n) % folds
@@ -155,8 +155,6 @@ def kfold_mape(m: Measurement, folds: int, seed: int = 0) -> float:
 def calibrate(stack: DecoderStack, grid: Grid, *, folds: int = 5, seed: int = 0) -> Any:
     """Measure ``grid`` on ``stack`` and fit: a ``CalibratedLatency`` whose ``fit.mape``
     is the k-fold held-out MAPE (module doc)."""
-    from sim.latency.calibrated import fit_calibrated_latency
-
     m = measure_grid(stack, grid, seed)
     s = stack.shape
     source: dict[str, str | int | float | bool] = {
@@ -196,9 +194,6 @@ def calibrate(stack: DecoderStack, grid: Grid, *, folds: int = 5, seed: int = 0)
 
 def write_calibration(latency: Any, path: str | Path) -> Path:
     """Write atomically (``traces.writers.atomic_path``) and check that ``sim`` loads it."""
-    from sim.latency.calibrated import CalibratedLatency
-    from traces.writers import atomic_path
-
     with atomic_path(path) as tmp:
         latency.to_json(tmp)
         CalibratedLatency.from_json(tmp)

@@ -17,6 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+import sim
+import traces
+
 
 def _trace(
     path: Path, n: int, prompt: tuple[int, int], output: tuple[int, int], rate: float
@@ -37,8 +40,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or "device_check_out")
     args = ap.parse_args(argv)
 
-    import sim
-    import traces
     from gpu_backend.calibrate import FULL_GRID, QUICK_GRID, calibrate, write_calibration
     from gpu_backend.device import select_kernels, steady_cpu_timing
     from gpu_backend.kernels.bench import bench_decode, copy_bandwidth

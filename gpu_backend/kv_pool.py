@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from policies.allocators.pooled import as_pooled
+
 if TYPE_CHECKING:
     import torch
 
@@ -131,8 +133,6 @@ class BlockMirror:
 
 def allocator_blocks_in_use(allocator: Allocator, block_size: int) -> int:
     """Blocks the allocator's live sequences own: owned blocks less the growth reservoir."""
-    from policies.allocators.pooled import as_pooled
-
     s = allocator.stats()
     owned = (s.used_tokens + s.reserved_unused_tokens) // block_size
     pooled = as_pooled(allocator)

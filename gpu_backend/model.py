@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from gpu_backend.device import Kernels
+from sim.models.hardware import MODELS
 
 INTERMEDIATE_SIZE = {
     "opt-13b": 20480,  # OPT's ffn_dim (a ReLU MLP there; run here as SwiGLU of that width)
@@ -58,8 +59,6 @@ class ModelShape:
     @classmethod
     def preset(cls, name: str) -> ModelShape:
         """The shape of a ``sim.models.hardware`` model preset (ValueError naming the choices)."""
-        from sim.models.hardware import MODELS
-
         if name not in MODELS:
             raise ValueError(f"unknown model preset {name!r}; allowed: {', '.join(MODELS)}")
         spec = MODELS[name]

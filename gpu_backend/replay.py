@@ -28,6 +28,8 @@ import torch
 from gpu_backend.device import time_s
 from gpu_backend.kv_pool import PagedKVPool, allocator_blocks_in_use
 from gpu_backend.model import DecoderStack, StepBatch
+from sim.engine.scheduler import Scheduler
+from sim.simulate.columns import make_groups
 
 if TYPE_CHECKING:
     from policies.allocators.base import Allocator
@@ -111,8 +113,6 @@ def drive(
         nonlocal tie
         heapq.heappush(pending, (now + delay_s, tie, g))
         tie += 1
-
-    from sim.engine.scheduler import Scheduler
 
     sched = Scheduler(config, allocator, on_retry=retry)
     out: list[tuple[float, Step, list[Group], float, int]] = []
@@ -232,8 +232,6 @@ def replay(
     first ``warmup_steps`` steps run once untimed before their timed run (compilation,
     caches) and are flagged ``warmup``. Checks at every step that the pool's physical
     blocks in use equal the allocator's."""
-    from sim.simulate.columns import make_groups
-
     block_size = paged_block_size(parts)
     allocator = parts.allocator.build(parts.spec)
     pool = new_pool(stack, allocator, block_size)  # type: ignore[arg-type]
@@ -285,8 +283,6 @@ def lockstep_blocks(
     """The simulator's scheduler and allocator (fresh, built from ``parts``) on the clock
     the replay measured: per step ``(prefill_tokens, decode_seqs, kv_tokens,
     blocks_in_use)``, blocks read from the allocator (owned less its reservoir)."""
-    from sim.simulate.columns import make_groups
-
     block_size = paged_block_size(parts)
     allocator = parts.allocator.build(parts.spec)
     rows: list[tuple[int, int, int, int]] = []

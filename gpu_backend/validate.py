@@ -29,8 +29,16 @@ import numpy as np
 import pandas as pd
 import torch
 
+import sim
+import traces
+from gpu_backend.kv_pool import ContiguousKV
 from gpu_backend.model import DecoderStack, ModelShape
 from gpu_backend.replay import ReplayResult, lockstep_blocks, replay
+from gpu_backend.snapshot import pick_stats, summarize_snapshot
+from policies.allocators.base import PoolSpec
+from sim.models.hardware import MODELS
+from sim.simulate.columns import make_groups
+from sim.simulate.parts import build_parts
 
 
 def scenario_dict(
@@ -46,8 +54,6 @@ def scenario_dict(
     """A one-replica scenario: the trace, the model (its preset, or inline for a custom
     shape), the ``paged`` allocator over ``kv_capacity_tokens`` and the calibration
     (``check_hardware: false``: the replay's pool is sized by hand)."""
-    from sim.models.hardware import MODELS
-
     if shape.name in MODELS and max_seq_tokens is None:
         model: Any = shape.name
     else:
@@ -134,9 +140,6 @@ def validate(
     contiguous: bool = True,
 ) -> tuple[dict[str, Any], ReplayResult]:
     """The validation report (module doc) and the replay it compared with."""
-    import sim
-    from sim.simulate.parts import build_parts
-
     parts = build_parts(scenario, requests)
     simulated = sim.run(scenario, requests).requests
     result = replay(requests, parts, stack, warmup_steps=warmup_steps)
@@ -193,18 +196,11 @@ def contiguous_baseline(
     sequence's reserved tokens as one contiguous tensor of ``layers`` layers on
     ``device``: the model's and (on CUDA) torch's view of the same allocation sequence.
     Bytes per token are those of the layers held; the model's pool is the same bytes."""
-    from gpu_backend.kv_pool import ContiguousKV
     from gpu_backend.replay import drive
-    from gpu_backend.snapshot import pick_stats, summarize_snapshot
-    from policies.allocators.base import PoolSpec
-    from sim.simulate.columns import make_groups
-    from sim.simulate.parts import build_parts
 
     kv = ContiguousKV(layers, shape.num_kv_heads, shape.head_dim, dtype=dtype, device=device)
     data = scenario.model_dump(mode="json", exclude_none=True)
     data["allocator"] = {"kind": "caching", "expandable_segments": expandable}
-    import sim
-
     parts = build_parts(sim.parse_scenario(data), requests)
     spec = PoolSpec(
         capacity_tokens=parts.spec.capacity_tokens,
@@ -296,9 +292,6 @@ def contiguous_report(
 
 
 def _main(argv: Sequence[str]) -> None:
-    import sim
-    import traces
-
     job = json.loads(argv[0])
     requests = traces.load(job["trace"])
     result = contiguous_baseline(

@@ -22,6 +22,7 @@ from reports.fleet import event_times
 from reports.timeline import alert_log
 from sim.results.io import RunResult
 from sim.results.seed_alerts import BY_NAME, AlertThresholds, condition
+from sim.scenario.builtin import DEMO, builtin_names
 from sim.telemetry.alerts import DIAGNOSES, diagnose_failures
 
 
@@ -290,8 +291,6 @@ def find_out_sentence(result: RunResult, name: str) -> str:
     named after its scenario, ``seed-postmortem-paged`` for ``seed-postmortem``; the
     demo's for the worked example), or with a scenario file of the user's that changes
     one policy."""
-    from sim.scenario.builtin import DEMO, builtin_names
-
     scenario = str(result.summary.get("scenario") or "")
     others = [n for n in builtin_names() if scenario and n.startswith(f"{scenario}-")]
     if scenario == DEMO[0]:

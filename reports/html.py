@@ -40,7 +40,8 @@ from reports.uptime import ratio_vs_uptime
 from reports.usage import latency_cdfs, waste_breakdown
 from sim.results.io import RunResult
 from sim.results.labels import WASTE_LABELS
-from sim.results.runfolder import read_result
+from sim.results.runfolder import RunFolderError, check_run_folder, read_result
+from sim.results.summary import alert_lines
 from traces.writers import atomic_path
 
 FIGURES: tuple[Callable[[RunResult, ReportOptions], go.Figure | None], ...] = (
@@ -255,8 +256,6 @@ def _summary_table(summary: dict[str, Any]) -> str:
 
 
 def _alerts_html(summary: dict[str, Any]) -> str:
-    from sim.results.summary import alert_lines
-
     items = [
         f'<li class="{esc(a.get("severity", ""))}">{esc(line)}</li>'
         for a, line in zip(summary.get("alerts", []), alert_lines(summary), strict=True)
@@ -272,8 +271,6 @@ def read_runs(
     """Each run directory read by the one reader of a run folder (``read_result``),
     named by ``names`` (default: :func:`run_names`); :class:`ReportError` naming the file
     and what is wrong."""
-    from sim.results.runfolder import RunFolderError
-
     if names is None:
         names = run_names(run_dirs)
     if len(names) != len(run_dirs):
@@ -315,8 +312,6 @@ class ReportError(Exception):
 def check_run_dir(run_dir: str | Path) -> Path:
     """``run_dir`` as a Path when it holds a run (``sim.results.io.FILES``); else
     :class:`ReportError` naming it and what is wrong."""
-    from sim.results.runfolder import RunFolderError, check_run_folder
-
     try:
         return check_run_folder(run_dir)
     except RunFolderError as e:

@@ -45,6 +45,7 @@ from reports.postmortem_tables import (
     node_table,
     unmatched_table,
 )
+from sim.postmortem.matching import failures_by_replica
 
 FILES = ("postmortem.json", "match.csv", "compare.csv")
 """What makes a folder a postmortem's (``replicas.csv`` is optional: older folders)."""
@@ -258,8 +259,6 @@ def _event_lines(fig: go.Figure, pm: Postmortem, div: float) -> None:
 def top_nodes(pm: Postmortem) -> tuple[list[str], int]:
     """The nodes with most failures (recorded + replayed; ties by name), at most
     :data:`TOP_NODES`, and how many nodes had any."""
-    from sim.postmortem.matching import failures_by_replica
-
     per = failures_by_replica(pm.match)
     per = per[(per["recorded"] + per["simulated"]) > 0]
     total = per["recorded"] + per["simulated"]
@@ -322,8 +321,6 @@ def failures_by_node_over_time(pm: Postmortem) -> go.Figure:
 
 def failures_by_node(pm: Postmortem) -> go.Figure:
     """Recorded, replayed and reproduced failures per node (:func:`top_nodes`)."""
-    from sim.postmortem.matching import failures_by_replica
-
     nodes, with_failures = top_nodes(pm)
     per = failures_by_replica(pm.match).set_index("replica").reindex(nodes)
     fig = go.Figure()

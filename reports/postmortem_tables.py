@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from reports.common import esc
+from sim.postmortem.baseline import BASELINE, ranked
+from sim.postmortem.matching import failures_by_replica
+from sim.results.compare import delta_text, formatted, usd
 
 if TYPE_CHECKING:
     from reports.postmortem import Postmortem
@@ -104,8 +107,6 @@ def duration(seconds: float) -> str:
 
 def node_table(pm: Postmortem) -> str:
     """Per node: pool, initial uptime, fleet ids in the replay, failures."""
-    from sim.postmortem.matching import failures_by_replica
-
     r = pm.record
     per = failures_by_replica(pm.match).set_index("replica")
     ids: dict[str, list[str]] = {}
@@ -145,8 +146,6 @@ def deltas(pm: Postmortem) -> pd.DataFrame | None:
     (:func:`sim.postmortem.baseline.ranked`, as the CLI ranks them); None without
     counterfactuals. A folder from before the modelled baseline (no ``role`` column):
     the replay is the baseline."""
-    from sim.postmortem.baseline import BASELINE, ranked
-
     if len(pm.compare) < 2:
         return None
     frame = pm.compare
@@ -195,8 +194,6 @@ def agreement_table(pm: Postmortem) -> str:
 def counterfactual_table(table: pd.DataFrame) -> str:
     """The rows of :func:`deltas` (the replay, the baseline, then by rank) as HTML, with
     an intro."""
-    from sim.results.compare import delta_text, formatted
-
     rows = []
     for _, row in table.iterrows():
         option = row["role"] == "counterfactual"
@@ -243,8 +240,6 @@ def counterfactual_table(table: pd.DataFrame) -> str:
 
 def money(value: float) -> str:
     """Dollars with a true minus sign (``−$4.88``); — when missing."""
-    from sim.results.compare import usd
-
     if math.isnan(value):
         return "—"
     return ("−" if value < 0 else "") + esc(usd(abs(value)))

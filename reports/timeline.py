@@ -42,6 +42,7 @@ from reports.common import (
 from reports.downsample import window_label
 from sim.results.io import RunResult
 from sim.results.seed_alerts import AlertThresholds
+from sim.telemetry.alerts import evaluate_alerts
 
 
 def _end_s(result: RunResult) -> float:
@@ -171,8 +172,6 @@ def alert_log(result: RunResult) -> tuple[pd.DataFrame, str]:
     interval and trend window)."""
     if result.alerts is not None:
         return result.alerts, "alerts.parquet"
-    from sim.telemetry.alerts import evaluate_alerts
-
     severe, alert = ratio_thresholds(result.summary)
     thresholds = AlertThresholds(
         high_free_share=high_free_share(result.summary), ratio_alert=alert, ratio_severe=severe

@@ -26,6 +26,7 @@ from sim.outputs import fleet_result, single_result
 from sim.results.io import RunResult
 from sim.scenario.cost import check_run_cost, within_duration
 from sim.scenario.schema import Scenario, ScenarioWarning
+from sim.scenario.workload import load_workload
 from sim.simulate.columns import group_columns, sessions_of
 from sim.simulate.driver import RunOutlet, SingleReplica, Traffic, simulate
 from sim.simulate.parts import Parts, run_parts
@@ -52,8 +53,6 @@ def run(
     more than the bounds of :mod:`sim.scenario.bounds` raises ScenarioError, before
     simulating (:func:`sim.scenario.cost.check_run_cost`) or as soon as the run passes one."""
     if requests is None:
-        from sim.scenario.workload import load_workload
-
         requests = load_workload(scenario)
     check_run_cost(scenario, requests)
     note = scenario.retention.warning(requests)

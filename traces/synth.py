@@ -36,6 +36,7 @@ from traces.arrivals import (
     rate_periods,
 )
 from traces.bounds import MAX_REQUESTS, BoundError, check_periods, check_requests, check_span
+from traces.loaders import load_table
 from traces.table import to_frame
 from traces.validate import assemble, list_from
 
@@ -272,8 +273,6 @@ def _lengths(
         prompt = _draw(spec.prompt, rng, n)
         return prompt, _draw(spec.output, rng, n)
     if isinstance(spec, EmpiricalLengths):
-        from traces.loaders import load_table  # local: loaders -> arrivals, not synth
-
         table = load_table(spec.path, format=spec.format, arrivals=PoissonArrival(rate_per_s=1.0))
         pick = rng.integers(0, table.num_rows, n)
         return (

@@ -32,8 +32,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import least_squares
 
 from sim.latency.calibrated import LATENCY_FORMAT, CalibratedLatency, fit_calibrated_latency
+from sim.postmortem.otlp_files import check_regular, documents, span_entries
+from sim.runner import run
+from sim.scenario.schema import ScenarioError
+from sim.simulate.parts import build_parts
 
 MIN_SPANS = 50
 """The fewest ok spans a fit accepts (a fifth of them are held out)."""
@@ -66,8 +71,6 @@ def read_span_requests(path: str | Path) -> pd.DataFrame:
     """One row per ok span: ``node``, ``arrival_s`` (from the earliest span start),
     ``prompt_tokens``, ``output_tokens``, ``ttft_s``, ``e2e_s``; sorted by node, then
     arrival. SpanFitError (or the reader's LogError) naming the file and line."""
-    from sim.postmortem.otlp_files import check_regular, documents, span_entries
-
     path = Path(path)
     files = span_entries(path) if path.is_dir() else [path]
     if not files:
@@ -132,8 +135,6 @@ class Replay:
     def predict(self, latency: Any) -> tuple[np.ndarray, np.ndarray]:
         """(TTFT, e2e) of every observed row, replayed under ``latency``; NaN where a
         request did not finish."""
-        from sim.runner import run
-
         parts = [dataclasses.replace(self.parts, latency=latency)]
         ttft, e2e = [], []
         for frame in self.frames:
@@ -148,9 +149,6 @@ class Replay:
 
 def prepare(scenario: Any, spans: pd.DataFrame) -> Replay:
     """Check the scenario can replay the spans (SpanFitError) and build the frames."""
-    from sim.scenario.schema import ScenarioError
-    from sim.simulate.parts import build_parts
-
     if scenario.fleet is not None:
         raise SpanFitError(
             "the scenario has a fleet: calibrate --from-spans replays each node's spans "
@@ -237,8 +235,6 @@ def fit_from_spans(
     scenario: Any, spans: pd.DataFrame, *, source: str = "", max_evaluations: int = 100
 ) -> SpanFit:
     """Fit (module docstring); deterministic for the same spans and scenario."""
-    from scipy.optimize import least_squares
-
     replay = prepare(scenario, spans)
     obs = replay.observed
     train = ~obs["held_out"].to_numpy()

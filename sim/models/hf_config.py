@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.models.hardware import ModelSpec
+from sim.models.params import count_params
 
 MAX_CONFIG_BYTES = 1 << 20
 """A config.json is a few kB; anything over a MiB is not one."""
@@ -245,8 +246,6 @@ def parse_config(
         )
     dtype_bytes = _TORCH_DTYPE_BYTES[dtype_name]
     kv_bytes = KV_DTYPE_BYTES[kv_cache_dtype] or dtype_bytes
-
-    from sim.models.params import count_params  # the per-architecture weight shapes
 
     counted = count_params(f)
     hidden = f.int("hidden_size")

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from sim.results.compare import COLUMNS, verdict, with_deltas
 from sim.scenario.schema import Scenario
 
 if TYPE_CHECKING:
@@ -139,8 +140,6 @@ def ranked(frame: pd.DataFrame) -> pd.DataFrame:
     the baseline) in display order, with ``run``, the deltas against the baseline, and
     ``rank`` (missing for the replay) and ``verdict``: the replay, the baseline, then the
     counterfactuals by rank."""
-    from sim.results.compare import COLUMNS, verdict, with_deltas
-
     roles = frame["role"].astype(str).tolist()
     keep = [c for c, _ in COLUMNS]
     options = frame[[r != REPLAY for r in roles]].reset_index(drop=True)

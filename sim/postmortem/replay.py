@@ -71,6 +71,7 @@ from sim.postmortem.names import (
     with_replica_names,
 )
 from sim.results.io import RunResult
+from sim.runner import run
 from sim.scenario.fleet import MAX_NODES, FleetConfig, LifecycleConfig
 from sim.scenario.schema import Scenario, ScenarioError, format_validation_error
 
@@ -306,8 +307,6 @@ def _simulate(
     script: list[NodeAction],
     progress: Progress | None = None,
 ) -> RunResult:
-    from sim.runner import run
-
     requests = log.requests.drop(columns=["attempts"])
     return run(scenario, requests, router=router, script=script, progress=progress)
 

@@ -32,16 +32,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from sim.errors import clip
 from sim.results.digests import DIGESTS, file_sha256
 from sim.results.folder_errors import RunFolderError, RunFolderNote
+from sim.results.io import FILES, RunResult
 from sim.results.summary_model import check_summary, json_type
 from sim.results.table_schema import REQUIRED, check_batch, check_schema, scan_table, unreadable
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from sim.results.io import RunResult
 
 __all__ = ["RunFolderError", "RunFolderNote", "check_run", "read_run", "read_summary"]
 
@@ -79,8 +81,6 @@ def read_result(out_dir: str | Path) -> RunResult:
 def read_run(out_dir: str | Path) -> RunResult:
     """The run written to ``out_dir``, checked as the module docstring says, its tables
     loaded whole; raises :class:`RunFolderError`."""
-    from sim.results.io import RunResult
-
     out, summary = _summary_of(out_dir)
     bound = capacity_bound(summary)
     tables = {
@@ -195,8 +195,6 @@ def check_digests(out: Path, summary: dict[str, Any]) -> None:
 def check_run_folder(out_dir: str | Path) -> Path:
     """``out_dir`` as a Path when it is a folder holding a run's four files; else
     :class:`RunFolderError` (also for a folder that cannot be listed)."""
-    from sim.results.io import FILES
-
     out = Path(out_dir)
     name = clip(str(out))
     try:
@@ -253,9 +251,6 @@ def read_summary(path: Path) -> dict[str, Any]:
 def read_table(path: Path, name: str, capacity_tokens: int | None = None) -> pd.DataFrame:
     """Table ``name`` of a run from ``path``, loaded whole and checked (module
     docstring); :class:`RunFolderError` naming the file, column and row otherwise."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     shown = clip(str(path))
     try:
         table = pq.read_table(path)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from scipy.stats import rankdata
 
 Severity = Literal["high", "medium"]
 
@@ -126,8 +127,6 @@ def spearman_rho(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     are not NaN. NaN for a row with fewer than two such positions or where either is
     constant (a constant has no rank order). Equals ``scipy.stats.spearmanr`` on each
     row's valid positions."""
-    from scipy.stats import rankdata
-
     x = np.atleast_2d(np.asarray(x, dtype=float))
     y = np.atleast_2d(np.asarray(y, dtype=float))
     both = ~(np.isnan(x) | np.isnan(y))

@@ -29,14 +29,14 @@ import math
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sim.fields import MAX_COUNT, MAX_TOKENS
 from sim.results.folder_errors import RunFolderError
 from sim.results.summary_model import MAX_TIME_S
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 BATCH_ROWS = 65_536
 """Rows checked at a time by :func:`scan_table`."""
@@ -152,8 +152,6 @@ _BOUNDED_BY_CAPACITY = ("used_tokens", "free_tokens", "largest_free_extent_token
 def check_schema(schema: pa.Schema, shown: str, name: str, need: Iterable[str] = ()) -> None:
     """Refuse a table without its required columns (or those in ``need``), or whose
     checked columns have the wrong type; a table copied over another is named as such."""
-    import pyarrow as pa
-
     present = set(schema.names)
     wanted = list(dict.fromkeys((*REQUIRED[name], *need)))
     missing = [c for c in wanted if c not in present]
@@ -189,8 +187,6 @@ def check_schema(schema: pa.Schema, shown: str, name: str, need: Iterable[str] =
 
 
 def _numeric(kind_of: pa.DataType) -> bool:
-    import pyarrow as pa
-
     return bool(pa.types.is_integer(kind_of) or pa.types.is_floating(kind_of))
 
 
@@ -199,9 +195,6 @@ def scan_table(
 ) -> pa.Schema:
     """Check table ``name`` in the file ``path`` (module docstring) a batch of
     :data:`BATCH_ROWS` rows at a time, reading only the checked columns; its schema."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     shown = str(path)
     try:
         with pq.ParquetFile(path) as f:
@@ -236,8 +229,6 @@ def check_batch(
     """Check the values of ``data`` (a whole table, or the batch starting at row
     ``offset``); ``capacity_tokens``: the largest capacity the summary records (None:
     it records none)."""
-    import numpy as np
-
     if not data.num_rows:
         return
     present = set(data.schema.names)
@@ -278,8 +269,6 @@ def check_batch(
 
 
 def _within_capacity(data: pa.Table | pa.RecordBatch, shown: str, offset: int) -> None:
-    import numpy as np
-
     if "capacity_tokens" not in data.schema.names:
         return
     capacity = np.asarray(data.column("capacity_tokens").to_numpy(), dtype=float)

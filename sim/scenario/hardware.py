@@ -34,6 +34,8 @@ from sim.models.hardware import (
     default_activation_reserve_bytes,
     kv_bytes_per_token,
 )
+from sim.models.presets import file_model, shipped_names
+from sim.models.presets import shipped_model as read_shipped
 
 if TYPE_CHECKING:
     from sim.models.hf_config import HfModel
@@ -133,9 +135,6 @@ class ModelConfigFile(BaseModel):
 
     @model_validator(mode="after")
     def _read(self) -> ModelConfigFile:
-        from sim.models.presets import file_model, shipped_names
-        from sim.models.presets import shipped_model as read_shipped
-
         if (self.config is None) == (self.preset is None):
             raise ValueError("give one of config (a config.json) and preset (a shipped name)")
         if self.preset is not None:
@@ -157,16 +156,11 @@ class ModelConfigFile(BaseModel):
 
 def shipped_model(name: str) -> HfModel | None:
     """A shipped config.json preset by name (``sim/models/configs``), or None."""
-    from sim.models.presets import shipped_model as read
-    from sim.models.presets import shipped_names
-
-    return read(name) if name in shipped_names() else None
+    return read_shipped(name) if name in shipped_names() else None
 
 
 def model_preset_names() -> tuple[str, ...]:
     """Every model preset name: the built-in specs, then the shipped config files."""
-    from sim.models.presets import shipped_names
-
     return (*MODELS, *shipped_names())
 
 

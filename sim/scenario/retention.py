@@ -35,6 +35,7 @@ for a fixed time is ``heavy_tail`` with a constant, no new mechanism.
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated, Literal
 
 import numpy as np
@@ -42,6 +43,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.fields import MAX_SECONDS, MAX_SEED, Count, Number
+from sim.scenario.errors import ScenarioWarning
 
 RetentionArrays = tuple[np.ndarray, np.ndarray]
 """(retain_s, retain_until_s), float64, one per request in the frame's row order."""
@@ -171,10 +173,6 @@ def warn_unused_retention(retention: RetentionConfig, requests: pd.DataFrame) ->
     ``retention`` has no effect on ``requests``; ``sim.run`` warns the same, so a
     command that shows its scenario's warnings calls this where it checks the scenario
     and silences the run's copy."""
-    import warnings
-
-    from sim.scenario.errors import ScenarioWarning
-
     note = retention.warning(requests)
     if note is not None:
         warnings.warn(note, ScenarioWarning, stacklevel=2)

@@ -42,11 +42,13 @@ from sim.fields import (
 )
 from sim.latency.config import LatencyConfig, RooflineLatencyConfig
 from sim.results.summary import AlertThresholds
+from sim.scenario.builtin import builtin_names, resolve_scenario
 from sim.scenario.errors import ScenarioError
 from sim.scenario.errors import ScenarioWarning as ScenarioWarning  # re-exported
 from sim.scenario.fleet import FleetConfig
 from sim.scenario.hardware import HardwareConfig, merge_hardware
 from sim.scenario.retention import NoRetention, RetentionConfig
+from sim.scenario.workload import check_workload
 from sim.scenario.yaml_loader import MAX_EXPANDED_VALUES, load_yaml, yaml_error_line
 
 MAX_RETRIES = 20
@@ -283,8 +285,6 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario YAML -- a path, or the name of a built-in scenario
     when no such file exists (``sim.scenario.builtin``); relative paths inside are rebased
     on its folder. Raises ScenarioError with a message naming the file and field."""
-    from sim.scenario.builtin import builtin_names, resolve_scenario
-
     path = resolve_scenario(path)
     source = clip(str(path))
     if "\0" in str(path):
@@ -386,8 +386,6 @@ def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario
         raise ScenarioError(format_validation_error(source, e, data)) from None
     if scenario.fleet is not None:
         check_pools(scenario, data, source)
-    from sim.scenario.workload import check_workload  # it imports this module
-
     try:
         check_workload(scenario.workload, data.get("workload"))
     except ScenarioError as e:

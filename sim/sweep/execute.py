@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import AbstractContextManager, ExitStack
@@ -32,7 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from sim.results.io import RunResult
+from sim.results.runfolder import read_summary
+from sim.runner import run
 from sim.scenario.schema import Scenario
+from sim.scenario.workload import load_workload
 from sim.sweep.spec import Task
 from traces.writers import atomic_path
 
@@ -68,8 +72,6 @@ def finished_summary(out: Path, task: Task) -> dict[str, Any] | None:
     """The summary of a run an earlier sweep finished, or None (not run, another
     scenario's, or a damaged summary: run again). The summary is read by the run
     folder's one reader (``sim.results.runfolder.read_summary``)."""
-    from sim.results.runfolder import read_summary
-
     try:
         key = json.loads(key_file(out, task).read_text())
         if not isinstance(key, dict) or key.get("key") != task.key:
@@ -95,11 +97,6 @@ def kept_runs(out: Path) -> int:
 def simulate_task(scenario: Scenario, out_dir: str | None) -> tuple[dict[str, Any], Any]:
     """A worker's job: load the workload, simulate, write the run to ``out_dir`` (then
     return only the summary) or return the result for the caller to write."""
-    import warnings
-
-    from sim.runner import run
-    from sim.scenario.workload import load_workload
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = run(scenario, load_workload(scenario))

@@ -37,7 +37,7 @@ from sim.scenario.schema import ScenarioError
 from sim.sweep.execute import Executor, Outcome, Progress
 from sim.sweep.slo import Slo
 from sim.sweep.spec import Task, point_tasks
-from sim.sweep.summary import ci95, param_value, runs_frame
+from sim.sweep.summary import ci95, metrics, param_value, runs_frame
 
 COUNT = "fleet.pools.0.count"
 Search = Generator[int, bool, "int | None"]
@@ -277,8 +277,6 @@ def plan(
 
 
 def _meets(outcomes: list[Outcome], slos: Sequence[Slo]) -> bool:
-    from sim.sweep.summary import metrics
-
     if any(o.summary is None for o in outcomes):
         return False  # a run that failed meets nothing
     values = [metrics(o.summary) for o in outcomes if o.summary is not None]
@@ -286,8 +284,6 @@ def _meets(outcomes: list[Outcome], slos: Sequence[Slo]) -> bool:
 
 
 def _metric(outcomes: list[Outcome], column: str) -> list[float]:
-    from sim.sweep.summary import metrics
-
     return [metrics(o.summary)[column] for o in outcomes if o.summary is not None]
 
 

@@ -69,8 +69,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
+import numpy as np
+import pyarrow.parquet as pq
+
+from sim.telemetry.alerts import scraped, trend_window_scrapes, uptime_correlation
+from sim.telemetry.openmetrics_alerts import AlertInputs, write_alert_families
+from sim.telemetry.openmetrics_counters import (
+    ScrapeClock,
+    column_updates,
+    counter_family,
+    failure_updates,
+    scrape_clock,
+)
 from sim.telemetry.openmetrics_format import (
     Family,
     Labels,
@@ -80,12 +92,6 @@ from sim.telemetry.openmetrics_format import (
     stamp,
     timestamps_ms,
 )
-
-if TYPE_CHECKING:
-    import numpy as np
-
-    from sim.telemetry.openmetrics_alerts import AlertInputs
-    from sim.telemetry.openmetrics_counters import ScrapeClock
 
 DEFAULT_ORIGIN_S = 1_704_067_200
 """2024-01-01T00:00:00Z: simulated time 0 in the exported timestamps."""
@@ -263,8 +269,6 @@ def _replica_family(
 def high_free_failures(events: Path, high_free_share: float) -> dict[int, np.ndarray]:
     """Replica -> the sorted times of its allocation failures above ``high_free_share``
     (read batch by batch; only the failures are kept)."""
-    import numpy as np
-
     found: dict[int, list[np.ndarray]] = {}
     columns = ["time_s", "replica", "kind", "free_share"]
     for batch in batches(events, columns):
@@ -296,7 +300,6 @@ def _fleet_family(out: TextIO, fleet: Path, origin_s: float) -> None:
 
 def _per_replica(column: str, factor: Callable[[int], int]) -> Callable[[dict[str, Any]], Any]:
     """A batch's ``column`` times each row's replica's ``factor``."""
-    import numpy as np
 
     def values(batch: dict[str, np.ndarray]) -> np.ndarray:
         replicas = batch["replica"]
@@ -318,11 +321,6 @@ def _correlation_family(
 ) -> None:
     """The correlation gauge (module docstring): each replica's series whole, in time
     order, replica by replica."""
-    import numpy as np
-    import pyarrow.parquet as pq
-
-    from sim.telemetry.alerts import scraped, trend_window_scrapes, uptime_correlation
-
     header(out, UPTIME_CORRELATION)
     times = clock.times_s
     if not len(times):
@@ -379,13 +377,6 @@ def write_openmetrics(
     (:mod:`sim.telemetry.openmetrics_alerts`). True when memory was also written in bytes. Raises
     :class:`sim.telemetry.openmetrics_counters.TooManyScrapes` before
     writing anything."""
-    from sim.telemetry.openmetrics_counters import (
-        column_updates,
-        counter_family,
-        failure_updates,
-        scrape_clock,
-    )
-
     labels = Labels(pool_of(summary))
     timeseries = run_dir / "timeseries.parquet"
     clock = scrape_clock(timeseries, scrape_interval_s)
@@ -409,8 +400,6 @@ def write_openmetrics(
     if fleet.exists():
         _fleet_family(out, fleet, origin_s)
     if alerts is not None:
-        from sim.telemetry.openmetrics_alerts import write_alert_families
-
         pool = pool_of(summary)
         write_alert_families(
             out, run_dir, origin_s, pool, alerts, scrape_interval_s, trend_window_s

@@ -30,7 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+import numpy as np
+import pyarrow.parquet as pq
+
 from sim.telemetry.alert_states import DEFAULT_TIMING, RuleTiming
+from sim.telemetry.alerts import evaluate_alerts, scrape_times
 from sim.telemetry.openmetrics_format import escape, number, stamp, timestamps_ms
 
 if TYPE_CHECKING:
@@ -75,8 +79,6 @@ def alert_samples(
 ) -> tuple[list[Sample], list[Sample]]:
     """The ``ALERTS`` and ``ALERTS_FOR_STATE`` samples of an alert log (module
     docstring), each in time order, then by labels."""
-    import numpy as np
-
     stamps = timestamps_ms(np.asarray(times_s, dtype=float), origin_s)
     index = {round(float(t) * 1000): k for k, t in enumerate(np.asarray(times_s).tolist())}
     alerts: list[Sample] = []
@@ -116,10 +118,6 @@ def write_alert_families(
     trend_window_s: float,
 ) -> None:
     """Evaluate the run's alerts and write both families whole (module docstring)."""
-    import pyarrow.parquet as pq
-
-    from sim.telemetry.alerts import evaluate_alerts, scrape_times
-
     columns = ["time_s", "replica", "trigger", "up", "uptime_s"]
     columns.append("largest_contiguous_free_block_ratio")
     timeseries = pq.read_table(run_dir / "timeseries.parquet", columns=columns).to_pandas()

@@ -23,8 +23,12 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
+import numpy as np
+import pandas as pd
+
+from sim.telemetry.alerts import scrape_times
 from sim.telemetry.openmetrics_format import (
     Family,
     Labels,
@@ -34,9 +38,6 @@ from sim.telemetry.openmetrics_format import (
     stamp,
     timestamps_ms,
 )
-
-if TYPE_CHECKING:
-    import numpy as np
 
 MAX_SCRAPES = 5_000_000
 """The most scrape instants over a run (``sim.cli.alerts.MAX_SCRAPES``, ``alerts show``'s
@@ -61,11 +62,6 @@ class TooManyScrapes(ValueError):
 def scrape_clock(timeseries: Path, scrape_interval_s: float) -> ScrapeClock:
     """The run's scrape clock, from one pass over the table's times and replicas;
     raises :class:`TooManyScrapes` before anything is written."""
-    import numpy as np
-    import pandas as pd
-
-    from sim.telemetry.alerts import scrape_times
-
     first: dict[int, float] = {}
     last: dict[int, float] = {}
     for batch in batches(timeseries, ["time_s", "replica"]):
@@ -138,8 +134,6 @@ def column_updates(timeseries: Path, column: str) -> Iterator[tuple[float, int, 
 def failure_updates(failures: dict[int, np.ndarray]) -> Iterator[tuple[float, int, float]]:
     """(time, replica, failures so far on it) at each failure, in time (then replica)
     order."""
-    import numpy as np
-
     if not failures:
         return
     replicas = sorted(failures)

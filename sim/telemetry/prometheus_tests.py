@@ -31,10 +31,23 @@ number` for the values rendered here (ratios and rho in [-1, 1]).
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import yaml
 
 from sim.results.seed_alerts import FRAGMENTATION_FAILURE
 from sim.telemetry.alert_states import Held, hold
+from sim.telemetry.alerts import (
+    conditions,
+    counter_span,
+    high_free_failures,
+    scrape_times,
+    scraped,
+    trend_window_scrapes,
+    uptime_correlation,
+)
 from sim.telemetry.openmetrics import number, pool_of
 from sim.telemetry.prometheus import METRIC, RuleOptions, duration
 
@@ -64,8 +77,6 @@ def _series(name: str, labels: dict[str, str], values: list[float | None]) -> di
 def _episodes(held: Held, n: int) -> list[tuple[int, int | None, int]]:
     """(start, the instant it fired or None, its end ``r``) of each episode; ``r`` is the
     instant it resolved, or the last where it still holds at the run's end."""
-    import numpy as np
-
     active = held.active
     out = []
     for s in np.flatnonzero(active & ~np.concatenate([[False], active[:-1]])).tolist():
@@ -88,18 +99,6 @@ def rule_tests(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The ``tests`` list of a promtool test file for ``rules`` (module docstring) and
     the names of the rules the run never fires (with data throughout: no test)."""
-    import numpy as np
-
-    from sim.telemetry.alerts import (
-        conditions,
-        counter_span,
-        high_free_failures,
-        scrape_times,
-        scraped,
-        trend_window_scrapes,
-        uptime_correlation,
-    )
-
     times = scrape_times(timeseries, scrape_interval_s)
     timing = options.rule_timing()
     window_scrapes = int(
@@ -194,8 +193,6 @@ def _at(at_s: float) -> str:
 
 def _seconds(text: str) -> float:
     """A duration as :func:`duration` writes it -> seconds."""
-    import re
-
     units = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
     return sum(float(n) * units[u] for n, u in re.findall(r"(\d+)(ms|d|h|m|s)", text))
 
@@ -204,8 +201,6 @@ def tests_file(
     rule_file: str, tests: list[dict[str, Any]], untested: list[str], scrape_interval_s: float
 ) -> str:
     """The promtool test file's YAML text."""
-    import yaml
-
     head = "# fragsim: promtool test rules for the exported alerts, generated from a run."
     if untested:
         head += "\n# No firing in the run to test: " + ", ".join(untested)
