@@ -27,11 +27,13 @@ import sys  # noqa: E402
 import warnings  # noqa: E402
 from collections.abc import Iterator, MutableMapping, Sequence  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
+from importlib.metadata import PackageNotFoundError, version  # noqa: E402
 from typing import Any, NamedTuple  # noqa: E402
 
 import typer  # noqa: E402
 from typer.core import TyperCommand, TyperGroup  # noqa: E402
 
+from sim.build import engine_build  # noqa: E402
 from sim.cli.help_format import HelpContext, plain_help  # noqa: E402
 from sim.errors import clip, os_error_line  # noqa: E402
 from sim.results.folder_errors import RunFolderNote  # noqa: E402
@@ -301,10 +303,6 @@ def _group() -> None:
 @app.command("version")
 def version_command() -> None:
     """Print fragsim's version and which engine build runs (pure Python or compiled)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from sim.build import engine_build
-
     try:
         number = version("fragsim")
     except PackageNotFoundError:  # a source tree that was never installed

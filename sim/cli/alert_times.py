@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sim.cli.run import fail
+from sim.cli.common import fail
 from sim.errors import clip
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ evaluating, diagnosing) goes to stderr.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -33,11 +34,12 @@ from sim.cli.alert_times import (
     run_times,
     run_timing,
 )
+from sim.cli.common import fail
 from sim.cli.output import Cell, FormatOption, clock_text, echo_prose, print_table
 from sim.cli.progress import progress
-from sim.cli.run import fail
-from sim.cli.run_folder import too_many_scrapes
+from sim.cli.run_folder import check_not_an_input, checked_run, too_many_scrapes
 from sim.errors import clip, os_error_line
+from sim.scenario.builtin import resolve_scenario
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,7 +92,6 @@ def _thresholds(scenario: Path | None) -> AlertThresholds:
 
     if scenario is None:
         return AlertThresholds()
-    from sim.scenario.builtin import resolve_scenario
     from sim.scenario.schema import ScenarioError, load_scenario
 
     source = resolve_scenario(scenario)
@@ -196,8 +197,6 @@ def export_command(
         raise typer.BadParameter("--tests and --run go together", param_hint="--tests")
     _check_distinct({"-o": out, "--tests": tests})
     if run_dir is not None:
-        from sim.cli.run_folder import check_not_an_input
-
         check_not_an_input(out, run_dir)
         if tests is not None:
             check_not_an_input(tests, run_dir, "--tests")
@@ -253,8 +252,6 @@ def _run_summary(run_dir: Path | None) -> tuple[dict[str, Any], Path]:
     ``--run``: :func:`run_times` and :func:`_recorded` then give the defaults)."""
     if run_dir is None:
         return {}, Path("summary.json")
-    from sim.cli.run_folder import checked_run
-
     folder, summary = checked_run(run_dir)
     return summary, folder / "summary.json"
 
@@ -269,8 +266,6 @@ def _rule_tests(
 ) -> Callable[[float, float], str]:
     """The promtool test file's text for ``rules`` from the run in ``run_dir``
     (:mod:`sim.telemetry.prometheus_tests`), once given the scrape interval and window."""
-    import os
-
     from sim.results.runfolder import RunFolderError, read_run
     from sim.telemetry.prometheus_tests import rule_tests, tests_file
 
@@ -332,8 +327,6 @@ def show_command(
     thresholds = _thresholds(scenario)
     _check_run_dir(run_dir)
     if out is not None:
-        from sim.cli.run_folder import check_not_an_input
-
         check_not_an_input(out, run_dir)
     with progress("alerts show", 3, what="steps") as p:
         p.update(0, note="reading the run")

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from sim.cli.common import check_scenario_exists, fail
 from sim.cli.gpu import (
     DeviceOption,
     DtypeOption,
@@ -17,6 +18,9 @@ from sim.cli.gpu import (
     ModelOption,
     QuickOption,
 )
+from sim.cli.gpu import calibrate_command as measure
+from sim.errors import os_error_line
+from sim.scenario.builtin import resolve_scenario
 
 
 def calibrate_command(
@@ -47,13 +51,9 @@ def calibrate_command(
     --from-spans DIR -s SCENARIO replays each node's spans through SCENARIO's replica,
     fits the linear step-time model to their TTFT and e2e, and prints the error on
     held-out requests (docs/hardware-latency.md)."""
-    from sim.cli.run import fail
-
     if from_spans is None:
         if scenario is not None:
             raise fail("fragsim calibrate: --scenario is used with --from-spans only")
-        from sim.cli.gpu import calibrate_command as measure
-
         measure(out, model, layers, device, dtype, quick, kernels)
         return
     if scenario is None:
@@ -62,10 +62,7 @@ def calibrate_command(
 
 
 def _from_spans(spans_path: Path, scenario_arg: str, out: Path) -> None:
-    from sim.cli.run import check_scenario_exists, fail
-    from sim.errors import os_error_line
     from sim.latency.from_spans import SpanFitError, fit_from_spans, read_span_requests
-    from sim.scenario.builtin import resolve_scenario
     from sim.scenario.schema import ScenarioError, load_scenario
     from traces.errors import TraceError
 

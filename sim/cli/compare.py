@@ -31,12 +31,18 @@ plotly load inside the functions that use them.
 from __future__ import annotations
 
 import math
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sim.cli.output import FormatOption
+from sim.cli import interrupt
+from sim.cli.common import fail
+from sim.cli.output import Cell, FormatOption, print_table, terminal_width, wrap_prose
+from sim.cli.progress import progress
+from sim.cli.run import prepare, simulate
+from sim.cli.run_folder import checked_run
 from sim.errors import clip
 from sim.fields import MAX_SEED
 
@@ -75,8 +81,6 @@ def compare_command(
 ) -> None:
     """Compare runs against a baseline: what each saves or costs ($, replica-hours,
     failures, p99 latency), ranked by $ saved, ties by fewer allocation failures."""
-    from sim.cli.run import fail, prepare
-
     if len(runs) < 2:
         raise fail(
             f"compare: got one run ({clip(str(runs[0]))}); give two or more: the first is "
@@ -142,8 +146,6 @@ def check_compare_dir(out: Path) -> None:
 def check_out_apart(out: Path, inputs: list[Path]) -> None:
     """One ``error:`` line when ``-o`` is an input run folder, lies inside one, or holds
     one: the comparison replaces ``-o`` whole, and never writes into a run it reads."""
-    from sim.cli.run import fail
-
     real = out.resolve()
     for folder in inputs:
         given = folder.resolve()
@@ -163,8 +165,6 @@ def check_out_apart(out: Path, inputs: list[Path]) -> None:
 def check_run_name(name: str, source: Path) -> None:
     """A scenario's name becomes a folder under ``-o``: one ``error:`` line for one that
     cannot be a single, visible path component (empty, ``.``, ``..``, a leading dot)."""
-    from sim.cli.run import fail
-
     if not name.strip() or name.startswith("."):
         raise fail(
             f"{clip(str(source))}: field name: got {name!r}: a run's name becomes its "
@@ -175,8 +175,6 @@ def check_run_name(name: str, source: Path) -> None:
 def _stage(outputs: Any, out: Path) -> Path:
     """The hidden sibling of ``out`` the comparison is written into (one ``error:`` line
     when ``out`` may not be replaced or its folder refuses a new one)."""
-    from sim.cli.run import fail
-
     try:
         stage: Path = outputs.folder(out, check_compare_dir)
     except FileExistsError as e:
@@ -189,7 +187,6 @@ def _stage(outputs: Any, out: Path) -> Path:
 def _write_report(run_dirs: list[Path], names: list[str], stage: Path, out: Path) -> Path:
     """``report.html`` into the staged folder; an error names ``out``, not the stage."""
     from reports import ReportError, write_report
-    from sim.cli.run import fail
     from traces.errors import TraceError
 
     try:
@@ -201,9 +198,6 @@ def _write_report(run_dirs: list[Path], names: list[str], stage: Path, out: Path
 
 def _commit(outputs: Any, out: Path) -> None:
     """Swap the complete comparison in (Ctrl-C after it says it was written)."""
-    from sim.cli import interrupt
-    from sim.cli.run import fail
-
     try:
         outputs.commit(on_commit=lambda: interrupt.note_written(clip(str(out))))
     except OSError as e:
@@ -213,8 +207,6 @@ def _commit(outputs: Any, out: Path) -> None:
 def _run_folder(path: Path, *, report: bool) -> bool:
     """Whether ``path`` is a run folder; a folder that is not one, or one the report
     cannot read, is a user error (one ``error:`` line, exit 2)."""
-    from sim.cli.run import fail
-
     if not path.is_dir():
         return False
     if not (path / SUMMARY).is_file():
@@ -238,8 +230,6 @@ def _read_summary(path: Path) -> dict[str, Any]:
     checked (``sim.results.runfolder.check_run``: its summary and every table, before
     anything is written), or only its ``summary.json`` where the folder holds no tables
     (``--no-report``); one ``error:`` line when it is not one a run wrote."""
-    from sim.cli.run import fail
-    from sim.cli.run_folder import checked_run
     from sim.results.io import FILES
     from sim.results.runfolder import RunFolderError, read_summary
 
@@ -296,8 +286,6 @@ def unique_names(names: list[str]) -> list[str]:
 def _baseline_index(name: str, names: list[str]) -> int:
     if name in names:
         return names.index(name)
-    from sim.cli.run import fail
-
     raise fail(f"--baseline {name}: no run of that name (runs: {', '.join(names)})")
 
 
@@ -312,7 +300,6 @@ def _simulate(
     ``jobs`` at once (progress over runs); each written to its folder."""
     if not to_run:
         return {}
-    from sim.cli.run import fail, simulate
     from sim.scenario.schema import ScenarioError
 
     if jobs == 1 or len(to_run) == 1:
@@ -333,8 +320,6 @@ def _simulate(
 
 def _write_run(result: Any, folder: Path) -> None:
     """A run into the staged comparison (a new folder there: nothing to replace)."""
-    from sim.cli.run import fail
-
     try:
         result.write(folder)
     except OSError as e:
@@ -344,10 +329,6 @@ def _write_run(result: Any, folder: Path) -> None:
 def _simulate_pool(
     to_run: list[tuple[int, Scenario, Path]], *, quiet: bool, jobs: int
 ) -> dict[int, dict[str, Any]]:
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    from sim.cli.progress import progress
-
     workers = min(jobs, len(to_run))
     with (
         progress("compare", len(to_run), what="runs", quiet=quiet) as p,
@@ -378,8 +359,6 @@ def _run_one(scenario: Scenario, out: str) -> dict[str, Any]:
 def _write_tables(frame: pd.DataFrame, stage: Path, out: Path) -> None:
     """``compare.csv`` and ``compare.parquet`` into the staged folder (errors name
     ``out``: the staged folder is an implementation detail)."""
-    from sim.cli.run import fail
-
     for name, write in (("compare.csv", frame.to_csv), ("compare.parquet", frame.to_parquet)):
         try:
             write(stage / name, index=False)
@@ -391,8 +370,6 @@ def print_comparison(frame: pd.DataFrame, fmt: str) -> None:
     """The comparison on stdout: in ``table`` / ``markdown`` a row per run (the baseline
     first, then by rank) with its values and deltas, then the verdicts; in ``csv`` /
     ``json`` the rows of ``compare.csv``."""
-    from sim.cli.output import print_table
-
     if fmt in ("csv", "json"):
         columns = [str(c) for c in frame.columns]
         print_table(None, columns, frame.astype(object).values.tolist(), fmt)
@@ -409,8 +386,6 @@ def print_comparison(frame: pd.DataFrame, fmt: str) -> None:
     if fmt == "markdown":
         typer.echo("\n".join([head, "", *verdicts]))
         return
-    from sim.cli.output import terminal_width, wrap_prose
-
     width = max(40, terminal_width())
     lines = wrap_prose(head, width)
     for line in verdicts:
@@ -435,7 +410,6 @@ def display_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[object]]]:
     metric of :data:`DISPLAY`, each cell its value over its difference from the
     baseline's in percent (the difference itself where the baseline's is zero;
     ``base`` in the baseline's row)."""
-    from sim.cli.output import Cell
     from sim.results.compare import delta_text, formatted
 
     columns = ["run", "rank", *(label for _, label in DISPLAY)]

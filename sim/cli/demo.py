@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sim.cli import interrupt
+from sim.cli.common import check_output_dir, fail, say_written
 from sim.cli.output import Cell, FormatOption, print_table
-from sim.cli.run import check_output_dir, fail, prepare, print_summary, say_written, simulate
+from sim.cli.run import prepare, print_summary, simulate
 from sim.errors import clip
 from sim.scenario.builtin import DEMO
 

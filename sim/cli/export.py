@@ -16,16 +16,20 @@ written before fragsim recorded them gets the defaults and one ``note: ...`` lin
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from sim.cli.alert_times import run_thresholds, run_times, run_timing
+from sim.cli.common import fail
+from sim.cli.export_grafana import write_dashboard
 from sim.cli.output import echo_prose
-from sim.cli.run import fail
 from sim.cli.run_folder import check_not_an_input, checked_run, too_many_scrapes
 from sim.errors import clip
+from sim.fields import MAX_TOKENS
+from sim.results.summary_model import MAX_INT64
 
 if TYPE_CHECKING:
     from sim.telemetry.openmetrics_alerts import AlertInputs
@@ -72,9 +76,7 @@ def _check_bytes(kv_bytes_per_token: int | None, summary: dict[str, Any], path: 
     """Refuse KV bytes per token (``--kv-bytes-per-token``, else the summary's largest)
     whose product with the run's largest KV capacity (the summary's, else the most any
     run has) overflows the export's 64-bit bytes; the error names where it came from."""
-    from sim.fields import MAX_TOKENS
     from sim.results.runfolder import capacity_bound
-    from sim.results.summary_model import MAX_INT64
 
     capacity = capacity_bound(summary) or MAX_TOKENS
     if kv_bytes_per_token is not None:
@@ -116,8 +118,6 @@ def parse_origin(text: str) -> float:
 
 
 def _iso_seconds(text: str) -> float:
-    from datetime import datetime
-
     try:
         instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -267,8 +267,6 @@ def grafana_command(
     """Write the fleet seed's Grafana dashboard (free memory vs largest free extent, the
     ratio, failures at high free memory, uptime, replicas by state, the alerts) as JSON
     for Grafana's Import dashboard, over export openmetrics' series."""
-    from sim.cli.export_grafana import write_dashboard
-
     if run_dir is not None:
         check_not_an_input(out, run_dir)
     write_dashboard(out, run_dir, parse_origin(origin))

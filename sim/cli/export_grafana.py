@@ -19,7 +19,8 @@ from typing import Any
 
 import typer
 
-from sim.cli.run import fail
+from sim.cli.alert_times import run_thresholds, run_times
+from sim.cli.common import fail
 from sim.errors import clip
 
 SDK_MISSING = (
@@ -30,7 +31,6 @@ SDK_MISSING = (
 
 def _run_options(run_dir: Path) -> dict[str, Any]:
     """The span, scrape interval and thresholds of the run in ``run_dir``."""
-    from sim.cli.alert_times import run_thresholds, run_times
     from sim.results.runfolder import RunFolderError, check_run_folder, read_summary
     from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds
 

@@ -11,6 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
+import sim
+from sim.cli.common import fail
 from sim.errors import clip
 
 KernelsOption = Annotated[
@@ -27,8 +29,6 @@ QuickOption = Annotated[bool, typer.Option("--quick", help="The small grid (seco
 
 def _need_torch(command: str) -> Any:
     """torch, or the exit-2 error naming the extra."""
-    from sim.cli.run import fail
-
     try:
         import torch
     except ImportError:
@@ -40,8 +40,6 @@ def _setup(
     command: str, device_name: str, dtype_name: str | None, kernels: str
 ) -> tuple[Any, Any, Any]:
     """(device, dtype, Kernels) or a one-line error."""
-    from sim.cli.run import fail
-
     torch = _need_torch(command)
     from gpu_backend.device import select_kernels, steady_cpu_timing
 
@@ -69,7 +67,6 @@ def _setup(
 
 def _shape(command: str, model: str) -> Any:
     from gpu_backend.model import TINY, ModelShape
-    from sim.cli.run import fail
 
     if model == "tiny":
         return TINY
@@ -93,7 +90,6 @@ def calibrate_command(
     shape = _shape("calibrate", model)
     from gpu_backend.calibrate import FULL_GRID, QUICK_GRID, calibrate, write_calibration
     from gpu_backend.model import DecoderStack
-    from sim.cli.run import fail
     from traces.errors import TraceError
 
     if layers > shape.num_layers:
@@ -126,11 +122,9 @@ def validate_command(
 ) -> None:
     """Replay TRACE on the device and compare it with the calibrated simulator."""
     dev, dt, chosen = _setup("validate", device, dtype, kernels)
-    import sim
     import traces
     from gpu_backend.model import DecoderStack
     from gpu_backend.validate import scenario_dict, validate
-    from sim.cli.run import fail
     from sim.latency.calibrated import CalibratedLatency
     from traces.atomic import staged
     from traces.errors import TraceError
@@ -186,8 +180,6 @@ def gpu_bench_command(
 ) -> None:
     """Paged-decode bandwidth against a device copy, the torch reference and SDPA (JSON)."""
     torch = _need_torch("gpu-bench")
-    from sim.cli.run import fail
-
     if device == "cuda" and not torch.cuda.is_available():
         raise fail("fragsim gpu-bench: --device cuda: no CUDA device here (use --device cpu)")
     shape = _shape("gpu-bench", model)

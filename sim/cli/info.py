@@ -7,10 +7,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
+from policies.allocators.registry import ALLOCATORS
+from sim.cli.common import fail
 from sim.cli.output import Cell, FormatOption, TableData, echo_prose, print_tables
-from sim.cli.run import fail
 from sim.errors import MAX_MESSAGE, clip, short
+from sim.models.hardware import GPU_PRICE_SOURCE, GPUS, MODELS, kv_bytes_per_token
+from sim.models.presets import shipped_model, shipped_names
+from sim.scenario.hardware import HardwareConfig
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -44,10 +49,6 @@ def hardware_command(
     fmt: FormatOption = "table",
 ) -> None:
     """List model and GPU presets, or show one replica's KV budget term by term."""
-    from pydantic import ValidationError
-
-    from sim.scenario.hardware import HardwareConfig
-
     if config is not None and model is not None:
         raise fail("fragsim hardware: give --model or --config, not both")
     if model is None and config is None:
@@ -63,8 +64,6 @@ def hardware_command(
             )
         print_presets(fmt)
         return
-    from sim.models.hardware import MODELS
-
     dtypes = {"kv_cache_dtype": kv_cache_dtype, "quantization": quantization}
     chosen: Any = model
     if config is not None:
@@ -102,8 +101,6 @@ def hardware_command(
 def print_presets(fmt: str) -> None:
     """The model and GPU presets, two tables in ``fmt``; with ``table`` and ``markdown``,
     where the GPU prices come from."""
-    from sim.models.hardware import GPU_PRICE_SOURCE, GPUS, MODELS, kv_bytes_per_token
-
     models = [
         (
             m.name,
@@ -139,8 +136,6 @@ def print_presets(fmt: str) -> None:
         if fmt == "table":
             typer.echo("")
         echo_prose(f"$/GPU-hour: {GPU_PRICE_SOURCE}; fleet pools are priced from it", fmt=fmt)
-        from sim.models.presets import shipped_names
-
         echo_prose(
             f"the last {len(shipped_names())} models are read from shipped config.json "
             "files: layers and KV "
@@ -152,8 +147,6 @@ def print_presets(fmt: str) -> None:
 
 def shipped_specs() -> list[Any]:
     """The shipped config.json presets as the engine sees them (sim/models/configs)."""
-    from sim.models.presets import shipped_model, shipped_names
-
     return [shipped_model(name).to_spec() for name in shipped_names()]
 
 
@@ -178,8 +171,6 @@ def option_errors(e: ValidationError) -> list[str]:
 
 def allocators_command(fmt: FormatOption = "table") -> None:
     """List the allocator policies a scenario can name, with their parameters."""
-    from policies.allocators.registry import ALLOCATORS
-
     rows = []
     for kind, cls in ALLOCATORS.items():
         params = []

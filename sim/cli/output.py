@@ -53,11 +53,15 @@ import math
 import re
 import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NamedTuple
 
 import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 Format = Literal["table", "csv", "json", "markdown"]
 FORMATS: tuple[str, ...] = ("table", "csv", "json", "markdown")
@@ -106,8 +110,6 @@ def terminal_width() -> int:
 def wrap_prose(text: str, width: int, indent: str = "  ") -> list[str]:
     """``text``'s lines wrapped at spaces to ``width`` (never inside a word or a
     number), each continuation indented by ``indent`` past the line's own indentation."""
-    import textwrap
-
     lines: list[str] = []
     for line in text.splitlines() or [""]:
         lead = line[: len(line) - len(line.lstrip(" "))]
@@ -405,10 +407,6 @@ def _print_rich(
     width: int,
     keys: int,
 ) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
     texts = [[cell_text(c) for c in row] for row in rows]
     cells = [[r[i] for r in texts] for i in range(len(columns))]
     right = [_numeric(c) for c in cells]

@@ -21,9 +21,9 @@ import typer
 import yaml
 
 from sim.cli import interrupt
+from sim.cli.common import fail
 from sim.cli.output import Cell, FormatOption, echo_prose, print_table
 from sim.cli.progress import progress
-from sim.cli.run import fail
 from sim.cli.sweep import (
     QuietOption,
     SchedulerOption,

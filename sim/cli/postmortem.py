@@ -29,12 +29,19 @@ imports stay light: the simulator, pandas and plotly are imported inside the com
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
+from sim.cli import interrupt
+from sim.cli.common import check_output_dir, fail
+from sim.cli.compare import unique_names
 from sim.cli.output import Cell, FormatOption, TableData, print_tables
+from sim.cli.progress import progress, sim_time_amounts
+from sim.errors import clip
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,7 +63,6 @@ TERMINAL_NODES = 20
 
 
 def _load(name: str) -> Scenario:
-    from sim.cli.run import fail
     from sim.scenario.schema import ScenarioError, load_scenario
 
     try:
@@ -101,8 +107,6 @@ def postmortem_command(
     ] = False,
 ) -> None:
     """Replay LOG_DIR's traffic and node events, match its failures, run counterfactuals."""
-    from sim.cli.compare import unique_names
-    from sim.cli.run import fail
     from sim.postmortem.baseline import BASELINE, REPLAY
     from sim.postmortem.log import LogError, load_postmortem_log
     from sim.postmortem.otlp_log import is_otlp_log, load_otlp_log
@@ -165,7 +169,6 @@ def _simulate(
     """The replay, then (with counterfactuals) the modelled baseline and each
     counterfactual, with progress on stderr in simulated time over all runs
     (:mod:`sim.cli.progress`). The runs after the replay: the baseline first."""
-    from sim.cli.progress import progress, sim_time_amounts
     from sim.postmortem.replay import replay, run_counterfactual
 
     span_s = max(1.0, float(log.requests["arrival_s"].max()))
@@ -201,10 +204,6 @@ def _write_all(
 ) -> pd.DataFrame:
     """Write every output (module docstring); returns the ranked compare frame
     (:func:`sim.postmortem.baseline.ranked`)."""
-    import json
-    import math
-
-    from sim.cli.run import fail
     from sim.postmortem.baseline import BASELINE, REPLAY, change_text, ranked
     from sim.results.compare import compare_frame
     from traces.errors import TraceError
@@ -218,8 +217,6 @@ def _write_all(
         table = ranked(frame).set_index("run")
         frame["rank"] = [table.loc[n, "rank"] for n in frame["scenario"]]
         frame["verdict"] = [table.loc[n, "verdict"] for n in frame["scenario"]]
-    from sim.cli import interrupt
-    from sim.errors import clip
     from sim.results.io import undefined_as_null  # undefined statistics: null
     from traces.atomic import staged
 
@@ -279,8 +276,6 @@ def check_postmortem_dir(out: Path) -> None:
 def _check_out(out: Path) -> None:
     """Fail before simulating when ``out`` may not become (or be replaced by) a
     postmortem folder."""
-    from sim.cli.run import check_output_dir, fail
-
     try:
         check_postmortem_dir(out)
     except FileExistsError as e:
@@ -356,8 +351,6 @@ def _node_table(m: MatchReport, fmt: str) -> TableData:
 def _money(value: float) -> Cell:
     """Dollars without the sign (the column says $), a true minus sign on a negative
     amount; — when missing."""
-    import math
-
     from sim.results.compare import usd
 
     if math.isnan(value):
@@ -367,8 +360,6 @@ def _money(value: float) -> Cell:
 
 def _rank(value: float) -> Cell:
     """A run's rank; — for the replay (not ranked)."""
-    import math
-
     return Cell(None, "—") if math.isnan(value) else Cell(int(value), str(int(value)))
 
 

@@ -40,6 +40,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
+from rich.console import Console
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+
 INTERVAL_S = 10.0
 """Seconds between two plain progress lines, unless ``$FRAGSIM_PROGRESS_INTERVAL_S``
 says otherwise."""
@@ -207,10 +211,6 @@ def _lines(p: Progress, interval_s: float) -> Iterator[None]:
 
 @contextmanager
 def _bar(p: Progress, stream: TextIO, transient: bool) -> Iterator[None]:
-    from rich.console import Console
-    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
-    from rich.progress import Progress as RichProgress
-
     bar = RichProgress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

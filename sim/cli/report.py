@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from sim.cli.common import fail
 from sim.errors import clip
 
 
@@ -28,7 +29,6 @@ def write_report_of(
     cannot be written) prints one ``error:`` line and raises the exit-2 exception.
     plotly is imported here, only by the commands that report."""
     from reports import ReportError, ReportOptions, write_report
-    from sim.cli.run import fail
     from traces.errors import TraceError
 
     try:
@@ -44,7 +44,6 @@ def write_postmortem_report_of(pm_dir: Path, out: Path) -> Path:
     :func:`write_report_of`."""
     from reports.html import ReportError
     from reports.postmortem import write_postmortem_report
-    from sim.cli.run import fail
     from traces.errors import TraceError
 
     try:
@@ -84,8 +83,6 @@ def report_command(
     ] = 3,
 ) -> None:
     """Build one self-contained HTML report over RUN_DIR... or one postmortem folder."""
-    from sim.cli.run import fail
-
     postmortems = [d for d in run_dirs if is_postmortem_dir(d)]
     if postmortems and len(run_dirs) > 1:
         raise fail(f"{postmortems[0]}: a postmortem folder is reported alone (one DIR)")

@@ -13,7 +13,6 @@ in well under a second).
 
 from __future__ import annotations
 
-import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,12 +20,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from sim.cli import interrupt
+from sim.cli.common import (
+    check_output_dir,
+    check_scenario_exists,
+    err,
+    fail,
+    say_written,
+)
 from sim.cli.output import Cell, FormatOption, echo_prose, number_cell, print_table
 from sim.cli.progress import progress, sim_time_amounts
+from sim.cli.trace import show_trace_warnings
 from sim.errors import clip, os_error_line, short
 from sim.fields import MAX_SEED
 from sim.results.labels import WASTE_LABELS
@@ -38,46 +43,6 @@ if TYPE_CHECKING:  # the engine, pandas and pydantic models load inside the comm
     from sim.results.io import RunResult
     from sim.scenario.schema import Scenario
     from sim.simulate.parts import Parts
-
-err = Console(stderr=True, soft_wrap=True)
-
-
-MAX_LINE = 2000
-"""The longest error line printed (a last bound on what a message may quote)."""
-
-
-def fail(message: str, source: str | Path | None = None) -> typer.Exit:
-    """Print a user error -- one ``error:`` line per line of ``message``, each naming
-    ``source`` (the scenario file) unless it already starts with it -- and return the
-    exit-2 exception to raise."""
-    name = None if source is None else clip(str(source))
-    for line in message.splitlines() or [""]:
-        if name is not None and not line.startswith(name):
-            line = f"{name}: {line}"
-        line = clip(line, MAX_LINE)
-        err.print(f"[bold red]error:[/] {escape(line)}", highlight=False, markup=True)
-    return typer.Exit(2)
-
-
-def check_output_dir(out: Path) -> None:
-    """Fail early (before simulating) when OUT cannot become a results directory: it
-    holds other files, a parent is a file, the nearest existing folder refuses a new
-    folder (tried: a read-only file system refuses even root), or the file system
-    refuses the name (too long, a folder that may not be searched)."""
-    from sim.results.io import check_replaceable
-
-    try:
-        check_replaceable(out)
-        for parent in out.parents:
-            if parent.exists():
-                if not parent.is_dir():
-                    raise fail(f"{out}: output path: {parent} exists and is not a directory")
-                tempfile.TemporaryDirectory(prefix=".fragsim-probe-", dir=parent).cleanup()
-                return
-    except FileExistsError as e:
-        raise fail(str(e)) from None
-    except OSError as e:
-        raise fail(f"{clip(str(out))}: output directory: {e.strerror or e}") from None
 
 
 def simulate(
@@ -206,13 +171,6 @@ def print_summary(summary: dict[str, Any], fmt: str = "table") -> None:
             echo_prose(line, fmt=fmt)
 
 
-def say_written(out: Path, files: list[str] | tuple[str, ...], html: Path | None) -> None:
-    """Where the results went, on stderr: ``wrote OUT/ (FILES)`` and ``report: PATH``."""
-    typer.echo(f"wrote {out}/ ({', '.join(files)})", err=True)
-    if html is not None:
-        typer.echo(f"report: {html}", err=True)
-
-
 def run_command(
     scenario_path: Annotated[
         Path,
@@ -325,7 +283,6 @@ def prepare(
     """
     source = resolve_scenario(scenario_arg)
     check_scenario_exists(source)
-    from sim.cli.trace import show_trace_warnings
     from sim.scenario.cost import check_run_cost
     from sim.scenario.retention import warn_unused_retention
     from sim.scenario.schema import ScenarioError, load_scenario
@@ -354,23 +311,6 @@ def prepare(
     except OSError as e:
         raise fail(os_error_line(e), source) from None
     return scenario, requests, parts, source
-
-
-def check_scenario_exists(source: Path) -> None:
-    """Refuse a scenario file that does not exist before the scenario schema (and the
-    engine behind it) is imported, with the line ``load_scenario`` gives."""
-    try:
-        source.stat()
-    except FileNotFoundError:
-        name = clip(str(source))
-        if source.suffix in (".yaml", ".yml"):
-            raise fail(f"{name}: cannot read: no such file") from None
-        raise fail(
-            f"{name}: no such scenario file or built-in scenario; built-in: "
-            f"{', '.join(builtin_names())} (fragsim scenarios describes them)"
-        ) from None
-    except (OSError, ValueError):  # load_scenario words the rest
-        pass
 
 
 @contextmanager

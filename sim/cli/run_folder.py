@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from sim.cli.common import fail
 from sim.errors import clip
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ def checked_run(
     """The run folder and its summary, every table checked a batch at a time
     (``sim.results.runfolder.check_run``; ``need``: the columns the command reads, by
     table); one ``error:`` line when the folder is not one a run wrote."""
-    from sim.cli.run import fail
     from sim.results.runfolder import RunFolderError, check_run
 
     try:
@@ -42,7 +42,6 @@ def checked_run(
 def loaded_run(run_dir: Path) -> RunResult:
     """The run, its tables loaded whole and checked (``sim.results.runfolder.read_run``);
     one ``error:`` line when the folder is not one a run wrote."""
-    from sim.cli.run import fail
     from sim.results.runfolder import RunFolderError, read_run
 
     try:
@@ -65,8 +64,6 @@ def too_many_scrapes(
     evaluates, blaming where the interval came from: the ``--scrape-interval`` flag
     when given, else the summary's field, else the default. ``message`` says why
     (``got 1: the run's ... s would be more than ... scrapes``)."""
-    from sim.cli.run import fail
-
     if given_s is not None:
         return typer.BadParameter(message, param_hint="--scrape-interval")
     if recorded_scrape(summary):
@@ -78,7 +75,6 @@ def check_not_an_input(out: Path, folder: Path, flag: str = "-o") -> None:
     """One ``error:`` line when an output would replace one of the files of the run
     folder the command reads (``-o RUN/summary.json``): a command never overwrites its
     own input. A new file beside them is the user's to write."""
-    from sim.cli.run import fail
     from sim.results.io import REPLACEABLE
 
     real = Path(os.path.realpath(out))  # never raises: a loop of links is the writer's

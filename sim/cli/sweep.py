@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from sim.cli import interrupt
+from sim.cli.common import fail
 from sim.cli.output import Cell, FormatOption, print_table
 from sim.cli.progress import progress
-from sim.cli.run import fail
 from sim.errors import clip
 
 if TYPE_CHECKING:

@@ -32,6 +32,7 @@ from sim.cli.output import Cell, Format, FormatOption, TableData, format_option,
 from sim.errors import clip as _clip
 from sim.errors import short as _short
 from sim.errors import validation_lines
+from sim.fields import MAX_SEED
 from sim.scenario.yaml_loader import load_yaml
 
 trace_app = typer.Typer(
@@ -140,8 +141,6 @@ def _user_errors() -> Iterator[None]:
 
 
 def _check_seed(source: object, seed: int) -> None:
-    from sim.fields import MAX_SEED
-
     if not 0 <= seed <= MAX_SEED:
         bound = ">= 0" if seed < 0 else f"<= {MAX_SEED} (a seed is below 2^63)"
         raise SpecError(

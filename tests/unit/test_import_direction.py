@@ -236,6 +236,7 @@ def deferred_imports(
             if name in names and name not in seen:
                 seen.add(name)
                 todo.extend(file_level[name])
+                todo.extend(p for p in _top(name) if p != name)  # its packages' __init__
         return False
 
     out = []
