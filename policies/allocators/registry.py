@@ -4,6 +4,7 @@ A scenario names a policy as ``{kind: best_fit, ...}``; :func:`parse_allocator`
 validates it against the class registered for that kind.
 """
 
+# fragsim: pure: reads the pydantic configs; not on the hot path
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
