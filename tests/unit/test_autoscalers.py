@@ -12,8 +12,9 @@ from pydantic import ValidationError
 from support.fleet_views import FakeNode, aged, fleet_at, node, restarted, with_state
 
 from policies.autoscale.base import Autoscaler, ScaleDecision
-from policies.autoscale.registry import AUTOSCALERS, build_registry, parse_autoscaler
+from policies.autoscale.registry import AUTOSCALERS, parse_autoscaler
 from policies.fleet_view import countable
+from policies.registry import Registry
 
 
 def build(kind: str, **fields: Any) -> Autoscaler:
@@ -95,7 +96,7 @@ def test_configs_refuse_bad_values(data: dict[str, Any]) -> None:
 
 def test_registering_a_kind_twice_is_an_error() -> None:
     with pytest.raises(ValueError, match="registered twice"):
-        build_registry([AUTOSCALERS["naive"], AUTOSCALERS["naive"]])
+        Registry("autoscaler", [AUTOSCALERS["naive"], AUTOSCALERS["naive"]])
 
 
 def _story(scaler: Autoscaler, min_replicas: int, max_replicas: int) -> list[ScaleDecision | None]:
