@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import setuptools
+from support.allocators import small_pool
 
 from policies.allocators.registry import ALLOCATORS, parse_allocator
 from sim.build import (
@@ -31,7 +32,6 @@ from sim.build import (
     derive_compiled_modules,
     engine_build,
 )
-from tests.support.allocators import small_pool
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED_BUILD = os.environ.get("FRAGSIM_EXPECT_BUILD")
