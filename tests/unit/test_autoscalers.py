@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 from support.fleet_views import FakeNode, aged, fleet_at, node, restarted, with_state
 
-from policies.autoscale.base import Autoscaler, ScaleDecision
+from policies.autoscale.base import Autoscaler, ScaleDecision, ScaleTiming
 from policies.autoscale.registry import AUTOSCALERS, parse_autoscaler
 from policies.fleet_view import countable
 from policies.registry import Registry
@@ -61,7 +61,8 @@ def test_every_kind_has_the_common_fields_and_builds_fresh_autoscalers(kind: str
     assert (config.scale_up_cooldown_s, config.scale_down_cooldown_s) == (5.0, 7.0)
     first, second = config.build(), config.build()
     assert first is not second
-    assert first.interval_s == 20.0
+    assert first.timing == config.timing() == ScaleTiming(20.0, 3, 5.0, 7.0)
+    assert (first.interval_s, first.step) == (20.0, 3)
 
 
 def test_parse_autoscaler_names_the_allowed_kinds() -> None:
