@@ -1,5 +1,9 @@
-"""Registries of policy configs (``kind`` name -> pydantic config class), shared by every
-policy family (allocators, routers; later restart and autoscaling policies)."""
+"""The one registry helper every policy family uses (allocators, routers, restart
+policies, autoscalers): ``kind`` name -> pydantic config class.
+
+A family's ``registry.py`` is one :class:`Registry` built from one explicit list of its
+config classes; registering a new kind is its module, its config and one line in that
+list. Naming a kind twice is an error that names both classes."""
 
 from __future__ import annotations
 
@@ -47,3 +51,18 @@ def parse_kind(registry: Mapping[str, type[C]], data: Mapping[str, Any], family:
     if not isinstance(kind, str) or kind not in registry:
         raise ValueError(f"unknown {family} kind {kind!r}; allowed: {allowed}")
     return registry[kind].model_validate(dict(data))
+
+
+class Registry(dict[str, type[C]]):
+    """One family's registry: ``kind`` -> config class, in the order listed (a dict, so
+    every reader and a test's ``monkeypatch.setitem`` work as on any mapping), that
+    parses a scenario's ``{kind: ..., ...}`` mapping (:meth:`parse`). ``family`` names
+    the family in errors (``"router"``, ``"restart policy"``)."""
+
+    def __init__(self, family: str, classes: Iterable[type[C]]) -> None:
+        super().__init__(build_registry(classes, family))
+        self.family = family
+
+    def parse(self, data: Mapping[str, Any]) -> C:
+        """Validate a ``{kind: ..., ...}`` mapping (:func:`parse_kind`)."""
+        return parse_kind(self, data, self.family)

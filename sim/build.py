@@ -1,7 +1,9 @@
 """Which build of the engine is running: pure Python or compiled (mypyc).
 
 ``setup.py`` compiles :data:`COMPILED_MODULES` when ``FRAGSIM_COMPILE=1`` (``make
-native``). The two builds run the same source and give the same outputs byte for byte;
+native``). The list is derived, never kept by hand: every module of ``sim/engine`` and
+``policies/allocators`` unless it says ``# fragsim: pure: <why>`` on a line of its own,
+and any other module of ``sim`` or ``policies`` that says ``# fragsim: compiled``. The two builds run the same source and give the same outputs byte for byte;
 the compiled one is faster. This module imports nothing of the engine, so ``setup.py``
 reads the list from it without importing the package.
 """
@@ -13,43 +15,50 @@ import importlib.util
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
-COMPILED_MODULES: tuple[str, ...] = (
-    "sim.engine.batch",
-    "sim.engine.ticks",
-    "sim.engine.scheduler",
-    "sim.engine.running",
-    "sim.engine.admission",
-    "sim.engine.growth",
-    "sim.latency.search",
-    "sim.latency.decode_runs",
-    "sim.latency.base",
-    "sim.latency.models",
-    "sim.engine.simpy_adapter",
-    "sim.engine.events",
-    "sim.engine.feed",
-    "sim.engine.replica",
-    "sim.engine.driven",
-    "sim.engine.view",
-    "sim.engine.recorder",
-    "sim.results.frames",
-    "sim.fleet.loop",
-    "sim.fleet.routeviews",
-    "policies.routing.base",
-    "policies.routing.load",
-    "policies.routing.simple",
-    "policies.allocators.base",
-    "policies.allocators.pooled",
-    "policies.allocators.extents",
-    "policies.allocators.contiguous",
-    "policies.allocators.buddy",
-    "policies.allocators.static",
-    "policies.allocators.compaction",
-    "policies.allocators.paged",
-    "policies.allocators.vm_paged",
-    "policies.allocators.caching",
-)
-"""The engine's hot modules: plain typed Python, no pydantic models, no monkeypatching
-of their classes (mypyc's rules)."""
+ROOT = Path(__file__).resolve().parent.parent
+"""The folder holding the ``sim`` and ``policies`` packages (the repo, or site-packages)."""
+
+SEARCHED_PACKAGES: tuple[str, ...] = ("sim", "policies")
+"""The packages whose modules may be compiled (searched for markers, recursively)."""
+
+COMPILED_PACKAGES: tuple[str, ...] = ("sim/engine", "policies/allocators")
+"""Packages compiled whole: each module directly in them is compiled unless it carries
+:data:`PURE_MARK`, so a new hot module there cannot be forgotten."""
+
+COMPILED_MARK = "# fragsim: compiled"
+"""A line of its own (column 0) that opts a module elsewhere into the compiled build."""
+
+PURE_MARK = "# fragsim: pure:"
+"""A line of its own (column 0), followed by the reason, that keeps a module of a
+:data:`COMPILED_PACKAGES` package interpreted (pydantic, subclassed by interpreted code)."""
+
+
+def module_marks(path: Path) -> tuple[bool, bool]:
+    """``(compiled, pure)``: whether the source at ``path`` carries each marker line."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return (COMPILED_MARK in lines, any(line.startswith(PURE_MARK) for line in lines))
+
+
+def derive_compiled_modules(root: Path) -> tuple[str, ...]:
+    """The modules to compile under ``root``, sorted by name: every module directly in a
+    :data:`COMPILED_PACKAGES` package without :data:`PURE_MARK`, and every module of the
+    :data:`SEARCHED_PACKAGES` with :data:`COMPILED_MARK`. Reads sources, imports nothing."""
+    out: list[str] = []
+    for package in SEARCHED_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            relative = path.relative_to(root).with_suffix("")
+            if relative.name == "__init__":
+                continue
+            compiled, pure = module_marks(path)
+            whole = relative.parent.as_posix() in COMPILED_PACKAGES
+            if compiled or (whole and not pure):
+                out.append(".".join(relative.parts))
+    return tuple(sorted(out))
+
+
+COMPILED_MODULES: tuple[str, ...] = derive_compiled_modules(ROOT)
+"""The engine's hot modules, derived from the layout and the markers: plain typed
+Python, no pydantic models, no monkeypatching of their classes (mypyc's rules)."""
 
 
 def compiled_modules() -> dict[str, bool]:

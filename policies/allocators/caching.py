@@ -49,7 +49,7 @@ from collections.abc import Sequence
 
 from sortedcontainers import SortedList
 
-from policies.allocators.base import Allocation, Allocator, AllocStats, PoolSpec
+from policies.allocators.base import Allocation, Allocator, AllocStats, PoolSpec, blocks_for
 
 MIN_BLOCK_BYTES = 512
 SMALL_SIZE_BYTES = 1 << 20
@@ -62,7 +62,7 @@ _LARGE_POOL_BASE = LARGE_BUFFER_BYTES << 32  # expandable: the large pool starts
 
 def round_size_bytes(nbytes: int) -> int:
     """PyTorch ``round_size``: at least 512 B, a multiple of 512 B."""
-    return max(MIN_BLOCK_BYTES, -(-nbytes // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES)
+    return max(MIN_BLOCK_BYTES, blocks_for(nbytes, MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES)
 
 
 def segment_size_bytes(size_bytes: int) -> int:
@@ -71,7 +71,7 @@ def segment_size_bytes(size_bytes: int) -> int:
         return SMALL_BUFFER_BYTES
     if size_bytes < MIN_LARGE_ALLOC_BYTES:
         return LARGE_BUFFER_BYTES
-    return -(-size_bytes // ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES
+    return blocks_for(size_bytes, ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES
 
 
 class _Block:
@@ -280,7 +280,7 @@ class CachingAllocator(Allocator):
         elif block is None:
             block = self._new_segment(size, small)
         if block is None:
-            self._refuse(-(-nbytes // self._kvb))
+            self._refuse(blocks_for(nbytes, self._kvb))
             return None
         self._take(block, size)
         return block

@@ -5,6 +5,7 @@ The configurations live apart from the allocators so the allocator modules are p
 typed Python that the optional compiled build (mypyc, see ``setup.py``) can compile;
 pydantic models stay interpreted."""
 
+# fragsim: pure: pydantic models
 from __future__ import annotations
 
 from typing import Literal, cast

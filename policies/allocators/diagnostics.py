@@ -3,6 +3,7 @@
 Plain functions over the :class:`~policies.allocators.base.Allocator` contract: they read
 only ``stats()`` and ``free_extent_sizes()``, so every policy answers them alike."""
 
+# fragsim: pure: diagnostics for tests and analysis, not on the hot path
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -60,6 +60,7 @@ from policies.allocators.base import (
     AllocStats,
     Failure,
     PoolSpec,
+    blocks_for,
     classify,
 )
 from policies.allocators.pooled import PooledAllocator
@@ -138,20 +139,12 @@ class PagedAllocator(PooledAllocator):
         self._check_new(request_id, self._seqs, tokens)
         if prefix_hashes and self._prefix_caching:
             return self._allocate_with_prefix(request_id, tokens, prefix_hashes)
-        bt = self._bt
-        need = -(-tokens // bt)
-        if need > self._free_blocks:
-            self._refuse(need * bt)
+        need = blocks_for(tokens, self._bt)
+        if not self._take_blocks(need):
             return None
-        if need <= self._head_free_blocks:
-            self._head_free_blocks -= need
-            self._free_blocks -= need
-        else:
-            self._draw(need)
         self._seqs[request_id] = _Seq(tokens, need, need, None)
-        self._owned_blocks += need
         self._used_tokens += tokens
-        return Allocation(request_id, need * bt)
+        return Allocation(request_id, need * self._bt)
 
     def extend(self, request_id: int, tokens: int) -> bool:
         try:
@@ -161,21 +154,13 @@ class PagedAllocator(PooledAllocator):
         if not s.anon or tokens < 0:  # the last block may be shared or cached
             return self._extend_slow(s, tokens)
         # hot path: the last block is private, growth draws plain blocks
-        bt = self._bt
-        over = tokens - (s.blocks * bt - s.held)
+        over = tokens - (s.blocks * self._bt - s.held)
         if over > 0:
-            need = -(-over // bt)
-            if need > self._free_blocks:
-                self._refuse(need * bt)
+            need = blocks_for(over, self._bt)
+            if not self._take_blocks(need):
                 return False
-            if need <= self._head_free_blocks:
-                self._head_free_blocks -= need
-                self._free_blocks -= need
-            else:
-                self._draw(need)
             s.anon += need
             s.blocks += need
-            self._owned_blocks += need
         s.held += tokens
         self._used_tokens += tokens
         return True
@@ -279,9 +264,6 @@ class PagedAllocator(PooledAllocator):
                 return 0
         return room
 
-    def pool_free_blocks(self) -> int:
-        return self._free_blocks
-
     def blocks_to_extend(self, request_id: int, tokens: int) -> int:
         return self._extend_need(self._seq(request_id), tokens)[0]
 
@@ -305,11 +287,7 @@ class PagedAllocator(PooledAllocator):
             )
         s = self._seqs[request_id]
         bt = self._bt
-        return max(0, -(-(tokens - (s.blocks * bt - s.held)) // bt))
-
-    def _draw_free_blocks(self, blocks: int) -> None:
-        self._draw(blocks)
-        self._owned_blocks += blocks
+        return max(0, blocks_for(tokens - (s.blocks * bt - s.held), bt))
 
     def _grow_from_reservoir(self, request_id: int, blocks: int, tokens: int) -> None:
         s = self._seqs[request_id]
@@ -347,15 +325,15 @@ class PagedAllocator(PooledAllocator):
         if room and not s.anon and s.named:
             last = s.named[-1]
             if self._ref[last] > 1:
-                return -(-(bt - room + tokens) // bt), 1
+                return blocks_for(bt - room + tokens, bt), 1
             if last in self._key_of:
-                return max(0, -(-(tokens - room) // bt)), 2
-        return max(0, -(-(tokens - room) // bt)), 0
+                return max(0, blocks_for(tokens - room, bt)), 2
+        return max(0, blocks_for(tokens - room, bt)), 0
 
     def _extend_slow(self, s: _Seq, tokens: int) -> bool:
         need, action = self._extend_need(s, tokens)
-        if need > self._free_blocks:
-            self._refuse(need * self._bt)
+        # the action below touches no free block, so drawing first is drawing after it
+        if not self._take_blocks(need):
             return False
         if action == 1:  # copy-on-write of the shared, partly filled last block
             assert s.named is not None
@@ -370,19 +348,18 @@ class PagedAllocator(PooledAllocator):
         elif action == 2:  # sole owner writes into its cached partial block
             assert s.named is not None
             del self._cache[self._key_of.pop(s.named[-1])]
-        if need:
-            self._draw(need)
-            s.anon += need
-            s.blocks += need
-            self._owned_blocks += need
+        s.anon += need
+        s.blocks += need
         s.held += tokens
         self._used_tokens += tokens
         return True
 
-    def _draw(self, n: int) -> None:
-        """Take ``n`` blocks (caller checked ``n <= free``) from the queue head: the
-        anonymous head blocks first, then least recently freed, evicting cached blocks."""
+    def _draw_free_blocks(self, n: int) -> None:
+        """Take ``n`` blocks (caller checked ``n <= free``) from the queue head into the
+        owned ones: the anonymous head blocks first, then least recently freed, evicting
+        cached blocks."""
         self._free_blocks -= n
+        self._owned_blocks += n
         fresh = self._head_free_blocks
         if fresh:
             if fresh >= n:
@@ -456,7 +433,7 @@ class PagedAllocator(PooledAllocator):
         self, request_id: int, tokens: int, hashes: Sequence[int]
     ) -> Allocation | None:
         bt = self._bt
-        need = -(-tokens // bt)
+        need = blocks_for(tokens, bt)
         keys = self._block_keys(tokens, hashes)
         cache, ref = self._cache, self._ref
         hits: list[int] = []
@@ -485,8 +462,7 @@ class PagedAllocator(PooledAllocator):
             elif r == 1:
                 self._shared_blocks += 1
             ref[b] = r + 1
-        self._draw(new)
-        self._owned_blocks += new
+        self._draw_free_blocks(new)
         self._used_tokens += tokens - cached_tokens
         named = hits
         for key in keys[len(hits) :]:  # newly computed prompt blocks enter the cache

@@ -11,10 +11,13 @@ there when it is next synced (:meth:`PooledAllocator.extend_reserved`). The allo
 sees the same draws, in the same order relative to every free and admission, as one
 ``extend`` per block boundary would have made.
 
-This module keeps the reservoir's books once for every pooled policy. A policy
-implements the four questions and the two moves below; everything else is here::
+This module keeps the reservoir's books once for every pooled policy, and the one routine
+that draws a sequence's blocks (:meth:`PooledAllocator._take_blocks`: check, refuse with
+the need, or draw in ``extend``'s order), which every ``allocate``, ``extend`` and copying
+``fork`` of a pooled policy goes through. A policy keeps ``_free_blocks`` (what
+``pool_free_blocks()`` answers) and implements the three questions and the two moves
+below; everything else is here::
 
-    pool_free_blocks()                 blocks growth can draw without failing
     blocks_to_extend(seq, tokens)      blocks extend(seq, tokens) would draw
     growth_is_pooled(seq)              growth of seq draws plain blocks and nothing else
     _pooled_need(seq, tokens)          blocks a pooled growth draws (seq checked pooled)
@@ -42,11 +45,14 @@ class PooledAllocator(Allocator):
         self.pool_block_tokens: int = block_tokens
         """Slots per block (a paged block, a vAttention page group)."""
         self._reservoir_blocks = 0
+        self._free_blocks = 0
+        """Blocks growth can draw without failing (evictable cached blocks included); the
+        policy keeps it: its pool size at first, less what it draws, plus what it frees."""
 
     # -- what each pooled policy answers ---------------------------------------------
     def pool_free_blocks(self) -> int:
         """Blocks growth can draw without failing (evictable cached blocks included)."""
-        raise NotImplementedError
+        return self._free_blocks
 
     def blocks_to_extend(self, request_id: int, tokens: int) -> int:
         """Blocks ``extend(request_id, tokens)`` would draw."""
@@ -73,6 +79,18 @@ class PooledAllocator(Allocator):
         """Give ``request_id`` ``blocks`` blocks already taken from the reservoir and
         ``tokens`` more held tokens."""
         raise NotImplementedError
+
+    # -- drawing a sequence's blocks (shared) -----------------------------------------
+    def _take_blocks(self, blocks: int) -> bool:
+        """Draw ``blocks`` (>= 0) free blocks for a sequence, as ``extend`` draws them; or,
+        when fewer are free, record the refusal (its need: ``blocks`` whole blocks) and
+        return False with nothing taken."""
+        if blocks > self._free_blocks:
+            self._refuse(blocks * self.pool_block_tokens)
+            return False
+        if blocks:
+            self._draw_free_blocks(blocks)
+        return True
 
     # -- the reservoir (shared) -------------------------------------------------------
     def reserve_pool_blocks(self, blocks: int) -> bool:

@@ -4,25 +4,20 @@ A scenario names a policy as ``{kind: best_fit, ...}``; :func:`parse_allocator`
 validates it against the class registered for that kind.
 """
 
+# fragsim: pure: reads the pydantic configs; not on the hot path
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from policies.allocators import config as cfg
 from policies.allocators.config import AllocatorConfig
-from policies.registry import build_registry as registry_of
-from policies.registry import parse_kind
+from policies.registry import Registry
 
-
-def build_registry(classes: Iterable[type[AllocatorConfig]]) -> dict[str, type[AllocatorConfig]]:
-    """A registry from config classes; naming a kind twice is an error."""
-    return registry_of(classes, "allocator")
-
-
-def _policy_classes() -> list[type[AllocatorConfig]]:
-    # Keep this list explicit: one line per policy family.
-    return [
+# One line per kind; a kind listed twice is an error naming both classes.
+ALLOCATORS: Registry[AllocatorConfig] = Registry(
+    "allocator",
+    [
         # contiguous family (static, contiguous fits, buddy, compaction)
         cfg.StaticConfig,
         cfg.FirstFitConfig,
@@ -35,12 +30,10 @@ def _policy_classes() -> list[type[AllocatorConfig]]:
         cfg.PagedConfig,
         cfg.VmPagedConfig,
         cfg.CachingConfig,
-    ]
-
-
-ALLOCATORS: dict[str, type[AllocatorConfig]] = build_registry(_policy_classes())
+    ],
+)
 
 
 def parse_allocator(data: Mapping[str, Any]) -> AllocatorConfig:
-    """Validate a ``{kind: ..., ...}`` mapping (``policies.registry.parse_kind``)."""
-    return parse_kind(ALLOCATORS, data, "allocator")
+    """Validate a ``{kind: ..., ...}`` mapping against ALLOCATORS (``Registry.parse``)."""
+    return ALLOCATORS.parse(data)

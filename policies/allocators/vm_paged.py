@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from policies.allocators.base import Allocation, AllocStats, PoolSpec
+from policies.allocators.base import Allocation, AllocStats, PoolSpec, blocks_for
 from policies.allocators.pooled import PooledAllocator
 
 
@@ -67,7 +67,7 @@ class VmPagedAllocator(PooledAllocator):
         self.page_tokens = page_tokens
         self._held: dict[int, int] = {}
         self._pages: dict[int, int] = {}
-        self._free_pages = self.num_pages
+        self._free_blocks = self.num_pages
         self._used_tokens = 0
         self._copied_tokens = 0
 
@@ -80,29 +80,23 @@ class VmPagedAllocator(PooledAllocator):
         prefix_hashes: Sequence[int] = (),
     ) -> Allocation | None:
         self._check_new(request_id, self._held, tokens)
-        pt = self.page_tokens
-        need = -(-tokens // pt)
-        if need > self._free_pages:
-            self._refuse(need * pt)
+        need = blocks_for(tokens, self.page_tokens)
+        if not self._take_blocks(need):
             return None
-        self._free_pages -= need
         self._held[request_id] = tokens
         self._pages[request_id] = need
         self._used_tokens += tokens
-        return Allocation(request_id, need * pt)
+        return Allocation(request_id, need * self.page_tokens)
 
     def extend(self, request_id: int, tokens: int) -> bool:
         held = self._live(request_id)
         if tokens < 0:
             raise ValueError(f"tokens must be >= 0, got {tokens}")
-        pt = self.page_tokens
         pages = self._pages[request_id]
-        need = -(-(held + tokens) // pt) - pages
-        if need > 0:
-            if need > self._free_pages:
-                self._refuse(need * pt)
+        need = blocks_for(held + tokens, self.page_tokens) - pages
+        if need > 0:  # the last page group is full: map more
+            if not self._take_blocks(need):
                 return False
-            self._free_pages -= need
             self._pages[request_id] = pages + need
         self._held[request_id] = held + tokens
         self._used_tokens += tokens
@@ -113,10 +107,8 @@ class VmPagedAllocator(PooledAllocator):
         self._check_new(child_id, self._held)
         held = self._live(parent_id)
         pages = self._pages[parent_id]
-        if pages > self._free_pages:
-            self._refuse(pages * self.page_tokens)
+        if not self._take_blocks(pages):
             return False
-        self._free_pages -= pages
         self._held[child_id] = held
         self._pages[child_id] = pages
         self._used_tokens += held
@@ -128,12 +120,12 @@ class VmPagedAllocator(PooledAllocator):
             held = self._held.pop(request_id)
         except KeyError:
             raise KeyError(f"request {request_id} is not live (double free?)") from None
-        self._free_pages += self._pages.pop(request_id)
+        self._free_blocks += self._pages.pop(request_id)
         self._used_tokens -= held
 
     def stats(self) -> AllocStats:
         pt = self.page_tokens
-        free = self._free_pages * pt
+        free = self._free_blocks * pt
         capacity = self.num_pages * pt
         return AllocStats(
             capacity_tokens=capacity,
@@ -150,7 +142,7 @@ class VmPagedAllocator(PooledAllocator):
         return self._copied_tokens
 
     def free_and_largest_tokens(self) -> tuple[int, int]:
-        free = self._free_pages * self.page_tokens
+        free = self._free_blocks * self.page_tokens
         return free, free
 
     def held_tokens(self, request_id: int) -> int:
@@ -161,15 +153,11 @@ class VmPagedAllocator(PooledAllocator):
         return self._pages[request_id] * self.page_tokens
 
     def free_extent_sizes(self) -> list[int]:
-        free = self._free_pages * self.page_tokens
+        free = self._free_blocks * self.page_tokens
         return [free] if free else []
 
-    def pool_free_blocks(self) -> int:
-        return self._free_pages
-
     def blocks_to_extend(self, request_id: int, tokens: int) -> int:
-        held = self._live(request_id)
-        return max(0, -(-(held + tokens) // self.page_tokens) - self._pages[request_id])
+        return self._pages_to_grow(request_id, self._live(request_id), tokens)
 
     def growth_is_pooled(self, request_id: int) -> bool:
         """Always True for a live request (growth only maps new page groups)."""
@@ -177,11 +165,15 @@ class VmPagedAllocator(PooledAllocator):
         return True
 
     def _pooled_need(self, request_id: int, tokens: int) -> int:
-        held = self._live(request_id)
-        return max(0, -(-(held + tokens) // self.page_tokens) - self._pages[request_id])
+        return self._pages_to_grow(request_id, self._live(request_id), tokens)
+
+    def _pages_to_grow(self, request_id: int, held: int, tokens: int) -> int:
+        """Page groups a live request holding ``held`` tokens maps to hold ``tokens``
+        more (0 while its last group has room)."""
+        return max(0, blocks_for(held + tokens, self.page_tokens) - self._pages[request_id])
 
     def _draw_free_blocks(self, blocks: int) -> None:
-        self._free_pages -= blocks
+        self._free_blocks -= blocks
 
     def _grow_from_reservoir(self, request_id: int, blocks: int, tokens: int) -> None:
         self._pages[request_id] += blocks

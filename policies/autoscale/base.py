@@ -7,7 +7,9 @@ An autoscaler reads ``policies.fleet_view.FleetView`` only and keeps its own sta
 timers, counters seen last time, windows of readings). It keeps within
 ``fleet.min_replicas``..``fleet.max_replicas`` itself (the fleet clamps as well).
 
-Helpers shared by the autoscalers: :class:`Cooldowns` (a scale-up waits
+Every autoscaler is built from one :class:`ScaleTiming` (how often it is asked, how many
+nodes one decision may move, its two cooldowns: the fields every kind's config carries),
+then its own parameters by name. Helpers shared by the autoscalers: :class:`Cooldowns` (a scale-up waits
 ``scale_up_cooldown_s`` after the previous scale-up; a scale-down waits
 ``scale_down_cooldown_s`` after the previous scale event of either direction, so a
 fleet does not shrink right after growing) and :func:`clamped` (a wanted change cut to
@@ -37,10 +39,28 @@ class ScaleDecision:
     """Failures in that window that were genuine capacity shortages."""
 
 
-class Autoscaler:
-    """Subclasses set ``interval_s`` and implement :meth:`decide`."""
+@dataclass(frozen=True, slots=True)
+class ScaleTiming:
+    """When and how far an autoscaler may act (bounds checked by its pydantic config)."""
 
     interval_s: float = 15.0
+    """Seconds of simulated time between the fleet's calls to ``decide``."""
+    step: int = 1
+    """At most this many nodes added or removed by one decision."""
+    scale_up_cooldown_s: float = 0.0
+    """Seconds after a scale-up before the next scale-up."""
+    scale_down_cooldown_s: float = 300.0
+    """Seconds after any scale event before a scale-down."""
+
+
+class Autoscaler:
+    """Built from a :class:`ScaleTiming`; subclasses implement :meth:`decide`. The fleet
+    calls ``decide`` every ``interval_s`` (``timing.interval_s``)."""
+
+    def __init__(self, timing: ScaleTiming) -> None:
+        self.timing = timing
+        self.interval_s = timing.interval_s
+        self.step = timing.step
 
     def decide(self, fleet: FleetView) -> ScaleDecision | None:
         raise NotImplementedError
@@ -49,9 +69,9 @@ class Autoscaler:
 class Cooldowns:
     """When the last scale-up and the last scale event were, and what they allow now."""
 
-    def __init__(self, scale_up_cooldown_s: float, scale_down_cooldown_s: float) -> None:
-        self.scale_up_cooldown_s = scale_up_cooldown_s
-        self.scale_down_cooldown_s = scale_down_cooldown_s
+    def __init__(self, timing: ScaleTiming) -> None:
+        self.scale_up_cooldown_s = timing.scale_up_cooldown_s
+        self.scale_down_cooldown_s = timing.scale_down_cooldown_s
         self._last_up_s: float | None = None
         self._last_scale_s: float | None = None
 

@@ -2,8 +2,10 @@
 names, validated with pydantic at the edge (strict types, bounded fields, unknown fields
 refused), and ``build`` for a fresh autoscaler (it holds state: build one per run).
 
-Every kind carries ``interval_s``, ``step`` and the two cooldowns; the defaults differ
-by kind (an HPA scales up at once, the naive scaler waits five minutes)."""
+Every kind carries ``interval_s``, ``step`` and the two cooldowns (``timing()``: one
+:class:`~policies.autoscale.base.ScaleTiming`, the autoscaler's first argument; its own
+parameters follow by name); the defaults differ by kind (an HPA scales up at once, the
+naive scaler waits five minutes)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from policies.autoscale.base import Autoscaler
+from policies.autoscale.base import Autoscaler, ScaleTiming
 from policies.autoscale.failures import NaiveAutoscaler, RunbookAutoscaler
 from policies.autoscale.metrics import KvTargetAutoscaler, NoAutoscaler, QueueAutoscaler
 
@@ -43,6 +45,15 @@ class AutoscalerConfig(BaseModel):
     scale_down_cooldown_s: float = Field(300.0, ge=0.0, le=MAX_TIME_S)
     """Seconds after any scale event before a scale-down."""
 
+    def timing(self) -> ScaleTiming:
+        """The four fields every kind carries, as the autoscaler takes them."""
+        return ScaleTiming(
+            interval_s=self.interval_s,
+            step=self.step,
+            scale_up_cooldown_s=self.scale_up_cooldown_s,
+            scale_down_cooldown_s=self.scale_down_cooldown_s,
+        )
+
     def build(self) -> Autoscaler:
         raise NotImplementedError
 
@@ -53,7 +64,7 @@ class NoAutoscalerConfig(AutoscalerConfig):
     kind: Literal["none"] = "none"
 
     def build(self) -> Autoscaler:
-        return NoAutoscaler(self.interval_s)
+        return NoAutoscaler(self.timing())
 
 
 class _FailureTriggersConfig(AutoscalerConfig):
@@ -83,13 +94,10 @@ class NaiveConfig(_FailureTriggersConfig):
 
     def build(self) -> Autoscaler:
         return NaiveAutoscaler(
-            self.interval_s,
-            self.step,
-            self.scale_up_cooldown_s,
-            self.scale_down_cooldown_s,
-            self.failure_threshold,
-            self.queue_threshold,
-            self.scale_down_window_s,
+            self.timing(),
+            failure_threshold=self.failure_threshold,
+            queue_threshold=self.queue_threshold,
+            scale_down_window_s=self.scale_down_window_s,
         )
 
 
@@ -106,15 +114,12 @@ class RunbookConfig(_FailureTriggersConfig):
 
     def build(self) -> Autoscaler:
         return RunbookAutoscaler(
-            self.interval_s,
-            self.step,
-            self.scale_up_cooldown_s,
-            self.scale_down_cooldown_s,
-            self.failure_threshold,
-            self.queue_threshold,
-            self.scale_down_window_s,
-            self.max_concurrent_restarts,
-            self.min_uptime_s,
+            self.timing(),
+            failure_threshold=self.failure_threshold,
+            queue_threshold=self.queue_threshold,
+            scale_down_window_s=self.scale_down_window_s,
+            max_concurrent_restarts=self.max_concurrent_restarts,
+            min_uptime_s=self.min_uptime_s,
         )
 
 
@@ -137,13 +142,10 @@ class KvTargetConfig(AutoscalerConfig):
 
     def build(self) -> Autoscaler:
         return KvTargetAutoscaler(
-            self.interval_s,
-            self.step,
-            self.scale_up_cooldown_s,
-            self.scale_down_cooldown_s,
-            self.target,
-            self.tolerance,
-            self.scale_down_window_s,
+            self.timing(),
+            target=self.target,
+            tolerance=self.tolerance,
+            scale_down_window_s=self.scale_down_window_s,
         )
 
 
@@ -163,9 +165,6 @@ class QueueConfig(AutoscalerConfig):
 
     def build(self) -> Autoscaler:
         return QueueAutoscaler(
-            self.interval_s,
-            self.step,
-            self.scale_up_cooldown_s,
-            self.scale_down_cooldown_s,
-            self.queue_threshold,
+            self.timing(),
+            queue_threshold=self.queue_threshold,
         )

@@ -22,7 +22,7 @@ queue is the restart's, not a capacity signal). Scale-down is as ``naive``'s.
 
 from __future__ import annotations
 
-from policies.autoscale.base import Autoscaler, Cooldowns, ScaleDecision, clamped
+from policies.autoscale.base import Autoscaler, Cooldowns, ScaleDecision, ScaleTiming, clamped
 from policies.fleet_view import FleetView, countable
 from policies.restart.signals import AlertRestart
 from policies.restart.tracking import CounterDeltas, FleetDeltas, by_id
@@ -35,20 +35,17 @@ class NaiveAutoscaler(Autoscaler):
 
     def __init__(
         self,
-        interval_s: float,
-        step: int,
-        scale_up_cooldown_s: float,
-        scale_down_cooldown_s: float,
+        timing: ScaleTiming,
+        *,
         failure_threshold: int,
         queue_threshold: int,
         scale_down_window_s: float,
     ) -> None:
-        self.interval_s = interval_s
-        self.step = step
+        super().__init__(timing)
         self.failure_threshold = failure_threshold
         self.queue_threshold = queue_threshold
         self.scale_down_window_s = scale_down_window_s
-        self._cooldowns = Cooldowns(scale_up_cooldown_s, scale_down_cooldown_s)
+        self._cooldowns = Cooldowns(timing)
         self._deltas = CounterDeltas()
         self._busy_s: float | None = None
         """The last check with a failure or a long queue (or the first check)."""
@@ -120,10 +117,8 @@ class RunbookAutoscaler(NaiveAutoscaler):
 
     def __init__(
         self,
-        interval_s: float,
-        step: int,
-        scale_up_cooldown_s: float,
-        scale_down_cooldown_s: float,
+        timing: ScaleTiming,
+        *,
         failure_threshold: int,
         queue_threshold: int,
         scale_down_window_s: float,
@@ -131,15 +126,12 @@ class RunbookAutoscaler(NaiveAutoscaler):
         min_uptime_s: float,
     ) -> None:
         super().__init__(
-            interval_s,
-            step,
-            scale_up_cooldown_s,
-            scale_down_cooldown_s,
-            failure_threshold,
-            queue_threshold,
-            scale_down_window_s,
+            timing,
+            failure_threshold=failure_threshold,
+            queue_threshold=queue_threshold,
+            scale_down_window_s=scale_down_window_s,
         )
-        self._diagnosis = AlertRestart(interval_s, min_uptime_s, max_concurrent_restarts)
+        self._diagnosis = AlertRestart(timing.interval_s, min_uptime_s, max_concurrent_restarts)
 
     def decide(self, fleet: FleetView) -> ScaleDecision | None:
         deltas, queued = self._observe(fleet)

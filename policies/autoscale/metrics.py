@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from policies.autoscale.base import Autoscaler, Cooldowns, ScaleDecision, clamped
+from policies.autoscale.base import Autoscaler, Cooldowns, ScaleDecision, ScaleTiming, clamped
 from policies.fleet_view import FleetView, countable, serving
 from policies.restart.tracking import EPS_S
 
@@ -30,8 +30,8 @@ from policies.restart.tracking import EPS_S
 class NoAutoscaler(Autoscaler):
     """Never scales."""
 
-    def __init__(self, interval_s: float = 15.0) -> None:
-        self.interval_s = interval_s
+    def __init__(self, timing: ScaleTiming | None = None) -> None:
+        super().__init__(timing or ScaleTiming())
 
     def decide(self, fleet: FleetView) -> ScaleDecision | None:
         return None
@@ -46,21 +46,13 @@ class KvTargetAutoscaler(Autoscaler):
     """HPA on mean KV usage: scale up at once, down after a stabilization window."""
 
     def __init__(
-        self,
-        interval_s: float,
-        step: int,
-        scale_up_cooldown_s: float,
-        scale_down_cooldown_s: float,
-        target: float,
-        tolerance: float,
-        scale_down_window_s: float,
+        self, timing: ScaleTiming, *, target: float, tolerance: float, scale_down_window_s: float
     ) -> None:
-        self.interval_s = interval_s
-        self.step = step
+        super().__init__(timing)
         self.target = target
         self.tolerance = tolerance
         self.scale_down_window_s = scale_down_window_s
-        self._cooldowns = Cooldowns(scale_up_cooldown_s, scale_down_cooldown_s)
+        self._cooldowns = Cooldowns(timing)
         self._desired: deque[tuple[float, int]] = deque()
         self._first_s: float | None = None
 
@@ -102,18 +94,10 @@ class KvTargetAutoscaler(Autoscaler):
 class QueueAutoscaler(Autoscaler):
     """KEDA on the queue: one node per ``queue_threshold`` waiting requests."""
 
-    def __init__(
-        self,
-        interval_s: float,
-        step: int,
-        scale_up_cooldown_s: float,
-        scale_down_cooldown_s: float,
-        queue_threshold: int,
-    ) -> None:
-        self.interval_s = interval_s
-        self.step = step
+    def __init__(self, timing: ScaleTiming, *, queue_threshold: int) -> None:
+        super().__init__(timing)
         self.queue_threshold = queue_threshold
-        self._cooldowns = Cooldowns(scale_up_cooldown_s, scale_down_cooldown_s)
+        self._cooldowns = Cooldowns(timing)
         self._active_s: float | None = None
         """The last check where the queue asked for at least the current size."""
 

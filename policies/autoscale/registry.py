@@ -6,36 +6,26 @@ A fleet scenario names an autoscaler as ``{kind: kv_target, ...}``;
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from policies.autoscale import config as cfg
 from policies.autoscale.config import AutoscalerConfig
-from policies.registry import build_registry as registry_of
-from policies.registry import parse_kind
+from policies.registry import Registry
 
-
-def build_registry(
-    classes: Iterable[type[AutoscalerConfig]],
-) -> dict[str, type[AutoscalerConfig]]:
-    """A registry from config classes; naming a kind twice is an error."""
-    return registry_of(classes, "autoscaler")
-
-
-def _autoscaler_classes() -> list[type[AutoscalerConfig]]:
-    # Keep this list explicit: one line per autoscaler.
-    return [
+# One line per kind; a kind listed twice is an error naming both classes.
+AUTOSCALERS: Registry[AutoscalerConfig] = Registry(
+    "autoscaler",
+    [
         cfg.NoAutoscalerConfig,
         cfg.NaiveConfig,
         cfg.KvTargetConfig,
         cfg.QueueConfig,
         cfg.RunbookConfig,
-    ]
-
-
-AUTOSCALERS: dict[str, type[AutoscalerConfig]] = build_registry(_autoscaler_classes())
+    ],
+)
 
 
 def parse_autoscaler(data: Mapping[str, Any]) -> AutoscalerConfig:
-    """Validate a ``{kind: ..., ...}`` mapping (``policies.registry.parse_kind``)."""
-    return parse_kind(AUTOSCALERS, data, "autoscaler")
+    """Validate a ``{kind: ..., ...}`` mapping against AUTOSCALERS (``Registry.parse``)."""
+    return AUTOSCALERS.parse(data)

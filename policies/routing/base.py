@@ -13,6 +13,7 @@ real view brings that replica up to now (``ReplicaView``'s docstring): a router 
 signal only of the views it considers, and only the signals it needs.
 """
 
+# fragsim: compiled
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence

@@ -1,6 +1,7 @@
 """Routers that balance a load signal: least outstanding requests, join the shortest
 queue, power of two choices, least KV usage, and sequence-length-aware pools."""
 
+# fragsim: compiled
 from __future__ import annotations
 
 from collections.abc import Sequence

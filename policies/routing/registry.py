@@ -6,23 +6,17 @@ A fleet scenario names a router as ``{kind: least_outstanding, ...}``;
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from policies.registry import build_registry as registry_of
-from policies.registry import parse_kind
+from policies.registry import Registry
 from policies.routing import config as cfg
 from policies.routing.config import RouterConfig
 
-
-def build_registry(classes: Iterable[type[RouterConfig]]) -> dict[str, type[RouterConfig]]:
-    """A registry from config classes; naming a kind twice is an error."""
-    return registry_of(classes, "router")
-
-
-def _router_classes() -> list[type[RouterConfig]]:
-    # Keep this list explicit: one line per router.
-    return [
+# One line per kind; a kind listed twice is an error naming both classes.
+ROUTERS: Registry[RouterConfig] = Registry(
+    "router",
+    [
         cfg.RoundRobinConfig,
         cfg.RandomConfig,
         cfg.LeastOutstandingConfig,
@@ -33,12 +27,10 @@ def _router_classes() -> list[type[RouterConfig]]:
         cfg.SessionAffinityConfig,
         cfg.LengthPoolsConfig,
         cfg.FragmentationAwareConfig,
-    ]
-
-
-ROUTERS: dict[str, type[RouterConfig]] = build_registry(_router_classes())
+    ],
+)
 
 
 def parse_router(data: Mapping[str, Any]) -> RouterConfig:
-    """Validate a ``{kind: ..., ...}`` mapping (``policies.registry.parse_kind``)."""
-    return parse_kind(ROUTERS, data, "router")
+    """Validate a ``{kind: ..., ...}`` mapping against ROUTERS (``Registry.parse``)."""
+    return ROUTERS.parse(data)

@@ -1,5 +1,6 @@
 """Routers that read no load signal: round robin and (seeded) uniform random."""
 
+# fragsim: compiled
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -17,6 +17,7 @@ Reports, each with the replica that makes it:
   arrived by now.
 """
 
+# fragsim: pure: interpreted owners (the run, the fleet) subclass ReplicaOutlet
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

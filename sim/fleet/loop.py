@@ -22,6 +22,7 @@ scheduled. A decision that changes a replica's life (``needs_env_time``) runs at
 ``env.now``: the loop first lets SimPy reach that instant.
 """
 
+# fragsim: compiled
 from __future__ import annotations
 
 import heapq

@@ -22,6 +22,7 @@ trace x16, most routing decisions read no view). Compiled with the
 engine (no attribute tricks).
 """
 
+# fragsim: compiled
 from __future__ import annotations
 
 from collections.abc import Callable

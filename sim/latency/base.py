@@ -32,6 +32,7 @@ without one, by summing ``step_times_s`` and binary search. Not an ``abc.ABC`` (
 methods raise NotImplementedError.
 """
 
+# fragsim: compiled
 from __future__ import annotations
 
 from typing import Any

@@ -22,6 +22,7 @@ Contracts:
   (:func:`sim.latency.base.bisect_steps_within_s`).
 """
 
+# fragsim: compiled
 from __future__ import annotations
 
 import math

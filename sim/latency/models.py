@@ -12,6 +12,7 @@ form ``decode_run_s`` uses (``_settle``), bit-for-bit the integer a binary searc
 ``decode_run_s`` returns.
 """
 
+# fragsim: compiled
 from __future__ import annotations
 
 import math

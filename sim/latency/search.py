@@ -6,6 +6,7 @@ which a predicate true-then-false still holds. Kept free of any engine import so
 compiled build (mypyc) compiles it on its own.
 """
 
+# fragsim: compiled
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -7,6 +7,7 @@ with a list per column in ``sim.engine.recorder`` (:func:`columns_of` reads thei
 in order), and the requests table is :data:`REQUEST_FIELDS`. The frame builders, the
 column lists of docs/scenarios.md (checked by a test) and the tests read those definitions."""
 
+# fragsim: compiled
 from __future__ import annotations
 
 import dataclasses

@@ -422,7 +422,7 @@ def check_pools(scenario: Scenario, data: dict[str, Any], source: str) -> None:
             allocator = raw.get("allocator") or pool.allocator.model_dump(mode="json")
             kind = allocator.get("kind")
             try:
-                if kind in ALLOCATORS:
+                if isinstance(kind, str) and kind in ALLOCATORS:
                     ALLOCATORS[kind].model_validate_json(strict_json(allocator), strict=True)
                 else:
                     parse_allocator(allocator)

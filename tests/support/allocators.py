@@ -10,12 +10,13 @@ test's extra variants), so a newly registered policy is tested without editing t
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import numpy.typing as npt
 
 from policies.allocators.base import Allocator, AllocStats, PoolSpec
+from policies.allocators.extents import Fit
 from policies.allocators.pooled import as_pooled
 from policies.allocators.registry import ALLOCATORS, parse_allocator
 
@@ -30,6 +31,12 @@ Config = dict[str, Any]
 def registered_kinds() -> list[str]:
     """Every allocator kind a scenario may name, sorted."""
     return sorted(ALLOCATORS)
+
+
+def fit_kinds() -> list[str]:
+    """Every registered kind that places contiguous buffers by one of the extent index's
+    fits (``policies.allocators.extents.Fit``), sorted."""
+    return sorted(kind for kind in ALLOCATORS if kind in get_args(Fit))
 
 
 def registry_configs(*extras: Mapping[str, Any]) -> list[Config]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
+from support.allocators import fit_kinds
 
 from policies.allocators.base import PoolSpec
 from policies.allocators.contiguous import ContiguousAllocator
@@ -98,7 +99,7 @@ def test_config_is_validated_at_the_edge() -> None:
         parse_allocator({"kind": "worst_fit", "blocks": 3})
 
 
-@pytest.mark.parametrize("kind", ["first_fit", "best_fit", "next_fit", "worst_fit"])
+@pytest.mark.parametrize("kind", fit_kinds())
 def test_seed_worked_example_a_22000_token_request_fails_at_38_percent_free(kind: str) -> None:
     """The seed's day 5: gaps of 1,200 tokens add up to 38 % free, and a 22,000-token
     document request finds no gap large enough: a fragmentation failure."""

@@ -3,11 +3,13 @@ multiset underneath."""
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.allocators.extents import FreeExtentIndex, SortedInts
+from policies.allocators.extents import Fit, FreeExtentIndex, SortedInts
 
 
 def _holes(fit: str) -> FreeExtentIndex:
@@ -117,7 +119,7 @@ def test_sorted_ints_matches_a_sorted_set(ops: list[tuple[bool, int]]) -> None:
         assert len(ints) == len(model)
 
 
-@pytest.mark.parametrize("fit", ["first_fit", "next_fit", "best_fit", "worst_fit"])
+@pytest.mark.parametrize("fit", get_args(Fit))
 @settings(max_examples=30, deadline=None)
 @given(
     ops=st.lists(

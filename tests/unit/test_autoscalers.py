@@ -11,9 +11,10 @@ import pytest
 from pydantic import ValidationError
 from support.fleet_views import FakeNode, aged, fleet_at, node, restarted, with_state
 
-from policies.autoscale.base import Autoscaler, ScaleDecision
-from policies.autoscale.registry import AUTOSCALERS, build_registry, parse_autoscaler
+from policies.autoscale.base import Autoscaler, ScaleDecision, ScaleTiming
+from policies.autoscale.registry import AUTOSCALERS, parse_autoscaler
 from policies.fleet_view import countable
+from policies.registry import Registry
 
 
 def build(kind: str, **fields: Any) -> Autoscaler:
@@ -60,7 +61,8 @@ def test_every_kind_has_the_common_fields_and_builds_fresh_autoscalers(kind: str
     assert (config.scale_up_cooldown_s, config.scale_down_cooldown_s) == (5.0, 7.0)
     first, second = config.build(), config.build()
     assert first is not second
-    assert first.interval_s == 20.0
+    assert first.timing == config.timing() == ScaleTiming(20.0, 3, 5.0, 7.0)
+    assert (first.interval_s, first.step) == (20.0, 3)
 
 
 def test_parse_autoscaler_names_the_allowed_kinds() -> None:
@@ -95,7 +97,7 @@ def test_configs_refuse_bad_values(data: dict[str, Any]) -> None:
 
 def test_registering_a_kind_twice_is_an_error() -> None:
     with pytest.raises(ValueError, match="registered twice"):
-        build_registry([AUTOSCALERS["naive"], AUTOSCALERS["naive"]])
+        Registry("autoscaler", [AUTOSCALERS["naive"], AUTOSCALERS["naive"]])
 
 
 def _story(scaler: Autoscaler, min_replicas: int, max_replicas: int) -> list[ScaleDecision | None]:

@@ -6,6 +6,7 @@ importable, and is the list ``setup.py`` hands to mypyc."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import runpy
@@ -17,8 +18,20 @@ from typing import Any
 
 import pytest
 import setuptools
+from support.allocators import small_pool
 
-from sim.build import COMPILED_MODULES, compiled_files, compiled_modules, engine_build
+from policies.allocators.registry import ALLOCATORS, parse_allocator
+from sim.build import (
+    COMPILED_MARK,
+    COMPILED_MODULES,
+    COMPILED_PACKAGES,
+    PURE_MARK,
+    SEARCHED_PACKAGES,
+    compiled_files,
+    compiled_modules,
+    derive_compiled_modules,
+    engine_build,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED_BUILD = os.environ.get("FRAGSIM_EXPECT_BUILD")
@@ -94,3 +107,76 @@ def test_setup_py_hands_mypyc_the_listed_modules(monkeypatch: pytest.MonkeyPatch
     assert list(setup_globals["COMPILED_MODULES"]) == list(COMPILED_MODULES)
     assert calls["paths"] == [source_path(name) for name in COMPILED_MODULES]
     assert calls["setup"] == {"ext_modules": ["<extensions>"]}
+
+
+def write_module(root: Path, path: str, *lines: str) -> None:
+    """A source file at ``root/path``: a docstring, then ``lines``."""
+    target = root / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text('"""A module."""\n' + "".join(f"{line}\n" for line in lines))
+
+
+def test_the_compiled_list_is_derived_from_the_layout_and_the_markers(tmp_path: Path) -> None:
+    """A new module of ``sim/engine`` is compiled without editing a list; one marked pure
+    is not; elsewhere only a marked module is; ``__init__`` never is."""
+    write_module(tmp_path, "sim/engine/__init__.py")
+    write_module(tmp_path, "sim/engine/new_hot.py", "x = 1")
+    write_module(tmp_path, "sim/engine/kept.py", f"{PURE_MARK} subclassed by interpreted code")
+    write_module(tmp_path, "policies/allocators/new_fit.py")
+    write_module(tmp_path, "sim/latency/fast.py", COMPILED_MARK)
+    write_module(tmp_path, "sim/latency/slow.py", f"x = '{COMPILED_MARK}'")
+    write_module(tmp_path, "sim/engine/deep/inner.py")  # below the package: not whole
+    assert derive_compiled_modules(tmp_path) == (
+        "policies.allocators.new_fit",
+        "sim.engine.new_hot",
+        "sim.latency.fast",
+    )
+
+
+def fragsim_marker_lines() -> list[tuple[str, str]]:
+    """``(path, line)`` for every line of ``sim`` and ``policies`` naming a marker."""
+    return [
+        (path.relative_to(REPO).as_posix(), line)
+        for package in SEARCHED_PACKAGES
+        for path in sorted((REPO / package).rglob("*.py"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.lstrip().startswith("# fragsim:")
+    ]
+
+
+def test_every_marker_is_spelt_right_and_where_it_means_something() -> None:
+    """A misspelt marker (``# fragsim: compile``) would leave a hot module pure without a
+    word; a pure marker must say why and sit in a package compiled whole; a compiled
+    marker there says nothing."""
+    seen = fragsim_marker_lines()
+    assert seen, "no marker found: the derivation reads nothing"
+    for path, line in seen:
+        package = path.rsplit("/", 1)[0]
+        if line == COMPILED_MARK:
+            assert package not in COMPILED_PACKAGES, f"{path}: {package} is compiled whole"
+        else:
+            assert line.startswith(PURE_MARK), f"{path}: unknown marker {line!r}"
+            assert line[len(PURE_MARK) :].strip(), f"{path}: say why it stays pure"
+            assert package in COMPILED_PACKAGES, f"{path}: pure is the default in {package}"
+
+
+@pytest.mark.parametrize("name", COMPILED_MODULES)
+def test_no_compiled_module_imports_pydantic(name: str) -> None:
+    """mypyc's rule the configs keep apart: pydantic models stay interpreted."""
+    tree = ast.parse((REPO / source_path(name)).read_text(encoding="utf-8"))
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not {m for m in imported if m.split(".")[0] == "pydantic"}, f"{name} imports pydantic"
+
+
+@pytest.mark.parametrize("kind", sorted(ALLOCATORS))
+def test_every_registered_allocator_is_compiled(kind: str) -> None:
+    """The allocators are the engine's hottest calls: each registered kind's class lives
+    in a compiled module (a new family in another package would be missed)."""
+    allocator = parse_allocator({"kind": kind}).build(small_pool(4096))
+    assert type(allocator).__module__ in COMPILED_MODULES, (kind, type(allocator).__module__)

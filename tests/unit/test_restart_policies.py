@@ -10,9 +10,10 @@ import pytest
 from pydantic import ValidationError
 from support.fleet_views import FakeNode, aged, fleet_at, node, restarted, with_state
 
+from policies.registry import Registry
 from policies.restart.base import RestartDecision, RestartPolicy
 from policies.restart.config import RestartConfig
-from policies.restart.registry import RESTART_POLICIES, build_registry, parse_restart
+from policies.restart.registry import RESTART_POLICIES, parse_restart
 
 
 def build(kind: str, **fields: Any) -> RestartPolicy:
@@ -95,7 +96,7 @@ def test_configs_are_frozen() -> None:
 
 def test_registering_a_kind_twice_is_an_error() -> None:
     with pytest.raises(ValueError, match="registered twice"):
-        build_registry([RESTART_POLICIES["none"], RESTART_POLICIES["none"]])
+        Registry("restart policy", [RESTART_POLICIES["none"], RESTART_POLICIES["none"]])
 
 
 def _story(policy: RestartPolicy) -> list[list[RestartDecision]]:

@@ -15,9 +15,10 @@ from pydantic import ValidationError
 
 from policies.allocators.base import PoolSpec
 from policies.allocators.registry import parse_allocator
+from policies.registry import Registry
 from policies.routing.base import Router, RouteRequest, RouterView
 from policies.routing.config import RouterConfig, WeightedConfig
-from policies.routing.registry import ROUTERS, build_registry, parse_router
+from policies.routing.registry import ROUTERS, parse_router
 from sim.engine.batch import Group, SchedulerConfig
 from sim.engine.outlet import ReplicaOutlet
 from sim.engine.replica import Replica
@@ -328,7 +329,7 @@ def test_registering_a_router_kind_twice_is_an_error() -> None:
         kind: Literal["a"] = "a"
 
     with pytest.raises(ValueError, match="registered twice"):
-        build_registry([_A, _A2])
+        Registry("router", [_A, _A2])
 
 
 # -- over real replicas ------------------------------------------------------------------

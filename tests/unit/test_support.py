@@ -4,21 +4,25 @@ misses a kind fails its coverage check."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import pytest
 from support.allocators import (
     assert_covers_registry,
     assert_pool_accounting,
     build_allocator,
+    fit_kinds,
     pooled_kinds,
     registered_kinds,
     registry_configs,
+    small_pool,
 )
 
 from policies.allocators.base import Allocator, PoolSpec
 from policies.allocators.config import BestFitConfig
-from policies.allocators.registry import ALLOCATORS
+from policies.allocators.contiguous import ContiguousAllocator
+from policies.allocators.extents import Fit
+from policies.allocators.registry import ALLOCATORS, parse_allocator
 
 
 class _NewFitConfig(BestFitConfig):
@@ -63,3 +67,13 @@ def test_pool_accounting_catches_a_leak() -> None:
         assert_pool_accounting([10, 0], [5, 0], [85, 99], [100, 100], [80, 99])
     with pytest.raises(AssertionError):
         assert_pool_accounting(10, 5, 85, 100, 86)  # largest extent beyond free
+
+
+def test_fit_kinds_are_the_registered_contiguous_fits() -> None:
+    """Every fit of the extent index is a registered kind, built as a contiguous
+    allocator (a fit dropped from the registry would silently leave its tests)."""
+    assert fit_kinds() == sorted(get_args(Fit))
+    for kind in fit_kinds():
+        assert isinstance(
+            parse_allocator({"kind": kind}).build(small_pool(1024)), ContiguousAllocator
+        )

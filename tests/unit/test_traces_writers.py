@@ -5,6 +5,7 @@ TraceError naming the output, never an OSError."""
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import subprocess
@@ -107,3 +108,36 @@ def test_unusable_input_path_is_one_error_line(tmp_path: Path, source: str) -> N
     assert result.exit_code == 2, result.output
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"error: {tmp_path / source}: cannot read file")
+
+
+REPO = Path(__file__).resolve().parents[2]
+RENAMES = {("os", "replace"), ("os", "rename"), ("os", "renames"), ("shutil", "move")}
+TEMPORARIES = {("tempfile", "mkstemp"), ("tempfile", "mkdtemp"), ("tempfile", "NamedTemporaryFile")}
+
+
+def _calls_of(path: Path, wanted: set[tuple[str, str]]) -> list[str]:
+    """``module.name`` calls in ``path`` among ``wanted`` (``os.replace``, ...)."""
+    return [
+        f"{path.relative_to(REPO)}:{node.lineno}: {node.func.value.id}.{node.func.attr}"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and (node.func.value.id, node.func.attr) in wanted
+    ]
+
+
+def test_traces_atomic_is_the_one_writer_that_renames_into_place() -> None:
+    """One atomic writer: no module but ``traces/atomic.py`` renames a temporary over an
+    output or makes its own temporaries (a second writer would not clean stale ones, nor
+    refuse devices, nor commit several outputs together)."""
+    packages = ("sim", "policies", "traces", "reports", "gpu_backend")
+    found = [
+        call
+        for package in packages
+        for path in sorted((REPO / package).rglob("*.py"))
+        if path != REPO / "traces" / "atomic.py"
+        for call in _calls_of(path, RENAMES | TEMPORARIES)
+    ]
+    assert not found, "write outputs through traces.atomic: " + "; ".join(found)
+    assert _calls_of(REPO / "traces" / "atomic.py", RENAMES), "the writer no longer renames?"
