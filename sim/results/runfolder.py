@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from sim.errors import clip
 from sim.results.digests import DIGESTS, file_sha256
 from sim.results.folder_errors import RunFolderError, RunFolderNote
-from sim.results.summary_model import check_summary, json_type
+from sim.results.summary_check import json_type, parse_summary
 from sim.results.table_schema import REQUIRED, check_batch, check_schema, scan_table, unreadable
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ def read_summary(path: Path) -> dict[str, Any]:
             raise RunFolderError(
                 f"{name}: key {key!r}: expected {json_type(kind())}, got {json_type(data[key])}"
             )
-    check_summary(data, name)
+    parse_summary(data, name)
     return data
 
 
