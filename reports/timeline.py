@@ -45,7 +45,7 @@ from sim.results.seed_alerts import AlertThresholds
 
 
 def _end_s(result: RunResult) -> float:
-    engine_end = float((result.summary.get("engine") or {}).get("end_s", 0.0))
+    engine_end = float(result.summary.engine.end_s)
     return max(engine_end, max_time_s(result.timeseries, result.events))
 
 

@@ -6,6 +6,7 @@ folder as a run's."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pandas as pd
 
 from sim.results.digests import DIGESTS, table_digests
 from sim.results.runfolder import TABLES
+from sim.results.summary_model import Summary
 
 NO_VALUES = {"p50": None, "p90": None, "p99": None, "mean": None}
 
@@ -130,3 +132,16 @@ def seal(run: Path) -> dict[str, Any]:
     summary[DIGESTS] = table_digests(run, names)
     (run / "summary.json").write_text(json.dumps(summary))
     return summary
+
+
+def edited(summary: Summary, changes: dict[str, Any]) -> Summary:
+    """``summary`` with each dotted field of ``changes`` set (``latency_s.ttft.p99``,
+    ``alerts``), read back through the schema as a run folder's would be."""
+    data = copy.deepcopy(summary.to_json_dict())
+    for path, value in changes.items():
+        *parents, last = path.split(".")
+        node = data
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    return Summary.from_json_dict(data)
