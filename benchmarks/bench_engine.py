@@ -30,7 +30,7 @@ Three cases, each through the public path ``parse_scenario`` -> ``load_workload`
 
 Per case: ``repeats`` runs (default 3) and the median; a run longer than 60 s is not
 repeated (``repeats`` in the line says how many were taken). Events per request:
-replica steps and wake-ups (``summary["engine"]``) and SimPy events processed (counted
+replica steps and wake-ups (``summary.engine``) and SimPy events processed (counted
 from the environment's event-id counter, read after the run: no per-event overhead).
 
 Run: ``python -m benchmarks bench_engine``; ``python -m benchmarks.bench_engine --quick``
@@ -152,22 +152,22 @@ def _measure(scenario: Scenario, repeats: int) -> tuple[dict[str, Any], RunResul
         if t2 - t1 > NO_REPEAT_AFTER_S:
             break
     assert result is not None
-    engine = result.summary["engine"]
+    engine = result.summary.engine
     sim_med = statistics.median(sim_s)
     per_req = max(requests, 1)
     line = {
         "requests": requests,
-        "simulated_s": engine["end_s"],
+        "simulated_s": engine.end_s,
         "repeats": len(sim_s),
         "load_s": statistics.median(load_s),
         "sim_wall_s": sim_med,
         "sim_wall_s_all": sim_s,
         "requests_per_wall_s": requests / sim_med,
         "requests_per_wall_s_best": requests / min(sim_s),
-        "steps_per_request": engine["steps"] / per_req,
-        "wakeups_per_request": engine["wakeups"] / per_req,
+        "steps_per_request": engine.steps / per_req,
+        "wakeups_per_request": engine.wakeups / per_req,
         "simpy_events_per_request": events / per_req,
-        "by_status": result.summary["requests"]["by_status"],
+        "by_status": result.summary.requests.by_status,
     }
     if len(sim_s) < repeats:
         line["note"] = (

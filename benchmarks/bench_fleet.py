@@ -50,6 +50,7 @@ from typing import Any
 
 from benchmarks.bench_engine import AZURE_CONV, DAY_S, NO_REPEAT_AFTER_S, _capture_environments
 from sim.engine.simpy_adapter import events_processed
+from sim.results.summary_model import Summary
 
 ROUTER_TARGETS = {"least_outstanding": 100_000, "least_kv_usage": 50_000}
 """Simulated requests per wall-second the full ``fleet.azure_day_x16`` must reach."""
@@ -127,7 +128,7 @@ def _measure(scenario: Any, repeats: int, share: float = 1.0) -> dict[str, Any]:
     load_peak_mib = _peak_rss_mib()
     sim_s: list[float] = []
     cpu_s: list[float] = []
-    summary: dict[str, Any] = {}
+    summary: Summary | None = None
     events = 0
     for _ in range(repeats):
         t1, c1 = time.perf_counter(), time.process_time()
@@ -140,12 +141,13 @@ def _measure(scenario: Any, repeats: int, share: float = 1.0) -> dict[str, Any]:
         del result
         if sim_s[-1] > NO_REPEAT_AFTER_S:
             break
+    assert summary is not None
     n = len(requests)
     sim_med = statistics.median(sim_s)
-    engine = summary.get("engine", {})
+    engine = summary.engine
     line: dict[str, Any] = {
         "requests": n,
-        "simulated_s": engine.get("end_s"),
+        "simulated_s": engine.end_s,
         "repeats": len(sim_s),
         "load_s": load_s,
         "sim_wall_s": sim_med,
@@ -156,12 +158,12 @@ def _measure(scenario: Any, repeats: int, share: float = 1.0) -> dict[str, Any]:
         "sim_cpu_s_all": cpu_s,
         "requests_per_cpu_s": n / statistics.median(cpu_s),
         "requests_per_cpu_s_best": n / min(cpu_s),
-        "steps_per_request": engine.get("steps", 0) / max(n, 1),
-        "wakeups_per_request": engine.get("wakeups", 0) / max(n, 1),
+        "steps_per_request": engine.steps / max(n, 1),
+        "wakeups_per_request": engine.wakeups / max(n, 1),
         "simpy_events_per_request": events / max(n, 1),
         "load_peak_rss_mib": load_peak_mib,
         "peak_rss_mib": _peak_rss_mib(),
-        "by_status": summary.get("requests", {}).get("by_status"),
+        "by_status": summary.requests.by_status,
     }
     if len(sim_s) < repeats:
         line["note"] = (

@@ -21,7 +21,8 @@ from reports.common import esc, high_free_share, ratio_thresholds
 from reports.fleet import event_times
 from reports.timeline import alert_log
 from sim.results.io import RunResult
-from sim.results.seed_alerts import BY_NAME, AlertThresholds, condition
+from sim.results.seed_alerts import BY_NAME, UPTIME_CORRELATION, AlertThresholds, condition
+from sim.results.summary_model import Fleet
 from sim.scenario.builtin import DEMO, builtin_names
 from sim.telemetry.alerts import DIAGNOSES, diagnose_failures
 
@@ -62,7 +63,7 @@ def verdict_rows(result: RunResult) -> list[Row]:
     s = result.summary
     share = high_free_share(s)
     failed = failed_requests(result)
-    total = int(s["requests"]["total"])
+    total = s.requests.total
     counts = failed["diagnosis"].value_counts()
     by = "; ".join(f"{name} {int(n):,}" for name, n in counts.items()) or "none"
     high = failed[failed["at_high_free_memory"].fillna(False).astype(bool)]
@@ -70,8 +71,8 @@ def verdict_rows(result: RunResult) -> list[Row]:
     high_text = f"{len(high):,} of {len(failed):,}"
     if len(high):
         high_text += " (" + "; ".join(f"{k} {int(v):,}" for k, v in high_by.items()) + ")"
-    fails = s["failures"]
-    causes = ", ".join(f"{k} {v:,}" for k, v in fails["by_cause"].items()) or "none"
+    fails = s.failures
+    causes = ", ".join(f"{k} {v:,}" for k, v in fails.by_cause.items()) or "none"
     rows = [
         Row(
             "failed requests",
@@ -95,31 +96,31 @@ def verdict_rows(result: RunResult) -> list[Row]:
         ),
         Row(
             "allocation failures",
-            f"{fails['allocation_failures']:,} ({causes}); {fails['at_high_free_memory']:,} at > "
+            f"{fails.allocation_failures:,} ({causes}); {fails.at_high_free_memory:,} at > "
             f"{share:.0%} free",
             "every allocation the allocator refused, a retry's included: one request can fail "
             "more than once, and a failure whose retry succeeded is not a failed request",
         ),
     ]
     rows += _memory_rows(result)
-    if s.get("fleet") is not None:
-        rows += _fleet_rows(result)
+    if s.fleet is not None:
+        rows += _fleet_rows(s.fleet, result)
     return rows
 
 
 def _memory_rows(result: RunResult) -> list[Row]:
     s = result.summary
-    ratio = s["memory"]["largest_contiguous_free_block_ratio"]
+    ratio = s.memory.largest_contiguous_free_block_ratio
     severe, alert = ratio_thresholds(s)
-    below = ratio.get("share_of_samples_below_alert")
+    below = ratio.share_of_samples_below_alert
     value = "—"
-    if ratio.get("min") is not None:
-        value = f"min {ratio['min']:.2f}, mean {ratio['mean']:.2f}"
+    if ratio.min is not None and ratio.mean is not None:
+        value = f"min {ratio.min:.2f}, mean {ratio.mean:.2f}"
         if below is not None:
             value += f"; {below:.1%} of samples below {alert:g}"
     trend = uptime_trend(up_samples(result.timeseries))
     rho = "—" if trend.rho is None else f"{trend.rho:+.2f} over {trend.samples:,} samples"
-    restarts = s["failures"].get("restarts", 0)
+    restarts = s.failures.restarts
     return [
         Row(
             "largest / free ratio",
@@ -138,10 +139,9 @@ def _memory_rows(result: RunResult) -> list[Row]:
     ]
 
 
-def _fleet_rows(result: RunResult) -> list[Row]:
-    f = result.summary["fleet"]
-    hours, cost = float(f["replica_hours"]), float(f["cost_usd"])
-    a_hours, a_cost = float(f["avoidable_replica_hours"]), float(f["avoidable_cost_usd"])
+def _fleet_rows(f: Fleet, result: RunResult) -> list[Row]:
+    hours, cost = float(f.replica_hours), float(f.cost_usd)
+    a_hours, a_cost = float(f.avoidable_replica_hours), float(f.avoidable_cost_usd)
     times = event_times(result.events)
     recorded = result.fleet is not None and "avoidable_cost_usd" in result.fleet
     avoidable_ups = (
@@ -149,7 +149,7 @@ def _fleet_rows(result: RunResult) -> list[Row]:
         if recorded
         else "avoidable ones not recorded by this run"
     )
-    per_token = f.get("cost_per_million_output_tokens_usd")
+    per_token = f.cost_per_million_output_tokens_usd
     rows = [
         Row(
             "avoidable replica-hours",
@@ -165,15 +165,15 @@ def _fleet_rows(result: RunResult) -> list[Row]:
         ),
         Row(
             "scale-ups / scale-downs",
-            f"{f['scale_ups']:,} ({avoidable_ups}) / {f['scale_downs']:,}",
+            f"{f.scale_ups:,} ({avoidable_ups}) / {f.scale_downs:,}",
             "avoidable: every failure that triggered it was a fragmentation failure",
         ),
         Row(
             "replicas initial / mean / peak",
-            f"{f['replicas']['initial']} / {f['replicas']['mean']:.2f} / {f['replicas']['peak']}",
+            f"{f.replicas.initial} / {f.replicas.mean:.2f} / {f.replicas.peak}",
             "mean: replica-hours / run hours",
         ),
-        Row("crashes", f"{f['crashes']:,}", "replicas lost to faults (repaired, then reloaded)"),
+        Row("crashes", f"{f.crashes:,}", "replicas lost to faults (repaired, then reloaded)"),
     ]
     return rows
 
@@ -186,48 +186,45 @@ def alert_rows(result: RunResult) -> list[dict[str, Any]]:
     s = result.summary
     log: pd.DataFrame | None = alert_log(result)[0]
     firing = log[log["state"] == "firing"] if log is not None else None
-    fired = (s.get("fleet") or {}).get("alerts_fired") or {}
-    names = [str(a["alert"]) for a in s.get("alerts", [])]
+    names = [a.alert for a in s.alerts]
     if firing is not None:
         names += sorted(set(firing["alert"].astype(str)) - set(names))
-    entries = {str(a["alert"]): a for a in s.get("alerts", [])}
+    entries = {a.alert: a for a in s.alerts}
+    run_wide = s.memory.node_uptime_vs_fragmentation_correlation.spearman_rho
     rows = []
     for name in names:
-        a = entries.get(name, {})
+        a = entries.get(name)
         held = []
-        for key, what in (("matching_failures", "failures"), ("matching_samples", "samples")):
-            if key in a:
-                held.append(f"{a[key]:,} {what}")
-        if not held and "count" in a:
-            held.append(f"{a['count']:,}")
-        if a.get("spearman_rho") is not None:
-            held.append(f"ρ {a['spearman_rho']:+.2f}")
-        elif a and not held:
-            # a statistic the summary keeps under the alert's name (the run-wide rho)
-            run_wide = (s.get("memory") or {}).get(name) or {}
-            if run_wide.get("spearman_rho") is not None:
-                held.append(f"not over the whole run (ρ {run_wide['spearman_rho']:+.2f})")
+        if a is not None and a.matching_failures is not None:
+            held.append(f"{a.matching_failures:,} failures")
+        if a is not None and a.matching_samples is not None:
+            held.append(f"{a.matching_samples:,} samples")
+        if a is not None and a.spearman_rho is not None:
+            held.append(f"ρ {a.spearman_rho:+.2f}")
+        elif (
+            a is not None and not held and name == UPTIME_CORRELATION.name and run_wide is not None
+        ):
+            # the run-wide statistic the summary keeps under the alert's name
+            held.append(f"not over the whole run (ρ {run_wide:+.2f})")
         mine = firing[firing["alert"] == name] if firing is not None else None
-        held_on = len(a["replicas"]) if "replicas" in a else None
+        held_on = len(a.replicas) if a is not None and a.replicas is not None else None
         if mine is not None:
             fires = f"{len(mine):,}"
             on = f"fired on {mine['replica'].nunique():,}"
             if held_on is not None and held_on != mine["replica"].nunique():
                 on += f", held on {held_on:,}"
         else:
-            fires = f"{a['firings']:,}" if "firings" in a else "—"
-            if name in fired:
-                fires = f"{fired[name]:,}"
+            fires = f"{a.firings:,}" if a is not None and a.firings is not None else "—"
             on = "—" if held_on is None else f"held on {held_on:,}"
-        severity = a.get("severity")
+        severity = a.severity if a is not None else None
         if severity is None and mine is not None and len(mine):
             severity = mine["severity"].iloc[0]
         rows.append(
             {
                 "alert": name,
                 "severity": str(severity or ""),
-                "condition": str(a.get("condition", "")) or _condition(result, name),
-                "held": "; ".join(held) or ("not over the whole run" if a else "—"),
+                "condition": (a.condition if a is not None else "") or _condition(result, name),
+                "held": "; ".join(held) or ("not over the whole run" if a is not None else "—"),
                 "firings": fires,
                 "replicas": on,
             }
@@ -291,7 +288,7 @@ def find_out_sentence(result: RunResult, name: str) -> str:
     named after its scenario, ``seed-postmortem-paged`` for ``seed-postmortem``; the
     demo's for the worked example), or with a scenario file of the user's that changes
     one policy."""
-    scenario = str(result.summary.get("scenario") or "")
+    scenario = result.summary.scenario
     others = [n for n in builtin_names() if scenario and n.startswith(f"{scenario}-")]
     if scenario == DEMO[0]:
         others = [n for n in DEMO[1:] if n not in others] + others
@@ -311,7 +308,7 @@ def headline(result: RunResult, next_step: str | None = None) -> str:
     ``next_step`` (the fix that pays, or how to find it) where given."""
     s = result.summary
     failed = failed_requests(result)
-    total = int(s["requests"]["total"])
+    total = s.requests.total
     frag = int((failed["diagnosis"] == DIAGNOSES["fragmentation"]).sum())
     high = int(failed["at_high_free_memory"].fillna(False).astype(bool).sum())
     share = high_free_share(s)
@@ -320,12 +317,12 @@ def headline(result: RunResult, next_step: str | None = None) -> str:
         f"{frag:,} for fragmentation on a capable node, and {high:,} with more than "
         f"{share:.0%} of the node's KV memory free."
     )
-    f = s.get("fleet")
+    f = s.fleet
     if f is not None:
-        hours, a_hours = float(f["replica_hours"]), float(f["avoidable_replica_hours"])
+        hours, a_hours = float(f.replica_hours), float(f.avoidable_replica_hours)
         text += (
             f" {a_hours:,.1f} of {hours:,.1f} replica-hours ({_share(a_hours, hours)}, "
-            f"${float(f['avoidable_cost_usd']):,.2f}) went to replicas bought for "
+            f"${float(f.avoidable_cost_usd):,.2f}) went to replicas bought for "
             "fragmentation failures only."
         )
     trend = uptime_trend(up_samples(result.timeseries))

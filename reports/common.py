@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from sim.results.summary_model import Summary
+
 FAILURE_KINDS = ("admission_failure", "growth_failure")
 FLEET_EVENT_KINDS = ("restart", "crash", "scale-up", "scale-down")
 PALETTE = (
@@ -71,34 +73,31 @@ def max_time_s(*frames: pd.DataFrame | None) -> float:
     return max(ends, default=0.0)
 
 
-def _thresholds(summary: dict[str, Any]) -> dict[str, Any]:
-    for where in (summary.get("thresholds"), (summary.get("metrics") or {}).get("thresholds")):
-        if isinstance(where, dict):
-            return where
-    return {}
+def _thresholds(summary: Summary) -> dict[str, float]:
+    """The alert thresholds a fleet run recorded (``fleet.alerts.thresholds``); empty
+    where it records none (a single replica's run, an older fleet run)."""
+    recorded = summary.fleet.alerts if summary.fleet is not None else None
+    return dict(recorded.thresholds or {}) if recorded is not None else {}
 
 
-def ratio_thresholds(summary: dict[str, Any]) -> tuple[float, float]:
-    """``(severe, alert)`` for ``largest_contiguous_free_block_ratio``: the scenario's
-    metrics thresholds when the summary carries them, else the seed's 0.5 / 0.6."""
+def ratio_thresholds(summary: Summary) -> tuple[float, float]:
+    """``(severe, alert)`` for ``largest_contiguous_free_block_ratio``: the thresholds
+    the run recorded, else the seed's 0.5 / 0.6."""
     found = _thresholds(summary)
     return float(found.get("ratio_severe", 0.5)), float(found.get("ratio_alert", 0.6))
 
 
-def high_free_share(summary: dict[str, Any]) -> float:
-    """The free share above which a failure is "at high free memory": the scenario's
-    when the summary carries it, else the seed's 0.25."""
+def high_free_share(summary: Summary) -> float:
+    """The free share above which a failure is "at high free memory": the run's
+    recorded threshold, else the seed's 0.25."""
     return float(_thresholds(summary).get("high_free_share", 0.25))
 
 
-def pools_of(summary: dict[str, Any]) -> dict[int, str]:
+def pools_of(summary: Summary) -> dict[int, str]:
     """Replica id -> pool name, from a fleet summary's ``pools`` (their ``replicas``);
     empty for a single replica or a run written before pools listed their replicas."""
-    out: dict[int, str] = {}
-    for pool in (summary.get("fleet") or {}).get("pools", []):
-        for replica in pool.get("replicas", []):
-            out[int(replica)] = str(pool.get("name", ""))
-    return out
+    pools = summary.fleet.pools if summary.fleet is not None else []
+    return {int(r): pool.name for pool in pools for r in pool.replicas or ()}
 
 
 def replica_names(frame: pd.DataFrame) -> dict[int, str]:

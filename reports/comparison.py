@@ -34,6 +34,7 @@ from sim.results.compare import (
     formatted,
     with_deltas,
 )
+from sim.results.summary_model import Summary
 from sim.sweep.labels import metric_label
 
 BETTER, WORSE, BASELINE = "#2ca02c", "#d62728", "#7f7f7f"
@@ -43,16 +44,14 @@ NEUTRAL_PCT = 1.0
 
 
 def comparison_frame(
-    summaries: Sequence[dict[str, Any]], names: Sequence[str], baseline: int = 0
+    summaries: Sequence[Summary], names: Sequence[str], baseline: int = 0
 ) -> pd.DataFrame:
     """:func:`~sim.results.compare.with_deltas` over the runs' summaries (display order:
     the baseline first, then by rank)."""
     return with_deltas(compare_frame(summaries), list(names), baseline)
 
 
-def comparison_table(
-    summaries: Sequence[dict[str, Any]], names: Sequence[str], baseline: int = 0
-) -> str:
+def comparison_table(summaries: Sequence[Summary], names: Sequence[str], baseline: int = 0) -> str:
     """The verdicts (ranked) and the delta table, as HTML (module docstring). Metrics
     outside :data:`~sim.results.compare.DELTA_METRICS` follow, values only."""
     frame = comparison_frame(summaries, names, baseline)
@@ -118,7 +117,7 @@ def _colour_style(better: bool) -> str:
 
 
 def comparison_bars(
-    summaries: Sequence[dict[str, Any]], names: Sequence[str], baseline: int = 0
+    summaries: Sequence[Summary], names: Sequence[str], baseline: int = 0
 ) -> go.Figure:
     """A panel per metric of :data:`~sim.results.compare.DELTA_METRICS` (those missing or
     zero for every run left out; those the same for every run left out and named, with

@@ -163,7 +163,15 @@ def cost_over_time(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) 
         return None
     div, unit = time_unit(float(fleet["time_s"].max()) if len(fleet) else 0.0)
     rows = _kept_rows(fleet, "cost_usd") if len(fleet) else fleet
-    summary = result.summary.get("fleet") or {}
+    f = result.summary.fleet
+    run_totals = (
+        {}
+        if f is None
+        else {
+            "avoidable_cost_usd": float(f.avoidable_cost_usd),
+            "avoidable_replica_hours": float(f.avoidable_replica_hours),
+        }
+    )
     fig = make_subplots(
         rows=2,
         cols=1,
@@ -207,11 +215,11 @@ def cost_over_time(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) 
                 row=row,
                 col=1,
             )
-        elif avoidable in summary and len(x):
+        elif avoidable in run_totals and len(x):
             fig.add_trace(
                 go.Scatter(
                     x=[x[-1]],
-                    y=[float(summary[avoidable])],
+                    y=[run_totals[avoidable]],
                     mode="markers",
                     marker={"color": "#d62728", "size": 10, "symbol": "diamond"},
                     name=f"avoidable {what}: run total (not recorded over time by this run)",

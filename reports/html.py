@@ -1,6 +1,6 @@
 """One self-contained HTML report over one or more runs (``fragsim report``).
 
-Layout: the title is the scenario's name (``summary["scenario"]``; the run folders' names
+Layout: the title is the scenario's name (``summary.scenario``; the run folders' names
 where several runs share one). For several runs the comparison table and its bar charts
 come first. Then, per run: the answer panel (:mod:`reports.answer`: the verdict with its
 definitions, the seed's alerts), the figures (:data:`FIGURES`), and every number of the
@@ -42,6 +42,7 @@ from sim.results.io import RunResult
 from sim.results.labels import WASTE_LABELS
 from sim.results.runfolder import RunFolderError, check_run_folder, read_result
 from sim.results.summary import alert_lines
+from sim.results.summary_model import Summary
 from traces.writers import atomic_path
 
 FIGURES: tuple[Callable[[RunResult, ReportOptions], go.Figure | None], ...] = (
@@ -107,7 +108,7 @@ def figure_values(fig: go.Figure) -> int:
 def run_titles(runs: Sequence[tuple[str, RunResult]]) -> list[str]:
     """Each run's title: its scenario's name, or its folder's name where the summary has
     none or several runs share one."""
-    scenarios = [str(r.summary.get("scenario") or "") for _, r in runs]
+    scenarios = [r.summary.scenario for _, r in runs]
     return [
         s if s and scenarios.count(s) == 1 else name
         for s, (name, _) in zip(scenarios, runs, strict=True)
@@ -196,57 +197,45 @@ def _f(value: Any, spec: str = ".3f") -> str:
     return "—" if value is None else format(value, spec)
 
 
-def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+def summary_rows(summary: Summary) -> list[tuple[str, str]]:
     """The headline numbers of a run, (label, value) as ``fragsim run`` prints them."""
-    req, fails, mem = summary["requests"], summary["failures"], summary["memory"]
-    rows = [
-        ("scenario", str(summary.get("scenario", ""))),
-        ("allocator", str(summary.get("allocator", ""))),
-    ]
-    rows.append(("requests", f"{req['total']:,}"))
-    rows += [(f"  {status}", f"{n:,}") for status, n in req["by_status"].items()]
-    rows.append(("allocation failures", f"{fails['allocation_failures']:,}"))
-    rows += [(f"  {cause}", f"{n:,}") for cause, n in fails["by_cause"].items()]
-    rows.append(("  of which at > 25 % free (any cause)", f"{fails['at_high_free_memory']:,}"))
-    rows.append(("preemptions / restarts", f"{fails['preemptions']:,} / {fails['restarts']:,}"))
-    ratio = mem["largest_contiguous_free_block_ratio"]
-    rows.append(("largest / free ratio min / mean", f"{_f(ratio['min'])} / {_f(ratio['mean'])}"))
-    for name, share in mem["waste_breakdown"].items():
+    req, fails, mem = summary.requests, summary.failures, summary.memory
+    rows = [("scenario", summary.scenario), ("allocator", summary.allocator)]
+    rows.append(("requests", f"{req.total:,}"))
+    rows += [(f"  {status}", f"{n:,}") for status, n in req.by_status.items()]
+    rows.append(("allocation failures", f"{fails.allocation_failures:,}"))
+    rows += [(f"  {cause}", f"{n:,}") for cause, n in fails.by_cause.items()]
+    rows.append(("  of which at > 25 % free (any cause)", f"{fails.at_high_free_memory:,}"))
+    rows.append(("preemptions / restarts", f"{fails.preemptions:,} / {fails.restarts:,}"))
+    ratio = mem.largest_contiguous_free_block_ratio
+    rows.append(("largest / free ratio min / mean", f"{_f(ratio.min)} / {_f(ratio.mean)}"))
+    for name, share in mem.waste_breakdown.items():
         rows.append((f"waste: {WASTE_LABELS.get(name, name)}", _f(share, ".1%")))
-    for name in ("ttft", "tpot", "e2e"):
-        p = summary["latency_s"][name]
-        rows.append((f"{name} p50 / p99 (s)", f"{_f(p['p50'])} / {_f(p['p99'])}"))
-    rows.append(("output tokens/s", f"{summary['throughput']['output_tokens_per_s']:.1f}"))
-    fleet = summary.get("fleet")
+    latency = summary.latency_s
+    for name, p in (("ttft", latency.ttft), ("tpot", latency.tpot), ("e2e", latency.e2e)):
+        rows.append((f"{name} p50 / p99 (s)", f"{_f(p.p50)} / {_f(p.p99)}"))
+    rows.append(("output tokens/s", f"{summary.throughput.output_tokens_per_s:.1f}"))
+    fleet = summary.fleet
     if fleet is not None:
-        r = fleet["replicas"]
-        rows.append(
-            ("replicas initial / mean / peak", f"{r['initial']} / {r['mean']:.2f} / {r['peak']}")
-        )
+        r = fleet.replicas
+        rows.append(("replicas initial / mean / peak", f"{r.initial} / {r.mean:.2f} / {r.peak}"))
         rows.append(
             (
                 "replica-hours / avoidable",
-                f"{fleet['replica_hours']:,.1f} / {fleet['avoidable_replica_hours']:,.1f}",
+                f"{fleet.replica_hours:,.1f} / {fleet.avoidable_replica_hours:,.1f}",
             )
         )
         rows.append(
-            (
-                "cost $ / avoidable $",
-                f"{fleet['cost_usd']:,.2f} / {fleet['avoidable_cost_usd']:,.2f}",
-            )
+            ("cost $ / avoidable $", f"{fleet.cost_usd:,.2f} / {fleet.avoidable_cost_usd:,.2f}")
         )
-        rows.append(
-            ("$ per 1M output tokens", _f(fleet.get("cost_per_million_output_tokens_usd"), ".2f"))
-        )
-        rows.append(
-            ("scale-ups / scale-downs", f"{fleet['scale_ups']:,} / {fleet['scale_downs']:,}")
-        )
-        restarts = ", ".join(f"{k} {v:,}" for k, v in fleet["restarts"].items()) or "none"
-        rows.append(("restarts by cause / crashes", f"{restarts} / {fleet['crashes']:,}"))
+        rows.append(("$ per 1M output tokens", _f(fleet.cost_per_million_output_tokens_usd, ".2f")))
+        rows.append(("scale-ups / scale-downs", f"{fleet.scale_ups:,} / {fleet.scale_downs:,}"))
+        restarts = ", ".join(f"{k} {v:,}" for k, v in fleet.restarts.items()) or "none"
+        rows.append(("restarts by cause / crashes", f"{restarts} / {fleet.crashes:,}"))
     return rows
 
 
-def _summary_table(summary: dict[str, Any]) -> str:
+def _summary_table(summary: Summary) -> str:
     rows = []
     for label, value in summary_rows(summary):
         cls = ' class="sub"' if label.startswith(" ") else ""
@@ -255,10 +244,10 @@ def _summary_table(summary: dict[str, Any]) -> str:
     return f'<table class="summary">{body}</table>'
 
 
-def _alerts_html(summary: dict[str, Any]) -> str:
+def _alerts_html(summary: Summary) -> str:
     items = [
-        f'<li class="{esc(a.get("severity", ""))}">{esc(line)}</li>'
-        for a, line in zip(summary.get("alerts", []), alert_lines(summary), strict=True)
+        f'<li class="{esc(a.severity)}">{esc(line)}</li>'
+        for a, line in zip(summary.alerts, alert_lines(summary), strict=True)
     ]
     if not items:
         return '<p class="alerts">no alerts</p>'

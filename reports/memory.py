@@ -20,8 +20,6 @@ extent (top) and ``largest_contiguous_free_block_ratio`` (bottom) over time, wit
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -63,6 +61,7 @@ from reports.downsample import (
 )
 from reports.marks import add_failures, add_restarts
 from sim.results.io import RunResult
+from sim.results.summary_model import Summary
 
 SERIES = (
     ("free_share", "free memory", FREE_COLOUR, 1, 100.0),
@@ -125,7 +124,7 @@ def replica_memory(result: RunResult, options: ReportOptions = DEFAULT_OPTIONS) 
     return fig
 
 
-def _lines(fig: go.Figure, summary: dict[str, Any]) -> None:
+def _lines(fig: go.Figure, summary: Summary) -> None:
     share = high_free_share(summary)
     fig.add_hline(
         y=share * 100.0,

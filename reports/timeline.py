@@ -46,7 +46,7 @@ from sim.telemetry.alerts import evaluate_alerts
 
 
 def _end_s(result: RunResult) -> float:
-    engine_end = float((result.summary.get("engine") or {}).get("end_s", 0.0))
+    engine_end = float(result.summary.engine.end_s)
     return max(engine_end, max_time_s(result.timeseries, result.events))
 
 

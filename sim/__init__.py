@@ -6,7 +6,7 @@ The public API (everything else is internal and may move)::
     import sim
     scenario = sim.load_scenario("seed-bimodal-best-fit")   # a path or a built-in name
     result = sim.run(scenario)                               # the scenario's own workload
-    result.summary["failures"], result.requests, result.timeseries, result.events
+    result.summary.failures, result.requests, result.timeseries, result.events
     result.write("out/")                                     # Parquet + JSON, atomically
 
 * :func:`run` -- simulate a :class:`Scenario` (on its own workload, or on a canonical

@@ -25,9 +25,10 @@ import pandas as pd
 from sim.engine.recorder import EventTable
 from sim.latency.base import OutOfRange
 from sim.results.frames import frame
-from sim.results.io import RunResult
+from sim.results.io import RunResult, undefined_as_null
 from sim.results.seed_alerts import ALERTS, THRESHOLD_FIELDS
 from sim.results.summary import summarize, with_firings
+from sim.results.summary_model import Summary
 from sim.scenario import bounds
 from sim.scenario.schema import Scenario
 from sim.simulate.driver import Simulated
@@ -62,7 +63,7 @@ def single_result(
         pools,
         done.engine_counters(),
     )
-    return RunResult(req_df, ts_df, ev_df, summary)
+    return RunResult(req_df, ts_df, ev_df, typed(summary))
 
 
 def fleet_result(
@@ -119,7 +120,14 @@ def fleet_result(
     }
     held = {spec.name: DEFAULT_TIMING.hold_s(spec.name) for spec in ALERTS}
     summary["alerts"] = with_firings(summary["alerts"], episode_counts(alerts), thresholds, held)
-    return RunResult(req_df, ts_df, ev_df, summary, fleet=fleet_df, alerts=alerts)
+    return RunResult(req_df, ts_df, ev_df, typed(summary), fleet=fleet_df, alerts=alerts)
+
+
+def typed(summary: dict[str, Any]) -> Summary:
+    """The summary assembled here as the typed model (an undefined statistic, NaN or an
+    infinity, as null): what the run's ``summary.json`` holds, checked as any reader
+    checks it, so a run never writes what no reader accepts."""
+    return Summary.from_json_dict(undefined_as_null(summary))
 
 
 def run_summary(

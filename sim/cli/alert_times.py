@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,6 +16,7 @@ from sim.cli.common import fail
 from sim.errors import clip
 
 if TYPE_CHECKING:
+    from sim.results.summary_model import Summary
     from sim.telemetry.alert_states import RuleTiming
 
 MAX_SCRAPES = 5_000_000
@@ -102,7 +103,7 @@ def check_times(scrape_interval_s: float, trend_window_s: float) -> None:
 
 
 def run_times(
-    summary: dict[str, Any],
+    summary: Summary | None,
     path: Path,
     scrape_interval_s: float | None,
     trend_window_s: float | None,
@@ -112,27 +113,32 @@ def run_times(
     (``fleet.alerts``: what its alerts.parquet was evaluated with), else the defaults;
     and the ``note: ...`` line to print once the command succeeds for a fleet run
     written before fragsim recorded them (None otherwise: a single replica's run has no
-    alerts, the defaults apply). Checked by :func:`check_times`; a recorded value that
-    is not a number is one error line."""
-    fleet = summary.get("fleet")
-    recorded = fleet.get("alerts") if isinstance(fleet, dict) else None
+    alerts, the defaults apply; nor does no run, None). Checked by :func:`check_times` (the summary's own
+    values were checked as it was read)."""
+    fleet = None if summary is None else summary.fleet
+    recorded = fleet.alerts if fleet is not None else None
     chosen = []
-    for given, key, default in (
-        (scrape_interval_s, "scrape_interval_s", DEFAULT_SCRAPE_INTERVAL_S),
-        (trend_window_s, "trend_window_s", DEFAULT_TREND_WINDOW_S),
+    for given, value, default in (
+        (
+            scrape_interval_s,
+            None if recorded is None else recorded.scrape_interval_s,
+            DEFAULT_SCRAPE_INTERVAL_S,
+        ),
+        (
+            trend_window_s,
+            None if recorded is None else recorded.trend_window_s,
+            DEFAULT_TREND_WINDOW_S,
+        ),
     ):
-        value = recorded.get(key) if isinstance(recorded, dict) else None
         if given is not None:
             value = given
         elif value is None:
             value = default
-        elif isinstance(value, bool) or not isinstance(value, int | float):
-            raise fail(f"{clip(str(path))}: field fleet.alerts.{key}: expected seconds")
         chosen.append(float(value))
     if trend_window_s is None:  # a default or recorded window spans at least one scrape
         chosen[1] = max(chosen[1], chosen[0])
     check_times(chosen[0], chosen[1])
-    if not isinstance(fleet, dict) or isinstance(recorded, dict):
+    if fleet is None or recorded is not None:
         return chosen[0], chosen[1], None
     missing = [
         flag
@@ -151,52 +157,37 @@ def run_times(
     return chosen[0], chosen[1], note if missing else None
 
 
-def run_thresholds(summary: dict[str, Any], path: Path) -> dict[str, float] | None:
+def run_thresholds(summary: Summary | None) -> dict[str, float] | None:
     """The alert thresholds a fleet run's ``alerts.parquet`` was evaluated with (its
     summary's ``fleet.alerts.thresholds``, by :data:`sim.results.seed_alerts.THRESHOLD_FIELDS`
     name), or None where the run records none (a single replica's run, a folder written
-    before fragsim recorded them). A recorded value that is not a number in [0, 1] is one
-    error line naming the field."""
-    fleet = summary.get("fleet")
-    recorded = fleet.get("alerts") if isinstance(fleet, dict) else None
-    found = recorded.get("thresholds") if isinstance(recorded, dict) else None
-    if not isinstance(found, dict):
+    before fragsim recorded them, no run); shares in [0, 1], checked as the summary was read."""
+    fleet = None if summary is None else summary.fleet
+    recorded = fleet.alerts if fleet is not None else None
+    if recorded is None or recorded.thresholds is None:
         return None
-    values: dict[str, float] = {}
-    for key, value in found.items():
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not (0.0 <= float(value) <= 1.0):
-            raise fail(
-                f"{clip(str(path))}: field fleet.alerts.thresholds.{key}: expected a number "
-                "in [0, 1]"
-            )
-        values[str(key)] = float(value)
-    return values
+    return {str(k): float(v) for k, v in recorded.thresholds.items()}
 
 
-def run_timing(summary: dict[str, Any], path: Path) -> RuleTiming:
+def run_timing(summary: Summary | None, path: Path) -> RuleTiming:
     """Each rule's ``for:`` and the failure window a fleet run's ``alerts.parquet`` was
     evaluated with (its summary's ``fleet.alerts.for_s`` / ``failure_window_s``), the
     shipped ones (:data:`sim.telemetry.alert_states.SHIPPED_FOR_S`) where it records none.
-    A recorded value that is not seconds >= 0 (or an unknown alert) is one error line
-    naming the field."""
+    An unknown alert is one error line naming the field (seconds >= 0 were checked as
+    the summary was read)."""
     from sim.telemetry.alert_states import DEFAULT_FAILURE_WINDOW_S, RuleTiming
 
-    fleet = summary.get("fleet")
-    recorded = fleet.get("alerts") if isinstance(fleet, dict) else None
-    if not isinstance(recorded, dict):
+    fleet = None if summary is None else summary.fleet
+    recorded = fleet.alerts if fleet is not None else None
+    if recorded is None:
         return RuleTiming()
     where = f"{clip(str(path))}: field fleet.alerts"
-    found = recorded.get("for_s", {})
-    window = recorded.get("failure_window_s", DEFAULT_FAILURE_WINDOW_S)
-    for key, value in [*(found.items() if isinstance(found, dict) else []), ("", window)]:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not (math.isfinite(value) and value >= 0):
-            field = f"for_s.{key}" if key else "failure_window_s"
-            raise fail(f"{where}.{field}: expected seconds >= 0")
-    if not isinstance(found, dict):
-        raise fail(f"{where}.for_s: expected seconds by alert name")
+    found = recorded.for_s or {}
+    window = recorded.failure_window_s
     try:
-        return RuleTiming({str(k): float(v) for k, v in found.items()}, float(window))
+        return RuleTiming(
+            {str(k): float(v) for k, v in found.items()},
+            float(DEFAULT_FAILURE_WINDOW_S if window is None else window),
+        )
     except ValueError as e:
         raise fail(f"{where}.for_s: {e}") from None

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from sim.results.seed_alerts import AlertThresholds
+    from sim.results.summary_model import Summary
 
 alerts_app = typer.Typer(
     help="The seed's alerts: export Prometheus rules, evaluate them over a run.",
@@ -77,11 +78,11 @@ ScenarioOpt = Annotated[
 ]
 
 
-def _recorded(summary: dict[str, Any], path: Path) -> AlertThresholds | None:
+def _recorded(summary: Summary | None) -> AlertThresholds | None:
     """The thresholds a fleet run recorded (:func:`run_thresholds`), or None."""
     from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds
 
-    values = run_thresholds(summary, path)
+    values = run_thresholds(summary)
     if values is None:
         return None
     return AlertThresholds(**{k: v for k, v in values.items() if k in THRESHOLD_FIELDS})
@@ -217,7 +218,7 @@ def export_command(
     )
     thresholds = _thresholds(scenario)
     if scenario is None:  # the --run's, where it records them
-        thresholds = _recorded(summary, summary_path) or thresholds
+        thresholds = _recorded(summary) or thresholds
     rules = alert_rules(thresholds, scrape_s, window_s, options)
     text = rules_yaml(rules, options)
     tests_text = None
@@ -247,11 +248,11 @@ def _check_holds(for_s: float | None, failure_window_s: float | None, scrape_s: 
             )
 
 
-def _run_summary(run_dir: Path | None) -> tuple[dict[str, Any], Path]:
-    """The ``--run``'s summary and its path, read once (an empty summary without
-    ``--run``: :func:`run_times` and :func:`_recorded` then give the defaults)."""
+def _run_summary(run_dir: Path | None) -> tuple[Summary | None, Path]:
+    """The ``--run``'s summary and its path, read once (None without ``--run``:
+    :func:`run_times` and :func:`_recorded` then give the defaults)."""
     if run_dir is None:
-        return {}, Path("summary.json")
+        return None, Path("summary.json")
     folder, summary = checked_run(run_dir)
     return summary, folder / "summary.json"
 
@@ -341,7 +342,7 @@ def show_command(
             result.summary, run_dir / "summary.json", scrape_interval_s, trend_window_s
         )
         if scenario is None:  # the run's own thresholds, where it records them
-            thresholds = _recorded(result.summary, run_dir / "summary.json") or thresholds
+            thresholds = _recorded(result.summary) or thresholds
         _check_holds(for_s, None, scrape_interval_s)
         timing = RuleOptions(
             for_s=for_s, timing=run_timing(result.summary, run_dir / "summary.json")

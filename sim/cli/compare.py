@@ -49,6 +49,7 @@ from sim.fields import MAX_SEED
 if TYPE_CHECKING:
     import pandas as pd
 
+    from sim.results.summary_model import Summary
     from sim.scenario.schema import Scenario
 
 SUMMARY = "summary.json"
@@ -90,7 +91,7 @@ def compare_command(
     prepared = {
         i: prepare(p, seed=seed) for i, p in enumerate(runs) if i not in folders
     }  # every scenario loaded and checked before anything runs
-    summaries: dict[int, dict[str, Any]] = {i: _read_summary(p) for i, p in folders.items()}
+    summaries: dict[int, Summary] = {i: _read_summary(p) for i, p in folders.items()}
     for i in prepared:
         check_run_name(prepared[i][0].name, prepared[i][3])
     names = unique_names(
@@ -107,7 +108,6 @@ def compare_command(
         stage = _stage(outputs, out)
         to_run = [(i, prepared[i][0], stage / names[i]) for i in sorted(prepared)]
         summaries.update(_simulate(to_run, prepared, quiet=quiet, jobs=jobs))
-        _check_summaries(summaries, folders, fail)
         _warn_spans([summaries[i] for i in range(len(runs))], names)
         from sim.results.compare import compare_frame, with_deltas
 
@@ -225,7 +225,7 @@ def _run_folder(path: Path, *, report: bool) -> bool:
     return True
 
 
-def _read_summary(path: Path) -> dict[str, Any]:
+def _read_summary(path: Path) -> Summary:
     """The folder's summary through the one reader of run folders: the whole folder
     checked (``sim.results.runfolder.check_run``: its summary and every table, before
     anything is written), or only its ``summary.json`` where the folder holds no tables
@@ -241,23 +241,10 @@ def _read_summary(path: Path) -> dict[str, Any]:
         raise fail(str(e)) from None
 
 
-def _check_summaries(
-    summaries: dict[int, dict[str, Any]], folders: dict[int, Path], fail: Any
-) -> None:
-    """A run folder's summary must carry what the table reads (``compare_row``)."""
-    from sim.results.compare import compare_row
-
-    for i, path in folders.items():
-        try:
-            compare_row(summaries[i])
-        except (KeyError, TypeError, ValueError) as e:
-            raise fail(f"{path / SUMMARY}: not a fragsim summary: no {e}") from None
-
-
-def _warn_spans(summaries: list[dict[str, Any]], names: list[str]) -> None:
+def _warn_spans(summaries: list[Summary], names: list[str]) -> None:
     """One ``warning:`` line when the runs cover simulated spans more than 1 % apart:
     their dollars and counts are then not comparable."""
-    spans = [float(s.get("span_s") or s["engine"]["end_s"]) for s in summaries]
+    spans = [float(s.span_s or s.engine.end_s) for s in summaries]
     if min(spans) > 0 and max(spans) <= 1.01 * min(spans):
         return
     listed = ", ".join(
@@ -295,7 +282,7 @@ def _simulate(
     *,
     quiet: bool,
     jobs: int,
-) -> dict[int, dict[str, Any]]:
+) -> dict[int, Summary]:
     """Run the scenarios, one after the other (progress over simulated time per run) or
     ``jobs`` at once (progress over runs); each written to its folder."""
     if not to_run:
@@ -303,7 +290,7 @@ def _simulate(
     from sim.scenario.schema import ScenarioError
 
     if jobs == 1 or len(to_run) == 1:
-        done: dict[int, dict[str, Any]] = {}
+        done: dict[int, Summary] = {}
         for k, (i, scenario, folder) in enumerate(to_run, start=1):
             _, requests, parts, source = prepared[i]
             if not quiet:
@@ -328,14 +315,14 @@ def _write_run(result: Any, folder: Path) -> None:
 
 def _simulate_pool(
     to_run: list[tuple[int, Scenario, Path]], *, quiet: bool, jobs: int
-) -> dict[int, dict[str, Any]]:
+) -> dict[int, Summary]:
     workers = min(jobs, len(to_run))
     with (
         progress("compare", len(to_run), what="runs", quiet=quiet) as p,
         ProcessPoolExecutor(max_workers=workers) as pool,
     ):
         futures = {pool.submit(_run_one, s, str(f)): i for i, s, f in to_run}
-        done: dict[int, dict[str, Any]] = {}
+        done: dict[int, Summary] = {}
         pending = set(futures)
         while pending:
             p.update(len(done), note=f"{min(workers, len(pending))} running")
@@ -346,7 +333,7 @@ def _simulate_pool(
     return done
 
 
-def _run_one(scenario: Scenario, out: str) -> dict[str, Any]:
+def _run_one(scenario: Scenario, out: str) -> Summary:
     """A worker's run: the workload is loaded again there (a scenario pickles small)."""
     from sim.runner import run
     from sim.scenario.workload import load_workload

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -32,6 +32,7 @@ from sim.fields import MAX_TOKENS
 from sim.results.summary_model import MAX_INT64
 
 if TYPE_CHECKING:
+    from sim.results.summary_model import Summary
     from sim.telemetry.openmetrics_alerts import AlertInputs
 
 SEED_HIGH_FREE_SHARE = 0.25
@@ -72,7 +73,7 @@ refused by name (``sim.results.runfolder.check_run``), as is a fleet run without
 ``fleet.parquet``, so no metric family is silently left out."""
 
 
-def _check_bytes(kv_bytes_per_token: int | None, summary: dict[str, Any], path: Path) -> None:
+def _check_bytes(kv_bytes_per_token: int | None, summary: Summary, path: Path) -> None:
     """Refuse KV bytes per token (``--kv-bytes-per-token``, else the summary's largest)
     whose product with the run's largest KV capacity (the summary's, else the most any
     run has) overflows the export's 64-bit bytes; the error names where it came from."""
@@ -87,16 +88,15 @@ def _check_bytes(kv_bytes_per_token: int | None, summary: dict[str, Any], path: 
                 param_hint="--kv-bytes-per-token",
             )
         return
-    fleet = summary.get("fleet")
-    pools = fleet.get("pools") or [] if isinstance(fleet, dict) else []
+    pools = summary.fleet.pools if summary.fleet is not None else []
     for where, value in [
-        ("kv_bytes_per_token", summary.get("kv_bytes_per_token")),
+        ("kv_bytes_per_token", summary.kv_bytes_per_token),
         *(
-            (f"fleet.pools.{i}.kv_bytes_per_token", p.get("kv_bytes_per_token"))
+            (f"fleet.pools.{i}.kv_bytes_per_token", p.kv_bytes_per_token)
             for i, p in enumerate(pools)
         ),
     ]:
-        if isinstance(value, int) and value * capacity > MAX_INT64:
+        if value is not None and value * capacity > MAX_INT64:
             raise fail(
                 f"{clip(str(path))}: field {where}: {value:,} bytes per token times "
                 f"{capacity:,} tokens of KV capacity overflows 64-bit bytes"
@@ -134,7 +134,7 @@ def _iso_seconds(text: str) -> float:
 
 
 def _alert_inputs(
-    summary: dict[str, Any], folder: Path, recorded: dict[str, float], high_free_share: float
+    summary: Summary, folder: Path, recorded: dict[str, float], high_free_share: float
 ) -> AlertInputs:
     """The run's alert thresholds (``high_free_share`` as exported) and ``for:``."""
     from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds
@@ -212,7 +212,7 @@ def openmetrics_command(
     scrape_s, window_s, note = run_times(
         summary, folder / "summary.json", scrape_interval_s, trend_window_s
     )
-    recorded = run_thresholds(summary, folder / "summary.json") or {}
+    recorded = run_thresholds(summary) or {}
     if high_free_share is None:
         high_free_share = recorded.get("high_free_share", SEED_HIGH_FREE_SHARE)
     alert_inputs = _alert_inputs(summary, folder, recorded, high_free_share) if alerts else None

@@ -41,6 +41,8 @@ if TYPE_CHECKING:  # the engine, pandas and pydantic models load inside the comm
     import pandas as pd
 
     from sim.results.io import RunResult
+    from sim.results.summary_model import Fleet as FleetSection
+    from sim.results.summary_model import Summary
     from sim.scenario.schema import Scenario
     from sim.simulate.parts import Parts
 
@@ -82,7 +84,7 @@ def simulate(
 SUMMARY_COLUMNS = ("metric", "value")
 
 
-def summary_rows(summary: dict[str, Any]) -> list[tuple[object, object]]:
+def summary_rows(summary: Summary) -> list[tuple[object, object]]:
     """The headline numbers of a run, one value per row (``metric``, ``value``). A row
     indented under another (``  fragmentation`` under ``allocation failures``) names
     its parent in ``csv`` and ``json``: ``allocation failures / fragmentation``
@@ -104,52 +106,48 @@ def nested(rows: list[tuple[str, object]]) -> list[tuple[object, object]]:
     return out
 
 
-def _flat_rows(summary: dict[str, Any]) -> list[tuple[str, object]]:
-    req, fails, mem = summary["requests"], summary["failures"], summary["memory"]
-    rows: list[tuple[str, object]] = [("requests", req["total"])]
-    rows += [(f"  {status}", n) for status, n in req["by_status"].items()]
-    rows.append(("allocation failures", fails["allocation_failures"]))
-    rows += [(f"  {cause}", n) for cause, n in fails["by_cause"].items()]
-    rows.append(("  of which at > 25 % free (any cause)", fails["at_high_free_memory"]))
-    rows += [("preemptions", fails["preemptions"]), ("restarts", fails["restarts"])]
-    ratio = mem["largest_contiguous_free_block_ratio"]
-    for stat in ("min", "mean"):
-        rows.append((f"largest_contiguous_free_block_ratio {stat}", _num(ratio[stat], ".3f")))
-    for name, share in mem["waste_breakdown"].items():
+def _flat_rows(summary: Summary) -> list[tuple[str, object]]:
+    req, fails, mem = summary.requests, summary.failures, summary.memory
+    rows: list[tuple[str, object]] = [("requests", req.total)]
+    rows += [(f"  {status}", n) for status, n in req.by_status.items()]
+    rows.append(("allocation failures", fails.allocation_failures))
+    rows += [(f"  {cause}", n) for cause, n in fails.by_cause.items()]
+    rows.append(("  of which at > 25 % free (any cause)", fails.at_high_free_memory))
+    rows += [("preemptions", fails.preemptions), ("restarts", fails.restarts)]
+    ratio = mem.largest_contiguous_free_block_ratio
+    for stat, value in (("min", ratio.min), ("mean", ratio.mean)):
+        rows.append((f"largest_contiguous_free_block_ratio {stat}", _num(value, ".3f")))
+    for name, share in mem.waste_breakdown.items():
         rows.append((f"waste: {WASTE_LABELS.get(name, name)}", _num(share, ".1%")))
-    for name in ("ttft", "tpot", "e2e"):
-        p = summary["latency_s"][name]
-        rows += [(f"{name} {q} (s)", _num(p[q], ".3f")) for q in ("p50", "p99")]
-    rate = summary["throughput"]["output_tokens_per_s"]
-    rows.append(("output tokens/s", _num(rate, ",.1f")))
-    cache = summary.get("prefix_cache")
-    if cache and cache["cached_prompt_tokens"]:
-        rows.append(
-            ("prefix cache: prompt tokens hit", _num(cache["share_of_prompt_tokens"], ".1%"))
-        )
-        rows.append(("prefix cache: requests with hits", cache["requests_with_hits"]))
-    fleet = summary.get("fleet")
-    if fleet is not None:
-        rows += _fleet_rows(fleet)
+    latency = summary.latency_s
+    for name, p in (("ttft", latency.ttft), ("tpot", latency.tpot), ("e2e", latency.e2e)):
+        rows += [(f"{name} {q} (s)", _num(v, ".3f")) for q, v in (("p50", p.p50), ("p99", p.p99))]
+    rows.append(("output tokens/s", _num(summary.throughput.output_tokens_per_s, ",.1f")))
+    cache = summary.prefix_cache
+    if cache.cached_prompt_tokens:
+        rows.append(("prefix cache: prompt tokens hit", _num(cache.share_of_prompt_tokens, ".1%")))
+        rows.append(("prefix cache: requests with hits", cache.requests_with_hits))
+    if summary.fleet is not None:
+        rows += _fleet_rows(summary.fleet)
     return rows
 
 
-def _fleet_rows(fleet: dict[str, Any]) -> list[tuple[str, object]]:
-    r = fleet["replicas"]
+def _fleet_rows(fleet: FleetSection) -> list[tuple[str, object]]:
+    r = fleet.replicas
     rows: list[tuple[str, object]] = [
-        ("fleet: replicas initial", r["initial"]),
-        ("  replicas mean", _num(r["mean"], ".2f")),
-        ("  replicas peak", r["peak"]),
-        ("  replica-hours", _num(fleet["replica_hours"], ",.1f")),
-        ("  avoidable replica-hours", _num(fleet["avoidable_replica_hours"], ",.1f")),
-        ("  cost ($)", _num(fleet["cost_usd"], ",.2f")),
-        ("  avoidable cost ($)", _num(fleet["avoidable_cost_usd"], ",.2f")),
-        ("  $ per 1M output tokens", _num(fleet["cost_per_million_output_tokens_usd"], ".2f")),
-        ("  scale-ups", fleet["scale_ups"]),
-        ("  scale-downs", fleet["scale_downs"]),
+        ("fleet: replicas initial", r.initial),
+        ("  replicas mean", _num(r.mean, ".2f")),
+        ("  replicas peak", r.peak),
+        ("  replica-hours", _num(fleet.replica_hours, ",.1f")),
+        ("  avoidable replica-hours", _num(fleet.avoidable_replica_hours, ",.1f")),
+        ("  cost ($)", _num(fleet.cost_usd, ",.2f")),
+        ("  avoidable cost ($)", _num(fleet.avoidable_cost_usd, ",.2f")),
+        ("  $ per 1M output tokens", _num(fleet.cost_per_million_output_tokens_usd, ".2f")),
+        ("  scale-ups", fleet.scale_ups),
+        ("  scale-downs", fleet.scale_downs),
     ]
-    rows += [(f"  restarts: {cause}", n) for cause, n in fleet["restarts"].items()]
-    rows.append(("  crashes", fleet["crashes"]))
+    rows += [(f"  restarts: {cause}", n) for cause, n in fleet.restarts.items()]
+    rows.append(("  crashes", fleet.crashes))
     return rows
 
 
@@ -159,12 +157,12 @@ def _num(value: float | None, spec: str) -> Cell:
     return number_cell(value, spec)
 
 
-def print_summary(summary: dict[str, Any], fmt: str = "table") -> None:
+def print_summary(summary: Summary, fmt: str = "table") -> None:
     """The headline numbers of a run as a table on stdout, then (``table`` and
     ``markdown``) its alerts, one line each."""
     from sim.results.summary import alert_lines
 
-    title = f"{summary['scenario']} — allocator {summary['allocator']}"
+    title = f"{summary.scenario} — allocator {summary.allocator}"
     print_table(title, SUMMARY_COLUMNS, summary_rows(summary), fmt)
     if fmt in ("table", "markdown"):
         for line in alert_lines(summary):
@@ -244,8 +242,7 @@ def report_into(out: Path) -> Callable[[Path], None]:
 def warn_out_of_range(scenario: Scenario, result: RunResult, source: Path) -> None:
     """One ``warning:`` line naming the scenario and the calibration file when the run
     evaluated a calibrated latency model outside the range it was measured over."""
-    report = result.summary["latency"]
-    calls = report.get("out_of_range_calls")
+    calls = result.summary.latency.out_of_range_calls
     if not calls:
         return
     path = getattr(scenario.latency, "path", None)
@@ -253,7 +250,7 @@ def warn_out_of_range(scenario: Scenario, result: RunResult, source: Path) -> No
         f"warning: {clip(str(source))}: field latency.path: {clip(str(path))}: the "
         f"calibrated latency model was evaluated outside its validity range {calls:,} "
         f"times (first at prefill_tokens, decode_seqs, kv_tokens = "
-        f"{report['first_out_of_range']}); its times there are extrapolated",
+        f"{result.summary.latency.first_out_of_range}); its times there are extrapolated",
         markup=False,
         highlight=False,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -20,6 +20,7 @@ from sim.errors import clip
 
 if TYPE_CHECKING:
     from sim.results.io import RunResult
+    from sim.results.summary_model import Summary
 
 SCRAPE_FIELD = "fleet.alerts.scrape_interval_s"
 """Where a fleet run's summary records the scrape interval its alerts were evaluated at."""
@@ -27,7 +28,7 @@ SCRAPE_FIELD = "fleet.alerts.scrape_interval_s"
 
 def checked_run(
     run_dir: Path, need: Mapping[str, tuple[str, ...]] | None = None
-) -> tuple[Path, dict[str, Any]]:
+) -> tuple[Path, Summary]:
     """The run folder and its summary, every table checked a batch at a time
     (``sim.results.runfolder.check_run``; ``need``: the columns the command reads, by
     table); one ``error:`` line when the folder is not one a run wrote."""
@@ -50,15 +51,15 @@ def loaded_run(run_dir: Path) -> RunResult:
         raise fail(str(e)) from None
 
 
-def recorded_scrape(summary: dict[str, Any]) -> bool:
+def recorded_scrape(summary: Summary | None) -> bool:
     """Whether the summary records the scrape interval (``fleet.alerts``)."""
-    fleet = summary.get("fleet")
-    alerts = fleet.get("alerts") if isinstance(fleet, dict) else None
-    return isinstance(alerts, dict) and alerts.get("scrape_interval_s") is not None
+    fleet = None if summary is None else summary.fleet
+    alerts = None if fleet is None else fleet.alerts
+    return alerts is not None and alerts.scrape_interval_s is not None
 
 
 def too_many_scrapes(
-    message: str, given_s: float | None, summary: dict[str, Any], summary_path: Path
+    message: str, given_s: float | None, summary: Summary | None, summary_path: Path
 ) -> Exception:
     """The error for a scrape interval that gives more scrapes than a command
     evaluates, blaming where the interval came from: the ``--scrape-interval`` flag

@@ -43,6 +43,7 @@ from sim.scenario.schema import Scenario
 
 if TYPE_CHECKING:
     from sim.postmortem.matching import MatchReport
+    from sim.results.summary_model import Summary
 
 BASELINE = "baseline"
 """The modelled baseline's run name (its folder, ``OUT/baseline/``)."""
@@ -169,18 +170,21 @@ def ranked(frame: pd.DataFrame) -> pd.DataFrame:
 
 def agreement_rows(
     log_counts: Mapping[str, int],
-    replay_summary: Mapping[str, Any],
-    baseline_summary: Mapping[str, Any],
+    replay_summary: Summary,
+    baseline_summary: Summary,
 ) -> list[tuple[str, float | None, float | None, float | None]]:
     """(measure, the log, the replay, the baseline) for the failures, restarts and scale
     events; the log's ``log_counts`` are the recorded ``failures``, ``restart``,
     ``scale_up`` and ``scale_down`` (NaN: the log does not say)."""
 
-    def fleet(s: Mapping[str, Any], key: str) -> float:
-        return float((s.get("fleet") or {}).get(key, math.nan))
+    def scale_ups(s: Summary) -> float:
+        return math.nan if s.fleet is None else float(s.fleet.scale_ups)
 
-    def failed(s: Mapping[str, Any]) -> float:
-        by = s["requests"]["by_status"]
+    def scale_downs(s: Summary) -> float:
+        return math.nan if s.fleet is None else float(s.fleet.scale_downs)
+
+    def failed(s: Summary) -> float:
+        by = s.requests.by_status
         return float(sum(v for k, v in by.items() if k.startswith(("failed", "rejected"))))
 
     def nan(key: str) -> float:
@@ -191,20 +195,20 @@ def agreement_rows(
         (
             "restarts",
             nan("restart"),
-            float(replay_summary["failures"]["restarts"]),
-            float(baseline_summary["failures"]["restarts"]),
+            float(replay_summary.failures.restarts),
+            float(baseline_summary.failures.restarts),
         ),
         (
             "scale-ups",
             nan("scale_up"),
-            fleet(replay_summary, "scale_ups"),
-            fleet(baseline_summary, "scale_ups"),
+            scale_ups(replay_summary),
+            scale_ups(baseline_summary),
         ),
         (
             "scale-downs",
             nan("scale_down"),
-            fleet(replay_summary, "scale_downs"),
-            fleet(baseline_summary, "scale_downs"),
+            scale_downs(replay_summary),
+            scale_downs(baseline_summary),
         ),
     ]
 
@@ -212,9 +216,9 @@ def agreement_rows(
 def agreement(
     replay: MatchReport,
     script: Mapping[str, int],
-    replay_summary: Mapping[str, Any],
+    replay_summary: Summary,
     baseline: MatchReport,
-    baseline_summary: Mapping[str, Any],
+    baseline_summary: Summary,
 ) -> list[dict[str, Any]]:
     """``postmortem.json``'s ``agreement``: per measure, the log's value, the replay's and
     the modelled baseline's (None: not defined): failed requests, restarts, scale-ups and

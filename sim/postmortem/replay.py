@@ -71,6 +71,7 @@ from sim.postmortem.names import (
     with_replica_names,
 )
 from sim.results.io import RunResult
+from sim.results.summary_model import Summary
 from sim.runner import run
 from sim.scenario.fleet import MAX_NODES, FleetConfig, LifecycleConfig
 from sim.scenario.schema import Scenario, ScenarioError, format_validation_error
@@ -398,7 +399,7 @@ def postmortem_record(
     log_name: str = "",
     scenario: str = "",
     baseline: MatchReport | None = None,
-    baseline_summary: Mapping[str, Any] | None = None,
+    baseline_summary: Summary | None = None,
     changes: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """``postmortem.json``: the log's folder name and the BASE scenario's name (as the

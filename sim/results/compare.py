@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from sim.results.summary_model import Summary
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("scenario", "scenario"),
@@ -43,45 +46,48 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 """(column, label) in table order."""
 
 
-def compare_row(summary: dict[str, Any]) -> dict[str, Any]:
+def compare_row(summary: Summary) -> dict[str, Any]:
     """One run's row (the keys of :data:`COLUMNS`)."""
-    by_status = summary["requests"]["by_status"]
-    failures = summary["failures"]
-    fleet = summary.get("fleet")
-    end_s = float(summary["engine"]["end_s"])
+    by_status = summary.requests.by_status
+    failures = summary.failures
+    fleet = summary.fleet
+    end_s = float(summary.engine.end_s)
+    replicas_mean: float
+    replicas_peak: int
+    per_m: float | None
     if fleet is not None:
-        replicas_mean = fleet["replicas"]["mean"]
-        replicas_peak = fleet["replicas"]["peak"]
-        hours = fleet["replica_hours"]
-        avoidable = fleet["avoidable_replica_hours"]
-        cost = fleet["cost_usd"]
-        per_m = fleet["cost_per_million_output_tokens_usd"]
+        replicas_mean = fleet.replicas.mean
+        replicas_peak = fleet.replicas.peak
+        hours = fleet.replica_hours
+        avoidable = fleet.avoidable_replica_hours
+        cost = fleet.cost_usd
+        per_m = fleet.cost_per_million_output_tokens_usd
     else:
         replicas_mean, replicas_peak = 1.0, 1
         hours, avoidable = end_s / 3600.0, 0.0
         cost = per_m = math.nan
     return {
-        "scenario": summary["scenario"],
-        "requests": summary["requests"]["total"],
+        "scenario": summary.scenario,
+        "requests": summary.requests.total,
         "failed_requests": sum(
             v for k, v in by_status.items() if k.startswith(("failed", "rejected"))
         ),
-        "allocation_failures": failures["allocation_failures"],
-        "fragmentation_failures": failures["by_cause"].get("fragmentation", 0),
-        "failures_at_high_free": failures["at_high_free_memory"],
-        "restarts": failures["restarts"],
+        "allocation_failures": failures.allocation_failures,
+        "fragmentation_failures": failures.by_cause.get("fragmentation", 0),
+        "failures_at_high_free": failures.at_high_free_memory,
+        "restarts": failures.restarts,
         "replicas_mean": replicas_mean,
         "replicas_peak": replicas_peak,
         "replica_hours": hours,
         "avoidable_replica_hours": avoidable,
         "cost_usd": cost,
         "cost_per_million_output_tokens_usd": _number(per_m),  # null: undefined
-        "ttft_p99_s": _number(summary["latency_s"]["ttft"]["p99"]),
-        "e2e_p99_s": _number(summary["latency_s"]["e2e"]["p99"]),
+        "ttft_p99_s": _number(summary.latency_s.ttft.p99),
+        "e2e_p99_s": _number(summary.latency_s.e2e.p99),
     }
 
 
-def compare_frame(summaries: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def compare_frame(summaries: Sequence[Summary]) -> pd.DataFrame:
     """One row per run, in the order given."""
     return pd.DataFrame([compare_row(s) for s in summaries], columns=[c for c, _ in COLUMNS])
 

@@ -37,7 +37,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sim.results.digests import DIGESTS, table_digests
+from sim.results.digests import table_digests
+from sim.results.summary_model import Summary
 from traces import atomic
 from traces.atomic import fault, staged
 
@@ -61,7 +62,9 @@ class RunResult:
     """Pool and batch samples: periodic, at every allocation failure, and final."""
     events: pd.DataFrame
     """Allocation failures, preemptions and restarts with the pool state at the time."""
-    summary: dict[str, Any]
+    summary: Summary
+    """The typed summary (``summary.json``: :mod:`sim.results.summary_model`); ``digests``
+    set once read back from a folder (the run's own is written with them)."""
     fleet: pd.DataFrame | None = None
     """A fleet run's fleet table (one row per sample: replicas by state, queue, cost so
     far); None for a single replica."""
@@ -111,7 +114,7 @@ class RunResult:
                 pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
                 fault("partial")
             digests = table_digests(tmp, [f"{name}.parquet" for name, _ in self.frames()])
-            summary = {**self.summary, DIGESTS: digests}  # what the reader checks
+            summary = self.summary.model_copy(update={"digests": digests})  # read back
             (tmp / "summary.json").write_text(summary_json(summary))
             if extras is not None:
                 extras(tmp)
@@ -194,13 +197,13 @@ def check_owned_folder(
         )
 
 
-def summary_json(summary: dict[str, Any]) -> str:
-    """A summary as strict JSON text (sorted keys, two-space indent, a final newline).
-    One rule for every summary, a single replica's or a fleet's: an undefined statistic
-    -- NaN or an infinity (the mean latency of no finished request, the price per million
-    tokens of a run that generated none) -- is written as ``null``
-    (:func:`undefined_as_null`)."""
-    return json.dumps(undefined_as_null(summary), indent=2, sort_keys=True, allow_nan=False) + "\n"
+def summary_json(summary: Summary) -> str:
+    """A summary as strict JSON text (sorted keys, two-space indent, a final newline):
+    the keys it was built or read with (:meth:`Summary.to_json_dict`). An undefined
+    statistic (the mean latency of no finished request, the price per million tokens of
+    a run that generated none) is null in the model already (:func:`undefined_as_null`,
+    applied by the run before building it)."""
+    return json.dumps(summary.to_json_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
 def undefined_as_null(value: Any) -> Any:

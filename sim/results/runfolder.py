@@ -30,16 +30,17 @@ import json
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sim.errors import clip
-from sim.results.digests import DIGESTS, file_sha256
+from sim.results.digests import file_sha256
 from sim.results.folder_errors import RunFolderError, RunFolderNote
 from sim.results.io import FILES, RunResult
-from sim.results.summary_model import check_summary, json_type
+from sim.results.summary_check import json_type, parse_summary
+from sim.results.summary_model import Summary
 from sim.results.table_schema import REQUIRED, check_batch, check_schema, scan_table, unreadable
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ def read_run(out_dir: str | Path) -> RunResult:
 
 def check_run(
     out_dir: str | Path, need: Mapping[str, tuple[str, ...]] | None = None
-) -> tuple[Path, dict[str, Any]]:
+) -> tuple[Path, Summary]:
     """The folder and summary of the run written to ``out_dir``, every table checked a
     batch at a time (module docstring) without loading any whole. ``need``: the columns
     a command reads, by table; a table it names that the run lacks is refused by name
@@ -110,16 +111,16 @@ def check_run(
     return out, summary
 
 
-def _summary_of(out_dir: str | Path) -> tuple[Path, dict[str, Any]]:
+def _summary_of(out_dir: str | Path) -> tuple[Path, Summary]:
     out = check_run_folder(out_dir)
     summary = read_summary(out / "summary.json")
     return out, summary
 
 
-def present_tables(out: Path, summary: dict[str, Any]) -> list[str]:
+def present_tables(out: Path, summary: Summary) -> list[str]:
     """The tables of the run in ``out``, as its summary says it wrote them: refuses a
     fleet run without its fleet tables, and a single replica's run with them."""
-    fleet_run = "fleet" in summary
+    fleet_run = summary.fleet is not None
     shown = clip(str(out / "summary.json"))
     names = []
     for name in TABLES:
@@ -142,22 +143,21 @@ def present_tables(out: Path, summary: dict[str, Any]) -> list[str]:
     return names
 
 
-def capacity_bound(summary: dict[str, Any]) -> int | None:
+def capacity_bound(summary: Summary) -> int | None:
     """The largest KV capacity (tokens) the summary records, the run's or a pool's (a
     timeseries row's capacity is at most that); None where it records none."""
-    found = [summary.get("kv_capacity_tokens")]
-    fleet = summary.get("fleet")
-    if isinstance(fleet, dict):
-        found += [p.get("kv_capacity_tokens") for p in fleet.get("pools") or ()]
-    numbers = [v for v in found if isinstance(v, int) and not isinstance(v, bool)]
+    found = [summary.kv_capacity_tokens]
+    if summary.fleet is not None:
+        found += [p.kv_capacity_tokens for p in summary.fleet.pools]
+    numbers = [v for v in found if v is not None]
     return max(numbers) if numbers else None
 
 
-def check_digests(out: Path, summary: dict[str, Any]) -> None:
+def check_digests(out: Path, summary: Summary) -> None:
     """Refuse a table whose SHA-256 is not the one the summary records, a table the
     summary records that is gone, or one it does not record; a summary recording none
     (a run written before fragsim recorded them) is one :class:`RunFolderNote`."""
-    recorded = summary.get(DIGESTS)
+    recorded = summary.digests
     shown = clip(str(out / "summary.json"))
     tables = [f"{n}.parquet" for n in TABLES if (out / f"{n}.parquet").is_file()]
     if recorded is None:
@@ -214,9 +214,9 @@ def _no_constant(text: str) -> float:
     raise ValueError(f"{text} is not JSON (fragsim writes an undefined statistic as null)")
 
 
-def read_summary(path: Path) -> dict[str, Any]:
-    """A run's ``summary.json``, checked (module docstring); :class:`RunFolderError`
-    naming the file (and the field) otherwise."""
+def read_summary(path: Path) -> Summary:
+    """A run's ``summary.json`` as the typed summary, checked (module docstring);
+    :class:`RunFolderError` naming the file (and the field) otherwise."""
     name = clip(str(path))
     try:
         size = path.stat().st_size
@@ -244,8 +244,7 @@ def read_summary(path: Path) -> dict[str, Any]:
             raise RunFolderError(
                 f"{name}: key {key!r}: expected {json_type(kind())}, got {json_type(data[key])}"
             )
-    check_summary(data, name)
-    return data
+    return parse_summary(data, name)
 
 
 def read_table(path: Path, name: str, capacity_tokens: int | None = None) -> pd.DataFrame:

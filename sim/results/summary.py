@@ -46,6 +46,7 @@ from sim.results.seed_alerts import (
     AlertThresholds,
     condition,
 )
+from sim.results.summary_model import Summary
 
 __all__ = ["AlertThresholds", "alert_lines", "summarize", "with_firings"]
 
@@ -254,33 +255,36 @@ def _duration(seconds: float) -> str:
     return (f"{minutes}m" if minutes else "") + (f"{rest}s" if rest or not minutes else "")
 
 
-def alert_lines(summary: dict[str, Any]) -> list[str]:
+def alert_lines(summary: Summary) -> list[str]:
     """One line per alert of ``summary``, both counts named: what ``fragsim run`` and
     the reports print."""
     lines = []
-    for a in summary.get("alerts", []):
+    run_rho = summary.memory.node_uptime_vs_fragmentation_correlation.spearman_rho
+    for a in summary.alerts:
         counts = []
-        if "matching_failures" in a:
-            counts.append(f"{a['matching_failures']:,} matching failures")
-        if "matching_samples" in a:
-            counts.append(f"{a['matching_samples']:,} matching samples")
-        if a.get("spearman_rho") is not None:
-            counts.append(f"Spearman rho {a['spearman_rho']:.2f} over the run")
-        elif a["alert"] == UPTIME_CORRELATION.name:  # fired in windows, not run-wide
-            rho = summary.get("memory", {}).get(UPTIME_CORRELATION.name, {}).get("spearman_rho")
-            if rho is not None:
-                counts.append(f"Spearman rho {rho:.2f} over the whole run (condition not met)")
-        if "firings" in a:
-            held, n = a.get("condition_episodes", a["firings"]), a["firings"]
-            hold = f" after for: {_duration(a['for_s'])}" if a.get("for_s") else ""
+        if a.matching_failures is not None:
+            counts.append(f"{a.matching_failures:,} matching failures")
+        if a.matching_samples is not None:
+            counts.append(f"{a.matching_samples:,} matching samples")
+        if a.spearman_rho is not None:
+            counts.append(f"Spearman rho {a.spearman_rho:.2f} over the run")
+        elif a.alert == UPTIME_CORRELATION.name and run_rho is not None:
+            # fired in windows, not run-wide
+            counts.append(f"Spearman rho {run_rho:.2f} over the whole run (condition not met)")
+        if a.firings is not None:
+            held, n = (
+                a.condition_episodes if a.condition_episodes is not None else a.firings,
+                a.firings,
+            )
+            hold = f" after for: {_duration(a.for_s)}" if a.for_s else ""
             counts.append(
                 f"condition held in {held:,} episode{'' if held == 1 else 's'}, "
                 f"{n:,} fired{hold} (alerts.parquet)"
             )
-        if a.get("first_time_s") is not None:
-            counts.append(f"first at {a['first_time_s']:,.0f} s")
+        if a.first_time_s is not None:
+            counts.append(f"first at {a.first_time_s:,.0f} s")
         shown = f" — {'; '.join(counts)}" if counts else ""
-        lines.append(f"ALERT ({a['severity']}) {a['alert']}: {a['condition']}{shown}")
+        lines.append(f"ALERT ({a.severity}) {a.alert}: {a.condition}{shown}")
     return lines
 
 

@@ -1,34 +1,41 @@
-"""What a run's ``summary.json`` holds, as a pydantic model: the fields the commands that
-read a run folder use (``report``, ``alerts``, ``export openmetrics``, ``compare``, a
-resumed sweep), each with the type and range any run writes. :func:`check_summary`
-refuses a summary no run could have written with one :class:`RunFolderError` line
-naming the file and the field (``field fleet.pools.0: expected an object, got a
-string``).
+"""A run's summary, typed: one frozen pydantic model that the run builds and writes
+(``summary.json``, :meth:`Summary.to_json_dict`) and that every reader of a run folder
+reads back (:meth:`Summary.from_json_dict`; with the error lines of
+:func:`sim.results.summary_check.parse_summary`). Readers use attributes, never string
+keys. The field reference (``docs/outputs.md``) is generated from these classes'
+attribute docstrings (:func:`sim.results.summary_fields.field_rows`; a test holds the page
+to them).
+
+One schema, both ways, byte for byte: a key the run did not write (a single replica's
+``fleet``, a run without a ``duration_s``'s ``requests.beyond_duration``, an alert's
+counts that are not its own) is *unset* in the model and left out again when written
+(``exclude_unset``); a key a later version adds is kept as an extra and written back;
+a JSON number written as an integer where a float was meant (the sum of no costs)
+reads back as one (:data:`Number`).
 
 What is checked beyond each field's type and range:
 
-* ``fleet``, where present (a fleet run), is an object with at least one pool: ``null``
-  is refused (a single replica's summary has no ``fleet`` key at all);
+* ``fleet``, where present (a fleet run), is an object with at least one pool (a single
+  replica's summary has no ``fleet`` key at all);
 * ``fleet.alerts``: the scrape interval in [:data:`MIN_SCRAPE_INTERVAL_S`,
   :data:`MAX_INTERVAL_S`], the trend window at least one scrape and at most
-  :data:`MAX_WINDOW_SCRAPES` scrapes, the thresholds an object of shares in [0, 1];
+  :data:`MAX_WINDOW_SCRAPES` scrapes, the thresholds shares in [0, 1];
 * a pool's (and the run's) KV capacity times its KV bytes per token fits in a signed
   64-bit integer, so memory exported in bytes cannot overflow (each is bounded by
   :data:`MAX_KV_BYTES_PER_TOKEN` and ``MAX_TOKENS`` too).
 
-Later versions may add keys: unknown keys are accepted. The summary is checked, not
-converted: readers keep the dict as read.
+Every field a run writes is required, except those a run folder written before fragsim
+recorded them lacks (a pool's replicas, allocator, KV sizes and latency model;
+``fleet.alerts``; ``digests``): those default to None (and stay unwritten).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sim.errors import clip, short
 from sim.fields import MAX_COUNT, MAX_SECONDS, MAX_TOKENS
-from sim.results.folder_errors import RunFolderError
 
 MIN_SCRAPE_INTERVAL_S = 1.0
 """``sim.cli.alert_times.MIN_SCRAPE_INTERVAL_S`` (a test holds them equal)."""
@@ -45,42 +52,181 @@ any run's end, and small enough that exported millisecond timestamps fit 64 bits
 MAX_AMOUNT = 1e15
 """Dollars or replica-hours of one run."""
 
+Number = Annotated[int | float, Field(allow_inf_nan=False)]
+"""A finite JSON number kept as written: an int stays an int (``0``, the sum of no
+costs), so that a summary read back is written back byte for byte."""
 Seconds = Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False)]
-Amount = Annotated[float, Field(ge=0, le=MAX_AMOUNT, allow_inf_nan=False)]
+Amount = Annotated[int | float, Field(ge=0, le=MAX_AMOUNT, allow_inf_nan=False)]
 Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0, le=MAX_INT64)]
 Tokens = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
 BytesPerToken = Annotated[int, Field(ge=1, le=MAX_KV_BYTES_PER_TOKEN)]
 Replica = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
-class _Checked(BaseModel):
-    model_config = ConfigDict(strict=True, extra="allow")
+class Section(BaseModel):
+    """A part of the summary: frozen, strict (a string is never a number), extra keys
+    kept (a later version's) and written back."""
+
+    model_config = ConfigDict(
+        strict=True, extra="allow", frozen=True, use_attribute_docstrings=True
+    )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The JSON object, holding exactly the keys the run (or the file) set."""
+        return self.model_dump(mode="python", exclude_unset=True)
 
 
-class Requests(_Checked):
+class Requests(Section):
     total: Count
+    """Requests in the trace (every status)."""
     by_status: dict[str, Count]
+    """Requests by final status (``ok``, ``rejected``, ``failed``, ...), sorted by name."""
+    beyond_duration: Count | None = None
+    """Requests arriving after ``duration_s`` (left out of the run); only with a
+    ``duration_s``."""
 
 
-class Percentiles(_Checked):
+class Throughput(Section):
+    requests_per_s: Rate
+    """Finished (``ok``) requests per second of the span."""
+    output_tokens_per_s: Rate
+    """Tokens generated by finished requests (all their sequences) per second of the span."""
+
+
+class Percentiles(Section):
+    p50: Seconds | None
+    """Median; null when no finished request has the value."""
+    p90: Seconds | None
+    """90th percentile; null as ``p50``."""
     p99: Seconds | None
+    """99th percentile; null as ``p50``."""
+    mean: Seconds | None
+    """Mean; null as ``p50``."""
 
 
-class Latency(_Checked):
+class Latency(Section):
     ttft: Percentiles
+    """Time to first token (first token - arrival) of finished requests."""
+    tpot: Percentiles
+    """Time per output token after the first ((finish - first token) / (generated - 1))
+    of finished requests that generated more than one."""
     e2e: Percentiles
+    """End-to-end latency (finish - arrival) of finished requests."""
 
 
-class Failures(_Checked):
+class Failures(Section):
     allocation_failures: Count
-    at_high_free_memory: Count
-    restarts: Count
+    """Admission and growth failures (the allocator could not give the memory asked)."""
     by_cause: dict[str, Count]
+    """Allocation failures by the allocator's diagnosis (``capacity``,
+    ``fragmentation``)."""
+    at_high_free_memory: Count
+    """Allocation failures while the free share exceeded ``high_free_share``."""
+    at_high_free_memory_by_cause: dict[str, Count]
+    """Those, by cause."""
+    allocation_failure_rate_at_high_free_memory: Rate
+    """Those per second of the span."""
+    preemptions: Count
+    """Requests preempted to let others grow."""
+    restarts: Count
+    """Replica restarts (every cause)."""
 
 
-class Engine(_Checked):
+class RatioStats(Section):
+    min: Share | None
+    """Lowest ``largest_contiguous_free_block_ratio`` of the periodic samples of replicas
+    up; null with none."""
+    mean: Share | None
+    """Its mean; null as ``min``."""
+    share_of_samples_below_alert: Share | None
+    """Share of those samples below ``ratio_alert``; null as ``min``."""
+
+
+class UptimeCorrelation(Section):
+    spearman_rho: Annotated[float, Field(ge=-1, le=1, allow_inf_nan=False)] | None
+    """Spearman rho of (uptime since the last restart, 1 - ratio) over every periodic
+    sample with a ratio; null with fewer than 10 samples, fewer than three uptimes or a
+    constant fragmentation."""
+    p_value: Share | None
+    """Its p-value; null as ``spearman_rho``."""
+    samples: Count
+    """The samples it was taken over."""
+
+
+class Memory(Section):
+    mean_used_share: Number | None
+    """Mean share of KV memory holding token states (``waste_breakdown.token_states``)."""
+    waste_breakdown: dict[str, Number | None]
+    """Mean share of KV memory per use (``token_states``, ``reservation``,
+    ``internal_fragmentation``, ``external_fragmentation_free``) over the periodic samples
+    of replicas up; null with none."""
+    largest_contiguous_free_block_ratio: RatioStats
+    """The periodic samples' largest free extent over all free memory."""
+    node_uptime_vs_fragmentation_correlation: UptimeCorrelation
+    """The uptime statistic every run reports (the alert's condition needs more)."""
+
+
+class PrefixCache(Section):
+    cached_prompt_tokens: Count
+    """Prompt tokens served from the prefix cache."""
+    share_of_prompt_tokens: Share
+    """Those over all prompt tokens (0 with none)."""
+    requests_with_hits: Count
+    """Requests with at least one cached prompt token."""
+
+
+class Alert(Section):
+    alert: str
+    """The alert's name (``sim.results.seed_alerts``)."""
+    severity: str
+    """``high`` or ``medium``."""
+    condition: str
+    """Its condition, with the run's thresholds."""
+    matching_failures: Count | None = None
+    """Allocation failures meeting the condition (the failure alert only)."""
+    matching_samples: Count | None = None
+    """Periodic samples meeting the condition (the two ratio alerts only)."""
+    first_time_s: Seconds | None = None
+    """The first failure or sample meeting it."""
+    replicas: list[Replica] | None = None
+    """The replicas where it held, ascending."""
+    spearman_rho: Annotated[float, Field(ge=-1, le=1, allow_inf_nan=False)] | None = None
+    """The run-wide rho (the uptime alert, when it held over the run)."""
+    p_value: Share | None = None
+    """Its p-value (as ``spearman_rho``)."""
+    samples: Count | None = None
+    """The samples rho was taken over (as ``spearman_rho``)."""
+    recent_fragmentation_ratio: Share | None = None
+    """Mean fragmentation of the last tenth of the samples (as ``spearman_rho``)."""
+    condition_episodes: Count | None = None
+    """Fleet runs: stretches of scrapes where the rule's condition held (alerts.parquet)."""
+    firings: Count | None = None
+    """Fleet runs: those that held the rule's ``for:`` and fired."""
+    for_s: Seconds | None = None
+    """Fleet runs: the rule's ``for:``."""
+
+
+class LatencyReport(Section):
+    kind: str
+    """The latency model (``constant``, ``roofline``, ``calibrated``, ...)."""
+    out_of_range_calls: Count | None = None
+    """Steps simulated outside the model's validity range (models with one only)."""
+    first_out_of_range: list[int] | None = None
+    """The first such step's ``[prefill_tokens, decode_seqs, kv_tokens]``; null with none."""
+
+
+class Engine(Section):
+    mode: str
+    """``exact`` or ``fast``."""
+    steps: Count
+    """Scheduler steps the replicas took."""
+    wakeups: Count
+    """Times a replica's process woke."""
     end_s: Seconds
+    """The simulated instant the run ended."""
 
 
 def _fits_in_bytes(capacity: int | None, per_token: int | None) -> None:
@@ -91,12 +237,21 @@ def _fits_in_bytes(capacity: int | None, per_token: int | None) -> None:
         )
 
 
-class Pool(_Checked):
+class Pool(Section):
     name: str
+    """The pool's name."""
     count: Count
+    """Its initial replicas."""
     replicas: list[Replica] | None = None
+    """Its replicas' ids: the initial ones and those scaled up into it."""
+    allocator: str | None = None
+    """Its allocator kind."""
     kv_capacity_tokens: Tokens | None = None
+    """KV capacity of one of its replicas."""
     kv_bytes_per_token: BytesPerToken | None = None
+    """KV bytes per token of one of its replicas (all its GPUs)."""
+    latency: LatencyReport | None = None
+    """Its latency model and out-of-range steps."""
 
     @model_validator(mode="after")
     def _bytes_fit(self) -> Pool:
@@ -104,13 +259,20 @@ class Pool(_Checked):
         return self
 
 
-class FleetAlerts(_Checked):
+class FleetAlerts(Section):
     scrape_interval_s: (
         Annotated[float, Field(ge=MIN_SCRAPE_INTERVAL_S, le=MAX_INTERVAL_S, allow_inf_nan=False)]
         | None
     ) = None
+    """The scrape interval ``alerts.parquet`` was evaluated at."""
     trend_window_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    """Its trend window (at least one scrape)."""
     thresholds: dict[str, Share] | None = None
+    """The alert thresholds, by ``AlertThresholds`` field."""
+    for_s: dict[str, Seconds] | None = None
+    """Each rule's ``for:``, by alert."""
+    failure_window_s: Seconds | None = None
+    """The failure rule's window."""
 
     @model_validator(mode="after")
     def _window_spans_scrapes(self) -> FleetAlerts:
@@ -128,103 +290,99 @@ class FleetAlerts(_Checked):
         return self
 
 
-class FleetReplicas(_Checked):
-    mean: Annotated[float, Field(ge=0, le=MAX_COUNT, allow_inf_nan=False)]
+class FleetReplicas(Section):
+    initial: Count
+    """Replicas at the start."""
     peak: Count
+    """The most at one sample."""
+    final: Count
+    """At the last sample."""
+    mean: Annotated[float, Field(ge=0, le=MAX_COUNT, allow_inf_nan=False)]
+    """Billed replica-seconds over the run's end."""
 
 
-class Fleet(_Checked):
+class Fleet(Section):
     pools: Annotated[list[Pool], Field(min_length=1)]
+    """The pools, in the scenario's order."""
+    router: str
+    """The router (a postmortem's recorded routes: ``recorded``)."""
+    restart_policy: str
+    """The restart policy."""
+    autoscaler: str
+    """The autoscaler."""
     replicas: FleetReplicas
+    """Replica counts."""
     replica_hours: Amount
-    avoidable_replica_hours: Amount
+    """Billed replica-hours."""
     cost_usd: Amount
+    """Their cost."""
     cost_per_million_output_tokens_usd: Amount | None
+    """Cost per million generated tokens; null when none were generated."""
+    avoidable_replica_hours: Amount
+    """Replica-hours of nodes restarted for fragmentation that a policy could avoid."""
+    avoidable_cost_usd: Amount
+    """Their cost."""
+    restarts: dict[str, Count]
+    """Restarts by cause."""
+    crashes: Count
+    """Node crashes."""
+    scale_ups: Count
+    """Nodes the autoscaler added."""
+    scale_downs: Count
+    """Nodes it removed."""
+    route_refusals: Count
+    """Requests no replica would take."""
     alerts: FleetAlerts | None = None
+    """What ``alerts.parquet`` was evaluated with (the exports' defaults)."""
 
 
-class Summary(_Checked):
-    requests: Requests
-    throughput: dict[str, Any]
-    latency_s: Latency
-    failures: Failures
-    memory: dict[str, Any]
-    alerts: list[Any]
+class Summary(Section):
+    """A run's ``summary.json``: the fields every run writes, a fleet's ``fleet`` and the
+    tables' ``digests``."""
+
     scenario: str
+    """The scenario's name."""
+    seed: int
+    """Its seed."""
+    requests: Requests
+    """Request counts."""
+    span_s: Seconds
+    """From the first arrival to the run's end (the rates' denominator)."""
+    throughput: Throughput
+    """Finished work per second."""
+    latency_s: Latency
+    """Latency percentiles of finished requests, in seconds."""
+    failures: Failures
+    """Allocation failures, preemptions and restarts."""
+    memory: Memory
+    """KV memory use and fragmentation."""
+    prefix_cache: PrefixCache
+    """Prefix-cache hits."""
+    alerts: list[Alert]
+    """The seed's alerts whose condition held, in ``sim.results.seed_alerts`` order."""
     allocator: str
+    """The allocator kind (pools' kinds joined by `` + `` when they differ)."""
+    kv_capacity_tokens: Tokens | None
+    """KV capacity of a replica; null when pools differ."""
+    kv_bytes_per_token: BytesPerToken | None
+    """KV bytes per token of a replica; null when pools differ."""
+    latency: LatencyReport
+    """The latency model (pools' out-of-range steps summed)."""
     engine: Engine
-    span_s: Seconds | None = None
-    kv_capacity_tokens: Tokens | None = None
-    kv_bytes_per_token: BytesPerToken | None = None
+    """The engine's counters."""
     fleet: Fleet | None = None
-    digests: dict[str, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] | None = None
+    """A fleet run's section (absent for a single replica)."""
+    digests: dict[str, Sha256] | None = None
+    """Each table's SHA-256 by file name (written with the files)."""
 
     @model_validator(mode="after")
     def _bytes_fit(self) -> Summary:
         _fits_in_bytes(self.kv_capacity_tokens, self.kv_bytes_per_token)
         return self
 
-
-SECTIONS = ("requests", "throughput", "latency_s", "failures", "memory", "alerts")
-"""The sections every summary has (checked first, so a file that is not a summary at
-all says so rather than naming a field deep inside)."""
-
-
-def check_summary(data: dict[str, Any], shown: str) -> None:
-    """Refuse ``data`` (read from the file named ``shown``) unless a run could have
-    written it (module docstring): one :class:`RunFolderError` line naming the field."""
-    for key in (*SECTIONS, "scenario", "allocator"):
-        if key not in data:
-            raise RunFolderError(f"{shown}: not a fragsim summary: no {key!r}")
-    for key in ("fleet", "digests"):
-        if key in data and data[key] is None:
-            raise RunFolderError(f"{shown}: field {key}: expected an object, got null")
-    try:
-        Summary.model_validate(data)
-    except ValidationError as e:
-        raise RunFolderError(f"{shown}: {_first_error(e)}") from None
-
-
-_EXPECTED = {
-    "float_type": "a number",
-    "int_type": "an integer",
-    "string_type": "a string",
-    "bool_type": "true or false",
-}
-"""pydantic's type errors, said as what a run writes."""
-
-
-def _first_error(error: ValidationError) -> str:
-    """The first of pydantic's errors as ``field a.b.0: what (got VALUE)``."""
-    first = error.errors(include_url=False)[0]
-    where = ".".join(str(part) for part in first["loc"])
-    message = first["msg"]
-    kind = first["type"]
-    if kind == "value_error":
-        message = message.removeprefix("Value error, ")
-    elif kind == "missing":
-        message = "missing (every run writes it)"
-    elif kind in ("model_type", "dict_type"):
-        message = f"expected an object, got {json_type(first['input'])}"
-    elif kind == "list_type":
-        message = f"expected an array, got {json_type(first['input'])}"
-    elif kind in _EXPECTED:
-        message = f"expected {_EXPECTED[kind]}, got {short(first['input'], 40)}"
-    else:
-        message = f"{message[:1].lower()}{message[1:]} (got {short(first['input'], 40)})"
-    return clip(f"field {where or '(top)'}: {message}", 300)
-
-
-def json_type(value: object) -> str:
-    """How JSON names ``value``'s type, with an article (``an object``, ``null``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    return "a number"
+    @classmethod
+    def from_json_dict(cls, data: dict[str, Any]) -> Summary:
+        """The summary a JSON object holds (``pydantic.ValidationError`` when no run could
+        have written it; :func:`sim.results.summary_check.parse_summary` says it in one
+        line)."""
+        return cls.model_validate(data)

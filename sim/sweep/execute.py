@@ -34,6 +34,7 @@ from typing import Any
 
 from sim.results.io import RunResult
 from sim.results.runfolder import read_summary
+from sim.results.summary_model import Summary
 from sim.runner import run
 from sim.scenario.schema import Scenario
 from sim.scenario.workload import load_workload
@@ -46,7 +47,7 @@ class Outcome:
     """A finished task: its summary, or the error it raised."""
 
     task: Task
-    summary: dict[str, Any] | None
+    summary: Summary | None
     error: str | None
     skipped: bool = False
     """True when an earlier sweep had already run it."""
@@ -68,7 +69,7 @@ def failed_file(out: Path, task: Task) -> Path:
     return out / "failed" / f"{task.id}.txt"
 
 
-def finished_summary(out: Path, task: Task) -> dict[str, Any] | None:
+def finished_summary(out: Path, task: Task) -> Summary | None:
     """The summary of a run an earlier sweep finished, or None (not run, another
     scenario's, or a damaged summary: run again). The summary is read by the run
     folder's one reader (``sim.results.runfolder.read_summary``)."""
@@ -94,7 +95,7 @@ def kept_runs(out: Path) -> int:
         return 0
 
 
-def simulate_task(scenario: Scenario, out_dir: str | None) -> tuple[dict[str, Any], Any]:
+def simulate_task(scenario: Scenario, out_dir: str | None) -> tuple[Summary, Any]:
     """A worker's job: load the workload, simulate, write the run to ``out_dir`` (then
     return only the summary) or return the result for the caller to write."""
     with warnings.catch_warnings():
@@ -106,7 +107,7 @@ def simulate_task(scenario: Scenario, out_dir: str | None) -> tuple[dict[str, An
     return result.summary, result
 
 
-def _record(out: Path, task: Task, summary: dict[str, Any], result: RunResult | None) -> None:
+def _record(out: Path, task: Task, summary: Summary, result: RunResult | None) -> None:
     if result is not None:
         result.write(run_dir(out, task))
     key = {"id": task.id, "key": task.key, "point": task.point, "replication": task.replication}
@@ -194,9 +195,7 @@ class Executor(AbstractContextManager["Executor"]):
             report()
         return [replace(outcomes[t.id], task=t) for t in tasks]
 
-    def _results(
-        self, tasks: list[Task]
-    ) -> Iterator[tuple[Task, dict[str, Any] | None, Any, str | None]]:
+    def _results(self, tasks: list[Task]) -> Iterator[tuple[Task, Summary | None, Any, str | None]]:
         """(task, summary, result to write or None, error) as each task ends."""
         if self._client is not None:
             yield from self._dask(tasks)
@@ -215,9 +214,7 @@ class Executor(AbstractContextManager["Executor"]):
                 else:
                     yield task, summary, None, None
 
-    def _dask(
-        self, tasks: list[Task]
-    ) -> Iterator[tuple[Task, dict[str, Any] | None, Any, str | None]]:
+    def _dask(self, tasks: list[Task]) -> Iterator[tuple[Task, Summary | None, Any, str | None]]:
         from dask.distributed import as_completed as dask_completed
 
         futures = {
@@ -232,7 +229,7 @@ class Executor(AbstractContextManager["Executor"]):
 
 def _collect(
     futures: dict[Any, Task], done: Iterable[Any]
-) -> Iterator[tuple[Task, dict[str, Any] | None, Any, str | None]]:
+) -> Iterator[tuple[Task, Summary | None, Any, str | None]]:
     for future in done:
         task = futures[future]
         try:

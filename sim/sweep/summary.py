@@ -21,6 +21,7 @@ import pandas as pd
 from scipy import stats
 
 from sim.results.compare import compare_row
+from sim.results.summary_model import Summary
 from sim.sweep.execute import Outcome
 from traces.atomic import staged
 from traces.errors import TraceError
@@ -50,17 +51,16 @@ METRICS: tuple[str, ...] = (
 """The metrics of a run, in column order: ``compare_row``'s and a few more."""
 
 
-def metrics(summary: dict[str, Any]) -> dict[str, float]:
+def metrics(summary: Summary) -> dict[str, float]:
     """A run's metrics (:data:`METRICS`) from its summary; NaN where it has none (a
     summary read back from ``summary.json`` writes an undefined statistic as null)."""
     row = compare_row(summary)
-    latency = summary["latency_s"]
+    latency = summary.latency_s
     total = row["requests"]
     row["failure_rate"] = row["failed_requests"] / total if total else math.nan
-    row["output_tokens_per_s"] = summary["throughput"]["output_tokens_per_s"]
-    for name in ("ttft", "tpot", "e2e"):
-        for q in ("p50", "p99"):
-            value = latency[name][q]
+    row["output_tokens_per_s"] = summary.throughput.output_tokens_per_s
+    for name, p in (("ttft", latency.ttft), ("tpot", latency.tpot), ("e2e", latency.e2e)):
+        for q, value in (("p50", p.p50), ("p99", p.p99)):
             row[f"{name}_{q}_s"] = math.nan if value is None else float(value)
     return {m: math.nan if row[m] is None else float(row[m]) for m in METRICS}
 

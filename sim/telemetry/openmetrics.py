@@ -74,6 +74,7 @@ from typing import Any, TextIO
 import numpy as np
 import pyarrow.parquet as pq
 
+from sim.results.summary_model import Summary
 from sim.telemetry.alerts import scraped, trend_window_scrapes, uptime_correlation
 from sim.telemetry.openmetrics_alerts import AlertInputs, write_alert_families
 from sim.telemetry.openmetrics_counters import (
@@ -184,20 +185,20 @@ REPLICAS_BY_STATE = Family(
 )
 
 
-def _pool_index(summary: dict[str, Any]) -> Callable[[int], int] | None:
+def _pool_index(summary: Summary) -> Callable[[int], int] | None:
     """Replica id -> the index of its pool in the summary's ``fleet.pools``; None for a
     single-replica run (module docstring)."""
-    fleet = summary.get("fleet")
-    if not isinstance(fleet, dict) or not fleet.get("pools"):
+    if summary.fleet is None:
         return None
-    pools = fleet["pools"]
-    if all(isinstance(p.get("replicas"), list) for p in pools):
-        member = {int(r): i for i, p in enumerate(pools) for r in p["replicas"]}
+    pools = summary.fleet.pools
+    listed = [p.replicas for p in pools]
+    if all(replicas is not None for replicas in listed):
+        member = {int(r): i for i, replicas in enumerate(listed) for r in replicas or ()}
         return lambda replica: member.get(replica, 0)
     ends: list[int] = []
     end = 0
     for p in pools:
-        end += int(p["count"])
+        end += int(p.count)
         ends.append(end)
 
     def index(replica: int) -> int:
@@ -206,33 +207,32 @@ def _pool_index(summary: dict[str, Any]) -> Callable[[int], int] | None:
     return index
 
 
-def pool_of(summary: dict[str, Any]) -> Callable[[int], str]:
+def pool_of(summary: Summary) -> Callable[[int], str]:
     """Replica id -> its pool's name (module docstring)."""
     index = _pool_index(summary)
-    if index is None:
+    if index is None or summary.fleet is None:
         return lambda _replica: "default"
-    names = [str(p["name"]) for p in summary["fleet"]["pools"]]
+    names = [p.name for p in summary.fleet.pools]
     return lambda replica: names[index(replica)]
 
 
-def kv_bytes_per_token_of(summary: dict[str, Any]) -> Callable[[int], int] | None:
+def kv_bytes_per_token_of(summary: Summary) -> Callable[[int], int] | None:
     """Replica id -> the KV bytes per token the summary records for its pool (the
     pool's own where pools record one, else the run's); None where the summary records
     none (a run folder written before fragsim recorded it)."""
     index = _pool_index(summary)
-    pools = summary["fleet"]["pools"] if index is not None else []
-    if index is not None and all(_positive_int(p.get("kv_bytes_per_token")) for p in pools):
-        per_pool = [int(p["kv_bytes_per_token"]) for p in pools]
-        return lambda replica: per_pool[index(replica)]
-    run_wide = summary.get("kv_bytes_per_token")
-    if isinstance(run_wide, int) and _positive_int(run_wide):
-        per_token = run_wide
-        return lambda _replica: per_token
+    pools = summary.fleet.pools if index is not None and summary.fleet is not None else []
+    per_pool = [p.kv_bytes_per_token for p in pools]
+    if index is not None and all(b is not None for b in per_pool):
+        known = [int(b or 0) for b in per_pool]
+        return lambda replica: known[index(replica)]
+    run_wide = summary.kv_bytes_per_token
+    if run_wide is not None:
+        return lambda _replica: run_wide
     return None
 
 
-def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
 
 
 def _replica_family(
@@ -359,7 +359,7 @@ def _correlation_family(
 def write_openmetrics(
     out: TextIO,
     run_dir: Path,
-    summary: dict[str, Any],
+    summary: Summary,
     *,
     origin_s: float = DEFAULT_ORIGIN_S,
     high_free_share: float = 0.25,

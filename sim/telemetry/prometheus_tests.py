@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from sim.results.seed_alerts import AlertThresholds
+    from sim.results.summary_model import Summary
 
 FAILURE_COUNTER = METRIC["high_free_failures"]
 RATIO = METRIC["largest_contiguous_free_block_ratio"]
@@ -91,7 +92,7 @@ def rule_tests(
     rules: dict[str, Any],
     timeseries: pd.DataFrame,
     events: pd.DataFrame,
-    summary: dict[str, Any],
+    summary: Summary,
     thresholds: AlertThresholds,
     scrape_interval_s: float,
     trend_window_s: float,

@@ -85,7 +85,7 @@ def test_show_lists_and_writes_the_alert_log_of_the_run(run_dir: Path, tmp_path:
     assert "resolved" in result.stdout
     # one name per alert: the summary, the log and the table use the seed's names only
     names = {spec.name for spec in ALERTS}
-    assert {a["alert"] for a in run.summary["alerts"]} <= names
+    assert {a.alert for a in run.summary.alerts} <= names
     assert "Fragmentation" not in result.stdout  # no CamelCase spelling left
     diagnosis = diagnose_failures(run.requests, run.events, thresholds)
     assert len(diagnosis) and "fragmentation on a capable node" in set(diagnosis["diagnosis"])

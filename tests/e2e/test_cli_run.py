@@ -339,7 +339,7 @@ def test_a_written_run_reads_back_as_the_same_frames(tmp_path: Path) -> None:
         "failed-fragmentation",
         "rejected-too-long",
     }
-    assert back.summary["requests"]["total"] == len(back.requests)
+    assert back.summary.requests.total == len(back.requests)
 
 
 def test_an_unknown_scenario_name_lists_the_built_in_ones(tmp_path: Path) -> None:

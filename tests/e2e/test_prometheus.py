@@ -18,9 +18,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from support.prometheus import ALERTING_FLEET, PROMTOOL, get_json, promtool, serve
+from support.runfolder import stub_summary
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.results.summary_model import Summary
 from sim.telemetry.alerts import scrape_times
 
 pytestmark = pytest.mark.skipif(
@@ -190,7 +192,16 @@ def test_gauge_rules_get_tests_that_promtool_passes(tmp_path: Path) -> None:
     events = pd.DataFrame({"time_s": [], "replica": [], "kind": [], "free_share": []})
     options = RuleOptions(for_s=120.0, instance_label="pod")
     rules = alert_rules(AlertThresholds(), 30.0, 3600.0, options)
-    found, untested = rule_tests(rules, ts, events, {}, AlertThresholds(), 30.0, 3600.0, options)
+    found, untested = rule_tests(
+        rules,
+        ts,
+        events,
+        Summary.from_json_dict(stub_summary()),
+        AlertThresholds(),
+        30.0,
+        3600.0,
+        options,
+    )
     assert sorted(untested) == sorted(
         ["fragmentation_driven_allocation_failure", "node_uptime_vs_fragmentation_correlation"]
     )

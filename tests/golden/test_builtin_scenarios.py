@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from sim.results.summary_model import Summary
 from sim.runner import run
 from sim.scenario.builtin import builtin_data, builtin_names
 from sim.scenario.schema import parse_scenario
@@ -41,12 +42,13 @@ def shortened(name: str) -> Any:
     return parse_scenario(data, source=name)
 
 
-def headline(summary: dict[str, Any]) -> dict[str, Any]:
+def headline(summary: Summary) -> dict[str, Any]:
     """The numbers a behaviour change would move."""
+    failures = summary.failures.to_json_dict()
     return {
-        "requests": summary["requests"],
+        "requests": summary.requests.to_json_dict(),
         "failures": {
-            k: summary["failures"][k]
+            k: failures[k]
             for k in (
                 "allocation_failures",
                 "by_cause",
@@ -55,19 +57,19 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
                 "restarts",
             )
         },
-        "ratio_min": summary["memory"]["largest_contiguous_free_block_ratio"]["min"],
-        "waste_breakdown": summary["memory"]["waste_breakdown"],
-        "ttft_p50_s": summary["latency_s"]["ttft"]["p50"],
-        "e2e_p99_s": summary["latency_s"]["e2e"]["p99"],
-        "alerts": sorted(a["alert"] for a in summary["alerts"]),
-        "end_s": summary["engine"]["end_s"],
+        "ratio_min": summary.memory.largest_contiguous_free_block_ratio.min,
+        "waste_breakdown": summary.memory.waste_breakdown,
+        "ttft_p50_s": summary.latency_s.ttft.p50,
+        "e2e_p99_s": summary.latency_s.e2e.p99,
+        "alerts": sorted(a.alert for a in summary.alerts),
+        "end_s": summary.engine.end_s,
     } | _fleet_headline(summary)
 
 
-def _fleet_headline(summary: dict[str, Any]) -> dict[str, Any]:
-    fleet = summary.get("fleet")
-    if fleet is None:
+def _fleet_headline(summary: Summary) -> dict[str, Any]:
+    if summary.fleet is None:
         return {}
+    fleet = summary.fleet.to_json_dict()
     keys = ("replicas", "replica_hours", "avoidable_replica_hours", "restarts", "scale_ups")
     return {"fleet": {k: fleet[k] for k in keys}}
 

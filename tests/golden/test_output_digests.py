@@ -44,7 +44,7 @@ def frame_digest(df: pd.DataFrame) -> str:
 
 
 def digests(result: RunResult) -> dict[str, str]:
-    summary = json.dumps(result.summary, sort_keys=True, default=repr).encode()
+    summary = json.dumps(result.summary.to_json_dict(), sort_keys=True, default=repr).encode()
     return {
         "requests": frame_digest(result.requests),
         "timeseries": frame_digest(result.timeseries),

@@ -82,8 +82,8 @@ def test_unlimited_memory_never_fails_or_preempts(reqs: Any) -> None:
     sc = scenario({"kind": "best_fit"}, 10_000_000)
     result = run(sc, trace(*reqs))
     assert set(result.requests["status"]) == {"ok"}
-    assert result.summary["failures"]["allocation_failures"] == 0
-    assert result.summary["failures"]["preemptions"] == 0
+    assert result.summary.failures.allocation_failures == 0
+    assert result.summary.failures.preemptions == 0
 
 
 @pytest.mark.parametrize("allocator", ALLOCATORS, ids=config_id)
@@ -152,7 +152,7 @@ def test_m_d_c_batch_by_hand() -> None:
     np.testing.assert_allclose(req["admit_s"], [0, 0, 0.1, 0.1], atol=1e-12)
     np.testing.assert_allclose(req["first_token_s"], [0.01, 0.01, 0.11, 0.11], atol=1e-12)
     np.testing.assert_allclose(req["finish_s"], [0.1, 0.1, 0.2, 0.2], atol=1e-12)
-    assert math.isclose(run(sc, df).summary["latency_s"]["e2e"]["mean"], 0.15)
+    assert math.isclose(run(sc, df).summary.latency_s.e2e.mean, 0.15)
 
 
 def test_equal_arrival_times_after_a_rounded_wait_arrive_together() -> None:

@@ -93,7 +93,7 @@ def test_every_request_ends_once_in_one_terminal_status(data: dict[str, Any]) ->
     unfinished = req[req["status"] == "unfinished"]
     if len(unfinished):
         assert scenario.duration_s is not None
-        assert r.summary["engine"]["end_s"] == scenario.duration_s
+        assert r.summary.engine.end_s == scenario.duration_s
     done = req[req["status"] != "unfinished"]
     assert (done["finish_s"] >= done["arrival_s"]).all()
     ok = req[req["status"] == "ok"]

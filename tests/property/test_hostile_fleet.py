@@ -105,5 +105,5 @@ def test_hostile_fleet_timing(data: dict[str, Any]) -> None:
         error_lines(str(e).splitlines(), ("field ", "<scenario>: field "))
     else:
         strict_json(summary_json(result.summary), "the summary")
-        assert result.summary["requests"]["total"] == len(result.requests)
+        assert result.summary.requests.total == len(result.requests)
     assert time.perf_counter() - start < TIME_BOUND_S, data

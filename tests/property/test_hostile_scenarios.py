@@ -157,7 +157,7 @@ def run_and_check(tmp: Path, data: dict[str, Any]) -> None:
     if result.exit_code == 0:
         assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
         back = read_result(out)
-        assert back.summary["requests"]["total"] == len(back.requests)
+        assert back.summary.requests.total == len(back.requests)
         assert set(back.requests["status"]) <= STATUSES
         assert not lines, lines
     else:

@@ -6,6 +6,7 @@ folder as a run's."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -14,39 +15,78 @@ import pandas as pd
 
 from sim.results.digests import DIGESTS, table_digests
 from sim.results.runfolder import TABLES
+from sim.results.summary_model import Summary
+
+NO_VALUES = {"p50": None, "p90": None, "p99": None, "mean": None}
 
 
 def stub_summary(**fields: Any) -> dict[str, Any]:
-    """A single replica's summary holding every field the reader checks (zeros,
-    nulls), with ``fields`` on top."""
+    """A single replica's summary holding every field a run writes (zeros, nulls), with
+    ``fields`` on top."""
     summary: dict[str, Any] = {
+        "scenario": "x",
+        "seed": 0,
         "requests": {"total": 0, "by_status": {}},
-        "throughput": {},
-        "latency_s": {"ttft": {"p99": None}, "e2e": {"p99": None}},
+        "span_s": 1e-9,
+        "throughput": {"requests_per_s": 0.0, "output_tokens_per_s": 0.0},
+        "latency_s": {"ttft": NO_VALUES, "tpot": NO_VALUES, "e2e": NO_VALUES},
         "failures": {
             "allocation_failures": 0,
-            "at_high_free_memory": 0,
-            "restarts": 0,
             "by_cause": {},
+            "at_high_free_memory": 0,
+            "at_high_free_memory_by_cause": {},
+            "allocation_failure_rate_at_high_free_memory": 0.0,
+            "preemptions": 0,
+            "restarts": 0,
         },
-        "memory": {},
+        "memory": {
+            "mean_used_share": None,
+            "waste_breakdown": {},
+            "largest_contiguous_free_block_ratio": {
+                "min": None,
+                "mean": None,
+                "share_of_samples_below_alert": None,
+            },
+            "node_uptime_vs_fragmentation_correlation": {
+                "spearman_rho": None,
+                "p_value": None,
+                "samples": 0,
+            },
+        },
+        "prefix_cache": {
+            "cached_prompt_tokens": 0,
+            "share_of_prompt_tokens": 0.0,
+            "requests_with_hits": 0,
+        },
         "alerts": [],
-        "scenario": "x",
         "allocator": "x",
-        "engine": {"end_s": 0.0},
+        "kv_capacity_tokens": None,
+        "kv_bytes_per_token": None,
+        "latency": {"kind": "constant"},
+        "engine": {"mode": "exact", "steps": 0, "wakeups": 0, "end_s": 0.0},
     }
     return summary | fields
 
 
 def stub_fleet(pools: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
-    """A summary's ``fleet`` section with ``pools`` and ``fields`` on top."""
+    """A summary's ``fleet`` section with ``pools`` and ``fields`` on top (every field a
+    run writes but ``alerts``, as a fleet run written before fragsim recorded them)."""
     fleet: dict[str, Any] = {
         "pools": pools,
-        "replicas": {"mean": 1.0, "peak": 1},
+        "router": "round_robin",
+        "restart_policy": "none",
+        "autoscaler": "none",
+        "replicas": {"initial": 1, "peak": 1, "final": 1, "mean": 1.0},
         "replica_hours": 0.0,
-        "avoidable_replica_hours": 0.0,
         "cost_usd": 0.0,
         "cost_per_million_output_tokens_usd": None,
+        "avoidable_replica_hours": 0.0,
+        "avoidable_cost_usd": 0.0,
+        "restarts": {},
+        "crashes": 0,
+        "scale_ups": 0,
+        "scale_downs": 0,
+        "route_refusals": 0,
     }
     return fleet | fields
 
@@ -92,3 +132,16 @@ def seal(run: Path) -> dict[str, Any]:
     summary[DIGESTS] = table_digests(run, names)
     (run / "summary.json").write_text(json.dumps(summary))
     return summary
+
+
+def edited(summary: Summary, changes: dict[str, Any]) -> Summary:
+    """``summary`` with each dotted field of ``changes`` set (``latency_s.ttft.p99``,
+    ``alerts``), read back through the schema as a run folder's would be."""
+    data = copy.deepcopy(summary.to_json_dict())
+    for path, value in changes.items():
+        *parents, last = path.split(".")
+        node = data
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    return Summary.from_json_dict(data)

@@ -17,12 +17,14 @@ import pandas as pd
 import pytest
 import yaml
 from scipy import stats
+from support.runfolder import stub_summary
 
 from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS
 from sim.results import seed_alerts
 from sim.results.frames import REQUEST_COLUMNS
 from sim.results.seed_alerts import AlertThresholds, spearman_rho
 from sim.results.summary import alert_lines, summarize, with_firings
+from sim.results.summary_model import Summary
 from sim.scenario.yaml_loader import load_yaml
 from sim.telemetry.alert_states import RuleTiming
 from sim.telemetry.alerts import (
@@ -337,11 +339,13 @@ def test_matching_failures_and_firings_are_two_counts_both_named() -> None:
         (UPTIME, 3, 2),
     ]
     assert fired[1]["condition"].startswith("Spearman rho(uptime, 1 - ratio) >= 0.5")
-    (line, uptime_line) = alert_lines({"alerts": fired})
+    (line, uptime_line) = alert_lines(Summary.from_json_dict(stub_summary(alerts=fired)))
     assert "4 matching failures; condition held in 1 episode, 1 fired (alerts.parquet)" in line
     assert "matching" not in uptime_line
     assert "condition held in 3 episodes, 2 fired after for: 2m" in uptime_line
-    run_wide = {"alerts": fired, "memory": {UPTIME: {"spearman_rho": 0.3}}}
+    data = stub_summary(alerts=fired)
+    data["memory"][UPTIME] = {"spearman_rho": 0.3, "p_value": 0.2, "samples": 20}
+    run_wide = Summary.from_json_dict(data)
     assert "Spearman rho 0.30 over the whole run (condition not met)" in alert_lines(run_wide)[1]
     with pytest.raises(ValueError, match="FragmentationDrivenAllocationFailure"):
         with_firings([], {"FragmentationDrivenAllocationFailure": (1, 1)}, AlertThresholds())

@@ -9,8 +9,10 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from support.runfolder import stub_fleet, stub_summary
 
 from sim.results.compare import DELTA_METRICS, compare_frame, delta_text, usd, with_deltas
+from sim.results.summary_model import Summary
 from sim.sweep.labels import mean_ci_cell, metric_label, param_label
 
 
@@ -20,33 +22,34 @@ def summary(
     failures: int = 10,
     at_high_free: int = 5,
     ttft_p99_s: float | None = 1.0,
-) -> dict[str, Any]:
-    """The part of a run's summary.json that compare_row reads (no fleet: no price)."""
-    s: dict[str, Any] = {
-        "scenario": name,
-        "requests": {"total": 1000, "by_status": {"ok": 990, "failed-capacity": 10}},
-        "failures": {
-            "allocation_failures": failures,
-            "by_cause": {"fragmentation": failures // 2},
-            "at_high_free_memory": at_high_free,
-            "restarts": 0,
-        },
-        "engine": {"end_s": 3600.0},
-        "latency_s": {"ttft": {"p99": ttft_p99_s}, "e2e": {"p99": 4.0}},
+) -> Summary:
+    """A run's summary with what compare_row reads set (no fleet: no price)."""
+    none = {"p50": None, "p90": None, "p99": None, "mean": None}
+    s: dict[str, Any] = stub_summary(
+        scenario=name,
+        requests={"total": 1000, "by_status": {"ok": 990, "failed-capacity": 10}},
+        engine={"mode": "exact", "steps": 0, "wakeups": 0, "end_s": 3600.0},
+        latency_s={"ttft": none | {"p99": ttft_p99_s}, "tpot": none, "e2e": none | {"p99": 4.0}},
+    )
+    s["failures"] |= {
+        "allocation_failures": failures,
+        "by_cause": {"fragmentation": failures // 2},
+        "at_high_free_memory": at_high_free,
     }
     if cost_usd is not None:
-        s["fleet"] = {
-            "replicas": {"mean": 4.0, "peak": 6},
-            "replica_hours": cost_usd / 2.5,
-            "avoidable_replica_hours": cost_usd / 10,
-            "cost_usd": cost_usd,
-            "cost_per_million_output_tokens_usd": 3.0,
-        }
-    return s
+        s["fleet"] = stub_fleet(
+            [{"name": "a", "count": 4}],
+            replicas={"initial": 4, "final": 4, "mean": 4.0, "peak": 6},
+            replica_hours=cost_usd / 2.5,
+            avoidable_replica_hours=cost_usd / 10,
+            cost_usd=cost_usd,
+            cost_per_million_output_tokens_usd=3.0,
+        )
+    return Summary.from_json_dict(s)
 
 
-def deltas(*summaries: dict[str, Any], baseline: int = 0) -> pd.DataFrame:
-    return with_deltas(compare_frame(summaries), [s["scenario"] for s in summaries], baseline)
+def deltas(*summaries: Summary, baseline: int = 0) -> pd.DataFrame:
+    return with_deltas(compare_frame(summaries), [s.scenario for s in summaries], baseline)
 
 
 def test_deltas_and_savings_against_the_first_run() -> None:

@@ -174,7 +174,7 @@ def test_a_runs_span_scrape_interval_and_thresholds(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("summary", "expected"),
-    [({"span_s": "long"}, "field span_s: expected"), ({}, "field span_s: expected")],
+    [({"span_s": "long"}, "field span_s: expected"), ({"span_s": None}, "field span_s: expected")],
 )
 def test_a_bad_run_is_one_error_line_and_nothing_written(
     tmp_path: Path, summary: dict[str, Any], expected: str

@@ -145,7 +145,7 @@ def test_every_restart_policy_restarts_as_it_says(kind: str) -> None:
     assert first["time_s"] == pytest.approx(4.0) and first["replica"] == 0
     assert first["cause"].startswith(kind)
     assert first["largest_free_extent_tokens"] < first["free_tokens"]  # fragmented then
-    assert r.summary["fleet"]["restarts"].get(kind, 0) >= 1
+    assert r.summary.fleet.restarts.get(kind, 0) >= 1
     assert r.requests.set_index("request_id").loc[[0, 2], "status"].eq("failed-lost").all()
     # Killed at 4: loading 4..9, warming 9..14; a fresh pool: ratio 1 again.
     assert _state_at(r, 6.0, "loading") == 1
@@ -197,7 +197,7 @@ def test_every_autoscaler_scales_up_on_the_surge_and_down_after_it(kind: str) ->
     assert (r.requests["status"] == "ok").all()
     ev = r.events
     ups, downs = ev[ev["kind"] == "scale-up"], ev[ev["kind"] == "scale-down"]
-    summary = r.summary["fleet"]
+    summary = r.summary.fleet
     if kind == "none":
         assert ups.empty and downs.empty
         assert (r.fleet["replicas"] == 1).all()
@@ -206,8 +206,8 @@ def test_every_autoscaler_scales_up_on_the_surge_and_down_after_it(kind: str) ->
     assert ups.iloc[0]["cause"].startswith(kind)
     assert len(downs) >= 1 and downs.iloc[0]["cause"].startswith(kind)
     assert downs.iloc[0]["time_s"] > ups.iloc[0]["time_s"]
-    assert summary["scale_ups"] == len(ups) and summary["scale_downs"] == len(downs)
-    assert r.fleet["replicas"].max() == 2 == summary["replicas"]["peak"]
+    assert summary.scale_ups == len(ups) and summary.scale_downs == len(downs)
+    assert r.fleet["replicas"].max() == 2 == summary.replicas.peak
     assert 1 in set(r.requests["replica"])  # the new node served
     down_at = downs.iloc[0]["time_s"]
     assert (r.fleet.loc[r.fleet["time_s"] > down_at + 1.0, "replicas"] <= 1).any()
@@ -271,7 +271,7 @@ def test_a_scaled_down_node_drains_then_is_gone_and_stops_billing() -> None:
     buys = r.events.loc[r.events["kind"] == "scale-up", "time_s"].tolist()
     assert buys == [pytest.approx(10.0), pytest.approx(400.0)]
     billed_s = end_s + (t_down - 10.0) + (end_s - 400.0)
-    assert r.summary["fleet"]["replica_hours"] == pytest.approx(billed_s / 3600.0, rel=1e-12)
+    assert r.summary.fleet.replica_hours == pytest.approx(billed_s / 3600.0, rel=1e-12)
     assert fleet["replica_hours"].iloc[-1] == pytest.approx(billed_s / 3600.0, rel=1e-12)
     row = fleet[fleet["time_s"] == 395.0].iloc[0]
     assert row["replica_hours"] == pytest.approx((395.0 + t_down - 10.0) / 3600.0, rel=1e-12)
@@ -289,7 +289,7 @@ def test_a_busy_node_scaled_down_finishes_its_batch_then_is_gone_and_billed_unti
     assert _state_at(r, 11.0, "replicas") == 1
     end_s = float(r.fleet["time_s"].iloc[-1])
     assert end_s == pytest.approx(30.1)
-    assert r.summary["fleet"]["replica_hours"] * 3600.0 == pytest.approx(end_s + 10.0)
+    assert r.summary.fleet.replica_hours * 3600.0 == pytest.approx(end_s + 10.0)
 
 
 def test_the_bill_is_hours_times_gpus_times_price() -> None:
@@ -304,9 +304,9 @@ def test_the_bill_is_hours_times_gpus_times_price() -> None:
     r = run_fleet_data(data, df)
     end_s = float(r.fleet["time_s"].iloc[-1])
     assert end_s == pytest.approx(3600.0)
-    fleet = r.summary["fleet"]
-    assert fleet["replica_hours"] == pytest.approx(2.0 * end_s / 3600.0)
-    assert fleet["cost_usd"] == pytest.approx(fleet["replica_hours"] * 2 * 3.0)
+    fleet = r.summary.fleet
+    assert fleet.replica_hours == pytest.approx(2.0 * end_s / 3600.0)
+    assert fleet.cost_usd == pytest.approx(fleet.replica_hours * 2 * 3.0)
     assert r.fleet.loc[r.fleet["time_s"] == 1800.0, "replica_hours"].iloc[0] == pytest.approx(1.0)
 
 
@@ -338,7 +338,7 @@ def test_a_crash_loses_in_flight_requests_and_the_node_returns_after_repair_load
     assert _state_at(r, 16.0, "warming") == 1
     assert _state_at(r, 18.0, "active") == 1
     assert _state_at(r, 20.0, "active") == 2
-    assert r.summary["fleet"]["crashes"] == 1
+    assert r.summary.fleet.crashes == 1
 
 
 def test_random_crashes_end_every_lost_request_retried_or_failed_lost() -> None:
@@ -358,7 +358,7 @@ def test_random_crashes_end_every_lost_request_retried_or_failed_lost() -> None:
     assert set(req["status"]) <= {"ok", "failed-lost", "rejected-capacity"}
     assert (req["status"] == "failed-lost").any() or (req["retries"] > 0).any()
     assert (req.loc[req["status"] == "failed-lost", "retries"] == 1).all()
-    assert r.summary["fleet"]["crashes"] == len(crashes)
+    assert r.summary.fleet.crashes == len(crashes)
 
 
 # -- actions that meet a node mid-lifecycle ---------------------------------------------------
@@ -386,7 +386,7 @@ def test_a_node_scaled_down_while_its_process_is_down_is_gone_at_once(
     req = _by_id(r)
     assert req.loc[[3, 4], "replica"].tolist() == [1, 1]
     end_s = float(r.fleet["time_s"].iloc[-1])
-    assert r.summary["fleet"]["replica_hours"] * 3600.0 == pytest.approx(end_s + gone_s)
+    assert r.summary.fleet.replica_hours * 3600.0 == pytest.approx(end_s + gone_s)
 
 
 def test_a_crash_during_a_restarts_drain_takes_the_crashs_repair_load_and_warmup() -> None:
@@ -419,4 +419,4 @@ def test_a_crash_during_a_scale_down_drain_loses_the_batch_and_the_node_is_gone(
     assert (r.fleet.loc[r.fleet["time_s"] >= 5.0, "replicas"] == 1).all()
     end_s = float(r.fleet["time_s"].iloc[-1])
     lost_s = float(req.loc[0, "finish_s"])
-    assert r.summary["fleet"]["replica_hours"] * 3600.0 == pytest.approx(end_s + lost_s)
+    assert r.summary.fleet.replica_hours * 3600.0 == pytest.approx(end_s + lost_s)

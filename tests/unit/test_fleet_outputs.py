@@ -55,8 +55,8 @@ def test_fast_mode_equals_exact_mode_on_a_fleet(name: str) -> None:
     f, e = comparable(fast), comparable(exact)
     for frame in f:
         assert_frames_match(frame, f[frame], e[frame])
-    f_summary = {**fast.summary, "engine": fast.summary["engine"]["end_s"]}
-    e_summary = {**exact.summary, "engine": exact.summary["engine"]["end_s"]}
+    f_summary = fast.summary.to_json_dict() | {"engine": fast.summary.engine.end_s}
+    e_summary = exact.summary.to_json_dict() | {"engine": exact.summary.engine.end_s}
     assert_same_values("summary", f_summary, e_summary)
 
 
@@ -104,30 +104,32 @@ def test_each_pool_is_named_with_its_own_allocator_capacity_and_latency_model(
     data["latency"] = {"kind": "calibrated", "path": str(calibration)}
     result = run_fleet_data(data, evenly(30, 0.05, prompt=200, output=40))
     summary = result.summary
-    small, big = summary["fleet"]["pools"]
-    assert (small["name"], small["allocator"], small["kv_capacity_tokens"]) == (
+    small, big = summary.fleet.pools
+    assert (small.name, small.allocator, small.kv_capacity_tokens) == (
         "small",
         "static",
         4096,
     )
-    assert (big["name"], big["allocator"], big["kv_capacity_tokens"]) == ("big", "paged", 8192)
-    assert summary["allocator"] == "static + paged"
-    assert summary["kv_capacity_tokens"] is None
-    assert small["latency"]["kind"] == big["latency"]["kind"] == "calibrated"
-    counts = [p["latency"]["out_of_range_calls"] for p in (small, big)]
+    assert (big.name, big.allocator, big.kv_capacity_tokens) == ("big", "paged", 8192)
+    assert summary.allocator == "static + paged"
+    assert summary.kv_capacity_tokens is None
+    assert small.latency.kind == big.latency.kind == "calibrated"
+    counts = [p.latency.out_of_range_calls for p in (small, big)]
     assert min(counts) > 0
-    assert summary["latency"]["out_of_range_calls"] == sum(counts)
-    assert summary["latency"]["first_out_of_range"] == small["latency"]["first_out_of_range"]
+    assert summary.latency.out_of_range_calls == sum(counts)
+    assert summary.latency.first_out_of_range == small.latency.first_out_of_range
 
 
 def test_a_fleet_of_one_pool_names_it_at_the_top_as_a_single_replica_does() -> None:
     result = run_fleet_data(fleet_data(count=2), evenly(10, 0.1))
     summary = result.summary
-    (pool,) = summary["fleet"]["pools"]
-    assert summary["allocator"] == pool["allocator"] == "static"
-    assert summary["kv_capacity_tokens"] == pool["kv_capacity_tokens"] == 4096
-    assert summary["kv_bytes_per_token"] == pool["kv_bytes_per_token"] > 0
-    assert summary["latency"] == pool["latency"] == {"kind": "constant"}
+    (pool,) = summary.fleet.pools
+    assert summary.allocator == pool.allocator == "static"
+    assert summary.kv_capacity_tokens == pool.kv_capacity_tokens == 4096
+    assert summary.kv_bytes_per_token == pool.kv_bytes_per_token > 0
+    assert summary.latency == pool.latency and summary.latency.to_json_dict() == {
+        "kind": "constant"
+    }
 
 
 def test_a_fast_fleet_spends_no_simpy_event_per_request(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,7 +148,7 @@ def test_a_fast_fleet_spends_no_simpy_event_per_request(monkeypatch: pytest.Monk
     df = load_workload(parse_scenario(data))
     result = run(parse_scenario(data), df)
     (env,) = envs
-    samples = result.summary["engine"]["end_s"] / data["metrics"]["sample_interval_s"]
+    samples = result.summary.engine.end_s / data["metrics"]["sample_interval_s"]
     assert len(df) > 500
     assert events_processed(env) < 4 * samples + 50
-    assert result.summary["engine"]["wakeups"] > len(df)  # decisions, not events
+    assert result.summary.engine.wakeups > len(df)  # decisions, not events

@@ -21,6 +21,7 @@ from sim.models.hardware import (
     kv_bytes_per_token,
     kv_heads_per_gpu,
 )
+from sim.results.summary_model import Fleet
 from sim.scenario.hardware import HardwareConfig
 
 HARDWARE_PAGE = Path(__file__).resolve().parents[2] / "docs" / "hardware-latency.md"
@@ -84,15 +85,16 @@ def test_the_docs_list_every_preset() -> None:
 # -- prices -------------------------------------------------------------------------------
 
 
-def _fleet_bill(gpu: str, tensor_parallel: int, **pool: Any) -> dict[str, Any]:
+def _fleet_bill(gpu: str, tensor_parallel: int, **pool: Any) -> Fleet:
     """The fleet summary of two replicas of ``gpu`` serving one hour."""
     hardware = {"gpu": gpu, "tensor_parallel": tensor_parallel}
     data = fleet_data(
         pools=[{"name": "p", "count": 2, "hardware": hardware, **pool}], sample_interval_s=600.0
     )
     df = request_frame([0.0, 3599.0], [100, 100], [10, 100])  # ends at 3,600 s
-    fleet: dict[str, Any] = run_fleet_data(data, df).summary["fleet"]
-    assert fleet["replica_hours"] == pytest.approx(2.0)
+    fleet = run_fleet_data(data, df).summary.fleet
+    assert fleet is not None
+    assert fleet.replica_hours == pytest.approx(2.0)
     return fleet
 
 
@@ -101,12 +103,12 @@ def test_a_pool_costs_its_gpu_presets_price_times_gpus_per_replica(gpu: str, tp:
     fleet = _fleet_bill(gpu, tp)
     replica_usd_per_hour = HardwareConfig(gpu=gpu, tensor_parallel=tp).replica_usd_per_hour
     assert replica_usd_per_hour == tp * GPUS[gpu].usd_per_hour  # what fragsim hardware prints
-    assert fleet["cost_usd"] == pytest.approx(2.0 * replica_usd_per_hour)
+    assert fleet.cost_usd == pytest.approx(2.0 * replica_usd_per_hour)
 
 
 def test_a_pools_own_price_overrides_the_preset() -> None:
-    assert _fleet_bill("a100-80gb", 2, usd_per_gpu_hour=3.0)["cost_usd"] == pytest.approx(12.0)
-    assert _fleet_bill("a100-80gb", 1, usd_per_gpu_hour=0.0)["cost_usd"] == 0.0
+    assert _fleet_bill("a100-80gb", 2, usd_per_gpu_hour=3.0).cost_usd == pytest.approx(12.0)
+    assert _fleet_bill("a100-80gb", 1, usd_per_gpu_hour=0.0).cost_usd == 0.0
 
 
 def test_llama2_7b_on_a100_80gb_capacity_arithmetic() -> None:

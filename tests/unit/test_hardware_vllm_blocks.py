@@ -57,7 +57,7 @@ def test_under_load_blocks_in_use_reach_g_minus_1_and_never_pass_it() -> None:
     used = blocks_in_use(r)
     assert used.max() == G - 1
     assert set(r.timeseries["capacity_tokens"]) == {(G - 1) * BLOCK_TOKENS}
-    assert r.summary["failures"]["preemptions"] > 0
+    assert r.summary.failures.preemptions > 0
     assert set(r.requests["status"]) == {"ok"}
 
 
@@ -65,7 +65,7 @@ def test_the_tokens_figure_gives_the_same_pool_and_the_same_run() -> None:
     rows = [(0.001 * i, 40, 60) for i in range(12)]
     by_blocks = run(scenario({"num_gpu_blocks": G}), trace(rows))
     by_tokens = run(scenario({"gpu_kv_cache_tokens": G * BLOCK_TOKENS}), trace(rows))
-    assert by_tokens.summary["kv_capacity_tokens"] == (G - 1) * BLOCK_TOKENS
+    assert by_tokens.summary.kv_capacity_tokens == (G - 1) * BLOCK_TOKENS
     assert by_tokens.requests.equals(by_blocks.requests)
     assert by_tokens.timeseries.equals(by_blocks.timeseries)
 

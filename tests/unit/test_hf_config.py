@@ -352,7 +352,7 @@ def test_a_config_read_model_runs_end_to_end(tmp_path: Path) -> None:
     requests = request_frame([0.0, 0.1, 0.2, 0.3], [512, 2048, 64, 900], [64, 16, 200, 30])
     result = run(scenario, requests)
     assert len(result.requests) == 4
-    assert result.summary["requests"]["by_status"] == {"ok": 4}
+    assert result.summary.requests.by_status == {"ok": 4}
     _, weights = _gpt_oss_weights(24, 32)
     assert scenario.hardware.resolve().kv_capacity_tokens == _capacity(
         H100, weights, 2880, 2 * 24 * 8 * 64 * 2

@@ -18,6 +18,7 @@ from support.runfolder import seal, stub_fleet, stub_summary, write_stub_tables
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.results.summary_model import Summary
 from sim.telemetry import openmetrics as om
 
 SUMMARY = stub_summary(fleet=stub_fleet([{"name": "a", "count": 1}, {"name": 'b"1', "count": 1}]))
@@ -85,7 +86,7 @@ def _export(run: Path, **kwargs: object) -> str:
     """The export with counters scraped every 5 s (unless given)."""
     out = io.StringIO()
     kwargs = {"scrape_interval_s": 5.0} | kwargs
-    om.write_openmetrics(out, run, SUMMARY, origin_s=1000, **kwargs)  # type: ignore[arg-type]
+    om.write_openmetrics(out, run, Summary.from_json_dict(SUMMARY), origin_s=1000, **kwargs)
     return out.getvalue()
 
 

@@ -22,6 +22,7 @@ from support.runfolder import seal, stub_fleet, stub_summary, write_stub_tables
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.results.summary_model import Summary
 from sim.telemetry import openmetrics as om
 
 runner = CliRunner()
@@ -91,7 +92,9 @@ def test_the_correlation_gauge_is_the_alerts_rho_at_every_scrape_the_replica_rep
     ts = _trend_timeseries()
     run = _write_run(tmp_path, ts, BASE_SUMMARY)
     out = io.StringIO()
-    om.write_openmetrics(out, run, BASE_SUMMARY, origin_s=1000, trend_window_s=300.0)
+    om.write_openmetrics(
+        out, run, Summary.from_json_dict(BASE_SUMMARY), origin_s=1000, trend_window_s=300.0
+    )
     got = _samples(out.getvalue(), om.UPTIME_CORRELATION.name)
     at = {t: v for _, v, t in got}
     # every scrape it reports, and the first one it does not (NaN): none during the
@@ -121,7 +124,9 @@ def test_the_correlation_gauge_ends_at_a_scaled_down_replicas_last_sample(
     gone = ts[ts["time_s"] <= 300].assign(replica=1, trigger="periodic")
     run = _write_run(tmp_path, pd.concat([ts, gone], ignore_index=True), BASE_SUMMARY)
     out = io.StringIO()
-    om.write_openmetrics(out, run, BASE_SUMMARY, origin_s=1000, trend_window_s=300.0)
+    om.write_openmetrics(
+        out, run, Summary.from_json_dict(BASE_SUMMARY), origin_s=1000, trend_window_s=300.0
+    )
     got = _samples(out.getvalue(), om.UPTIME_CORRELATION.name)
     mine = [(t, v) for labels, v, t in got if labels == '{replica="1",pool="default"}']
     assert [t for t, _ in mine] == [float(t) for t in range(0, 331, 30)]
@@ -155,7 +160,7 @@ def test_bytes_at_each_pools_bytes_per_token_and_the_flag_overrides(tmp_path: Pa
     }
     run = _write_run(tmp_path, _three_replicas(), summary)
     out = io.StringIO()
-    assert om.write_openmetrics(out, run, summary, origin_s=1000)
+    assert om.write_openmetrics(out, run, Summary.from_json_dict(summary), origin_s=1000)
     free = _samples(out.getvalue(), "fragsim_kv_free_bytes")
     assert free == [
         ('{replica="0",pool="a"}', 400.0, 0.0),
@@ -163,7 +168,9 @@ def test_bytes_at_each_pools_bytes_per_token_and_the_flag_overrides(tmp_path: Pa
         ('{replica="2",pool="a"}', 1200.0, 0.0),  # scaled up into pool a: its bytes
     ]
     out = io.StringIO()
-    om.write_openmetrics(out, run, summary, origin_s=1000, kv_bytes_per_token=3)
+    om.write_openmetrics(
+        out, run, Summary.from_json_dict(summary), origin_s=1000, kv_bytes_per_token=3
+    )
     assert [v for _, v, _ in _samples(out.getvalue(), "fragsim_kv_free_bytes")] == [300, 600, 900]
 
 
@@ -212,25 +219,25 @@ def test_a_two_pool_fleet_that_scales_labels_its_new_replicas_by_their_pool(
     df = request_frame([1.0 * i for i in range(80)], [3000] * 80, [500] * 80)
     result = run_fleet_data(data, df)
     result.write(tmp_path / "run")
-    a, b = result.summary["fleet"]["pools"]
-    assert result.summary["fleet"]["scale_ups"] >= 1
-    assert a["replicas"] == [0] and b["replicas"][0] == 1 and len(b["replicas"]) > 1
+    a, b = result.summary.fleet.pools
+    assert result.summary.fleet.scale_ups >= 1
+    assert a.replicas == [0] and b.replicas[0] == 1 and len(b.replicas) > 1
     out = tmp_path / "run.om"
     done = runner.invoke(app, ["export", "openmetrics", str(tmp_path / "run"), "-o", str(out)])
     assert done.exit_code == 0 and "note: " not in done.stderr, done.output
     text = out.read_text()
-    for replica in b["replicas"][1:]:  # the autoscaler's: in pool b, not the first pool
+    for replica in b.replicas[1:]:  # the autoscaler's: in pool b, not the first pool
         assert f'fragsim_kv_free_tokens{{replica="{replica}",pool="b"}}' in text
         assert f'{{replica="{replica}",pool="a"}}' not in text
     # bytes at the summary's bytes per token, with no flag
-    per_token = result.summary["kv_bytes_per_token"]
-    assert per_token == a["kv_bytes_per_token"] == b["kv_bytes_per_token"] > 0
+    per_token = result.summary.kv_bytes_per_token
+    assert per_token == a.kv_bytes_per_token == b.kv_bytes_per_token > 0
     first = result.timeseries.iloc[0]
     line = f'fragsim_kv_free_bytes{{replica="{first["replica"]}",pool="a"}} '
     assert line + f"{int(first['free_tokens']) * per_token} " in text
     # the scrape interval and window its alerts were evaluated with: the rules' (and
     # their tests') defaults with --run, the flags override them; older runs: a note
-    assert result.summary["fleet"]["alerts"] == {
+    assert result.summary.fleet.alerts.to_json_dict() == {
         "scrape_interval_s": 30.0,
         "trend_window_s": 3600.0,
         "thresholds": {
@@ -277,7 +284,9 @@ def test_gauges_leave_out_the_samples_taken_at_failures_and_counters_are_scraped
     later = ts.iloc[[0]].assign(time_s=10.0)
     run = _write_run(tmp_path, pd.concat([ts, at_failure, later], ignore_index=True), BASE_SUMMARY)
     out = io.StringIO()
-    om.write_openmetrics(out, run, BASE_SUMMARY, origin_s=1000, scrape_interval_s=5.0)
+    om.write_openmetrics(
+        out, run, Summary.from_json_dict(BASE_SUMMARY), origin_s=1000, scrape_interval_s=5.0
+    )
     text = out.getvalue()
     ratio = _samples(text, "fragsim_largest_contiguous_free_block_ratio")
     assert [(t, v) for lab, v, t in ratio if 'replica="0"' in lab] == [(0.0, 0.5), (10.0, 0.5)]
@@ -315,7 +324,9 @@ def test_the_failure_counter_is_written_at_every_scrape_of_a_live_replica(
     )
     events.to_parquet(run / "events.parquet")
     out = io.StringIO()
-    om.write_openmetrics(out, run, BASE_SUMMARY, origin_s=1000, scrape_interval_s=30.0)
+    om.write_openmetrics(
+        out, run, Summary.from_json_dict(BASE_SUMMARY), origin_s=1000, scrape_interval_s=30.0
+    )
     counter = _samples(out.getvalue(), om.FAILURES.name + "_total")
     times = scrape_times(ts, 30.0)
     assert list(times) == [30.0 * k for k in range(41)]

@@ -229,6 +229,6 @@ def test_a_replica_table_follows_names_across_scale_events(small_log: Postmortem
 def test_a_counterfactual_runs_the_same_traffic(example: PostmortemLog) -> None:
     result = run_counterfactual(sim.load_scenario("seed-postmortem-paged"), example)
     assert len(result.requests) == len(example.requests)
-    assert result.summary["allocator"] == "paged"
-    assert result.summary["fleet"]["restarts"] == {}  # the recorded restart is dropped
+    assert result.summary.allocator == "paged"
+    assert result.summary.fleet.restarts == {}  # the recorded restart is dropped
     assert set(result.requests["replica_name"]) <= {"node-a", "node-b", "node-c"}

@@ -93,9 +93,9 @@ def test_one_request_ttft_is_one_step_and_it_finishes_after_output_steps() -> No
     assert g["first_token_s"] == pytest.approx(0.015)
     assert g["finish_s"] == pytest.approx(0.005 + 50 * STEP_S)
     assert g["peak_reserved_tokens"] == 16 * math.ceil((100 + 50 - 1) / 16)
-    ttft = r.summary["latency_s"]["ttft"]
-    assert ttft["p50"] == pytest.approx(0.01)
-    assert r.summary["latency_s"]["tpot"]["p50"] == pytest.approx(STEP_S)
+    ttft = r.summary.latency_s.ttft
+    assert ttft.p50 == pytest.approx(0.01)
+    assert r.summary.latency_s.tpot.p50 == pytest.approx(STEP_S)
 
 
 def test_a_later_arrival_joins_the_running_batch_at_the_next_step_boundary() -> None:
@@ -110,8 +110,8 @@ def test_a_later_arrival_joins_the_running_batch_at_the_next_step_boundary() -> 
 
 def test_fast_mode_takes_far_fewer_wakeups_than_steps() -> None:
     r = both_modes(PAGED, 100_000, [(0.005, 100, 2000)])
-    assert r.summary["engine"]["steps"] == 2000
-    assert r.summary["engine"]["wakeups"] < 20
+    assert r.summary.engine.steps == 2000
+    assert r.summary.engine.wakeups < 20
 
 
 def test_preemption_and_failure_statuses_agree_in_both_modes() -> None:
@@ -124,7 +124,7 @@ def test_preemption_and_failure_statuses_agree_in_both_modes() -> None:
             assert statuses[0] == "failed-capacity"
         else:
             assert statuses[:2] == ["ok", "ok"] and rec(r, 1)["preemptions"] == 1
-            assert r.summary["failures"]["preemptions"] >= 1
+            assert r.summary.failures.preemptions >= 1
 
 
 def test_reject_and_retry_in_both_modes() -> None:
@@ -141,7 +141,7 @@ def test_reject_and_retry_in_both_modes() -> None:
     assert list(fails["request_id"]) == [1, 1, 1]
     # Refused at 0.015; retried at +0.503 and +1.006, each seen at the next boundary.
     assert list(fails["time_s"]) == pytest.approx([0.015, 0.525, 1.535])
-    assert r.summary["requests"]["by_status"] == {"ok": 1, "rejected-capacity": 1}
+    assert r.summary.requests.by_status == {"ok": 1, "rejected-capacity": 1}
 
 
 def test_queue_timeout_and_too_long_and_truncation() -> None:
@@ -181,7 +181,7 @@ def test_kill_restart_requeues_the_batch_and_resets_memory() -> None:
     restarts = r.events[r.events["kind"] == "restart"]
     assert list(restarts["time_s"]) == pytest.approx([1.005])
     assert "kill" in restarts["detail"].iloc[0]
-    assert r.summary["failures"]["restarts"] == 1
+    assert r.summary.failures.restarts == 1
     ts: Any = r.timeseries[r.timeseries["trigger"] == "periodic"].set_index("time_s")
     # Down: fresh, empty pool and no uptime; back up: uptime counts from 1.505 s.
     assert not ts.loc[1.25, "up"] and ts.loc[1.25, "used_tokens"] == 0
@@ -246,11 +246,11 @@ def test_a_fragmentation_failure_at_high_free_memory_raises_the_alert() -> None:
     # A failure-time sample is recorded with the ratio of that moment.
     at_fail = r.timeseries[r.timeseries["trigger"] == "failure"].iloc[0]
     assert at_fail["largest_contiguous_free_block_ratio"] == pytest.approx(0.5)
-    alerts = {a["alert"]: a for a in r.summary["alerts"]}
+    alerts = {a.alert: a for a in r.summary.alerts}
     alert = alerts["fragmentation_driven_allocation_failure"]
-    assert alert["severity"] == "high" and alert["matching_failures"] == 1
-    assert r.summary["failures"]["by_cause"] == {"fragmentation": 1}
-    assert r.summary["failures"]["at_high_free_memory"] == 1
+    assert alert.severity == "high" and alert.matching_failures == 1
+    assert r.summary.failures.by_cause == {"fragmentation": 1}
+    assert r.summary.failures.at_high_free_memory == 1
 
 
 def test_queued_fragmentation_waits_and_is_served() -> None:
@@ -293,7 +293,7 @@ def test_waste_breakdown_shares_add_to_one(allocator: dict[str, Any]) -> None:
     ts = r.timeseries[r.timeseries["trigger"] != "failure"]
     busy = ts[ts["running_requests"] > 0]
     assert (busy["share_token_states"] > 0).all()
-    waste = r.summary["memory"]["waste_breakdown"]
+    waste = r.summary.memory.waste_breakdown
     assert sum(waste.values()) == pytest.approx(1.0)
 
 
@@ -321,9 +321,9 @@ def test_the_ratio_is_one_for_paged_and_missing_when_nothing_is_free() -> None:
     assert len(full) >= 2 and full["largest_contiguous_free_block_ratio"].isna().all()
     some = ts[ts["free_tokens"] > 0]
     assert (some["largest_contiguous_free_block_ratio"] == 1.0).all()
-    assert r.summary["memory"]["largest_contiguous_free_block_ratio"]["min"] == 1.0
+    assert r.summary.memory.largest_contiguous_free_block_ratio.min == 1.0
     ratio_alerts = {"severe_fragmentation", "high_fragmentation_approaching_threshold"}
-    assert not ratio_alerts & {a["alert"] for a in r.summary["alerts"]}
+    assert not ratio_alerts & {a.alert for a in r.summary.alerts}
 
 
 def test_parallel_sampling_shares_on_paged_and_copies_on_best_fit() -> None:
@@ -338,7 +338,7 @@ def test_parallel_sampling_shares_on_paged_and_copies_on_best_fit() -> None:
     assert p["shared_tokens"] > 0 and b["shared_tokens"] == 0
     assert p["used_tokens"] < b["used_tokens"]
     assert rec(paged, 0)["status"] == rec(fit, 0)["status"] == "ok"
-    out = paged.summary["throughput"]["output_tokens_per_s"]
+    out = paged.summary.throughput.output_tokens_per_s
     assert out == pytest.approx(3 * 40 / (rec(paged, 0)["finish_s"] - 0.005))
 
 
@@ -431,7 +431,7 @@ def test_fast_and_exact_agree_with_restarts_forks_and_prefixes(
         scheduler=scheduler,
         restart={"every_s": 2.5, "mode": "kill", "downtime_s": 0.4},
     )
-    assert r.summary["failures"]["restarts"] >= 1
+    assert r.summary.failures.restarts >= 1
     ended = r.requests[r.requests["status"] == "ok"]
     assert (ended["first_token_s"] >= ended["admit_s"]).all()
     assert (ended["finish_s"] >= ended["first_token_s"]).all()
@@ -449,7 +449,7 @@ def test_a_drain_restart_happens_when_the_last_request_leaves_by_failure(preempt
         scheduler={"preemption": preemption},
         restart={"every_s": 1.0, "mode": "drain", "downtime_s": 0.1},
     )
-    assert r.summary["failures"]["restarts"] == 1
+    assert r.summary.failures.restarts == 1
     assert rec(r, 1)["status"] == "ok"
 
 
@@ -478,10 +478,10 @@ def test_the_summary_counts_prefix_cache_hits() -> None:
         [(0.005, 2048, 4), (1.005, 2048, 4), (2.005, 600, 4)],
         cols={"prefix_hashes": hashes, "prefix_block_tokens": [512, 512, 512]},
     )
-    cache = r.summary["prefix_cache"]
-    assert cache["requests_with_hits"] == 1
-    assert cache["cached_prompt_tokens"] == rec(r, 1)["cached_tokens"] == 2047
-    assert cache["share_of_prompt_tokens"] == pytest.approx(2047 / (2048 + 2048 + 600))
+    cache = r.summary.prefix_cache
+    assert cache.requests_with_hits == 1
+    assert cache.cached_prompt_tokens == rec(r, 1)["cached_tokens"] == 2047
+    assert cache.share_of_prompt_tokens == pytest.approx(2047 / (2048 + 2048 + 600))
 
 
 def test_outputs_say_what_the_trace_said() -> None:
@@ -493,6 +493,6 @@ def test_outputs_say_what_the_trace_said() -> None:
     assert list(r.requests["status"]) == ["ok", "ok", "ok"]
     assert list(r.requests["output_tokens"]) == [0, 500, 3]
     assert list(r.requests["generated_tokens"]) == [1, 156, 3]
-    assert r.summary["throughput"]["output_tokens_per_s"] == pytest.approx(
-        (1 + 156 + 3) / r.summary["span_s"]
+    assert r.summary.throughput.output_tokens_per_s == pytest.approx(
+        (1 + 156 + 3) / r.summary.span_s
     )

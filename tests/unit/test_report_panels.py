@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from support.fleet import synthetic_fleet_data
+from support.runfolder import edited
 from test_reports import fleet_run, single_run
 
 import reports
@@ -158,7 +159,7 @@ def test_latency_axes_fit_the_data(single: RunResult) -> None:
 
 
 def test_first_paragraph_names_the_fix_that_pays(single: RunResult, quiet: RunResult) -> None:
-    other = RunResult(**{**quiet.__dict__, "summary": {**quiet.summary, "scenario": "other"}})
+    other = RunResult(**{**quiet.__dict__, "summary": edited(quiet.summary, {"scenario": "other"})})
     html = reports.build_report([("quiet", quiet), ("other", other)])
     first = html.index('<p class="verdict fix">')
     assert first < html.index('<table class="comparison">')
@@ -167,7 +168,7 @@ def test_first_paragraph_names_the_fix_that_pays(single: RunResult, quiet: RunRe
     paragraph = alone[alone.index('<p class="verdict">') :].split("</p>")[0]
     assert "Which fix pays is not in this run: <code>fragsim compare bf CHANGED.yaml" in paragraph
     seed = RunResult(
-        **{**single.__dict__, "summary": {**single.summary, "scenario": "seed-postmortem"}}
+        **{**single.__dict__, "summary": edited(single.summary, {"scenario": "seed-postmortem"})}
     )
     sentence = find_out_sentence(seed, "pm")
     assert sentence.startswith("Which fix pays is not in this run: `fragsim compare pm ")
@@ -208,8 +209,7 @@ def test_a_run_in_a_comparison_names_its_fix(tmp_path: Path, quiet: RunResult) -
 def test_a_metric_the_same_for_every_run_has_no_bar_panel(quiet: RunResult) -> None:
     same = reports.comparison_bars([quiet.summary, quiet.summary], ["a", "b"])
     assert empty_reason(same) == "no compared metric differs between the runs"
-    fewer = {**quiet.summary, "latency_s": {**quiet.summary["latency_s"]}}
-    fewer["latency_s"]["ttft"] = {**fewer["latency_s"]["ttft"], "p99": 0.5}
+    fewer = edited(quiet.summary, {"latency_s.ttft.p99": 0.5})
     fig = reports.comparison_bars([quiet.summary, fewer], ["a", "b"])
     assert [a.text for a in fig.layout.annotations if a.text and "(s)" in a.text] == [
         "TTFT p99 (s)"
@@ -228,13 +228,15 @@ def test_a_single_replicas_alert_table_counts_what_its_panel_draws(single: RunRe
 
 
 def test_bar_panels_leave_room_for_their_tick_labels(quiet: RunResult) -> None:
-    worse = {
-        **quiet.summary,
-        "latency_s": {k: dict(v) for k, v in quiet.summary["latency_s"].items()},
-    }
-    worse["latency_s"]["ttft"]["p99"] = 9.0
-    worse["latency_s"]["e2e"]["p99"] = 99.0
-    worse["fleet"] = {**quiet.summary["fleet"], "cost_usd": 1.0, "replica_hours": 1.0}
+    worse = edited(
+        quiet.summary,
+        {
+            "latency_s.ttft.p99": 9.0,
+            "latency_s.e2e.p99": 99.0,
+            "fleet.cost_usd": 1.0,
+            "fleet.replica_hours": 1.0,
+        },
+    )
     fig = reports.comparison_bars([quiet.summary, worse], ["a", "b"])
     plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
     gap = fig.layout.yaxis.domain[0] - fig.layout.yaxis3.domain[1]  # row 1 over row 2
@@ -244,16 +246,16 @@ def test_bar_panels_leave_room_for_their_tick_labels(quiet: RunResult) -> None:
 def test_an_alert_the_summary_does_not_list_gets_its_condition(single: RunResult) -> None:
     from sim.results.seed_alerts import BY_NAME, AlertThresholds, condition
 
-    listed = single.summary["alerts"]
-    dropped = str(listed[0]["alert"])
-    summary = {**single.summary, "alerts": listed[1:]}
+    listed = single.summary.alerts
+    dropped = listed[0].alert
+    summary = edited(single.summary, {"alerts": [a.to_json_dict() for a in listed[1:]]})
     rows = {r["alert"]: r for r in alert_rows(RunResult(**{**single.__dict__, "summary": summary}))}
     assert rows[dropped]["condition"] == condition(BY_NAME[dropped], AlertThresholds())
 
 
 def test_each_run_of_a_comparison_is_headed_by_its_rank(single: RunResult) -> None:
-    worse = RunResult(**{**single.__dict__, "summary": {**single.summary, "scenario": "worse"}})
-    worse.summary["failures"] = {**single.summary["failures"], "allocation_failures": 10**6}
+    changes = {"scenario": "worse", "failures.allocation_failures": 10**6}
+    worse = RunResult(**{**single.__dict__, "summary": edited(single.summary, changes)})
     html = reports.build_report([("base", single), ("worse", worse)])
     assert "(baseline, rank 1)" in html and "worse (rank 2)" in html  # the table's ranks
     assert html.count('<span class="run-folder">rank 1 of 2</span>') == 1

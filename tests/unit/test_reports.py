@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from plotly.offline import get_plotlyjs
 from support.fleet import synthetic_fleet_data
+from support.runfolder import edited
 from support.scenarios import request_frame, scenario_data
 from typer.testing import CliRunner
 
@@ -101,9 +102,8 @@ def test_latency_samples_match_the_summary(single: RunResult) -> None:
     for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("end to end", "e2e")):
         values = samples[name][~np.isnan(samples[name])]
         for q in (50, 90, 99):
-            assert np.percentile(values, q) == pytest.approx(
-                single.summary["latency_s"][key][f"p{q}"]
-            )
+            want = getattr(getattr(single.summary.latency_s, key), f"p{q}")
+            assert np.percentile(values, q) == pytest.approx(want)
 
 
 def _levels(fig: object) -> list[float]:
@@ -124,10 +124,10 @@ def test_single_replica_figures(single: RunResult) -> None:
     assert len(waste.data) == 5 and {t.stackgroup for t in waste.data} == {"waste"}
     stacked = np.sum([np.asarray(t.y, dtype=float) for t in waste.data], axis=0)
     assert np.allclose(stacked, 100.0)
-    corr = single.summary["memory"]["node_uptime_vs_fragmentation_correlation"]
+    corr = single.summary.memory.node_uptime_vs_fragmentation_correlation
     trend = uptime_trend(up_samples(single.timeseries))
-    assert corr["spearman_rho"] is not None and trend.samples == corr["samples"]
-    assert trend.rho == pytest.approx(corr["spearman_rho"])  # one statistic, the summary's
+    assert corr.spearman_rho is not None and trend.samples == corr.samples
+    assert trend.rho == pytest.approx(corr.spearman_rho)  # one statistic, the summary's
     uptime = reports.ratio_vs_uptime(single)
     assert "Spearman ρ" in uptime.layout.title.text or "no correlation" in uptime.layout.title.text
     assert [len(t.x) > 0 for t in reports.latency_cdfs(single).data] == [True] * 3
@@ -141,10 +141,13 @@ def test_single_replica_figures(single: RunResult) -> None:
     assert fired and len(reports.alert_timeline(single).data[0].y) == fired
 
 
-def test_thresholds_come_from_the_summary_when_present(single: RunResult) -> None:
+def test_thresholds_come_from_the_summary_when_present(fleet: RunResult) -> None:
+    """A fleet run records its thresholds (``fleet.alerts.thresholds``); the seed's
+    otherwise."""
+    assert _levels(reports.replica_memory(fleet)) == [0.5, 0.6, 25.0]
     thresholds = {"ratio_severe": 0.3, "ratio_alert": 0.45, "high_free_share": 0.4}
-    summary = {**single.summary, "thresholds": thresholds}
-    fig = reports.replica_memory(RunResult(**{**single.__dict__, "summary": summary}))
+    summary = edited(fleet.summary, {"fleet.alerts.thresholds": thresholds})
+    fig = reports.replica_memory(RunResult(**{**fleet.__dict__, "summary": summary}))
     assert _levels(fig) == [0.3, 0.45, 40.0]
 
 
@@ -166,7 +169,7 @@ def test_fleet_figures(fleet: RunResult) -> None:
     cost = reports.cost_over_time(fleet)
     assert cost is not None
     assert [t.name.split(" ")[0] for t in cost.data] == ["total", "avoidable", "total", "avoidable"]
-    assert cost.data[1].y[-1] == pytest.approx(fleet.summary["fleet"]["avoidable_cost_usd"])
+    assert cost.data[1].y[-1] == pytest.approx(fleet.summary.fleet.avoidable_cost_usd)
     timeline = reports.alert_timeline(fleet)
     assert len(timeline.data) == 1 and len(timeline.data[0].y) == fleet.alerts["alert"].nunique()
     restarts = int((fleet.events["kind"] == "restart").sum())
@@ -190,17 +193,13 @@ def test_answer_numbers_are_the_runs(fleet: RunResult, single: RunResult) -> Non
         statuses = result.requests["status"].astype(str)
         failed = int(statuses.str.startswith(("rejected-", "failed-")).sum())
         assert rows["failed requests"].startswith(f"{failed:,} of {len(statuses):,}")
-        fails = result.summary["failures"]
-        assert rows["allocation failures"].startswith(f"{fails['allocation_failures']:,} (")
+        fails = result.summary.failures
+        assert rows["allocation failures"].startswith(f"{fails.allocation_failures:,} (")
         names = [a["alert"] for a in alert_rows(result)]
-        assert names[: len(result.summary["alerts"])] == [
-            a["alert"] for a in result.summary["alerts"]
-        ]
-    f = fleet.summary["fleet"]
+        assert names[: len(result.summary.alerts)] == [a.alert for a in result.summary.alerts]
+    f = fleet.summary.fleet
     rows = {r.label.strip(): r.value for r in verdict_rows(fleet)}
-    assert rows["avoidable cost"].startswith(
-        f"${f['avoidable_cost_usd']:,.2f} of ${f['cost_usd']:,.2f}"
-    )
+    assert rows["avoidable cost"].startswith(f"${f.avoidable_cost_usd:,.2f} of ${f.cost_usd:,.2f}")
     assert fleet.alerts is not None
     firing = fleet.alerts[fleet.alerts["state"] == "firing"]
     for row in alert_rows(fleet):

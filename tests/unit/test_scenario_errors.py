@@ -235,7 +235,7 @@ def test_a_long_duration_alone_is_no_cost(tmp_path: Path) -> None:
     """duration_s caps the run; a run that ends earlier is not refused for it."""
     data = BASE | {"workload": {"trace": trace(tmp_path, [0.0, 1.0])}, "duration_s": 1e9}
     result = sim.run(parse_scenario(data))
-    assert result.summary["requests"]["by_status"] == {"ok": 2}
+    assert result.summary.requests.by_status == {"ok": 2}
 
 
 def test_bounds_hold_while_simulating(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -286,10 +286,10 @@ def test_requests_after_the_duration_are_left_out_and_counted(tmp_path: Path) ->
     data = BASE | {"workload": {"trace": trace(tmp_path, [0.0, 1.0, 2.0, 30.0, 31.0])}}
     result = sim.run(parse_scenario(data | {"duration_s": 10.0}))
     assert result.requests["request_id"].tolist() == [0, 1, 2]
-    assert result.summary["requests"]["beyond_duration"] == 2
-    assert result.summary["requests"]["total"] == 3
-    assert result.summary["engine"]["end_s"] == 10.0
-    assert "beyond_duration" not in sim.run(parse_scenario(data)).summary["requests"]
+    assert result.summary.requests.beyond_duration == 2
+    assert result.summary.requests.total == 3
+    assert result.summary.engine.end_s == 10.0
+    assert "beyond_duration" not in sim.run(parse_scenario(data)).summary.requests
 
 
 def test_empirical_lengths_path_is_relative_to_the_scenario(

@@ -197,7 +197,7 @@ def test_a_kv_capacity_past_64_bits_never_reaches_the_results(tmp_path: Path) ->
     largest = BASE | {"hardware": {"kv_capacity_tokens": 2**40}}
     result = sim.run(parse_scenario(largest))
     result.write(tmp_path / "out")
-    assert sim.read_result(tmp_path / "out").summary["kv_capacity_tokens"] == 2**40
+    assert sim.read_result(tmp_path / "out").summary.kv_capacity_tokens == 2**40
 
 
 # -- latency --------------------------------------------------------------------------
@@ -267,8 +267,8 @@ def test_the_step_check_leaves_a_calibrated_model_uncounted(tmp_path: Path) -> N
     scenario = load_scenario(path)
     parts = run_parts(scenario)
     # The probe counted nothing, and runs sharing the parts count only their own steps.
-    first, again = (run(scenario, parts=parts).summary["latency"] for _ in range(2))
-    assert first == again and first["out_of_range_calls"] > 0
+    first, again = (run(scenario, parts=parts).summary.latency for _ in range(2))
+    assert first == again and first.out_of_range_calls > 0
 
 
 # -- retries --------------------------------------------------------------------------
