@@ -241,17 +241,12 @@ class Replica:
         self.observe()
         return self.sched.take_waiting()
 
-    def observe_queue(self) -> None:
-        """Queue the fed requests and retries that have arrived by now: all that reading
-        the request counts needs (they change only at the replica's decisions)."""
-        if self._feed.pending():
-            self._feed.submit_due(self.env.now, self.sched)
-
     def observe(self) -> None:
         """Bring the scheduler's state up to now (apply decode steps completed inside a
         fast-mode run, queue fed requests that have arrived) without changing the plan.
-        For observers: the replica's own reports (``sim.engine.outlet``) are made with
-        its state current and never ask for this."""
+        Its owner calls it before a decider or a sample reads the replica's memory (views
+        only read: ``sim.engine.view``); the replica's own reports
+        (``sim.engine.outlet``) are made with its state current and never ask for this."""
         if self._feed.pending():
             self._feed.submit_due(self.env.now, self.sched)
         plan = self._plan

@@ -115,6 +115,8 @@ class Fleet(Lifecycle):
         self.records = records
         self.sessions = sessions
         self.router: Router = config.router.build()
+        self._views_only = self.router.views_only
+        self._reads_memory = self.router.reads_memory
         self.restart_policy = config.restart.build()
         self.autoscaler = config.autoscaler.build()
         self.retry = retry
@@ -174,7 +176,7 @@ class Fleet(Lifecycle):
                 initial_uptime_s=initial_uptime_s,
                 out_of_range=self.out_of_range[node.pool_index],
             )
-        self.views.set(node.replica_id, replica.view)
+        self.views.set(node.replica_id, replica.view, replica)
         return replica
 
     def restart_drain(self) -> tuple[str, float]:
@@ -234,7 +236,7 @@ class Fleet(Lifecycle):
         ``rejected-capacity``)."""
         router = self.router
         request = self._request(g) if router.reads_request else NO_REQUEST
-        choice = self.views.choose(router, request, router.views_only)
+        choice = self.views.choose(router, request, self._views_only, self._reads_memory)
         if choice is None:
             self.route_refusals += 1
             self.fleet_event(
@@ -319,7 +321,8 @@ class Fleet(Lifecycle):
         share = math.nan
         uptime = 0.0
         if replica is not None:
-            view = replica.view  # brought up to now
+            replica.observe()  # its memory as of now
+            view = replica.view
             free, largest = view.free_tokens, view.largest_free_extent_tokens
             share = free / view.capacity_tokens
             uptime = replica.uptime_s

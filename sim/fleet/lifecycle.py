@@ -132,6 +132,11 @@ class Lifecycle:
         timer.callbacks.append(lambda _: action() if node.epoch == epoch else None)
 
     def reading(self) -> FleetReading:
+        """What the restart policy and the autoscaler read now: every serving replica
+        brought to now first (its views only read)."""
+        for node in self.nodes:
+            if node.replica is not None and node.state != "gone":
+                node.replica.observe()
         config = self.config
         return FleetReading(
             self.env.now,
