@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import simpy
 
@@ -47,15 +48,25 @@ from sim.latency.base import LatencyModel, OutOfRange
 
 
 class Clock:
-    """The owner's current instant (at or after ``env.now``), shared with its replicas,
-    and its *horizon* while a replica decides: the owner's next item other than that
-    replica's own decisions (an arrival, a retry, another replica's decision, a SimPy
-    event), lowered by whatever the decision itself schedules (a client retry)."""
+    """The owner's current instant (at or after ``env.now``), shared with its replicas."""
 
     def __init__(self, now_s: float) -> None:
         self.now_s = now_s
-        self.horizon_s = -math.inf
-        """-inf outside a decision: nothing is applied ahead of the clock."""
+
+
+@dataclass(slots=True)
+class Decision:
+    """What a decision hands its owner's loop to apply after it (the replica never calls
+    its owner from inside a decision):
+
+    * ``retries``: requests refused here whose clients try again, as ``(due time, time
+      the retry was set, group)`` in the order they were refused;
+    * ``down``: the replica reached a restart's step boundary (``(mode, downtime_s)``).
+      The owner records its lifecycle change, then calls :meth:`DrivenReplica.go_down`
+      (which returns the requests a ``lose`` restart loses: their clients see errors)."""
+
+    retries: list[tuple[float, float, Group]] = field(default_factory=list)
+    down: tuple[RestartMode, float] | None = None
 
 
 class Agenda:
@@ -185,6 +196,12 @@ class DrivenReplica(Replica):
         """The real step in progress (it ends at ``next_decision_s``)."""
         self._down = False
         """Down for a restart's downtime (back at ``next_decision_s``)."""
+        self._horizon = -math.inf
+        """While deciding: the owner's next item other than this replica's decisions,
+        lowered by the client retries the decision makes (-inf outside a decision:
+        nothing is applied ahead of the clock)."""
+        self._decision: Decision | None = None
+        """What the decision in progress hands back (None: nothing so far)."""
         super().__init__(
             env,
             replica_id,
@@ -257,15 +274,40 @@ class DrivenReplica(Replica):
         """No process to wake (the base class calls this on a restart request)."""
 
     def _horizon_s(self) -> float:
-        """The owner's next item other than this replica's own decisions (``Clock``):
-        a step or a run that ends before it is applied at once (nobody can read or
-        submit to the replica in between); one that does not is left in progress."""
-        return self.clock.horizon_s
+        """The owner's next item other than this replica's own decisions (given to
+        :meth:`decide`, lowered by its client retries): a step or a run that ends before
+        it is applied at once (nobody can read or submit to the replica in between); one
+        that does not is left in progress."""
+        return self._horizon
+
+    def _retry(self, group: Group, delay_s: float) -> None:
+        """A request refused during a decision: its client's retry is handed back
+        (:class:`Decision`); the replica stops running ahead at its due time (the
+        retry may come back here)."""
+        assert self._horizon > -math.inf, "a driven replica refuses only while deciding"
+        now = self.now_s
+        due_s = now + delay_s
+        decision = self._decision
+        if decision is None:
+            decision = self._decision = Decision()
+        decision.retries.append((due_s, now, group))
+        if due_s < self._horizon:
+            self._horizon = due_s
 
     # -- decisions --------------------------------------------------------------------
-    def decide(self) -> None:
+    def decide(self, horizon_s: float) -> Decision | None:
         """The decision due at :attr:`next_decision_s` (the owner's clock is there),
-        and every later one of this replica that falls before the owner's next item."""
+        and every later one of this replica that falls before ``horizon_s`` (the
+        owner's next item other than this replica's decisions). Returns what the owner
+        must apply (None: nothing)."""
+        self._horizon = horizon_s
+        self._decide()
+        self._horizon = -math.inf
+        decision = self._decision
+        self._decision = None
+        return decision
+
+    def _decide(self) -> None:
         t = self.next_decision_s
         self.next_decision_s = math.inf
         self.wakeups_total += 1
@@ -323,7 +365,7 @@ class DrivenReplica(Replica):
                 self._schedule(self._next_release_s())  # frees memory: a decision
                 return
             end_s = t + self._step_time_s(step) + step.stall_s
-            if end_s >= self.clock.horizon_s or self._restart is not None:
+            if end_s >= self._horizon or self._restart is not None:
                 # (A restart due: its boundary must be decided at ``env.now``.)
                 self._step = step
                 self._schedule(end_s)
@@ -333,8 +375,21 @@ class DrivenReplica(Replica):
             t = self._t
 
     def _go_down_now(self, t: float, mode: RestartMode, downtime_s: float) -> None:
-        if not self._take_down(mode, downtime_s):
-            return  # gone for good (scaled down)
+        """A restart's step boundary: handed back (:class:`Decision`); the owner records
+        it, then calls :meth:`go_down`."""
+        self._restart_due()
+        decision = self._decision
+        if decision is None:
+            decision = self._decision = Decision()
+        decision.down = (mode, downtime_s)
+
+    def go_down(self, mode: RestartMode, downtime_s: float) -> list[Group]:
+        """Go down for the restart a :class:`Decision` handed back (its owner has
+        recorded it), at ``env.now``: returns the requests a ``lose`` restart loses (the
+        owner's clients see errors); back after ``downtime_s`` (inf: gone for good)."""
+        lost = self.sched.take_all() if mode == "lose" else []
+        if not self._shut(downtime_s):
+            return lost  # gone for good (scaled down)
         self._down = True
         # The downtime is a SimPy timer, set now as exact mode's process sets it: the
         # replica comes back in the same order with other events at that instant.
@@ -342,6 +397,7 @@ class DrivenReplica(Replica):
         back = env.timeout((env.now + downtime_s) - env.now)
         assert back.callbacks is not None
         back.callbacks.append(self._back_up_now)
+        return lost
 
     def _back_up_now(self, _event: simpy.Event) -> None:
         """The downtime is over (a SimPy callback, at ``env.now``): back up, with a

@@ -514,13 +514,23 @@ class Replica:
         back after ``downtime_s`` (its allocator already replaced by a fresh one; the
         caller waits, then calls :meth:`_come_back`); False when it is gone for good
         (``downtime_s`` inf: scaled down; the pending ``back_up`` event fired)."""
-        self._restart = None
-        self.restarts += 1
+        self._restart_due()
         self._outlet.on_restart(self, mode, downtime_s)
         if mode == "lose":
             lost = self.sched.take_all()
             if lost:
                 self._outlet.on_lost(self, lost)
+        return self._shut(downtime_s)
+
+    def _restart_due(self) -> None:
+        """A restart's step boundary is reached: counted, no longer pending."""
+        self._restart = None
+        self.restarts += 1
+
+    def _shut(self, downtime_s: float) -> bool:
+        """The process is down now (after its restart was reported and a ``lose``
+        restart's requests taken): True when it comes back after ``downtime_s`` with a
+        fresh allocator; False when it is gone for good (``back_up`` fired)."""
         self.up = False
         self.sched.admitting = False
         if downtime_s == math.inf:

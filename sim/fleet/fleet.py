@@ -24,7 +24,7 @@ import simpy
 
 from policies.routing.base import NO_REQUEST, Router, RouteRequest
 from sim.engine.batch import ClientRetry, Group, SchedEvent, Status
-from sim.engine.driven import Agenda, Clock, DrivenReplica
+from sim.engine.driven import Agenda, Clock, Decision, DrivenReplica
 from sim.engine.events import ArrivalTimer
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica, RestartMode
@@ -258,24 +258,29 @@ class Fleet(Lifecycle):
 
     # -- clients ------------------------------------------------------------------------------
     def client_retry(self, replica: Replica, g: Group, delay_s: float) -> None:
-        """A replica refused ``g`` and its client retries after ``delay_s`` (attempt
-        counted by the scheduler): pinned to that replica while it takes traffic,
-        unless retries are re-routed. The delay counts from the refusal on the
-        replica's clock (ahead of ``env.now`` while fast mode runs ahead)."""
+        """Exact mode: a replica refused ``g`` and its client retries after ``delay_s``
+        (attempt counted by the scheduler): pinned to that replica while it takes
+        traffic, unless retries are re-routed (fast mode: :meth:`apply`)."""
         replica_id = replica.replica_id
-        if not self.exact:
-            self._retry_at(replica.now_s + delay_s, replica.now_s, g, replica_id)
-            return
         timer = ArrivalTimer(self.env, replica.now_s - self.env.now + delay_s)
         assert timer.callbacks is not None
         timer.callbacks.append(lambda _: self.retry_now(g, replica_id))
 
-    def _retry_at(self, due_s: float, set_s: float, g: Group, replica_id: int) -> None:
-        """Fast mode: a retry for the loop, due at ``due_s`` (a replica deciding now
-        stops running ahead there: the clock's horizon)."""
-        self.retries.add(due_s, set_s, g, replica_id)
-        if due_s < self.clock.horizon_s:
-            self.clock.horizon_s = due_s
+    def apply(self, replica: DrivenReplica, decision: Decision) -> None:
+        """Fast mode: what a replica's decision handed back, applied by the loop after
+        it (``sim.fleet.loop``): its clients' retries (pinned to it unless re-routed),
+        then a restart's boundary -- the node's lifecycle moves on (its queue may go
+        back to the router), the replica goes down, the requests it lost see errors."""
+        replica_id = replica.replica_id
+        for due_s, set_s, g in decision.retries:
+            self.retries.add(due_s, set_s, g, replica_id)
+        if decision.down is None:
+            return
+        mode, downtime_s = decision.down
+        self.went_down(self.nodes[replica_id], mode, downtime_s)
+        lost = replica.go_down(mode, downtime_s)
+        if lost:
+            self.lost(replica, lost)
 
     def retry_now(self, g: Group, replica_id: int) -> None:
         """A client's retry of ``g`` arrives now: back to ``replica_id`` (pinned) while
@@ -301,7 +306,7 @@ class Fleet(Lifecycle):
         now = self.now_s
         if delay_s is not None:
             if not self.exact:
-                self._retry_at(now + delay_s, now, g, -1)
+                self.retries.add(now + delay_s, now, g, -1)
                 return
             timer = ArrivalTimer(self.env, delay_s)
             assert timer.callbacks is not None

@@ -20,6 +20,10 @@ distinct arrival time, a retry's at the failure it answers; on equal set times t
 arrival); then SimPy events; then replicas' decisions, in the order they were
 scheduled. A decision that changes a replica's life (``needs_env_time``) runs at
 ``env.now``: the loop first lets SimPy reach that instant.
+
+A decision never calls back into the fleet: it returns what it made
+(``sim.engine.driven.Decision``: client retries, a restart's boundary), and the loop has
+the fleet apply it (``Fleet.apply``) before the next item.
 """
 
 from __future__ import annotations
@@ -107,9 +111,9 @@ def drive(fleet: Fleet) -> Generator[simpy.Event, Any, None]:
                 agenda.push(d, replica)
                 yield env.timeout(d - env.now)
                 continue
-            clock.horizon_s = min(u, agenda.next_s(), horizon_s(queue))
-            replica.decide()
-            clock.horizon_s = -math.inf
+            decision = replica.decide(min(u, agenda.next_s(), horizon_s(queue)))
+            if decision is not None:
+                fleet.apply(replica, decision)
             continue
         if h == math.inf:
             return
