@@ -87,12 +87,13 @@ class _NodeOutlet(RunOutlet):
         self.fleet.lost(replica, groups)
 
     def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
-        self.fleet.went_down(self.node, mode, downtime_s)
+        self.fleet.life.went_down(self.node, mode, downtime_s)
 
 
-class Fleet(Lifecycle):
+class Fleet:
     """A run's traffic (``sim.simulate.driver.Traffic``) when the scenario has a fleet: built with
-    its initial nodes; the run starts :meth:`processes`."""
+    its initial nodes; the run starts :meth:`processes`. Its nodes' lives are its
+    :class:`Lifecycle`'s (:attr:`life`), for which it is the ``NodeHost``."""
 
     def __init__(
         self,
@@ -109,14 +110,15 @@ class Fleet(Lifecycle):
         retry: ClientRetry,
         high_free_share: float,
     ) -> None:
-        super().__init__(env, config, parts, seed=seed, exact=exact)
+        self.env = env
+        self.config = config
+        self.parts = parts
+        self.exact = exact
         self.recorder = recorder
         self.columns = columns
         self.records = records
         self.sessions = sessions
-        self.router: Router = config.router.build()
-        self._views_only = self.router.views_only
-        self._reads_memory = self.router.reads_memory
+        self.router = config.router.build()
         self.restart_policy = config.restart.build()
         self.autoscaler = config.autoscaler.build()
         self.retry = retry
@@ -142,9 +144,35 @@ class Fleet(Lifecycle):
         self.script: list[NodeAction] = []
         """Node actions applied at their times besides the policies' (a postmortem's
         recorded events), sorted by time."""
+        self.life = Lifecycle(env, config, parts, self, seed=seed)
+        self.nodes = self.life.nodes
+        """Every node, by replica id (the lifecycle's list)."""
         for i, pool in enumerate(config.pools):
             for j in range(pool.count):
-                self.add_active(i, pool.uptime_of(j))
+                self.life.add_active(i, pool.uptime_of(j))
+
+    @property
+    def router(self) -> Router:
+        """The routing policy (a postmortem's replay sets its recorded routes')."""
+        return self._router
+
+    @router.setter
+    def router(self, router: Router) -> None:
+        self._router = router
+        self._views_only = router.views_only
+        self._reads_memory = router.reads_memory
+
+    @property
+    def scale_ups(self) -> int:
+        return self.life.scale_ups
+
+    @property
+    def scale_downs(self) -> int:
+        return self.life.scale_downs
+
+    @property
+    def restarts_by_cause(self) -> dict[str, int]:
+        return self.life.restarts_by_cause
 
     # -- replicas -------------------------------------------------------------------------
     def make_replica(self, node: Node, initial_uptime_s: float) -> Replica:
@@ -178,10 +206,6 @@ class Fleet(Lifecycle):
             )
         self.views.set(node.replica_id, replica.view, replica)
         return replica
-
-    def restart_drain(self) -> tuple[str, float]:
-        c = self.config.restart
-        return c.drain, c.drain_timeout_s
 
     def node_added(self, node: Node) -> None:
         self.views.set(node.replica_id, AbsentView(node.replica_id))
@@ -277,7 +301,7 @@ class Fleet(Lifecycle):
         if decision.down is None:
             return
         mode, downtime_s = decision.down
-        self.went_down(self.nodes[replica_id], mode, downtime_s)
+        self.life.went_down(self.nodes[replica_id], mode, downtime_s)
         lost = replica.go_down(mode, downtime_s)
         if lost:
             self.lost(replica, lost)
@@ -394,28 +418,28 @@ class Fleet(Lifecycle):
 
     def play(self, actions: Sequence[NodeAction]) -> Generator[simpy.Event, Any, None]:
         """Apply ``actions`` (sorted by time) at their times."""
-        env = self.env
+        env, life = self.env, self.life
         for a in actions:
             if a.time_s > env.now:
                 yield env.timeout(a.time_s - env.now)
             if a.action == "scale_up":
-                node = self.add_active(a.pool_index, 0.0)
-                self.scale_ups += 1
+                node = life.add_active(a.pool_index, 0.0)
+                life.scale_ups += 1
                 self.fleet_event("scale-up", node.replica_id, a.cause)
             elif a.action == "restart":
-                self.restart(a.replica_id, a.cause)
+                life.restart(a.replica_id, a.cause)
             elif a.action == "crash":
-                self.crash(self.nodes[a.replica_id])
+                life.crash(self.nodes[a.replica_id])
             elif self.nodes[a.replica_id].state != "gone":
-                self.scale_downs += 1
-                self.retire(self.nodes[a.replica_id], a.cause)
+                life.scale_downs += 1
+                life.retire(self.nodes[a.replica_id], a.cause)
 
     def restart_ticks(self) -> Generator[simpy.Event, Any, None]:
         policy = self.restart_policy
         for _ in range(bounds.MAX_POLICY_CHECKS):
             yield self.env.timeout(policy.interval_s)
-            for decision in policy.decide(self.reading()):
-                self.restart(decision.replica_id, decision.cause)
+            for decision in policy.decide(self.life.reading()):
+                self.life.restart(decision.replica_id, decision.cause)
         yield self.env.timeout(policy.interval_s)
         field, what = "fleet.restart.interval_s", "restart-policy calls"
         raise bounds.count_exceeded(field, bounds.MAX_POLICY_CHECKS, what, self.env.now)
@@ -424,9 +448,9 @@ class Fleet(Lifecycle):
         scaler = self.autoscaler
         for _ in range(bounds.MAX_POLICY_CHECKS):
             yield self.env.timeout(scaler.interval_s)
-            decision = scaler.decide(self.reading())
+            decision = scaler.decide(self.life.reading())
             if decision is not None:
-                self.apply_scale(decision)
+                self.life.apply_scale(decision)
         yield self.env.timeout(scaler.interval_s)
         field, what = "fleet.autoscaler.interval_s", "autoscaler calls"
         raise bounds.count_exceeded(field, bounds.MAX_POLICY_CHECKS, what, self.env.now)
