@@ -28,6 +28,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "sim.engine.events",
     "sim.engine.feed",
     "sim.engine.replica",
+    "sim.engine.process",
     "sim.engine.driven",
     "sim.engine.view",
     "sim.engine.recorder",

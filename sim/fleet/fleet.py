@@ -24,7 +24,7 @@ import simpy
 
 from policies.routing.base import NO_REQUEST, Router, RouteRequest
 from sim.engine.batch import ClientRetry, Group, SchedEvent, Status
-from sim.engine.driven import Agenda, Clock, Decision, DrivenReplica
+from sim.engine.driven import Agenda, Clock, Decision, Driven
 from sim.engine.events import ArrivalTimer
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica, RestartMode
@@ -178,32 +178,18 @@ class Fleet:
     def make_replica(self, node: Node, initial_uptime_s: float) -> Replica:
         part = self.parts[node.pool_index]
         alloc, spec = part.allocator, part.spec
-        replica: Replica
-        if self.exact:
-            replica = Replica(
-                self.env,
-                node.replica_id,
-                part.scheduler,
-                lambda: alloc.build(spec),
-                part.latency,
-                outlet=_NodeOutlet(self, node),
-                exact=True,
-                initial_uptime_s=initial_uptime_s,
-                out_of_range=self.out_of_range[node.pool_index],
-            )
-        else:
-            replica = DrivenReplica(
-                self.env,
-                node.replica_id,
-                part.scheduler,
-                lambda: alloc.build(spec),
-                part.latency,
-                clock=self.clock,
-                agenda=self.agenda,
-                outlet=_NodeOutlet(self, node),
-                initial_uptime_s=initial_uptime_s,
-                out_of_range=self.out_of_range[node.pool_index],
-            )
+        replica = Replica(
+            self.env,
+            node.replica_id,
+            part.scheduler,
+            lambda: alloc.build(spec),
+            part.latency,
+            outlet=_NodeOutlet(self, node),
+            exact=self.exact,
+            initial_uptime_s=initial_uptime_s,
+            out_of_range=self.out_of_range[node.pool_index],
+            driver=None if self.exact else Driven(self.clock, self.agenda),
+        )
         self.views.set(node.replica_id, replica.view, replica)
         return replica
 
@@ -290,11 +276,12 @@ class Fleet:
         assert timer.callbacks is not None
         timer.callbacks.append(lambda _: self.retry_now(g, replica_id))
 
-    def apply(self, replica: DrivenReplica, decision: Decision) -> None:
+    def apply(self, driven: Driven, decision: Decision) -> None:
         """Fast mode: what a replica's decision handed back, applied by the loop after
         it (``sim.fleet.loop``): its clients' retries (pinned to it unless re-routed),
         then a restart's boundary -- the node's lifecycle moves on (its queue may go
         back to the router), the replica goes down, the requests it lost see errors."""
+        replica = driven.replica
         replica_id = replica.replica_id
         for due_s, set_s, g in decision.retries:
             self.retries.add(due_s, set_s, g, replica_id)
@@ -302,7 +289,7 @@ class Fleet:
             return
         mode, downtime_s = decision.down
         self.life.went_down(self.nodes[replica_id], mode, downtime_s)
-        lost = replica.go_down(mode, downtime_s)
+        lost = driven.go_down(mode, downtime_s)
         if lost:
             self.lost(replica, lost)
 

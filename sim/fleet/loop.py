@@ -104,16 +104,16 @@ def drive(fleet: Fleet) -> Generator[simpy.Event, Any, None]:
                 clock.now_s = h
                 yield env.timeout(h - env.now)
                 continue
-            replica = agenda.pop()
+            driven = agenda.pop()
             clock.now_s = d
-            if replica.needs_env_time and env.now < d and synced_at_s != d:
+            if driven.needs_env_time and env.now < d and synced_at_s != d:
                 synced_at_s = d
-                agenda.push(d, replica)
+                agenda.push(d, driven)
                 yield env.timeout(d - env.now)
                 continue
-            decision = replica.decide(min(u, agenda.next_s(), horizon_s(queue)))
+            decision = driven.decide(min(u, agenda.next_s(), horizon_s(queue)))
             if decision is not None:
-                fleet.apply(replica, decision)
+                fleet.apply(driven, decision)
             continue
         if h == math.inf:
             return
