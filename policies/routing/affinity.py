@@ -123,6 +123,8 @@ class SessionAffinity(Router):
     when it comes back up. Requests without a session go to the least outstanding.
     """
 
+    reads_memory = False
+
     def __init__(self, epsilon: float, virtual_nodes: int) -> None:
         self.epsilon = epsilon
         self.virtual_nodes = virtual_nodes

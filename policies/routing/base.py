@@ -84,6 +84,12 @@ class Router:
     """Whether :meth:`choose` reads its ``request`` at all. A router that does not sets
     it False, and the fleet then passes :data:`NO_REQUEST` instead of building one."""
 
+    reads_memory = True
+    """Whether :meth:`choose` reads a view's memory signals (``free_tokens``,
+    ``largest_free_extent_tokens``, ``kv_usage``). The fleet brings replicas to the
+    decision's instant before such a router reads them; a router that reads only request
+    counts, identity or lifecycle fields sets it False and costs no such step."""
+
     views_only = False
     """Whether :meth:`choose` is a function of the views' signals alone (it reads no
     request, ``reads_request = False``, and keeps no state of its own): given views

@@ -15,6 +15,7 @@ class LeastOutstanding(Router):
     """The up view with the fewest waiting plus running requests."""
 
     reads_request = False
+    reads_memory = False
     views_only = True
 
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
@@ -27,6 +28,7 @@ class ShortestQueue(Router):
     requests."""
 
     reads_request = False
+    reads_memory = False
     views_only = True
 
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
@@ -51,6 +53,7 @@ class PowerOfTwo(Router):
     (the lower index on ties). Reads the signal of those two only."""
 
     reads_request = False
+    reads_memory = False
 
     def __init__(self, seed: int) -> None:
         self._rng = np.random.default_rng(seed)
@@ -69,6 +72,8 @@ class LengthPools(Router):
     within a pool, least outstanding. When none of a pool's views is up the request
     spills over to the other pool (a refusal is only for "no replica is up"). Indices
     past the end of ``views`` are ignored."""
+
+    reads_memory = False
 
     def __init__(self, threshold_tokens: int, long_indices: Sequence[int]) -> None:
         self.threshold_tokens = threshold_tokens

@@ -15,6 +15,7 @@ class RoundRobin(Router):
     at or after the cursor, wrapping; the cursor then moves past the choice."""
 
     reads_request = False
+    reads_memory = False
 
     def __init__(self) -> None:
         self._cursor = 0
@@ -33,6 +34,7 @@ class RandomRouter(Router):
     """A uniformly random up view, from its own generator seeded by the config."""
 
     reads_request = False
+    reads_memory = False
 
     def __init__(self, seed: int) -> None:
         self._rng = np.random.default_rng(seed)

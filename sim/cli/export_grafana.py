@@ -20,7 +20,6 @@ import typer
 
 from sim.cli.alert_times import run_thresholds, run_times
 from sim.cli.common import fail
-from sim.errors import clip
 
 SDK_MISSING = (
     "fragsim export grafana needs grafana-foundation-sdk (Grafana's dashboard builder): "

@@ -1,4 +1,4 @@
-"""A replica in fast mode with no SimPy process of its own: its owner's loop advances it
+"""A replica's driver in fast mode with no SimPy process: its owner's loop advances it
 (``sim.fleet.loop``), one *decision* at a time, in time order with everything else the
 owner schedules. The macro-step contract of DESIGN.md, applied from outside: the
 replica's state between decisions is a real step in progress or a planned run of decode
@@ -6,7 +6,7 @@ steps (``RunPlan``); a reader sees it at the owner's current instant (``observe`
 completed steps of a run applied, a step begun inside it); the replica is brought
 further only when its next decision falls due.
 
-Decisions (:meth:`DrivenReplica.decide`, at :attr:`DrivenReplica.next_decision_s`):
+Decisions (:meth:`Driven.decide`, at :attr:`Driven.next_decision_s`):
 
 * the end of a real step (``end_step``), then a run of decode steps up to the next
   decision the run can see coming (a finish, a growth the allocator must answer, a
@@ -28,34 +28,41 @@ those of exact mode; step end times are sums over different cut points, so times
 exact mode's up to float rounding.
 
 The owner's loop must run a decision that may take the replica down at ``env.now``
-(:attr:`DrivenReplica.needs_env_time`): the outlet's listeners (the fleet's lifecycle)
-schedule SimPy timers from ``env.now``.
+(:attr:`Driven.needs_env_time`): the owner applies it (``Decision``: its lifecycle
+moves on) and the replica's downtime starts, on SimPy timers set from ``env.now``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import simpy
 
-from policies.allocators.base import Allocator
-from sim.engine.batch import Group, SchedulerConfig, Step
-from sim.engine.outlet import ReplicaOutlet
+from sim.engine.batch import Group, Step
 from sim.engine.replica import Replica, RestartMode
-from sim.latency.base import LatencyModel, OutOfRange
 
 
 class Clock:
-    """The owner's current instant (at or after ``env.now``), shared with its replicas,
-    and its *horizon* while a replica decides: the owner's next item other than that
-    replica's own decisions (an arrival, a retry, another replica's decision, a SimPy
-    event), lowered by whatever the decision itself schedules (a client retry)."""
+    """The owner's current instant (at or after ``env.now``), shared with its replicas."""
 
     def __init__(self, now_s: float) -> None:
         self.now_s = now_s
-        self.horizon_s = -math.inf
-        """-inf outside a decision: nothing is applied ahead of the clock."""
+
+
+@dataclass(slots=True)
+class Decision:
+    """What a decision hands its owner's loop to apply after it (the replica never calls
+    its owner from inside a decision):
+
+    * ``retries``: requests refused here whose clients try again, as ``(due time, time
+      the retry was set, group)`` in the order they were refused;
+    * ``down``: the replica reached a restart's step boundary (``(mode, downtime_s)``).
+      The owner records its lifecycle change, then calls :meth:`Driven.go_down`
+      (which returns the requests a ``lose`` restart loses: their clients see errors)."""
+
+    retries: list[tuple[float, float, Group]] = field(default_factory=list)
+    down: tuple[RestartMode, float] | None = None
 
 
 class Agenda:
@@ -67,10 +74,10 @@ class Agenda:
     def __init__(self) -> None:
         self._times: list[float] = []
         self._ties: list[int] = []
-        self._items: list[DrivenReplica] = []
+        self._items: list[Driven] = []
         self._tie = 0
 
-    def push(self, time_s: float, replica: DrivenReplica) -> None:
+    def push(self, time_s: float, replica: Driven) -> None:
         """(Re)schedule ``replica``'s next decision at ``time_s`` (finite)."""
         tie = self._tie
         self._tie += 1
@@ -91,7 +98,7 @@ class Agenda:
         else:
             self._down(i)
 
-    def discard(self, replica: DrivenReplica) -> None:
+    def discard(self, replica: Driven) -> None:
         """``replica`` has no decision scheduled (any entry of it removed)."""
         if replica.agenda_index >= 0:
             self._remove_at(replica.agenda_index)
@@ -100,7 +107,7 @@ class Agenda:
         """When the next decision is due (inf: none)."""
         return self._times[0] if self._items else math.inf
 
-    def pop(self) -> DrivenReplica:
+    def pop(self) -> Driven:
         """The replica whose decision is next, taken off the agenda (call after
         :meth:`next_s`)."""
         replica = self._items[0]
@@ -157,25 +164,12 @@ class Agenda:
             self._down(i)
 
 
-class DrivenReplica(Replica):
-    """See the module docstring. Built like a :class:`Replica` (fast mode), with the
-    owner's ``clock`` and ``agenda``."""
+class Driven:
+    """A replica's driver (``sim.engine.replica.Driver``) when its owner's loop advances
+    it (see the module docstring): built with the owner's ``clock`` and ``agenda`` and
+    given to a fast-mode :class:`~sim.engine.replica.Replica` as its ``driver``."""
 
-    def __init__(
-        self,
-        env: simpy.Environment,
-        replica_id: int,
-        config: SchedulerConfig,
-        make_allocator: Callable[[], Allocator],
-        latency: LatencyModel,
-        *,
-        clock: Clock,
-        agenda: Agenda,
-        outlet: ReplicaOutlet | None = None,
-        max_macro_steps: int = 4096,
-        initial_uptime_s: float = 0.0,
-        out_of_range: OutOfRange | None = None,
-    ) -> None:
+    def __init__(self, clock: Clock, agenda: Agenda) -> None:
         self.clock = clock
         self.agenda = agenda
         self.agenda_index = -1
@@ -185,32 +179,29 @@ class DrivenReplica(Replica):
         """The real step in progress (it ends at ``next_decision_s``)."""
         self._down = False
         """Down for a restart's downtime (back at ``next_decision_s``)."""
-        super().__init__(
-            env,
-            replica_id,
-            config,
-            make_allocator,
-            latency,
-            outlet=outlet,
-            exact=False,
-            max_macro_steps=max_macro_steps,
-            initial_uptime_s=initial_uptime_s,
-            out_of_range=out_of_range,
-        )
-        self._t = clock.now_s
-        self.started_s = clock.now_s - initial_uptime_s
+        self._horizon = -math.inf
+        """While deciding: the owner's next item other than this replica's decisions,
+        lowered by the client retries the decision makes (-inf outside a decision:
+        nothing is applied ahead of the clock)."""
+        self._decision: Decision | None = None
+        """What the decision in progress hands back (None: nothing so far)."""
 
-    def _start(self) -> None:
+    def attach(self, replica: Replica) -> None:
         """No process: the owner's loop advances the replica."""
+        self.replica = replica
 
-    def _clock_s(self) -> float:
+    def clock_s(self) -> float:
         return self.clock.now_s
+
+    def next_arrival_s(self) -> float:
+        """Requests come from the owner at its instants: none is known ahead."""
+        return math.inf
 
     @property
     def needs_env_time(self) -> bool:
         """Whether the next decision may change the replica's life (a restart is due:
         the owner runs it at ``env.now``)."""
-        return self._restart is not None
+        return self.replica._restart is not None
 
     def _schedule(self, time_s: float) -> None:
         self.next_decision_s = time_s
@@ -220,27 +211,30 @@ class DrivenReplica(Replica):
             self.agenda.discard(self)
 
     # -- inputs -----------------------------------------------------------------------
-    def submit(self, group: Group, next_arrival_s: float = math.inf) -> None:
+    def submit(self, group: Group, next_arrival_s: float) -> None:
         """A request arrives at the owner's instant; ``next_arrival_s`` is ignored (a
         routed request wakes only the replica it goes to)."""
         now = self.clock.now_s
-        self.sched.submit(group, now)
+        self.replica.sched.submit(group, now)
         self._wake_at(now)
 
-    def request_restart(self, mode: RestartMode, downtime_s: float) -> simpy.Event:
-        """As :meth:`Replica.request_restart`; the replica decides at its next step
-        boundary."""
-        back = super().request_restart(mode, downtime_s)
+    def feed(self, groups: list[Group]) -> None:
+        raise ValueError("a driven replica's requests come from its owner's loop (submit)")
+
+    def queue_due(self) -> None:
+        """Nothing held: the owner submits each request at its instant."""
+
+    def restart_requested(self, changed: bool) -> None:
+        """The replica decides at its next step boundary."""
         self._wake_at(self.clock.now_s)
-        return back
 
     def _wake_at(self, now: float) -> None:
         """Something for the replica to decide came at ``now``: an idle replica decides
         now; inside a planned run, at the end of the step in progress (now, on one of
         its boundaries); inside a real step or down, when that ends."""
-        if self._step is not None or self._down or not self.up:
+        if self._step is not None or self._down or not self.replica.up:
             return
-        plan = self._plan
+        plan = self.replica._plan
         if plan is None:
             if self.next_decision_s > now:
                 self._schedule(now)
@@ -253,105 +247,146 @@ class DrivenReplica(Replica):
             plan.steps = target
             self._schedule(plan.end_s(target))
 
-    def _poke(self) -> None:
-        """No process to wake (the base class calls this on a restart request)."""
+    def horizon_s(self) -> float:
+        """The owner's next item other than this replica's own decisions (given to
+        :meth:`decide`, lowered by its client retries): a step or a run that ends before
+        it is applied at once (nobody can read or submit to the replica in between); one
+        that does not is left in progress."""
+        return self._horizon
 
-    def _horizon_s(self) -> float:
-        """The owner's next item other than this replica's own decisions (``Clock``):
-        a step or a run that ends before it is applied at once (nobody can read or
-        submit to the replica in between); one that does not is left in progress."""
-        return self.clock.horizon_s
+    def retry(self, group: Group, delay_s: float) -> None:
+        """A request refused during a decision: its client's retry is handed back
+        (:class:`Decision`); the replica stops running ahead at its due time (the
+        retry may come back here)."""
+        assert self._horizon > -math.inf, "a driven replica refuses only while deciding"
+        now = self.replica.now_s
+        due_s = now + delay_s
+        decision = self._decision
+        if decision is None:
+            decision = self._decision = Decision()
+        decision.retries.append((due_s, now, group))
+        if due_s < self._horizon:
+            self._horizon = due_s
 
     # -- decisions --------------------------------------------------------------------
-    def decide(self) -> None:
+    def decide(self, horizon_s: float) -> Decision | None:
         """The decision due at :attr:`next_decision_s` (the owner's clock is there),
-        and every later one of this replica that falls before the owner's next item."""
+        and every later one of this replica that falls before ``horizon_s`` (the
+        owner's next item other than this replica's decisions). Returns what the owner
+        must apply (None: nothing)."""
+        self._horizon = horizon_s
+        self._decide()
+        self._horizon = -math.inf
+        decision = self._decision
+        self._decision = None
+        return decision
+
+    def _decide(self) -> None:
+        r = self.replica
         t = self.next_decision_s
         self.next_decision_s = math.inf
-        self.wakeups_total += 1
+        r.wakeups_total += 1
         step = self._step
         if step is not None:
             self._step = None
             if self._end_step(step, t):
                 return
-            t = self._t
-        elif self._plan is not None:
+            t = r._t
+        elif r._plan is not None:
             self._end_run(t)
-        self._t = t
+        r._t = t
         self._boundary(t)
 
     def _end_step(self, step: Step, t: float) -> bool:
         """End the real step ``step`` at ``t``, then plan a run of decode steps (applied
         at once when it ends before the horizon). True: a run is left in progress."""
-        self.sched.end_step(step, t)
-        self.steps_total += 1
-        self._t = t
-        if self._restart is not None:
+        r = self.replica
+        r.sched.end_step(step, t)
+        r.steps_total += 1
+        r._t = t
+        if r._restart is not None:
             return False
-        plan = self._macro()
+        plan = r._macro()
         if plan is None:
             return False
-        self._plan = plan
+        r._plan = plan
         self._schedule(plan.end_s(plan.steps))
         return True
 
     def _end_run(self, t: float) -> None:
-        plan = self._plan
+        r = self.replica
+        plan = r._plan
         assert plan is not None
-        self._plan = None
+        r._plan = None
         if plan.applied < plan.steps or plan.in_step:
-            self.sched.advance(plan.steps - plan.applied)
+            r.sched.advance(plan.steps - plan.applied)
             plan.applied = plan.steps
-        self._close_run(plan, t)
+        r._close_run(plan, t)
 
     def _boundary(self, t: float) -> None:
         """At a step boundary (or idle) at ``t``: go down if a restart is due, else the
         next real step (ended at once, and the next decided, while they end before the
         horizon), else idle until the next release (or a submit)."""
-        sched = self.sched
+        r = self.replica
+        sched = r.sched
         while True:
-            if self._restart is not None:
-                mode, downtime_s = self._restart
+            restart = r._restart
+            if restart is not None:
+                mode, downtime_s = restart
                 if mode != "drain" or not sched.running:
-                    self._go_down_now(t, mode, downtime_s)
+                    self._go_down_now(mode, downtime_s)
                     return
                 sched.admitting = False
             step = sched.begin_step(t)
             if step is None:
-                if self._restart is not None:  # a drain just emptied the batch
+                if r._restart is not None:  # a drain just emptied the batch
                     continue
-                self._schedule(self._next_release_s())  # frees memory: a decision
+                self._schedule(r._next_release_s())  # frees memory: a decision
                 return
-            end_s = t + self._step_time_s(step) + step.stall_s
-            if end_s >= self.clock.horizon_s or self._restart is not None:
+            end_s = t + r._step_time_s(step) + step.stall_s
+            if end_s >= self._horizon or r._restart is not None:
                 # (A restart due: its boundary must be decided at ``env.now``.)
                 self._step = step
                 self._schedule(end_s)
                 return
             if self._end_step(step, end_s):
                 return
-            t = self._t
+            t = r._t
 
-    def _go_down_now(self, t: float, mode: RestartMode, downtime_s: float) -> None:
-        if not self._take_down(mode, downtime_s):
-            return  # gone for good (scaled down)
+    def _go_down_now(self, mode: RestartMode, downtime_s: float) -> None:
+        """A restart's step boundary: handed back (:class:`Decision`); the owner records
+        it, then calls :meth:`go_down`."""
+        self.replica._restart_due()
+        decision = self._decision
+        if decision is None:
+            decision = self._decision = Decision()
+        decision.down = (mode, downtime_s)
+
+    def go_down(self, mode: RestartMode, downtime_s: float) -> list[Group]:
+        """Go down for the restart a :class:`Decision` handed back (its owner has
+        recorded it), at ``env.now``: returns the requests a ``lose`` restart loses (the
+        owner's clients see errors); back after ``downtime_s`` (inf: gone for good)."""
+        r = self.replica
+        lost = r.sched.take_all() if mode == "lose" else []
+        if not r._shut(downtime_s):
+            return lost  # gone for good (scaled down)
         self._down = True
         # The downtime is a SimPy timer, set now as exact mode's process sets it: the
         # replica comes back in the same order with other events at that instant.
-        env = self.env
+        env = r.env
         back = env.timeout((env.now + downtime_s) - env.now)
         assert back.callbacks is not None
         back.callbacks.append(self._back_up_now)
+        return lost
 
     def _back_up_now(self, _event: simpy.Event) -> None:
         """The downtime is over (a SimPy callback, at ``env.now``): back up, with a
         fresh allocator; decide now (nothing waits: no request was routed here)."""
-        now = float(self.env.now)
+        now = float(self.replica.env.now)
         self._down = False
-        self._come_back(now)
+        self.replica._come_back(now)
         self._schedule(now)
 
     def close(self) -> None:
-        super().close()
         self._step = None
         self.agenda.discard(self)

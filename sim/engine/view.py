@@ -1,15 +1,15 @@
 """A read-only view of one replica at the current instant, for routers, restart policies
 and autoscalers (the fleet's deciders read replicas only through it; they never mutate).
 
-Reads are lazy: identity and lifecycle fields (``replica_id``, ``up``, ``uptime_s``)
-touch no scheduler state; request counts bring only the queue up to now (fed requests
-that have arrived are queued: ``Replica.observe_queue``); memory fields first bring the
-replica up to now (``Replica.observe``: decode steps completed inside a fast-mode run
-are applied too) and then read O(1) counters -- so a router that hashes or rotates costs
-nothing, one that counts requests almost nothing, and one that reads KV usage one
-observe per read.
-Free memory does not depend on growth the engine has deferred (that only turns reserved
-slots into used ones), so no read tells the allocator anything.
+A view only reads: it never moves the replica forward. It shows the replica as of its
+last state change or catch-up: request counts change only at the replica's decisions, so
+they are current whenever its owner's loop is between decisions; memory fields inside a
+fast-mode run of decode steps are current once the owner has brought the replica to now
+(``Replica.observe``: the decode steps completed by then applied). The owner does that
+where a decider reads memory (``sim.fleet.routeviews``: at each refresh, for a router
+that reads memory; the fleet's policy readings and event rows), never the view.
+Reads are O(1) counters. Free memory does not depend on growth the engine has deferred
+(that only turns reserved slots into used ones), so no read tells the allocator anything.
 """
 
 from __future__ import annotations
@@ -51,38 +51,29 @@ class ReplicaView:
     def restarts(self) -> int:
         return self._replica.restarts
 
-    # -- brought up to now first ------------------------------------------------------------
+    # -- scheduler state, as of the replica's last decision or catch-up -------------------
     # Counts of requests change only at the replica's decisions (admission, preemption,
     # finishes: a planned run of decode steps ends at its first finish, and growth
-    # inside it needs no decision), never inside a step or a run: reading them needs
-    # only the queue brought up to now (``Replica.observe_queue``), not the run.
+    # inside it needs no decision), never inside a step or a run.
     @property
     def waiting_requests(self) -> int:
         """Requests queued (arrived, not admitted)."""
-        r = self._replica
-        r.observe_queue()
-        return len(r.sched.waiting)
+        return len(self._replica.sched.waiting)
 
     @property
     def running_requests(self) -> int:
         """Requests in the running batch (prefilling or decoding)."""
-        r = self._replica
-        r.observe_queue()
-        return len(r.sched.running)
+        return len(self._replica.sched.running)
 
     @property
     def outstanding_requests(self) -> int:
         """Waiting plus running: what "least outstanding requests" routing counts."""
-        r = self._replica
-        r.observe_queue()
-        sched = r.sched
+        sched = self._replica.sched
         return len(sched.waiting) + len(sched.running)
 
     @property
     def running_seqs(self) -> int:
-        r = self._replica
-        r.observe_queue()
-        return r.sched.running_seqs
+        return self._replica.sched.running_seqs
 
     @property
     def capacity_tokens(self) -> int:
@@ -96,20 +87,14 @@ class ReplicaView:
 
     @property
     def free_tokens(self) -> int:
-        r = self._replica
-        r.observe()
-        return r.allocator.free_and_largest_tokens()[0]
+        return self._replica.allocator.free_and_largest_tokens()[0]
 
     @property
     def largest_free_extent_tokens(self) -> int:
         """The largest free extent one request can use (all free memory when paged)."""
-        r = self._replica
-        r.observe()
-        return r.allocator.free_and_largest_tokens()[1]
+        return self._replica.allocator.free_and_largest_tokens()[1]
 
     @property
     def kv_usage(self) -> float:
         """Share of the KV pool owned by requests (1 - free / capacity), in [0, 1]."""
-        r = self._replica
-        r.observe()
-        return 1.0 - r.allocator.free_and_largest_tokens()[0] / self.capacity_tokens
+        return 1.0 - self._replica.allocator.free_and_largest_tokens()[0] / self.capacity_tokens

@@ -24,7 +24,7 @@ import simpy
 
 from policies.routing.base import NO_REQUEST, Router, RouteRequest
 from sim.engine.batch import ClientRetry, Group, SchedEvent, Status
-from sim.engine.driven import Agenda, Clock, DrivenReplica
+from sim.engine.driven import Agenda, Clock, Decision, Driven
 from sim.engine.events import ArrivalTimer
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica, RestartMode
@@ -87,12 +87,13 @@ class _NodeOutlet(RunOutlet):
         self.fleet.lost(replica, groups)
 
     def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
-        self.fleet.went_down(self.node, mode, downtime_s)
+        self.fleet.life.went_down(self.node, mode, downtime_s)
 
 
-class Fleet(Lifecycle):
+class Fleet:
     """A run's traffic (``sim.simulate.driver.Traffic``) when the scenario has a fleet: built with
-    its initial nodes; the run starts :meth:`processes`."""
+    its initial nodes; the run starts :meth:`processes`. Its nodes' lives are its
+    :class:`Lifecycle`'s (:attr:`life`), for which it is the ``NodeHost``."""
 
     def __init__(
         self,
@@ -109,12 +110,15 @@ class Fleet(Lifecycle):
         retry: ClientRetry,
         high_free_share: float,
     ) -> None:
-        super().__init__(env, config, parts, seed=seed, exact=exact)
+        self.env = env
+        self.config = config
+        self.parts = parts
+        self.exact = exact
         self.recorder = recorder
         self.columns = columns
         self.records = records
         self.sessions = sessions
-        self.router: Router = config.router.build()
+        self.router = config.router.build()
         self.restart_policy = config.restart.build()
         self.autoscaler = config.autoscaler.build()
         self.retry = retry
@@ -140,46 +144,54 @@ class Fleet(Lifecycle):
         self.script: list[NodeAction] = []
         """Node actions applied at their times besides the policies' (a postmortem's
         recorded events), sorted by time."""
+        self.life = Lifecycle(env, config, parts, self, seed=seed)
+        self.nodes = self.life.nodes
+        """Every node, by replica id (the lifecycle's list)."""
         for i, pool in enumerate(config.pools):
             for j in range(pool.count):
-                self.add_active(i, pool.uptime_of(j))
+                self.life.add_active(i, pool.uptime_of(j))
+
+    @property
+    def router(self) -> Router:
+        """The routing policy (a postmortem's replay sets its recorded routes')."""
+        return self._router
+
+    @router.setter
+    def router(self, router: Router) -> None:
+        self._router = router
+        self._views_only = router.views_only
+        self._reads_memory = router.reads_memory
+
+    @property
+    def scale_ups(self) -> int:
+        return self.life.scale_ups
+
+    @property
+    def scale_downs(self) -> int:
+        return self.life.scale_downs
+
+    @property
+    def restarts_by_cause(self) -> dict[str, int]:
+        return self.life.restarts_by_cause
 
     # -- replicas -------------------------------------------------------------------------
     def make_replica(self, node: Node, initial_uptime_s: float) -> Replica:
         part = self.parts[node.pool_index]
         alloc, spec = part.allocator, part.spec
-        replica: Replica
-        if self.exact:
-            replica = Replica(
-                self.env,
-                node.replica_id,
-                part.scheduler,
-                lambda: alloc.build(spec),
-                part.latency,
-                outlet=_NodeOutlet(self, node),
-                exact=True,
-                initial_uptime_s=initial_uptime_s,
-                out_of_range=self.out_of_range[node.pool_index],
-            )
-        else:
-            replica = DrivenReplica(
-                self.env,
-                node.replica_id,
-                part.scheduler,
-                lambda: alloc.build(spec),
-                part.latency,
-                clock=self.clock,
-                agenda=self.agenda,
-                outlet=_NodeOutlet(self, node),
-                initial_uptime_s=initial_uptime_s,
-                out_of_range=self.out_of_range[node.pool_index],
-            )
-        self.views.set(node.replica_id, replica.view)
+        replica = Replica(
+            self.env,
+            node.replica_id,
+            part.scheduler,
+            lambda: alloc.build(spec),
+            part.latency,
+            outlet=_NodeOutlet(self, node),
+            exact=self.exact,
+            initial_uptime_s=initial_uptime_s,
+            out_of_range=self.out_of_range[node.pool_index],
+            driver=None if self.exact else Driven(self.clock, self.agenda),
+        )
+        self.views.set(node.replica_id, replica.view, replica)
         return replica
-
-    def restart_drain(self) -> tuple[str, float]:
-        c = self.config.restart
-        return c.drain, c.drain_timeout_s
 
     def node_added(self, node: Node) -> None:
         self.views.set(node.replica_id, AbsentView(node.replica_id))
@@ -234,7 +246,7 @@ class Fleet(Lifecycle):
         ``rejected-capacity``)."""
         router = self.router
         request = self._request(g) if router.reads_request else NO_REQUEST
-        choice = self.views.choose(router, request, router.views_only)
+        choice = self.views.choose(router, request, self._views_only, self._reads_memory)
         if choice is None:
             self.route_refusals += 1
             self.fleet_event(
@@ -256,24 +268,30 @@ class Fleet(Lifecycle):
 
     # -- clients ------------------------------------------------------------------------------
     def client_retry(self, replica: Replica, g: Group, delay_s: float) -> None:
-        """A replica refused ``g`` and its client retries after ``delay_s`` (attempt
-        counted by the scheduler): pinned to that replica while it takes traffic,
-        unless retries are re-routed. The delay counts from the refusal on the
-        replica's clock (ahead of ``env.now`` while fast mode runs ahead)."""
+        """Exact mode: a replica refused ``g`` and its client retries after ``delay_s``
+        (attempt counted by the scheduler): pinned to that replica while it takes
+        traffic, unless retries are re-routed (fast mode: :meth:`apply`)."""
         replica_id = replica.replica_id
-        if not self.exact:
-            self._retry_at(replica.now_s + delay_s, replica.now_s, g, replica_id)
-            return
         timer = ArrivalTimer(self.env, replica.now_s - self.env.now + delay_s)
         assert timer.callbacks is not None
         timer.callbacks.append(lambda _: self.retry_now(g, replica_id))
 
-    def _retry_at(self, due_s: float, set_s: float, g: Group, replica_id: int) -> None:
-        """Fast mode: a retry for the loop, due at ``due_s`` (a replica deciding now
-        stops running ahead there: the clock's horizon)."""
-        self.retries.add(due_s, set_s, g, replica_id)
-        if due_s < self.clock.horizon_s:
-            self.clock.horizon_s = due_s
+    def apply(self, driven: Driven, decision: Decision) -> None:
+        """Fast mode: what a replica's decision handed back, applied by the loop after
+        it (``sim.fleet.loop``): its clients' retries (pinned to it unless re-routed),
+        then a restart's boundary -- the node's lifecycle moves on (its queue may go
+        back to the router), the replica goes down, the requests it lost see errors."""
+        replica = driven.replica
+        replica_id = replica.replica_id
+        for due_s, set_s, g in decision.retries:
+            self.retries.add(due_s, set_s, g, replica_id)
+        if decision.down is None:
+            return
+        mode, downtime_s = decision.down
+        self.life.went_down(self.nodes[replica_id], mode, downtime_s)
+        lost = driven.go_down(mode, downtime_s)
+        if lost:
+            self.lost(replica, lost)
 
     def retry_now(self, g: Group, replica_id: int) -> None:
         """A client's retry of ``g`` arrives now: back to ``replica_id`` (pinned) while
@@ -299,7 +317,7 @@ class Fleet(Lifecycle):
         now = self.now_s
         if delay_s is not None:
             if not self.exact:
-                self._retry_at(now + delay_s, now, g, -1)
+                self.retries.add(now + delay_s, now, g, -1)
                 return
             timer = ArrivalTimer(self.env, delay_s)
             assert timer.callbacks is not None
@@ -319,7 +337,8 @@ class Fleet(Lifecycle):
         share = math.nan
         uptime = 0.0
         if replica is not None:
-            view = replica.view  # brought up to now
+            replica.observe()  # its memory as of now
+            view = replica.view
             free, largest = view.free_tokens, view.largest_free_extent_tokens
             share = free / view.capacity_tokens
             uptime = replica.uptime_s
@@ -386,28 +405,28 @@ class Fleet(Lifecycle):
 
     def play(self, actions: Sequence[NodeAction]) -> Generator[simpy.Event, Any, None]:
         """Apply ``actions`` (sorted by time) at their times."""
-        env = self.env
+        env, life = self.env, self.life
         for a in actions:
             if a.time_s > env.now:
                 yield env.timeout(a.time_s - env.now)
             if a.action == "scale_up":
-                node = self.add_active(a.pool_index, 0.0)
-                self.scale_ups += 1
+                node = life.add_active(a.pool_index, 0.0)
+                life.scale_ups += 1
                 self.fleet_event("scale-up", node.replica_id, a.cause)
             elif a.action == "restart":
-                self.restart(a.replica_id, a.cause)
+                life.restart(a.replica_id, a.cause)
             elif a.action == "crash":
-                self.crash(self.nodes[a.replica_id])
+                life.crash(self.nodes[a.replica_id])
             elif self.nodes[a.replica_id].state != "gone":
-                self.scale_downs += 1
-                self.retire(self.nodes[a.replica_id], a.cause)
+                life.scale_downs += 1
+                life.retire(self.nodes[a.replica_id], a.cause)
 
     def restart_ticks(self) -> Generator[simpy.Event, Any, None]:
         policy = self.restart_policy
         for _ in range(bounds.MAX_POLICY_CHECKS):
             yield self.env.timeout(policy.interval_s)
-            for decision in policy.decide(self.reading()):
-                self.restart(decision.replica_id, decision.cause)
+            for decision in policy.decide(self.life.reading()):
+                self.life.restart(decision.replica_id, decision.cause)
         yield self.env.timeout(policy.interval_s)
         field, what = "fleet.restart.interval_s", "restart-policy calls"
         raise bounds.count_exceeded(field, bounds.MAX_POLICY_CHECKS, what, self.env.now)
@@ -416,9 +435,9 @@ class Fleet(Lifecycle):
         scaler = self.autoscaler
         for _ in range(bounds.MAX_POLICY_CHECKS):
             yield self.env.timeout(scaler.interval_s)
-            decision = scaler.decide(self.reading())
+            decision = scaler.decide(self.life.reading())
             if decision is not None:
-                self.apply_scale(decision)
+                self.life.apply_scale(decision)
         yield self.env.timeout(scaler.interval_s)
         field, what = "fleet.autoscaler.interval_s", "autoscaler calls"
         raise bounds.count_exceeded(field, bounds.MAX_POLICY_CHECKS, what, self.env.now)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import simpy
@@ -35,23 +35,53 @@ if TYPE_CHECKING:
 _PURPOSES = {"provision": 1, "load": 2, "mttr": 3, "mtbf": 4}
 
 
+class NodeHost(Protocol):
+    """What the lifecycle asks of its owner (the fleet): the lifecycle keeps the nodes,
+    their states, timers, draws and the bill; the owner makes replicas, keeps the
+    routers' views, logs fleet rows and places redirected requests."""
+
+    def make_replica(self, node: Node, initial_uptime_s: float) -> Replica:
+        """A serving process for ``node`` (its model loaded), up ``initial_uptime_s``."""
+        ...
+
+    def node_added(self, node: Node) -> None:
+        """``node`` joined the fleet (no serving process yet)."""
+        ...
+
+    def routability_changed(self) -> None:
+        """A node's state or its replica's ``accepting`` changed: whether a router may
+        choose it may have (called after every such change)."""
+        ...
+
+    def fleet_event(
+        self, kind: str, replica_id: int, cause: str, detail: str = "", request_id: int = -1
+    ) -> None:
+        """A fleet row in the event log (restart, crash, scale, drain timeout)."""
+        ...
+
+    def redirect(self, groups: list[Group]) -> None:
+        """A stopping replica's queue, to be placed again by the router."""
+        ...
+
+
 class Lifecycle:
-    """Node bookkeeping shared by :class:`sim.fleet.fleet.Fleet` (which adds routing)."""
+    """The fleet's nodes and their lives (the module docstring), a collaborator of the
+    fleet (``sim.fleet.fleet.Fleet`` owns one and is its :class:`NodeHost`)."""
 
     def __init__(
         self,
         env: simpy.Environment,
         config: FleetConfig,
         parts: Sequence[Any],
+        host: NodeHost,
         *,
         seed: int,
-        exact: bool,
     ) -> None:
         self.env = env
         self.config = config
         self.parts = parts
+        self.host = host
         self.seed = seed
-        self.exact = exact
         self.nodes: list[Node] = []
         self._rngs: dict[tuple[int, int], np.random.Generator] = {}
         self.scale_ups = 0
@@ -59,26 +89,6 @@ class Lifecycle:
         self.restarts_by_cause: dict[str, int] = {}
         self.fault_draws = 0
         """Crash-clock timers fired, all nodes (bounded: ``bounds.MAX_FAULT_DRAWS``)."""
-
-    # -- hooks the fleet implements -------------------------------------------------------
-    def make_replica(self, node: Node, initial_uptime_s: float) -> Replica:
-        raise NotImplementedError
-
-    def node_added(self, node: Node) -> None:
-        raise NotImplementedError
-
-    def routability_changed(self) -> None:
-        """A node's state or its replica's ``accepting`` changed: whether a router may
-        choose it may have (called after every such change)."""
-        raise NotImplementedError
-
-    def fleet_event(
-        self, kind: str, replica_id: int, cause: str, detail: str = "", request_id: int = -1
-    ) -> None:
-        raise NotImplementedError
-
-    def redirect(self, groups: list[Group]) -> None:
-        raise NotImplementedError
 
     # -- draws ------------------------------------------------------------------------------
     def _rng(self, replica_id: int, purpose: str) -> np.random.Generator:
@@ -109,20 +119,20 @@ class Lifecycle:
             billed_from_s=now,
         )
         self.nodes.append(node)
-        self.node_added(node)
+        self.host.node_added(node)
         return node
 
     def add_active(self, pool_index: int, initial_uptime_s: float) -> Node:
         """A node serving at t = 0, up for ``initial_uptime_s`` already."""
         node = self._new_node(pool_index, "active")
-        node.replica = self.make_replica(node, initial_uptime_s)
+        node.replica = self.host.make_replica(node, initial_uptime_s)
         self._start_faults(node)
         return node
 
     def _set(self, node: Node, state: NodeState) -> None:
         node.state = state
         node.state_since_s = self.env.now
-        self.routability_changed()
+        self.host.routability_changed()
 
     def _after(self, delay_s: float, node: Node, action: Any) -> None:
         """``action()`` after ``delay_s`` unless the node's epoch changes meanwhile."""
@@ -132,6 +142,11 @@ class Lifecycle:
         timer.callbacks.append(lambda _: action() if node.epoch == epoch else None)
 
     def reading(self) -> FleetReading:
+        """What the restart policy and the autoscaler read now: every serving replica
+        brought to now first (its views only read)."""
+        for node in self.nodes:
+            if node.replica is not None and node.state != "gone":
+                node.replica.observe()
         config = self.config
         return FleetReading(
             self.env.now,
@@ -149,7 +164,7 @@ class Lifecycle:
         provision_s = self._draw(lc.provision, node.replica_id, "provision")
         self._after(provision_s, node, lambda: self._loading(node))
         detail = f"provision_s={provision_s:.1f}" + ("; avoidable" if avoidable else "")
-        self.fleet_event("scale-up", node.replica_id, cause, detail)
+        self.host.fleet_event("scale-up", node.replica_id, cause, detail)
         return node
 
     def _loading(self, node: Node) -> None:
@@ -159,16 +174,16 @@ class Lifecycle:
 
     def _loaded(self, node: Node) -> None:
         self._set(node, "warming")
-        replica = node.replica = self.make_replica(node, 0.0)
+        replica = node.replica = self.host.make_replica(node, 0.0)
         replica.accepting = False
-        self.routability_changed()
+        self.host.routability_changed()
         self._after(self.config.lifecycle.warmup_s, node, lambda: self._ready(node))
 
     def _ready(self, node: Node) -> None:
         self._set(node, "active")
         assert node.replica is not None
         node.replica.accepting = True
-        self.routability_changed()
+        self.host.routability_changed()
         if node.crashes_total == 0 and node.restarts_total == 0:
             self._start_faults(node)
 
@@ -178,17 +193,16 @@ class Lifecycle:
         node = self.nodes[replica_id]
         if node.state != "active" or node.replica is None:
             return False
-        config = self.restart_drain()
-        drain, timeout_s = config
+        drain, timeout_s = self._drain()
         replica = node.replica
         replica.accepting = False
-        self.routability_changed()
+        self.host.routability_changed()
         self._set(node, "draining")
         node.pending = "restart"
         node.restarts_total += 1
         key = cause.split(":")[0]
         self.restarts_by_cause[key] = self.restarts_by_cause.get(key, 0) + 1
-        self.fleet_event("restart", replica_id, cause, f"drain={drain}")
+        self.host.fleet_event("restart", replica_id, cause, f"drain={drain}")
         load_s = self._draw(self.config.lifecycle.load, replica_id, "load")
         downtime_s = load_s + self.config.lifecycle.warmup_s
         node.down_load_s = load_s
@@ -196,14 +210,15 @@ class Lifecycle:
             replica.request_restart("lose", downtime_s)
             return True
         if drain == "redirect":
-            self.redirect(replica.take_waiting())
+            self.host.redirect(replica.take_waiting())
         replica.request_restart("drain", downtime_s)
         self._drain_deadline(node, timeout_s, downtime_s)
         return True
 
-    def restart_drain(self) -> tuple[str, float]:
+    def _drain(self) -> tuple[str, float]:
         """(drain mode, drain timeout) of the restart policy."""
-        raise NotImplementedError
+        c = self.config.restart
+        return c.drain, c.drain_timeout_s
 
     def _drain_deadline(self, node: Node, timeout_s: float, downtime_s: float) -> None:
         replica = node.replica
@@ -211,7 +226,7 @@ class Lifecycle:
 
         def expire() -> None:
             if node.state == "draining":
-                self.fleet_event("drain-timeout", node.replica_id, node.pending)
+                self.host.fleet_event("drain-timeout", node.replica_id, node.pending)
                 replica.request_restart("lose", downtime_s)
 
         self._after(timeout_s, node, expire)
@@ -225,8 +240,8 @@ class Lifecycle:
         load_s = self._draw(lc.load, node.replica_id, "load")
         node.crashes_total += 1
         replica.accepting = False
-        self.routability_changed()
-        self.fleet_event("crash", node.replica_id, "node fault", f"repair_s={repair_s:.1f}")
+        self.host.routability_changed()
+        self.host.fleet_event("crash", node.replica_id, "node fault", f"repair_s={repair_s:.1f}")
         if node.pending == "scale-down":
             replica.request_restart("lose", math.inf)
             return
@@ -247,7 +262,7 @@ class Lifecycle:
             if node.replica is not None and mode != "lose":
                 # Scaled down: requests still queued there (a drain stops admitting)
                 # are placed again, or they would wait for a replica that never returns.
-                self.redirect(node.replica.take_waiting())
+                self.host.redirect(node.replica.take_waiting())
             return
         replica = node.replica
         assert replica is not None
@@ -263,7 +278,7 @@ class Lifecycle:
             # gateway retries requests not yet started) rather than waiting out the
             # model load.
             if mode != "lose":
-                self.redirect(replica.take_waiting())
+                self.host.redirect(replica.take_waiting())
         self._after(warm_at_s, node, lambda: self._set(node, "warming"))
         epoch = node.epoch
         back = replica.back_up
@@ -273,7 +288,7 @@ class Lifecycle:
             if node.epoch == epoch:
                 self._set(node, "active")
                 replica.accepting = True
-                self.routability_changed()
+                self.host.routability_changed()
                 node.pending = ""
 
         assert back.callbacks is not None
@@ -331,7 +346,7 @@ class Lifecycle:
 
     def retire(self, node: Node, cause: str) -> None:
         """Scale ``node`` down: drained (or lost at the drain timeout), then gone."""
-        self.fleet_event("scale-down", node.replica_id, cause)
+        self.host.fleet_event("scale-down", node.replica_id, cause)
         node.pending = "scale-down"
         replica = node.replica
         if node.state in ("provisioning", "loading") or replica is None or not replica.up:
@@ -340,15 +355,15 @@ class Lifecycle:
             node.gone_s = self.env.now
             return
         replica.accepting = False
-        self.routability_changed()
+        self.host.routability_changed()
         if node.state == "warming":
             node.epoch += 1
             replica.request_restart("kill", math.inf)
             return
         self._set(node, "draining")
-        drain, timeout_s = self.restart_drain()
+        drain, timeout_s = self._drain()
         if drain == "redirect":
-            self.redirect(replica.take_waiting())
+            self.host.redirect(replica.take_waiting())
         replica.request_restart("lose" if drain == "kill" else "drain", math.inf)
         if drain != "kill":
             self._drain_deadline(node, timeout_s, math.inf)

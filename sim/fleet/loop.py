@@ -20,6 +20,10 @@ distinct arrival time, a retry's at the failure it answers; on equal set times t
 arrival); then SimPy events; then replicas' decisions, in the order they were
 scheduled. A decision that changes a replica's life (``needs_env_time``) runs at
 ``env.now``: the loop first lets SimPy reach that instant.
+
+A decision never calls back into the fleet: it returns what it made
+(``sim.engine.driven.Decision``: client retries, a restart's boundary), and the loop has
+the fleet apply it (``Fleet.apply``) before the next item.
 """
 
 # fragsim: compiled
@@ -101,16 +105,16 @@ def drive(fleet: Fleet) -> Generator[simpy.Event, Any, None]:
                 clock.now_s = h
                 yield env.timeout(h - env.now)
                 continue
-            replica = agenda.pop()
+            driven = agenda.pop()
             clock.now_s = d
-            if replica.needs_env_time and env.now < d and synced_at_s != d:
+            if driven.needs_env_time and env.now < d and synced_at_s != d:
                 synced_at_s = d
-                agenda.push(d, replica)
+                agenda.push(d, driven)
                 yield env.timeout(d - env.now)
                 continue
-            clock.horizon_s = min(u, agenda.next_s(), horizon_s(queue))
-            replica.decide()
-            clock.horizon_s = -math.inf
+            decision = driven.decide(min(u, agenda.next_s(), horizon_s(queue)))
+            if decision is not None:
+                fleet.apply(driven, decision)
             continue
         if h == math.inf:
             return

@@ -1,6 +1,10 @@
-"""The replica views a router reads: fresh (every read brings the replica up to now) or
+"""The replica views a router reads: fresh (signals as of the routing decision) or
 stale (load signals as of the last refresh, as a gateway that scrapes its endpoints'
-metrics every ``refresh_s``). ``up`` is always fresh: a replica that went down or
+metrics every ``refresh_s``). Views only read (``sim.engine.view``); for a router that
+reads memory (``Router.reads_memory``) the route views bring every replica to the
+decision's instant first (``Replica.observe``): at each decision when fresh, at each
+refresh when stale. Request counts need no such step (they change only at a replica's
+decisions). ``up`` is always fresh: a replica that went down or
 started draining is out of rotation at once (endpoint readiness), only its load
 signals lag.
 
@@ -29,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from policies.routing.base import Router, RouteRequest
+from sim.engine.replica import Replica
 from sim.engine.view import ReplicaView
 
 
@@ -128,6 +133,8 @@ class RouteViews:
         """The fleet's instant (a routing decision's time)."""
         self.refresh_s = refresh_s
         self.live: list[Any] = []
+        self._replicas: list[Replica | None] = []
+        """The replica behind each live view (None: an ``AbsentView``)."""
         self._stale: list[Any] = []
         self._snapshots: list[StaleView] = []
         """The ``StaleView`` entries of ``_stale`` (reused from refresh to refresh)."""
@@ -142,22 +149,27 @@ class RouteViews:
         self._choice_version = -1
         """A ``views_only`` router's last choice and the version it was made on."""
 
-    def set(self, replica_id: int, view: Any) -> None:
-        """The view of node ``replica_id``: a live ``ReplicaView`` or an ``AbsentView``."""
+    def set(self, replica_id: int, view: Any, replica: Replica | None = None) -> None:
+        """The view of node ``replica_id``: a live ``ReplicaView`` of ``replica`` or an
+        ``AbsentView`` (``replica`` None)."""
         if replica_id == len(self.live):
             self.live.append(view)
+            self._replicas.append(replica)
         else:
             self.live[replica_id] = view
+            self._replicas[replica_id] = replica
         self._next_refresh_s = -1.0  # membership changed: snapshot again
 
-    def choose(self, router: Router, request: RouteRequest, views_only: bool) -> int | None:
-        """``router.choose(request, self.current())``; with ``views_only`` (the
-        router's ``Router.views_only``, read by the caller: compiled code would not see
-        an interpreted subclass's class attribute), its last choice again while the
-        views cannot have changed since it was made (stale views within one refresh, no
-        routability change): the same answer without asking (the first decision of the
-        refresh made its reads)."""
-        views = self.current()
+    def choose(
+        self, router: Router, request: RouteRequest, views_only: bool, reads_memory: bool = True
+    ) -> int | None:
+        """``router.choose(request, self.current(reads_memory))``; with ``views_only``
+        (the router's ``Router.views_only``, read by the caller: compiled code would not
+        see an interpreted subclass's class attribute; so is ``reads_memory``), its last
+        choice again while the views cannot have changed since it was made (stale views
+        within one refresh, no routability change): the same answer without asking (the
+        first decision of the refresh made its reads)."""
+        views = self.current(reads_memory)
         if not views_only:
             return router.choose(request, views)
         if self._version != self._choice_version:
@@ -170,12 +182,18 @@ class RouteViews:
         (its load signals stay as of the last refresh)."""
         self._up_stale = True
 
-    def current(self) -> list[Any]:
+    def current(self, reads_memory: bool = True) -> list[Any]:
+        """The views a decision now reads (``reads_memory``: the replicas brought to now
+        first where the views' signals are taken now)."""
         if self.refresh_s <= 0:
             self._version += 1
+            if reads_memory:
+                self._catch_up()
             return self.live
         now = self._now_s()
         if now >= self._next_refresh_s:
+            if reads_memory:
+                self._catch_up()
             self._epoch.count += 1
             if self._next_refresh_s < 0:  # membership changed: new snapshot objects
                 epoch = self._epoch
@@ -191,8 +209,17 @@ class RouteViews:
             # The refresh grid: every refresh_s from t = 0.
             self._next_refresh_s = (now // self.refresh_s + 1) * self.refresh_s
         elif self._up_stale:
+            if reads_memory:  # a view up again is read first now
+                self._catch_up()
             for snap in self._snapshots:
                 snap.copy_up()
             self._up_stale = False
             self._version += 1
         return self._stale
+
+    def _catch_up(self) -> None:
+        """Bring every replica to the fleet's instant (decode steps completed inside a
+        run applied), so that its memory signals are read as of now."""
+        for replica in self._replicas:
+            if replica is not None:
+                replica.observe()

@@ -232,9 +232,6 @@ def kv_bytes_per_token_of(summary: Summary) -> Callable[[int], int] | None:
     return None
 
 
-
-
-
 def _replica_family(
     out: TextIO,
     family: Family,

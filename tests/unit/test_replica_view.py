@@ -89,6 +89,7 @@ def _serve(
         view = replica.view
         while True:
             yield env.timeout(0.37)
+            replica.observe()  # the owner brings it to now; the view only reads
             views.append(
                 (
                     round(env.now, 9),

@@ -398,6 +398,8 @@ def test_every_router_routes_a_trace_over_real_replicas(kind: str) -> None:
         for r in requests:
             if r.arrival_s > env.now:
                 yield env.timeout(r.arrival_s - env.now)
+            for rep in replicas:
+                rep.observe()  # the owner brings them to now; views only read
             views = [rep.view for rep in replicas]
             i = router.choose(r, views)
             assert i is not None and replicas[i].up, (r.request_id, i)
