@@ -303,6 +303,25 @@ class Allocator:
         decision by the allocator (and so in any order with other requests)."""
         return self.reserved_tokens(request_id) - self.held_tokens(request_id)
 
+    def prefix_hit_tokens(self, tokens: int, prefix_hashes: Sequence[int] = ()) -> int:
+        """Leading tokens of a ``tokens``-long prompt that ``allocate`` would find in
+        the prefix cache now (read-only). Default: none (no prefix cache)."""
+        return 0
+
+    def admission_fits(
+        self, tokens: int, prefix_hashes: Sequence[int] = (), *, keep_free_tokens: int = 0
+    ) -> bool:
+        """Would ``allocate(tokens, prefix_hashes=...)`` fit now and still leave
+        ``keep_free_tokens`` free (vLLM's watermark, its whole-prompt admission gate)?
+        Read-only; False records the refusal (``last_failure``). Default: free memory
+        covers ``tokens + keep_free_tokens`` (a policy that knows its placement says
+        more precisely)."""
+        need = tokens + keep_free_tokens
+        if need <= self.free_and_largest_tokens()[0]:
+            return True
+        self._refuse(need)
+        return False
+
     def free_and_largest_tokens(self) -> tuple[int, int]:
         """``(stats().free_tokens, stats().largest_free_extent_tokens)``: what decides
         whether a refused request may fit now (policies override it to skip a snapshot)."""

@@ -269,6 +269,27 @@ class PagedAllocator(PooledAllocator):
         """Live requests referencing ``block_id`` (0 for a free or unknown block)."""
         return self._ref.get(block_id, 0)
 
+    def prefix_hit_tokens(self, tokens: int, prefix_hashes: Sequence[int] = ()) -> int:
+        if not (prefix_hashes and self._prefix_caching):
+            return 0
+        return sum(self._fill(key) for key, _ in self._hits(tokens, prefix_hashes))
+
+    def admission_fits(
+        self, tokens: int, prefix_hashes: Sequence[int] = (), *, keep_free_tokens: int = 0
+    ) -> bool:
+        """As ``allocate`` counts: new blocks for the tokens past the hits, plus the hit
+        blocks that are free now (reviving them takes them from the free queue)."""
+        need = -(-tokens // self._bt)
+        if prefix_hashes and self._prefix_caching:
+            ref = self._ref
+            for _, b in self._hits(tokens, prefix_hashes):
+                need -= b in ref  # a hit in use takes nothing from the free queue
+        need_tokens = need * self._bt + keep_free_tokens
+        if need_tokens <= self._free_blocks * self._bt:
+            return True
+        self._refuse(need_tokens)
+        return False
+
     # -- engine seams -----------------------------------------------------------------
     def headroom_tokens(self, request_id: int) -> int:
         s = self._seq(request_id)
@@ -451,6 +472,21 @@ class PagedAllocator(PooledAllocator):
             if k < len(hashes):
                 keys.append((hashes[k], n_full, fill))
         return keys
+
+    def _fill(self, key: BlockKey) -> int:
+        """Tokens a cached block of ``key`` holds."""
+        return key[2] if len(key) == 3 else self._bt
+
+    def _hits(self, tokens: int, hashes: Sequence[int]) -> list[tuple[BlockKey, int]]:
+        """(key, block) of the prompt's leading cached blocks, up to the first miss."""
+        out = []
+        cache = self._cache
+        for key in self._block_keys(tokens, hashes):
+            b = cache.get(key)
+            if b is None:
+                break
+            out.append((key, b))
+        return out
 
     def _allocate_with_prefix(
         self, request_id: int, tokens: int, hashes: Sequence[int]

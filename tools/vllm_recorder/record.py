@@ -254,6 +254,25 @@ def fake_runner_output(sched: Scheduler, out: Any) -> ModelRunnerOutput:
     )
 
 
+PREFIX_STATS = (
+    "requests",
+    "queries",
+    "hits",
+    "preempted_requests",
+    "preempted_queries",
+    "preempted_hits",
+)
+"""``PrefixCacheStats`` fields, summed over every step (vLLM resets them per step):
+what its ``vllm:prefix_cache_queries`` / ``_hits`` counters count (new requests) and
+the preempted requests' share, counted apart."""
+
+
+def add_prefix_stats(totals: dict[str, int], stats: Any) -> None:
+    if stats is not None:
+        for name in PREFIX_STATS:
+            totals[name] += int(getattr(stats, name))
+
+
 def record(w: Workload, max_steps: int = 100_000) -> dict[str, Any]:
     init_none_hash(sha256)
     sched = build_scheduler(w)
@@ -265,10 +284,11 @@ def record(w: Workload, max_steps: int = 100_000) -> dict[str, Any]:
         for rid in by_id
     }
     steps: list[list[int]] = []
+    totals = dict.fromkeys(PREFIX_STATS, 0)
     usable_blocks = w.num_gpu_blocks - 1
     nxt = 0
     step = 0
-    while nxt < len(pending) or sched.has_requests():
+    while nxt < len(pending) or sched.get_num_unfinished_requests():
         if step >= max_steps:
             raise RuntimeError(f"{w.name}: not done after {max_steps} steps")
         while nxt < len(pending) and pending[nxt]["arrival_step"] <= step:
@@ -296,12 +316,13 @@ def record(w: Workload, max_steps: int = 100_000) -> dict[str, Any]:
         for rid, toks in zip(runner_out.req_ids, runner_out.sampled_token_ids, strict=True):
             if toks and rec[rid]["first"] < 0:
                 rec[rid]["first"] = step
-        sched.update_from_output(out, runner_out)
+        for outs in sched.update_from_output(out, runner_out).values():
+            if outs.scheduler_stats is not None:
+                add_prefix_stats(totals, outs.scheduler_stats.prefix_cache_stats)
         for rid in list(rec):
             if rec[rid]["finish"] < 0 and rec[rid]["first"] >= 0 and rid not in sched.requests:
                 rec[rid]["finish"] = step
         step += 1
-    stats = sched.kv_cache_manager.prefix_cache_stats
     records = [
         [int(rid), r["admit"], r["first"], r["finish"], r["preempt"], r["hit0"], r["hits"]]
         for rid, r in sorted(rec.items(), key=lambda kv: int(kv[0]))
@@ -314,10 +335,7 @@ def record(w: Workload, max_steps: int = 100_000) -> dict[str, Any]:
         "requests": rows,
         "steps": steps,
         "records": records,
-        "prefix_cache": {
-            "queries_tokens": int(stats.queries) if stats else 0,
-            "hits_tokens": int(stats.hits) if stats else 0,
-        },
+        "prefix_cache": totals,
     }
 
 
