@@ -308,6 +308,14 @@ class Allocator:
         the prefix cache now (read-only). Default: none (no prefix cache)."""
         return 0
 
+    def allocate_chunk(
+        self, request_id: int, tokens: int, prompt_tokens: int, prefix_hashes: Sequence[int] = ()
+    ) -> Allocation | None:
+        """``allocate`` the first ``tokens`` of a ``prompt_tokens`` prompt placed chunk
+        by chunk (later chunks ``extend`` it). Default: ``allocate``; a prefix cache
+        also caches the blocks later chunks fill."""
+        return self.allocate(request_id, tokens, prefix_hashes=prefix_hashes)
+
     def admission_fits(
         self, tokens: int, prefix_hashes: Sequence[int] = (), *, keep_free_tokens: int = 0
     ) -> bool:

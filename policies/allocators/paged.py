@@ -72,13 +72,19 @@ cached partial last block."""
 class _Seq:
     """One live request's block table: ``named`` ids first, then ``anon`` private blocks."""
 
-    __slots__ = ("anon", "blocks", "held", "named")
+    __slots__ = ("anon", "blocks", "hashes", "held", "named", "prompt")
 
     def __init__(self, held: int, blocks: int, anon: int, named: list[int] | None) -> None:
         self.held = held
         self.blocks = blocks
         self.anon = anon
         self.named = named
+        self.hashes: Sequence[int] | None = None
+        """A prompt allocated in part (``allocate_chunk``): its hashes, so that the
+        blocks later chunks fill enter the cache as vLLM caches them; None once the
+        prompt is placed (decode growth stays on the fast path)."""
+        self.prompt = 0
+        """With ``hashes``: the prompt's tokens (blocks past it are not cached)."""
 
 
 class PagedAllocator(PooledAllocator):
@@ -158,6 +164,8 @@ class PagedAllocator(PooledAllocator):
             s = self._seqs[request_id]
         except KeyError:
             raise KeyError(f"request {request_id} is not live") from None
+        if s.hashes is not None:
+            return self._extend_caching(request_id, s, tokens)
         if not s.anon or tokens < 0:  # the last block may be shared or cached
             return self._extend_slow(s, tokens)
         # hot path: the last block is private, growth draws plain blocks
@@ -273,6 +281,18 @@ class PagedAllocator(PooledAllocator):
         if not (prefix_hashes and self._prefix_caching):
             return 0
         return sum(self._fill(key) for key, _ in self._hits(tokens, prefix_hashes))
+
+    def allocate_chunk(
+        self, request_id: int, tokens: int, prompt_tokens: int, prefix_hashes: Sequence[int] = ()
+    ) -> Allocation | None:
+        """As vLLM caches a prompt placed chunk by chunk: the full blocks each later
+        ``extend`` fills, up to ``prompt_tokens``, enter the cache then."""
+        got = self.allocate(request_id, tokens, prefix_hashes=prefix_hashes)
+        if got is not None and prefix_hashes and self._prefix_caching and tokens < prompt_tokens:
+            s = self._seqs[request_id]
+            s.hashes = prefix_hashes
+            s.prompt = prompt_tokens
+        return got
 
     def admission_fits(
         self, tokens: int, prefix_hashes: Sequence[int] = (), *, keep_free_tokens: int = 0
@@ -398,6 +418,26 @@ class PagedAllocator(PooledAllocator):
             self._owned_blocks += need
         s.held += tokens
         self._used_tokens += tokens
+        return True
+
+    def _extend_caching(self, request_id: int, s: _Seq, tokens: int) -> bool:
+        """Extend a prompt allocated in part; its newly full prompt blocks enter the
+        cache (unless a block of equal content is cached already)."""
+        hashes = s.hashes
+        assert hashes is not None
+        s.hashes = None
+        if not self.extend(request_id, tokens):
+            s.hashes = hashes
+            return False
+        keys = self._block_keys(min(s.held, s.prompt), hashes)
+        named = self._name_anon_blocks(s)
+        cache, key_of = self._cache, self._key_of
+        for key, b in zip(keys, named, strict=False):
+            if key not in cache and b not in key_of:
+                cache[key] = b
+                key_of[b] = key
+        if s.held < s.prompt:
+            s.hashes = hashes
         return True
 
     def _draw(self, n: int) -> None:

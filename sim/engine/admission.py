@@ -177,7 +177,7 @@ class Admission:
         elif keep and not alloc.admission_fits(hit + chunk, hashes, keep_free_tokens=keep):
             return 0
         first = self._next_seq_id
-        got = alloc.allocate(first, hit + chunk, reserve_tokens=work, prefix_hashes=hashes)
+        got = alloc.allocate_chunk(first, hit + chunk, work, hashes)
         if got is None:
             return 0
         self._next_seq_id += 1
@@ -185,6 +185,7 @@ class Admission:
         cached = min(got.cached_tokens, work - 1)
         g.prefill_left_tokens = work - cached
         g.cached_tokens = max(g.cached_tokens, cached)
+        _count_hits(g, cached)
         g.held_tokens = g.synced_tokens = hit + chunk
         g.limit_tokens = g.held_tokens + alloc.headroom_tokens(first)
         g.allocates_per_chunk = True
@@ -245,6 +246,7 @@ class Admission:
         else:
             g.prefill_left_tokens = (g.prompt_tokens - cached) + g.num_seqs * grow
             g.cached_tokens = max(g.cached_tokens, cached)
+            _count_hits(g, cached)
         g.held_tokens = g.synced_tokens = resume_tokens
         g.limit_tokens = resume_tokens + alloc.headroom_tokens(ids[0])
         if math.isnan(g.admit_s):
@@ -277,3 +279,10 @@ def _prefill_work(g: Group) -> int:
     if g.swapped:
         return 0
     return g.held_tokens if g.held_tokens else g.prompt_tokens
+
+
+def _count_hits(g: Group, cached: int) -> None:
+    """An admission found ``cached`` prompt tokens in the prefix cache."""
+    if math.isnan(g.admit_s):
+        g.first_hit_tokens = cached
+    g.hit_tokens_total += cached

@@ -136,6 +136,11 @@ class Group:
     retries: int = 0
     peak_reserved_tokens: int = 0
     cached_tokens: int = 0
+    first_hit_tokens: int = 0
+    """Prefix-cache hit tokens at the first admission (vLLM's ``num_cached_tokens``)."""
+    hit_tokens_total: int = 0
+    """Prefix-cache hit tokens summed over every admission, re-admissions after a
+    preemption included (as vLLM's ``record_prefix_cache_stats`` counts them)."""
     allocates_per_chunk: bool = False
     """Placed for chunked prefill as vLLM v1 places it (``SchedulerConfig.
     allocate_per_chunk``): ``held_tokens`` counts the prompt computed so far plus the
@@ -195,6 +200,8 @@ class Group:
         self.retries = 0
         self.peak_reserved_tokens = 0
         self.cached_tokens = 0
+        self.first_hit_tokens = 0
+        self.hit_tokens_total = 0
         self.allocates_per_chunk = False
         self.order = 0
         self.tick_id = 0

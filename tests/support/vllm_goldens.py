@@ -108,7 +108,6 @@ def replay(doc: dict[str, Any], *, ticks: bool = True, max_steps: int = 100_000)
         )
     usable_blocks = config["num_gpu_blocks"] - 1
     out = Replay()
-    done: list[Group] = []
     nxt = 0
     step = 0
     while nxt < len(groups) or sched.running or sched.waiting:
@@ -135,11 +134,10 @@ def replay(doc: dict[str, Any], *, ticks: bool = True, max_steps: int = 100_000)
                 _step(g.first_token_s),
                 _step(g.finish_s),
                 g.preemptions,
-                g.cached_tokens,
-                g.cached_tokens,
+                g.first_hit_tokens,
+                g.hit_tokens_total,
             ]
         )
-    del done
     return out
 
 
