@@ -45,6 +45,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "policies.allocators.static",
     "policies.allocators.compaction",
     "policies.allocators.paged",
+    "policies.allocators.paged_keys",
     "policies.allocators.vm_paged",
     "policies.allocators.caching",
 )

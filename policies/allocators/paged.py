@@ -62,17 +62,19 @@ from policies.allocators.base import (
     PoolSpec,
     classify,
 )
+from policies.allocators.paged_keys import (
+    BlockKey,
+    generated_block_keys,
+    key_fill_tokens,
+    prompt_block_keys,
+)
 from policies.allocators.pooled import PooledAllocator
-
-BlockKey = tuple[int, ...]
-"""``(hash, block_index)`` for a full block, ``(hash, block_index, fill_tokens)`` for a
-cached partial last block."""
 
 
 class _Seq:
     """One live request's block table: ``named`` ids first, then ``anon`` private blocks."""
 
-    __slots__ = ("anon", "blocks", "hashes", "held", "named", "prompt")
+    __slots__ = ("anon", "blocks", "gen_hashes", "hashes", "held", "named", "owner", "prompt")
 
     def __init__(self, held: int, blocks: int, anon: int, named: list[int] | None) -> None:
         self.held = held
@@ -85,6 +87,10 @@ class _Seq:
         prompt is placed (decode growth stays on the fast path)."""
         self.prompt = 0
         """With ``hashes``: the prompt's tokens (blocks past it are not cached)."""
+        self.owner = -1
+        """``cache_generated_blocks``: the request whose blocks these are (-1: none);
+        its full blocks, generated tokens' included, are cached when it is freed."""
+        self.gen_hashes: Sequence[int] = ()
 
 
 class PagedAllocator(PooledAllocator):
@@ -98,6 +104,8 @@ class PagedAllocator(PooledAllocator):
         prefix_caching: bool = True,
         hash_block_tokens: int | None = None,
         cache_partial_block: bool = False,
+        cache_generated_blocks: bool = False,
+        reuse_uncached_first: bool = False,
     ) -> None:
         super().__init__(spec, block_size_tokens)
         if block_size_tokens <= 0:
@@ -112,6 +120,8 @@ class PagedAllocator(PooledAllocator):
         self._hash_bt = hash_block_tokens or block_size_tokens
         self._prefix_caching = prefix_caching
         self._cache_partial = cache_partial_block
+        self._cache_generated = cache_generated_blocks
+        self._reuse_uncached_first = reuse_uncached_first
         self._seqs: dict[int, _Seq] = {}
         # anonymous free blocks ahead of the whole queue: never-used blocks, and blocks
         # freed while the queue was empty (order among anonymous blocks is irrelevant)
@@ -208,12 +218,14 @@ class PagedAllocator(PooledAllocator):
             s = self._seqs.pop(request_id)
         except KeyError:
             raise KeyError(f"request {request_id} is not live (double free?)") from None
+        if s.owner >= 0:  # vLLM caches every full block as it fills; here, at the end
+            self._cache_full_blocks(s, s.held, s.gen_hashes, s.owner)
         bt = self._bt
         named = s.named or []
         if s.anon:
             self._used_tokens -= s.held - len(named) * bt
             self._owned_blocks -= s.anon
-            self._push_run(s.anon)
+            self._release_uncached(s.anon)
         ref = self._ref
         last_fill = s.held - (len(named) - 1) * bt  # fill of the last named block
         for i in range(len(named) - 1, -1, -1):  # tail first: prefix blocks evicted last
@@ -233,7 +245,16 @@ class PagedAllocator(PooledAllocator):
                 self._free_blocks += 1
                 self._cached_free_blocks += 1
             else:
-                self._push_run(1)
+                self._release_uncached(1)
+
+    def _release_uncached(self, n: int) -> None:
+        """``n`` freed blocks nothing can hit: reused last (the queue tail) or, with
+        ``reuse_uncached_first`` (vLLM 0.33), first (the head), so cached blocks stay."""
+        if self._reuse_uncached_first:
+            self._head_free_blocks += n
+            self._free_blocks += n
+        else:
+            self._push_run(n)
 
     # -- reading ----------------------------------------------------------------------
     def stats(self) -> AllocStats:
@@ -277,32 +298,56 @@ class PagedAllocator(PooledAllocator):
         """Live requests referencing ``block_id`` (0 for a free or unknown block)."""
         return self._ref.get(block_id, 0)
 
-    def prefix_hit_tokens(self, tokens: int, prefix_hashes: Sequence[int] = ()) -> int:
+    def prefix_hit_tokens(
+        self, tokens: int, prefix_hashes: Sequence[int] = (), owner: int = -1
+    ) -> int:
         if not (prefix_hashes and self._prefix_caching):
             return 0
-        return sum(self._fill(key) for key, _ in self._hits(tokens, prefix_hashes))
+        return sum(
+            key_fill_tokens(k, self._bt) for k, _ in self._hits(tokens, prefix_hashes, owner)
+        )
 
     def allocate_chunk(
-        self, request_id: int, tokens: int, prompt_tokens: int, prefix_hashes: Sequence[int] = ()
+        self,
+        request_id: int,
+        tokens: int,
+        prompt_tokens: int,
+        prefix_hashes: Sequence[int] = (),
+        owner: int = -1,
+        max_hit_tokens: int = -1,
     ) -> Allocation | None:
         """As vLLM caches a prompt placed chunk by chunk: the full blocks each later
-        ``extend`` fills, up to ``prompt_tokens``, enter the cache then."""
-        got = self.allocate(request_id, tokens, prefix_hashes=prefix_hashes)
-        if got is not None and prefix_hashes and self._prefix_caching and tokens < prompt_tokens:
-            s = self._seqs[request_id]
+        ``extend`` fills, up to ``prompt_tokens``, enter the cache then (and with
+        ``cache_generated_blocks`` every full block of ``owner`` when it is freed)."""
+        if not (prefix_hashes and self._prefix_caching):
+            return self.allocate(request_id, tokens)
+        self._check_new(request_id, self._seqs, tokens)
+        got = self._allocate_with_prefix(request_id, tokens, prefix_hashes, owner, max_hit_tokens)
+        if got is None:
+            return None
+        s = self._seqs[request_id]
+        if tokens < prompt_tokens:
             s.hashes = prefix_hashes
             s.prompt = prompt_tokens
+        if owner >= 0 and self._cache_generated:
+            s.owner = owner
+            s.gen_hashes = prefix_hashes
         return got
 
     def admission_fits(
-        self, tokens: int, prefix_hashes: Sequence[int] = (), *, keep_free_tokens: int = 0
+        self,
+        tokens: int,
+        prefix_hashes: Sequence[int] = (),
+        keep_free_tokens: int = 0,
+        owner: int = -1,
+        max_hit_tokens: int = -1,
     ) -> bool:
         """As ``allocate`` counts: new blocks for the tokens past the hits, plus the hit
         blocks that are free now (reviving them takes them from the free queue)."""
         need = -(-tokens // self._bt)
         if prefix_hashes and self._prefix_caching:
             ref = self._ref
-            for _, b in self._hits(tokens, prefix_hashes):
+            for _, b in self._hits(tokens, prefix_hashes, owner, max_hit_tokens):
                 need -= b in ref  # a hit in use takes nothing from the free queue
         need_tokens = need * self._bt + keep_free_tokens
         if need_tokens <= self._free_blocks * self._bt:
@@ -429,13 +474,7 @@ class PagedAllocator(PooledAllocator):
         if not self.extend(request_id, tokens):
             s.hashes = hashes
             return False
-        keys = self._block_keys(min(s.held, s.prompt), hashes)
-        named = self._name_anon_blocks(s)
-        cache, key_of = self._cache, self._key_of
-        for key, b in zip(keys, named, strict=False):
-            if key not in cache and b not in key_of:
-                cache[key] = b
-                key_of[b] = key
+        self._cache_full_blocks(s, min(s.held, s.prompt), hashes, -1)
         if s.held < s.prompt:
             s.hashes = hashes
         return True
@@ -493,35 +532,41 @@ class PagedAllocator(PooledAllocator):
         s.named = named
         return named
 
-    def _block_keys(self, tokens: int, hashes: Sequence[int]) -> list[BlockKey]:
-        """Keys of the prompt's cacheable blocks, leading and contiguous from block 0."""
-        bt, hbt = self._bt, self._hash_bt
-        n_full = tokens // bt
-        if bt == hbt:
-            keys: list[BlockKey] = [(h, j) for j, h in enumerate(hashes[:n_full])]
-        else:
-            keys = []
-            for j in range(n_full):
-                k = ((j + 1) * bt - 1) // hbt
-                if k >= len(hashes):
-                    break
-                keys.append((hashes[k], j))
-        fill = tokens - n_full * bt
-        if self._cache_partial and fill and len(keys) == n_full:
-            k = (tokens - 1) // hbt
-            if k < len(hashes):
-                keys.append((hashes[k], n_full, fill))
+    def _block_keys(self, tokens: int, hashes: Sequence[int], owner: int = -1) -> list[BlockKey]:
+        """Keys of the cacheable blocks among a request's first ``tokens``: its prompt's
+        hashed blocks, then (``cache_generated_blocks``, ``owner`` >= 0) its own."""
+        bt = self._bt
+        keys = prompt_block_keys(tokens, hashes, bt, self._hash_bt, self._cache_partial)
+        if owner >= 0 and self._cache_generated and len(keys) == len(hashes):
+            keys += generated_block_keys(owner, len(keys), tokens // bt)
         return keys
 
-    def _fill(self, key: BlockKey) -> int:
-        """Tokens a cached block of ``key`` holds."""
-        return key[2] if len(key) == 3 else self._bt
+    def _cache_full_blocks(self, s: _Seq, tokens: int, hashes: Sequence[int], owner: int) -> None:
+        """Name the request's blocks and cache its full ones among its first ``tokens``
+        (unless a block of equal content is cached already)."""
+        keys = self._block_keys(tokens, hashes, owner)
+        named = self._name_anon_blocks(s)
+        cache, key_of = self._cache, self._key_of
+        for key, b in zip(keys, named, strict=False):
+            if key not in cache and b not in key_of:
+                cache[key] = b
+                key_of[b] = key
 
-    def _hits(self, tokens: int, hashes: Sequence[int]) -> list[tuple[BlockKey, int]]:
-        """(key, block) of the prompt's leading cached blocks, up to the first miss."""
-        out = []
+    def _hits(
+        self, tokens: int, hashes: Sequence[int], owner: int = -1, max_hit_tokens: int = -1
+    ) -> list[tuple[BlockKey, int]]:
+        """(key, block) of the request's leading cached blocks, up to the first miss
+        (and at most ``max_hit_tokens`` when >= 0)."""
+        return self._hits_in(self._block_keys(tokens, hashes, owner), max_hit_tokens)
+
+    def _hits_in(self, keys: list[BlockKey], max_hit_tokens: int) -> list[tuple[BlockKey, int]]:
+        out: list[tuple[BlockKey, int]] = []
         cache = self._cache
-        for key in self._block_keys(tokens, hashes):
+        hit_tokens = 0
+        for key in keys:
+            hit_tokens += key_fill_tokens(key, self._bt)
+            if 0 <= max_hit_tokens < hit_tokens:
+                break
             b = cache.get(key)
             if b is None:
                 break
@@ -529,27 +574,27 @@ class PagedAllocator(PooledAllocator):
         return out
 
     def _allocate_with_prefix(
-        self, request_id: int, tokens: int, hashes: Sequence[int]
+        self,
+        request_id: int,
+        tokens: int,
+        hashes: Sequence[int],
+        owner: int = -1,
+        max_hit_tokens: int = -1,
     ) -> Allocation | None:
         bt = self._bt
         need = -(-tokens // bt)
-        keys = self._block_keys(tokens, hashes)
-        cache, ref = self._cache, self._ref
-        hits: list[int] = []
-        revive = 0
-        for key in keys:
-            b = cache.get(key)
-            if b is None:
-                break
-            hits.append(b)
-            revive += b not in ref
+        keys = self._block_keys(tokens, hashes, owner)
+        ref = self._ref
+        hits = [b for _, b in self._hits_in(keys, max_hit_tokens)]
+        revive = sum(b not in ref for b in hits)
+        cache = self._cache
         new = need - len(hits)
         if new + revive > self._free_blocks:  # revived hits leave the free pool too
             self._refuse((new + revive) * bt)
             return None
         cached_tokens = 0
         for key, b in zip(keys, hits, strict=False):
-            fill = key[2] if len(key) == 3 else bt
+            fill = key_fill_tokens(key, bt)
             cached_tokens += fill
             r = ref.get(b, 0)
             if r == 0:  # revive a cached free block

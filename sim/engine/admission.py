@@ -164,20 +164,19 @@ class Admission:
             return cap_tokens if 0 < cap_tokens < chunk else chunk
         work = g.held_tokens if g.held_tokens > g.prompt_tokens else g.prompt_tokens
         hashes = g.prefix_hashes
-        hit = alloc.prefix_hit_tokens(work - 1, hashes) if hashes else 0
-        if hit and alloc.prefix_hit_tokens(work, hashes) > hit:
-            hashes = hashes[: len(hashes) - 1]  # the capped last block is computed anew
+        owner = g.request_id
+        hit = alloc.prefix_hit_tokens(work - 1, hashes, owner) if hashes else 0
         chunk = min(work - hit, budget)
         if 0 < cap_tokens < chunk:
             chunk = cap_tokens
         keep = config.watermark_tokens if batch.running else 0
         if config.reserve_full_prompt:
-            if not alloc.admission_fits(work, hashes, keep_free_tokens=keep):
+            if not alloc.admission_fits(work, hashes, keep, owner, hit):
                 return 0
-        elif keep and not alloc.admission_fits(hit + chunk, hashes, keep_free_tokens=keep):
+        elif keep and not alloc.admission_fits(hit + chunk, hashes, keep, owner, hit):
             return 0
         first = self._next_seq_id
-        got = alloc.allocate_chunk(first, hit + chunk, work, hashes)
+        got = alloc.allocate_chunk(first, hit + chunk, work, hashes, owner, hit)
         if got is None:
             return 0
         self._next_seq_id += 1

@@ -56,27 +56,32 @@ def block_hashes(tokens: list[int], block_tokens: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def scheduler_config(config: dict[str, Any]) -> SchedulerConfig:
-    """The golden's vLLM settings as fragsim's scheduler settings."""
+def scheduler_config(config: dict[str, Any], off: str = "") -> SchedulerConfig:
+    """The golden's vLLM settings as fragsim's scheduler settings (``off``: a vLLM
+    semantic left out, to show it matters)."""
     assert config["enable_chunked_prefill"]
     return SchedulerConfig(
         max_num_seqs=config["max_num_seqs"],
         max_num_batched_tokens=config["max_num_batched_tokens"],
         chunked_prefill=True,
         max_seq_tokens=config["max_model_len"],
-        allocate_per_chunk=True,
+        allocate_per_chunk=off != "allocate_per_chunk",
         reserve_full_prompt=config["scheduler_reserve_full_isl"],
         watermark_tokens=int(config["watermark"] * config["num_gpu_blocks"]) * config["block_size"],
         long_prefill_token_threshold=config["long_prefill_token_threshold"],
     )
 
 
-def allocator(config: dict[str, Any]) -> PagedAllocator:
-    """vLLM's pool: ``num_gpu_blocks`` less its null block."""
+def allocator(config: dict[str, Any], off: str = "") -> PagedAllocator:
+    """vLLM's pool: ``num_gpu_blocks`` less its null block, its prefix cache."""
     bt = config["block_size"]
     spec = PoolSpec(capacity_tokens=(config["num_gpu_blocks"] - 1) * bt)
     return PagedAllocator(
-        spec, block_size_tokens=bt, prefix_caching=config["enable_prefix_caching"]
+        spec,
+        block_size_tokens=bt,
+        prefix_caching=config["enable_prefix_caching"],
+        cache_generated_blocks=off != "cache_generated_blocks",
+        reuse_uncached_first=off != "reuse_uncached_first",
     )
 
 
@@ -88,7 +93,9 @@ class Replay:
     records: list[list[int]] = field(default_factory=list)
 
 
-def replay(doc: dict[str, Any], *, ticks: bool = True, max_steps: int = 100_000) -> Replay:
+def replay(
+    doc: dict[str, Any], *, ticks: bool = True, off: str = "", max_steps: int = 100_000
+) -> Replay:
     config = doc["config"]
     bt = config["block_size"]
     preempted: list[int] = []
@@ -97,7 +104,9 @@ def replay(doc: dict[str, Any], *, ticks: bool = True, max_steps: int = 100_000)
         if e.kind == "preemption":
             preempted.append(e.request_id)
 
-    sched = Scheduler(scheduler_config(config), allocator(config), on_event=on_event, ticks=ticks)
+    sched = Scheduler(
+        scheduler_config(config, off), allocator(config, off), on_event=on_event, ticks=ticks
+    )
     rows = sorted(doc["requests"], key=lambda r: (r["arrival_step"], r["id"]))
     groups = []
     for r in rows:

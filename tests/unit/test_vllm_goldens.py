@@ -1,6 +1,7 @@
 """fragsim's paged engine equals vLLM 0.33.0's v1 scheduler, step for step, on the
 workloads ``tools/vllm_recorder/record.py`` recorded (``tests/golden/vllm/``): every
-request's admit, first-token and finish step and preemptions, and per step the blocks in
+request's admit, first-token and finish step, preemptions and prefix-cache hit tokens
+(at the first admission and summed over all), and per step the blocks in
 use, the running and waiting counts and the preemptions. ``make vllm-goldens`` records
 them again (a newer vLLM: see docs/vllm.md)."""
 
@@ -9,9 +10,16 @@ from __future__ import annotations
 import pytest
 from support.vllm_goldens import golden_names, load, replay
 
-DECISIONS = ("admit_step", "first_token_step", "finish_step", "preemptions")
+DECISIONS = (
+    "admit_step",
+    "first_token_step",
+    "finish_step",
+    "preemptions",
+    "hit_tokens_first",
+    "hit_tokens_total",
+)
 STEP_FIELDS = ("blocks_in_use", "running", "waiting", "preemptions")
-MATCHED = ("light", "heavy", "watermark", "chunked", "chunked-no-reserve")
+MATCHED = ("light", "heavy", "watermark", "chunked", "chunked-no-reserve", "prefix-eviction")
 
 
 def mismatches(golden: list[list[int]], ours: list[list[int]], names: tuple[str, ...]) -> list[str]:
@@ -27,7 +35,7 @@ def mismatches(golden: list[list[int]], ours: list[list[int]], names: tuple[str,
 
 
 def test_every_recorded_workload_is_checked() -> None:
-    assert set(golden_names()) == {*MATCHED, "prefix-eviction"}
+    assert set(golden_names()) == set(MATCHED)
     for name in golden_names():
         assert load(name)["vllm_version"] == "0.33.0"
 
@@ -37,8 +45,7 @@ def test_every_recorded_workload_is_checked() -> None:
 def test_decisions_and_blocks_equal_vllm(name: str, ticks: bool) -> None:
     doc = load(name)
     ours = replay(doc, ticks=ticks)
-    golden_records = [r[:5] for r in doc["records"]]
-    assert mismatches(golden_records, [r[:5] for r in ours.records], DECISIONS) == []
+    assert mismatches(doc["records"], ours.records, DECISIONS) == []
     assert mismatches(doc["steps"], ours.steps, STEP_FIELDS) == []
 
 
@@ -59,3 +66,20 @@ def test_without_the_whole_prompt_gate_vllm_preempts_more_and_so_does_fragsim() 
     flipped = {**no_gate, "config": {**no_gate["config"], "scheduler_reserve_full_isl": True}}
     ours = replay(flipped)
     assert mismatches(no_gate["steps"], ours.steps, STEP_FIELDS) != []  # the gate matters
+
+
+def test_the_hits_sum_to_what_vllm_s_prefix_cache_stats_count() -> None:
+    doc = load("prefix-eviction")
+    ours = replay(doc)
+    stats = doc["prefix_cache"]
+    assert sum(r[6] for r in ours.records) == stats["hits"] + stats["preempted_hits"]
+    assert sum(r[5] for r in ours.records) == stats["hits"]
+
+
+@pytest.mark.parametrize(
+    "option", ["cache_generated_blocks", "reuse_uncached_first", "allocate_per_chunk"]
+)
+def test_each_vllm_prefix_semantic_is_needed(option: str) -> None:
+    doc = load("prefix-eviction")
+    ours = replay(doc, off=option)
+    assert mismatches(doc["records"], ours.records, DECISIONS) != []
