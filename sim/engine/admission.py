@@ -170,6 +170,14 @@ class Admission:
         if 0 < cap_tokens < chunk:
             chunk = cap_tokens
         keep = config.watermark_tokens if batch.running else 0
+        if (
+            not config.reserve_full_prompt
+            and work > alloc.stats().capacity_tokens
+            and not alloc.admission_fits(work, hashes, 0, owner, hit)
+        ):
+            # Chunk by chunk it would preempt itself forever (vLLM does): refused here,
+            # rejected once nothing runs, as a whole prompt that cannot fit is.
+            return 0
         if config.reserve_full_prompt:
             if not alloc.admission_fits(work, hashes, keep, owner, hit):
                 return 0

@@ -98,3 +98,20 @@ def test_vllm_settings_that_cannot_apply_are_refused_naming_the_field() -> None:
     data["scheduler"]["max_num_batched_tokens"] = 8192
     with pytest.raises(ScenarioError, match=r"field scheduler\.allocate_per_chunk"):
         run(parse_scenario(data), golden_trace(load("watermark")))
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_a_prompt_that_can_never_fit_is_rejected_where_vllm_would_wait_forever(
+    gate: bool,
+) -> None:
+    config = {
+        **load("chunked")["config"],
+        "scheduler_reserve_full_isl": gate,
+        "num_gpu_blocks": 200,
+    }
+    data = vllm_scenario(config)
+    usable_tokens = (config["num_gpu_blocks"] - 1) * config["block_size"]
+    rows = [(0.0, 300, 20), (1.0, usable_tokens + 1, 5), (2.0, 300, 20)]
+    result = run(parse_scenario(data), trace(rows))
+    status = list(result.requests.sort_values("request_id")["status"])
+    assert status == ["ok", "rejected-capacity", "ok"]
