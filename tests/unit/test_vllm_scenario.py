@@ -91,6 +91,9 @@ def test_vllm_settings_that_cannot_apply_are_refused_naming_the_field() -> None:
     data = vllm_scenario(config)
     data["allocator"] = {"kind": "best_fit"}
     data["hardware"]["kv_capacity_tokens"] = data["hardware"].pop("num_gpu_blocks") * 16
+    with pytest.raises(ScenarioError, match=r"field scheduler\.allocate_per_chunk: .* paged"):
+        run(parse_scenario(data), golden_trace(load("watermark")))
+    data["scheduler"]["allocate_per_chunk"] = False
     with pytest.raises(ScenarioError, match=r"field scheduler\.watermark: got 0\.05"):
         run(parse_scenario(data), golden_trace(load("watermark")))
     data = vllm_scenario(config)
