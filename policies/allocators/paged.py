@@ -6,24 +6,21 @@ A request owns a block table; any free block serves any request, so all free mem
 one usable extent (``largest_free_extent_tokens == free_tokens``, ``free_extent_count``
 is 1 when anything is free, else 0) and a refusal is always a *capacity* failure.
 
-Prefix caching (vLLM semantics). A prompt's full blocks are identified by the request's
-chained ``prefix_hashes``; each hash covers ``hash_block_tokens`` tokens (the trace's
-hash block, e.g. 512 for Mooncake), which may differ from the pool's block size. Pool
-block ``j`` is keyed by ``(h_k, j)`` where ``h_k`` is the hash covering its last token:
-equal chained hashes mean equal prefixes, so equal keys mean equal block content. Only
-full prompt blocks are cached (generated tokens have no ids to hash); with
-``cache_partial_block`` the partly filled last prompt block is cached too, keyed with its
-fill (the Mooncake trace's accounting, whose hashes cover the partial last block); the
-first decode write into it drops it from the cache (sole owner) or copies it (shared).
-A request's hits are its leading cached blocks up to the first miss. A block whose
-reference count falls to zero stays cached and reusable (counted in ``free_tokens`` and
-``cached_free_tokens``) until it is evicted.
+Prefix caching (vLLM semantics). Blocks are keyed from the request's chained
+``prefix_hashes`` (``policies.allocators.paged_keys``: equal keys, equal content). Full
+prompt blocks are cached; with ``cache_partial_block`` the partly filled last prompt
+block too (Mooncake's accounting; the first decode write drops or copies it); with
+``cache_generated_blocks`` (vLLM v1) full blocks of generated tokens too, when the
+request is freed. A request's hits are its leading cached blocks up to the first miss.
+A block whose reference count falls to zero stays cached and reusable (counted in
+``free_tokens`` and ``cached_free_tokens``) until it is evicted.
 
 Free-block queue. Like vLLM's ``FreeKVCacheBlockQueue`` there is one queue of free
 blocks, cached or not, in the order they were freed; allocation takes blocks from its
 head (least recently freed first), evicting a cached block's hash when it takes one.
-A request's blocks are freed tail first, so its prefix blocks are evicted last. Blocks
-never used yet sit before everything else (vLLM's queue starts with all blocks). The
+A request's blocks are freed tail first, so its prefix blocks are evicted last (with
+``reuse_uncached_first``, as vLLM 0.33, freed uncached blocks go to the head instead).
+Blocks never used yet sit before everything else (vLLM's queue starts with all). The
 queue is an ``OrderedDict`` because a prefix hit must remove a cached block from the
 middle in O(1) while keeping LRU order (vLLM uses a doubly linked list for the same
 reason); its entries are either one cached block (key = block id >= 0) or a *run* of
@@ -66,6 +63,7 @@ from policies.allocators.paged_keys import (
     BlockKey,
     generated_block_keys,
     key_fill_tokens,
+    leading_hits,
     prompt_block_keys,
 )
 from policies.allocators.pooled import PooledAllocator
@@ -81,15 +79,12 @@ class _Seq:
         self.blocks = blocks
         self.anon = anon
         self.named = named
+        # A prompt placed in part (allocate_chunk): its hashes and length, so later
+        # chunks' blocks are cached; None once placed (decode stays on the fast path).
         self.hashes: Sequence[int] | None = None
-        """A prompt allocated in part (``allocate_chunk``): its hashes, so that the
-        blocks later chunks fill enter the cache as vLLM caches them; None once the
-        prompt is placed (decode growth stays on the fast path)."""
         self.prompt = 0
-        """With ``hashes``: the prompt's tokens (blocks past it are not cached)."""
+        # cache_generated_blocks: the owning request (-1: none), its blocks cached at free.
         self.owner = -1
-        """``cache_generated_blocks``: the request whose blocks these are (-1: none);
-        its full blocks, generated tokens' included, are cached when it is freed."""
         self.gen_hashes: Sequence[int] = ()
 
 
@@ -533,12 +528,10 @@ class PagedAllocator(PooledAllocator):
         return named
 
     def _block_keys(self, tokens: int, hashes: Sequence[int], owner: int = -1) -> list[BlockKey]:
-        """Keys of the cacheable blocks among a request's first ``tokens``: its prompt's
-        hashed blocks, then (``cache_generated_blocks``, ``owner`` >= 0) its own."""
         bt = self._bt
         keys = prompt_block_keys(tokens, hashes, bt, self._hash_bt, self._cache_partial)
         if owner >= 0 and self._cache_generated and len(keys) == len(hashes):
-            keys += generated_block_keys(owner, len(keys), tokens // bt)
+            keys += generated_block_keys(owner, len(keys), tokens // bt)  # its own blocks
         return keys
 
     def _cache_full_blocks(self, s: _Seq, tokens: int, hashes: Sequence[int], owner: int) -> None:
@@ -555,23 +548,8 @@ class PagedAllocator(PooledAllocator):
     def _hits(
         self, tokens: int, hashes: Sequence[int], owner: int = -1, max_hit_tokens: int = -1
     ) -> list[tuple[BlockKey, int]]:
-        """(key, block) of the request's leading cached blocks, up to the first miss
-        (and at most ``max_hit_tokens`` when >= 0)."""
-        return self._hits_in(self._block_keys(tokens, hashes, owner), max_hit_tokens)
-
-    def _hits_in(self, keys: list[BlockKey], max_hit_tokens: int) -> list[tuple[BlockKey, int]]:
-        out: list[tuple[BlockKey, int]] = []
-        cache = self._cache
-        hit_tokens = 0
-        for key in keys:
-            hit_tokens += key_fill_tokens(key, self._bt)
-            if 0 <= max_hit_tokens < hit_tokens:
-                break
-            b = cache.get(key)
-            if b is None:
-                break
-            out.append((key, b))
-        return out
+        keys = self._block_keys(tokens, hashes, owner)
+        return leading_hits(keys, self._cache, self._bt, max_hit_tokens)
 
     def _allocate_with_prefix(
         self,
@@ -585,7 +563,7 @@ class PagedAllocator(PooledAllocator):
         need = -(-tokens // bt)
         keys = self._block_keys(tokens, hashes, owner)
         ref = self._ref
-        hits = [b for _, b in self._hits_in(keys, max_hit_tokens)]
+        hits = [b for _, b in leading_hits(keys, self._cache, self._bt, max_hit_tokens)]
         revive = sum(b not in ref for b in hits)
         cache = self._cache
         new = need - len(hits)

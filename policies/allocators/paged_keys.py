@@ -60,3 +60,21 @@ def generated_block_keys(owner: int, first_block: int, end_block: int) -> list[B
 def key_fill_tokens(key: BlockKey, block_tokens: int) -> int:
     """Tokens the cached block of ``key`` holds."""
     return key[2] if len(key) == 3 else block_tokens
+
+
+def leading_hits(
+    keys: list[BlockKey], cache: dict[BlockKey, int], block_tokens: int, max_hit_tokens: int
+) -> list[tuple[BlockKey, int]]:
+    """(key, cached block) of the leading ``keys`` found in ``cache``, up to the first
+    miss and, when ``max_hit_tokens`` >= 0, at most that many tokens."""
+    out: list[tuple[BlockKey, int]] = []
+    hit_tokens = 0
+    for key in keys:
+        hit_tokens += key_fill_tokens(key, block_tokens)
+        if 0 <= max_hit_tokens < hit_tokens:
+            break
+        b = cache.get(key)
+        if b is None:
+            break
+        out.append((key, b))
+    return out
