@@ -11,7 +11,7 @@ NDEPS := $(NATIVE)/.deps
 # Everything the package installs (copies, not links): any change rebuilds it.
 SOURCES := setup.py pyproject.toml $(shell find sim policies traces reports gpu_backend -type f -not -path '*/__pycache__/*' -not -name '*.pyc')
 
-.PHONY: demo test test-pure bench native lint clean chromium prometheus docs
+.PHONY: demo test test-pure bench native lint clean chromium prometheus docs vllm-goldens
 
 # Headless Chromium for the report's browser test (tests/e2e/test_report_browser.py):
 # installed from the distribution's packages when missing; the test skips, saying why,
@@ -45,6 +45,21 @@ $(NSTAMP): $(SOURCES) $(NDEPS)
 	rm -rf build
 	FRAGSIM_COMPILE=1 $(NBIN)/pip install -q --no-build-isolation --no-deps --force-reinstall .
 	touch $(NSTAMP)
+
+# vLLM's real scheduler, recorded (tools/vllm_recorder/): its own venv (CPU torch, then
+# vllm without its dependencies -- with them pip pulls a CUDA build of ~9.5 GB -- then
+# the pure-Python packages its imports ask for). Not part of `make test`.
+VLLM_VENV ?= .venv-vllm
+VLLM_PIN := vllm==0.33.0
+$(VLLM_VENV)/.installed: tools/vllm_recorder/requirements.txt
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q '$(TORCH_CPU)' --index-url https://download.pytorch.org/whl/cpu
+	$(VLLM_VENV)/bin/pip install -q --no-deps '$(VLLM_PIN)'
+	$(VLLM_VENV)/bin/pip install -q --no-deps -r tools/vllm_recorder/requirements.txt
+	touch $@
+
+vllm-goldens: $(VLLM_VENV)/.installed
+	VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/python tools/vllm_recorder/record.py
 
 demo: $(STAMP)
 	$(BIN)/fragsim demo

@@ -310,6 +310,48 @@ class Allocator:
         decision by the allocator (and so in any order with other requests)."""
         return self.reserved_tokens(request_id) - self.held_tokens(request_id)
 
+    def prefix_hit_tokens(
+        self, tokens: int, prefix_hashes: Sequence[int] = (), owner: int = -1
+    ) -> int:
+        """Leading tokens of a request's first ``tokens`` that ``allocate_chunk`` would
+        find in the prefix cache now (read-only); ``owner``: the request's id, for
+        blocks of its own generated tokens. Default: none (no prefix cache)."""
+        return 0
+
+    def allocate_chunk(
+        self,
+        request_id: int,
+        tokens: int,
+        prompt_tokens: int,
+        prefix_hashes: Sequence[int] = (),
+        owner: int = -1,
+        max_hit_tokens: int = -1,
+    ) -> Allocation | None:
+        """``allocate`` the first ``tokens`` of a ``prompt_tokens`` prompt placed chunk
+        by chunk (later chunks ``extend`` it), taking at most ``max_hit_tokens`` (-1:
+        any) from the prefix cache. Default: ``allocate``; a prefix cache also caches
+        the blocks later chunks fill."""
+        return self.allocate(request_id, tokens, prefix_hashes=prefix_hashes)
+
+    def admission_fits(
+        self,
+        tokens: int,
+        prefix_hashes: Sequence[int] = (),
+        keep_free_tokens: int = 0,
+        owner: int = -1,
+        max_hit_tokens: int = -1,
+    ) -> bool:
+        """Would ``allocate(tokens, prefix_hashes=...)`` fit now and still leave
+        ``keep_free_tokens`` free (vLLM's watermark, its whole-prompt admission gate)?
+        Read-only; False records the refusal (``last_failure``). Default: free memory
+        covers ``tokens + keep_free_tokens`` (a policy that knows its placement says
+        more precisely). ``owner`` and ``max_hit_tokens`` as for ``allocate_chunk``."""
+        need = tokens + keep_free_tokens
+        if need <= self.free_and_largest_tokens()[0]:
+            return True
+        self._refuse(need)
+        return False
+
     def free_and_largest_tokens(self) -> tuple[int, int]:
         """``(stats().free_tokens, stats().largest_free_extent_tokens)``: what decides
         whether a refused request may fit now (policies override it to skip a snapshot)."""

@@ -179,6 +179,13 @@ class PagedConfig(AllocatorConfig):
     cache_partial_block: bool = False
     """Also cache a prompt's partly filled last block when a hash covers it (Mooncake's
     accounting); vLLM caches only full blocks."""
+    cache_generated_blocks: bool = False
+    """Also cache full blocks of generated tokens, found again by the same request when
+    it is recomputed after a preemption (vLLM v1 does; needs a prefix hash per block and
+    ``scheduler.allocate_per_chunk``)."""
+    reuse_uncached_first: bool = False
+    """Freed blocks nothing can hit go to the free queue's head, cached ones to its tail
+    (vLLM 0.33's eviction order); False: every freed block to the tail."""
 
     def build(self, spec: PoolSpec) -> PagedAllocator:
         return PagedAllocator(
@@ -187,6 +194,8 @@ class PagedConfig(AllocatorConfig):
             prefix_caching=self.prefix_caching,
             hash_block_tokens=self.hash_block_tokens,
             cache_partial_block=self.cache_partial_block,
+            cache_generated_blocks=self.cache_generated_blocks,
+            reuse_uncached_first=self.reuse_uncached_first,
         )
 
 

@@ -6,24 +6,21 @@ A request owns a block table; any free block serves any request, so all free mem
 one usable extent (``largest_free_extent_tokens == free_tokens``, ``free_extent_count``
 is 1 when anything is free, else 0) and a refusal is always a *capacity* failure.
 
-Prefix caching (vLLM semantics). A prompt's full blocks are identified by the request's
-chained ``prefix_hashes``; each hash covers ``hash_block_tokens`` tokens (the trace's
-hash block, e.g. 512 for Mooncake), which may differ from the pool's block size. Pool
-block ``j`` is keyed by ``(h_k, j)`` where ``h_k`` is the hash covering its last token:
-equal chained hashes mean equal prefixes, so equal keys mean equal block content. Only
-full prompt blocks are cached (generated tokens have no ids to hash); with
-``cache_partial_block`` the partly filled last prompt block is cached too, keyed with its
-fill (the Mooncake trace's accounting, whose hashes cover the partial last block); the
-first decode write into it drops it from the cache (sole owner) or copies it (shared).
-A request's hits are its leading cached blocks up to the first miss. A block whose
-reference count falls to zero stays cached and reusable (counted in ``free_tokens`` and
-``cached_free_tokens``) until it is evicted.
+Prefix caching (vLLM semantics). Blocks are keyed from the request's chained
+``prefix_hashes`` (``policies.allocators.paged_keys``: equal keys, equal content). Full
+prompt blocks are cached; with ``cache_partial_block`` the partly filled last prompt
+block too (Mooncake's accounting; the first decode write drops or copies it); with
+``cache_generated_blocks`` (vLLM v1) full blocks of generated tokens too, when the
+request is freed. A request's hits are its leading cached blocks up to the first miss.
+A block whose reference count falls to zero stays cached and reusable (counted in
+``free_tokens`` and ``cached_free_tokens``) until it is evicted.
 
 Free-block queue. Like vLLM's ``FreeKVCacheBlockQueue`` there is one queue of free
 blocks, cached or not, in the order they were freed; allocation takes blocks from its
 head (least recently freed first), evicting a cached block's hash when it takes one.
-A request's blocks are freed tail first, so its prefix blocks are evicted last. Blocks
-never used yet sit before everything else (vLLM's queue starts with all blocks). The
+A request's blocks are freed tail first, so its prefix blocks are evicted last (with
+``reuse_uncached_first``, as vLLM 0.33, freed uncached blocks go to the head instead).
+Blocks never used yet sit before everything else (vLLM's queue starts with all). The
 queue is an ``OrderedDict`` because a prefix hit must remove a cached block from the
 middle in O(1) while keeping LRU order (vLLM uses a doubly linked list for the same
 reason); its entries are either one cached block (key = block id >= 0) or a *run* of
@@ -63,23 +60,33 @@ from policies.allocators.base import (
     blocks_for,
     classify,
 )
+from policies.allocators.paged_keys import (
+    BlockKey,
+    generated_block_keys,
+    key_fill_tokens,
+    leading_hits,
+    prompt_block_keys,
+)
 from policies.allocators.pooled import PooledAllocator
-
-BlockKey = tuple[int, ...]
-"""``(hash, block_index)`` for a full block, ``(hash, block_index, fill_tokens)`` for a
-cached partial last block."""
 
 
 class _Seq:
     """One live request's block table: ``named`` ids first, then ``anon`` private blocks."""
 
-    __slots__ = ("anon", "blocks", "held", "named")
+    __slots__ = ("anon", "blocks", "gen_hashes", "hashes", "held", "named", "owner", "prompt")
 
     def __init__(self, held: int, blocks: int, anon: int, named: list[int] | None) -> None:
         self.held = held
         self.blocks = blocks
         self.anon = anon
         self.named = named
+        # A prompt placed in part (allocate_chunk): its hashes and length, so later
+        # chunks' blocks are cached; None once placed (decode stays on the fast path).
+        self.hashes: Sequence[int] | None = None
+        self.prompt = 0
+        # cache_generated_blocks: the owning request (-1: none), its blocks cached at free.
+        self.owner = -1
+        self.gen_hashes: Sequence[int] = ()
 
 
 class PagedAllocator(PooledAllocator):
@@ -93,6 +100,8 @@ class PagedAllocator(PooledAllocator):
         prefix_caching: bool = True,
         hash_block_tokens: int | None = None,
         cache_partial_block: bool = False,
+        cache_generated_blocks: bool = False,
+        reuse_uncached_first: bool = False,
     ) -> None:
         super().__init__(spec, block_size_tokens)
         if block_size_tokens <= 0:
@@ -107,6 +116,8 @@ class PagedAllocator(PooledAllocator):
         self._hash_bt = hash_block_tokens or block_size_tokens
         self._prefix_caching = prefix_caching
         self._cache_partial = cache_partial_block
+        self._cache_generated = cache_generated_blocks
+        self._reuse_uncached_first = reuse_uncached_first
         self._seqs: dict[int, _Seq] = {}
         # anonymous free blocks ahead of the whole queue: never-used blocks, and blocks
         # freed while the queue was empty (order among anonymous blocks is irrelevant)
@@ -151,6 +162,8 @@ class PagedAllocator(PooledAllocator):
             s = self._seqs[request_id]
         except KeyError:
             raise KeyError(f"request {request_id} is not live") from None
+        if s.hashes is not None:
+            return self._extend_caching(request_id, s, tokens)
         if not s.anon or tokens < 0:  # the last block may be shared or cached
             return self._extend_slow(s, tokens)
         # hot path: the last block is private, growth draws plain blocks
@@ -185,12 +198,14 @@ class PagedAllocator(PooledAllocator):
             s = self._seqs.pop(request_id)
         except KeyError:
             raise KeyError(f"request {request_id} is not live (double free?)") from None
+        if s.owner >= 0:  # vLLM caches every full block as it fills; here, at the end
+            self._cache_full_blocks(s, s.held, s.gen_hashes, s.owner)
         bt = self._bt
         named = s.named or []
         if s.anon:
             self._used_tokens -= s.held - len(named) * bt
             self._owned_blocks -= s.anon
-            self._push_run(s.anon)
+            self._release_uncached(s.anon)
         ref = self._ref
         last_fill = s.held - (len(named) - 1) * bt  # fill of the last named block
         for i in range(len(named) - 1, -1, -1):  # tail first: prefix blocks evicted last
@@ -210,7 +225,16 @@ class PagedAllocator(PooledAllocator):
                 self._free_blocks += 1
                 self._cached_free_blocks += 1
             else:
-                self._push_run(1)
+                self._release_uncached(1)
+
+    def _release_uncached(self, n: int) -> None:
+        """``n`` freed blocks nothing can hit: reused last (the queue tail) or, with
+        ``reuse_uncached_first`` (vLLM 0.33), first (the head), so cached blocks stay."""
+        if self._reuse_uncached_first:
+            self._head_free_blocks += n
+            self._free_blocks += n
+        else:
+            self._push_run(n)
 
     # -- reading ----------------------------------------------------------------------
     def stats(self) -> AllocStats:
@@ -253,6 +277,63 @@ class PagedAllocator(PooledAllocator):
     def refcount(self, block_id: int) -> int:
         """Live requests referencing ``block_id`` (0 for a free or unknown block)."""
         return self._ref.get(block_id, 0)
+
+    def prefix_hit_tokens(
+        self, tokens: int, prefix_hashes: Sequence[int] = (), owner: int = -1
+    ) -> int:
+        if not (prefix_hashes and self._prefix_caching):
+            return 0
+        return sum(
+            key_fill_tokens(k, self._bt) for k, _ in self._hits(tokens, prefix_hashes, owner)
+        )
+
+    def allocate_chunk(
+        self,
+        request_id: int,
+        tokens: int,
+        prompt_tokens: int,
+        prefix_hashes: Sequence[int] = (),
+        owner: int = -1,
+        max_hit_tokens: int = -1,
+    ) -> Allocation | None:
+        """As vLLM caches a prompt placed chunk by chunk: the full blocks each later
+        ``extend`` fills, up to ``prompt_tokens``, enter the cache then (and with
+        ``cache_generated_blocks`` every full block of ``owner`` when it is freed)."""
+        if not (prefix_hashes and self._prefix_caching):
+            return self.allocate(request_id, tokens)
+        self._check_new(request_id, self._seqs, tokens)
+        got = self._allocate_with_prefix(request_id, tokens, prefix_hashes, owner, max_hit_tokens)
+        if got is None:
+            return None
+        s = self._seqs[request_id]
+        if tokens < prompt_tokens:
+            s.hashes = prefix_hashes
+            s.prompt = prompt_tokens
+        if owner >= 0 and self._cache_generated:
+            s.owner = owner
+            s.gen_hashes = prefix_hashes
+        return got
+
+    def admission_fits(
+        self,
+        tokens: int,
+        prefix_hashes: Sequence[int] = (),
+        keep_free_tokens: int = 0,
+        owner: int = -1,
+        max_hit_tokens: int = -1,
+    ) -> bool:
+        """As ``allocate`` counts: new blocks for the tokens past the hits, plus the hit
+        blocks that are free now (reviving them takes them from the free queue)."""
+        need = -(-tokens // self._bt)
+        if prefix_hashes and self._prefix_caching:
+            ref = self._ref
+            for _, b in self._hits(tokens, prefix_hashes, owner, max_hit_tokens):
+                need -= b in ref  # a hit in use takes nothing from the free queue
+        need_tokens = need * self._bt + keep_free_tokens
+        if need_tokens <= self._free_blocks * self._bt:
+            return True
+        self._refuse(need_tokens)
+        return False
 
     # -- engine seams -----------------------------------------------------------------
     def headroom_tokens(self, request_id: int) -> int:
@@ -354,6 +435,20 @@ class PagedAllocator(PooledAllocator):
         self._used_tokens += tokens
         return True
 
+    def _extend_caching(self, request_id: int, s: _Seq, tokens: int) -> bool:
+        """Extend a prompt allocated in part; its newly full prompt blocks enter the
+        cache (unless a block of equal content is cached already)."""
+        hashes = s.hashes
+        assert hashes is not None
+        s.hashes = None
+        if not self.extend(request_id, tokens):
+            s.hashes = hashes
+            return False
+        self._cache_full_blocks(s, min(s.held, s.prompt), hashes, -1)
+        if s.held < s.prompt:
+            s.hashes = hashes
+        return True
+
     def _draw_free_blocks(self, n: int) -> None:
         """Take ``n`` blocks (caller checked ``n <= free``) from the queue head into the
         owned ones: the anonymous head blocks first, then least recently freed, evicting
@@ -409,48 +504,52 @@ class PagedAllocator(PooledAllocator):
         s.named = named
         return named
 
-    def _block_keys(self, tokens: int, hashes: Sequence[int]) -> list[BlockKey]:
-        """Keys of the prompt's cacheable blocks, leading and contiguous from block 0."""
-        bt, hbt = self._bt, self._hash_bt
-        n_full = tokens // bt
-        if bt == hbt:
-            keys: list[BlockKey] = [(h, j) for j, h in enumerate(hashes[:n_full])]
-        else:
-            keys = []
-            for j in range(n_full):
-                k = ((j + 1) * bt - 1) // hbt
-                if k >= len(hashes):
-                    break
-                keys.append((hashes[k], j))
-        fill = tokens - n_full * bt
-        if self._cache_partial and fill and len(keys) == n_full:
-            k = (tokens - 1) // hbt
-            if k < len(hashes):
-                keys.append((hashes[k], n_full, fill))
+    def _block_keys(self, tokens: int, hashes: Sequence[int], owner: int = -1) -> list[BlockKey]:
+        bt = self._bt
+        keys = prompt_block_keys(tokens, hashes, bt, self._hash_bt, self._cache_partial)
+        if owner >= 0 and self._cache_generated and len(keys) == len(hashes):
+            keys += generated_block_keys(owner, len(keys), tokens // bt)  # its own blocks
         return keys
 
+    def _cache_full_blocks(self, s: _Seq, tokens: int, hashes: Sequence[int], owner: int) -> None:
+        """Name the request's blocks and cache its full ones among its first ``tokens``
+        (unless a block of equal content is cached already)."""
+        keys = self._block_keys(tokens, hashes, owner)
+        named = self._name_anon_blocks(s)
+        cache, key_of = self._cache, self._key_of
+        for key, b in zip(keys, named, strict=False):
+            if key not in cache and b not in key_of:
+                cache[key] = b
+                key_of[b] = key
+
+    def _hits(
+        self, tokens: int, hashes: Sequence[int], owner: int = -1, max_hit_tokens: int = -1
+    ) -> list[tuple[BlockKey, int]]:
+        keys = self._block_keys(tokens, hashes, owner)
+        return leading_hits(keys, self._cache, self._bt, max_hit_tokens)
+
     def _allocate_with_prefix(
-        self, request_id: int, tokens: int, hashes: Sequence[int]
+        self,
+        request_id: int,
+        tokens: int,
+        hashes: Sequence[int],
+        owner: int = -1,
+        max_hit_tokens: int = -1,
     ) -> Allocation | None:
         bt = self._bt
         need = blocks_for(tokens, bt)
-        keys = self._block_keys(tokens, hashes)
-        cache, ref = self._cache, self._ref
-        hits: list[int] = []
-        revive = 0
-        for key in keys:
-            b = cache.get(key)
-            if b is None:
-                break
-            hits.append(b)
-            revive += b not in ref
+        keys = self._block_keys(tokens, hashes, owner)
+        ref = self._ref
+        hits = [b for _, b in leading_hits(keys, self._cache, self._bt, max_hit_tokens)]
+        revive = sum(b not in ref for b in hits)
+        cache = self._cache
         new = need - len(hits)
         if new + revive > self._free_blocks:  # revived hits leave the free pool too
             self._refuse((new + revive) * bt)
             return None
         cached_tokens = 0
         for key, b in zip(keys, hits, strict=False):
-            fill = key[2] if len(key) == 3 else bt
+            fill = key_fill_tokens(key, bt)
             cached_tokens += fill
             r = ref.get(b, 0)
             if r == 0:  # revive a cached free block

@@ -79,14 +79,22 @@ class Admission:
                 return False
         return False
 
-    def admit(self, now: float, step: Step, decode_seqs: int) -> None:
-        """The admission pass of a step whose decoding takes ``decode_seqs`` tokens."""
+    def admit(self, now: float, step: Step, decode_seqs: int, cap_tokens: int = 0) -> None:
+        """The admission pass of a step whose decoding takes ``decode_seqs`` tokens.
+        With ``allocate_per_chunk`` the step's running groups have been scheduled
+        already (``step.prefill_chunks``) and each admitted group's first chunk (at most
+        ``cap_tokens`` when > 0) joins them."""
         batch = self.batch
         config = batch.config
         waiting = batch.waiting
+        per_chunk = config.allocate_per_chunk
         budget = config.max_num_batched_tokens - decode_seqs
-        for g in batch.prefilling:
-            budget -= g.prefill_left_tokens
+        if per_chunk:
+            for _, chunk in step.prefill_chunks:
+                budget -= chunk
+        else:
+            for g in batch.prefilling:
+                budget -= g.prefill_left_tokens
         skipped: deque[Group] = deque()
         while waiting:
             g = waiting[0]
@@ -105,7 +113,14 @@ class Admission:
                     skipped.append(waiting.popleft())
                     continue
             waiting.popleft()
-            if self._swap_in(g, now, step) if g.swapped else self._place(g, now):
+            if per_chunk and not g.swapped:
+                chunk = self._place_chunk(g, now, budget, cap_tokens)
+                if chunk:
+                    step.prefill_chunks.append((g, chunk))
+                    step.prefill_tokens += chunk
+                    budget -= chunk
+                    continue
+            elif self._swap_in(g, now, step) if g.swapped else self._place(g, now):
                 budget -= g.prefill_left_tokens
                 continue
             failure = batch.allocator.last_failure()
@@ -119,13 +134,73 @@ class Admission:
                 # A naive server refuses new requests; one it preempted waits.
                 batch.reject(g, now, failure.cause)
             else:
-                # A refused placement left the pool as it was (undone): read it now.
+                # A refused placement left the pool as it was (undone): read it now. A
+                # first chunk refused without the whole-prompt gate may fit a smaller
+                # budget later: retried every step, as vLLM does.
                 g.blocked = batch.allocator.free_and_largest_tokens()
+                if per_chunk and not config.reserve_full_prompt:
+                    g.blocked = None
                 if config.head_of_line:
                     waiting.appendleft(g)
                     break
                 skipped.append(g)
         waiting.extendleft(reversed(skipped))
+
+    def _place_chunk(self, g: Group, now: float, budget: int, cap_tokens: int) -> int:
+        """vLLM v1's placement under chunked prefill: the prefix hits (capped one token
+        short of the prompt, rounded down to a block) and the first chunk are allocated
+        now, the rest as it runs (``Growth.grow_in_order``). With ``reserve_full_prompt``
+        the whole prompt must fit first (vLLM's ``scheduler_reserve_full_isl``); while
+        anything runs, ``watermark_tokens`` must stay free. Returns the chunk scheduled
+        in this step, 0 on refusal (recorded by the allocator). A group of several
+        sequences is placed whole (``_place``), its first chunk scheduled here."""
+        batch = self.batch
+        config = batch.config
+        alloc = batch.allocator
+        if g.num_seqs > 1:
+            if not self._place(g, now):
+                return 0
+            chunk = min(g.prefill_left_tokens, budget)
+            return cap_tokens if 0 < cap_tokens < chunk else chunk
+        work = g.held_tokens if g.held_tokens > g.prompt_tokens else g.prompt_tokens
+        hashes = g.prefix_hashes
+        owner = g.request_id
+        hit = alloc.prefix_hit_tokens(work - 1, hashes, owner) if hashes else 0
+        chunk = min(work - hit, budget)
+        if 0 < cap_tokens < chunk:
+            chunk = cap_tokens
+        keep = config.watermark_tokens if batch.running else 0
+        if (
+            not config.reserve_full_prompt
+            and work > alloc.stats().capacity_tokens
+            and not alloc.admission_fits(work, hashes, 0, owner, hit)
+        ):
+            # Chunk by chunk it would preempt itself forever (vLLM does): refused here,
+            # rejected once nothing runs, as a whole prompt that cannot fit is.
+            return 0
+        if config.reserve_full_prompt:
+            if not alloc.admission_fits(work, hashes, keep, owner, hit):
+                return 0
+        elif keep and not alloc.admission_fits(hit + chunk, hashes, keep, owner, hit):
+            return 0
+        first = self._next_seq_id
+        got = alloc.allocate_chunk(first, hit + chunk, work, hashes, owner, hit)
+        if got is None:
+            return 0
+        self._next_seq_id += 1
+        g.seq_ids = [first]
+        cached = min(got.cached_tokens, work - 1)
+        g.prefill_left_tokens = work - cached
+        g.cached_tokens = max(g.cached_tokens, cached)
+        _count_hits(g, cached)
+        g.held_tokens = g.synced_tokens = hit + chunk
+        g.limit_tokens = g.held_tokens + alloc.headroom_tokens(first)
+        g.allocates_per_chunk = True
+        if math.isnan(g.admit_s):
+            g.admit_s = now
+        g.blocked = None
+        batch.join(g)
+        return hit + chunk - cached
 
     def _place(self, g: Group, now: float) -> bool:
         """Allocate the group's sequences; on any refusal undo and return False."""
@@ -135,6 +210,15 @@ class Admission:
         prompt = g.prompt_tokens
         resume_tokens = g.held_tokens if g.held_tokens > prompt else prompt
         grow = resume_tokens - prompt
+        keep = self.batch.config.watermark_tokens
+        if (
+            keep
+            and self.batch.running
+            and not alloc.admission_fits(
+                prompt, g.prefix_hashes, keep_free_tokens=keep + g.num_seqs * grow
+            )
+        ):
+            return False
         first = self._next_seq_id
         got = alloc.allocate(
             first, prompt, reserve_tokens=prompt + g.target_tokens, prefix_hashes=g.prefix_hashes
@@ -161,6 +245,7 @@ class Admission:
                     alloc.free(sid)
                 return False
         self._next_seq_id += g.num_seqs
+        g.allocates_per_chunk = False
         g.seq_ids = ids
         cached = min(got.cached_tokens, g.prompt_tokens - 1)
         if g.swapped:
@@ -168,6 +253,7 @@ class Admission:
         else:
             g.prefill_left_tokens = (g.prompt_tokens - cached) + g.num_seqs * grow
             g.cached_tokens = max(g.cached_tokens, cached)
+            _count_hits(g, cached)
         g.held_tokens = g.synced_tokens = resume_tokens
         g.limit_tokens = resume_tokens + alloc.headroom_tokens(ids[0])
         if math.isnan(g.admit_s):
@@ -200,3 +286,10 @@ def _prefill_work(g: Group) -> int:
     if g.swapped:
         return 0
     return g.held_tokens if g.held_tokens else g.prompt_tokens
+
+
+def _count_hits(g: Group, cached: int) -> None:
+    """An admission found ``cached`` prompt tokens in the prefix cache."""
+    if math.isnan(g.admit_s):
+        g.first_hit_tokens = cached
+    g.hit_tokens_total += cached

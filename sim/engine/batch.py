@@ -79,6 +79,21 @@ class SchedulerConfig:
     """Host<->device transfer time per KV token (swap preemption)."""
     copy_s_per_token: float = 0.0
     """Device memcpy time per KV token (reallocation copies, compaction moves)."""
+    allocate_per_chunk: bool = False
+    """vLLM v1's chunked prefill: admission allocates the prefix hits and the first
+    chunk; each later chunk allocates as it runs, running groups scheduled in admission
+    order (a prefill chunk may leave later decoders without budget for the step). False:
+    admission allocates the whole prompt. Single-sequence groups only (a group of
+    several sequences allocates its whole prompt)."""
+    reserve_full_prompt: bool = True
+    """vLLM's ``scheduler_reserve_full_isl`` (with ``allocate_per_chunk``): admit only
+    when the whole prompt's blocks fit now, not just the first chunk's."""
+    watermark_tokens: int = 0
+    """vLLM's watermark (``int(watermark * num_gpu_blocks)`` blocks): free memory a
+    waiting request must leave when admitted while anything runs."""
+    long_prefill_token_threshold: int = 0
+    """vLLM's cap on one request's prefill chunk per step (0: none), applied while more
+    than one request is running or waiting at the step's start."""
 
 
 @dataclass(slots=True, eq=False)
@@ -121,6 +136,15 @@ class Group:
     retries: int = 0
     peak_reserved_tokens: int = 0
     cached_tokens: int = 0
+    first_hit_tokens: int = 0
+    """Prefix-cache hit tokens at the first admission (vLLM's ``num_cached_tokens``)."""
+    hit_tokens_total: int = 0
+    """Prefix-cache hit tokens summed over every admission, re-admissions after a
+    preemption included (as vLLM's ``record_prefix_cache_stats`` counts them)."""
+    allocates_per_chunk: bool = False
+    """Placed for chunked prefill as vLLM v1 places it (``SchedulerConfig.
+    allocate_per_chunk``): ``held_tokens`` counts the prompt computed so far plus the
+    step's chunk; each chunk extends the allocation as it is scheduled."""
     # -- decode-tick bookkeeping (sim.ticks) ---------------------------------------------
     order: int = 0
     """Admission order (the batch's position; re-admission takes a new one)."""
@@ -176,6 +200,9 @@ class Group:
         self.retries = 0
         self.peak_reserved_tokens = 0
         self.cached_tokens = 0
+        self.first_hit_tokens = 0
+        self.hit_tokens_total = 0
+        self.allocates_per_chunk = False
         self.order = 0
         self.tick_id = 0
         self.pooled = False

@@ -72,6 +72,54 @@ class Growth:
         if not self.ticking:
             self._grow_stepped(now, step)
 
+    def grow_in_order(self, now: float, step: Step, budget_tokens: int, cap_tokens: int) -> int:
+        """vLLM v1's pass over the running batch (``allocate_per_chunk``): in admission
+        order, a decoding group takes one token of the step's budget and grows one slot;
+        a prefilling group takes its next chunk (at most ``cap_tokens`` when > 0, and
+        what budget is left) and, if placed per chunk, allocates it; a refusal preempts
+        the last group, as decode growth does. The pass stops when the budget is spent
+        (later decoders sit the step out) or a group preempts itself. Every group is
+        stepped explicitly. Returns the budget left for admission."""
+        self.stop_ticking()
+        self.ticks.tick += 1
+        for g in list(self.batch.running):
+            if budget_tokens <= 0:
+                break
+            if not g.in_batch:  # an earlier group's preemption victim
+                continue
+            left = g.prefill_left_tokens
+            if not left:
+                if g.num_seqs == 1 and g.held_tokens < g.limit_tokens:
+                    g.held_tokens += 1  # inside its headroom: no decision
+                    step.stepped.append(g)
+                else:
+                    self._grow_group(g, now, step, -1)
+                    if not g.in_batch:
+                        break
+                budget_tokens -= g.num_seqs
+                continue
+            chunk = min(left, budget_tokens)
+            if 0 < cap_tokens < chunk:
+                chunk = cap_tokens
+            if g.allocates_per_chunk and not self._extend_chunk(g, chunk, now, step):
+                break
+            step.prefill_chunks.append((g, chunk))
+            step.prefill_tokens += chunk
+            budget_tokens -= chunk
+        return budget_tokens
+
+    def _extend_chunk(self, g: Group, chunk: int, now: float, step: Step) -> bool:
+        """Allocate a per-chunk group's next ``chunk``, preempting on refusal; False
+        when ``g`` itself left the batch."""
+        alloc = self.allocator
+        sid = g.seq_ids[0]
+        if not alloc.extend(sid, chunk) and not self._grow_refused(g, sid, now, step, -1, chunk):
+            return False
+        g.held_tokens += chunk
+        g.synced_tokens = g.held_tokens
+        g.limit_tokens = g.held_tokens + alloc.headroom_tokens(sid)
+        return True
+
     def cancel_step(self) -> None:
         """The step begun by ``grow`` runs nothing (nothing was decoding)."""
         self.ticks.tick -= 1
@@ -235,9 +283,11 @@ class Growth:
         g.limit_tokens = g.held_tokens + alloc.headroom_tokens(ids[-1])
         step.stepped.append(g)
 
-    def _grow_refused(self, g: Group, sid: int, now: float, step: Step, grown_before: int) -> bool:
-        """``extend(sid, 1)`` of ``g`` was just refused: preempt (or fail) until it is
-        granted. False when ``g`` itself left the batch."""
+    def _grow_refused(
+        self, g: Group, sid: int, now: float, step: Step, grown_before: int, tokens: int = 1
+    ) -> bool:
+        """``extend(sid, tokens)`` of ``g`` was just refused: preempt (or fail) until it
+        is granted. False when ``g`` itself left the batch."""
         alloc = self.allocator
         batch = self.batch
         preemption = batch.config.preemption
@@ -256,7 +306,7 @@ class Growth:
             self._preempt(victim, step, failure.cause)
             if victim is g:
                 return False
-            if alloc.extend(sid, 1):
+            if alloc.extend(sid, tokens):
                 return True
 
     def _preempt(self, victim: Group, step: Step, cause: FailureCause) -> None:

@@ -211,17 +211,28 @@ class Scheduler:
         alloc = batch.allocator
         copied0 = alloc.copied_tokens_total()
         step = Step()
-        growth.grow(now, step)
+        # vLLM caps a prefill chunk only while someone else could use the budget.
+        cap = config.long_prefill_token_threshold
+        if len(batch.running) + len(batch.waiting) <= 1:
+            cap = 0
+        per_chunk = config.allocate_per_chunk
+        if per_chunk and batch.prefilling:
+            growth.grow_in_order(now, step, config.max_num_batched_tokens, cap)
+        else:
+            growth.grow(now, step)
         # As vLLM does: no admission in a step that had to preempt (unless the batch
         # emptied, which would leave the step with nothing to run).
         if batch.admitting and batch.waiting and not (step.preempted and batch.running):
-            self.admission.admit(now, step, growth.load(step)[0])
+            self.admission.admit(now, step, growth.load(step)[0], cap)
         decode_seqs, kv_tokens = growth.load(step)
         budget = config.max_num_batched_tokens - decode_seqs
-        for g in batch.prefilling:
+        # Per chunk, the passes above scheduled every chunk already.
+        for g in [] if per_chunk else batch.prefilling:
             chunk = g.prefill_left_tokens
             if config.chunked_prefill:
                 chunk = min(chunk, budget)
+                if 0 < cap < chunk:
+                    chunk = cap
             elif chunk > budget and step.prefill_chunks:
                 continue
             if chunk <= 0:
@@ -234,7 +245,12 @@ class Scheduler:
             return None
         step.decode_seqs = decode_seqs
         for g, c in step.prefill_chunks:
-            kv_tokens += g.held_tokens - g.prefill_left_tokens + c
+            # A group placed per chunk holds what it computed and this chunk.
+            kv_tokens += (
+                g.held_tokens
+                if g.allocates_per_chunk
+                else (g.held_tokens - g.prefill_left_tokens + c)
+            )
         step.kv_tokens = kv_tokens
         step.stall_s += (alloc.copied_tokens_total() - copied0) * config.copy_s_per_token
         return step

@@ -135,14 +135,62 @@ class SchedulerOptions(_Strict):
     swap_bytes_per_s: Number = Field(
         25e9, ge=1e6, le=MAX_BYTES_PER_S, description="Host link for swap (PCIe)."
     )
+    allocate_per_chunk: Flag = Field(
+        False,
+        description="vLLM v1's chunked prefill: admission allocates the first chunk, "
+        "later chunks allocate as they run (needs chunked_prefill).",
+    )
+    scheduler_reserve_full_isl: Flag = Field(
+        True,
+        description="With allocate_per_chunk: admit only when the whole prompt fits "
+        "(vLLM's flag of that name; false: the first chunk only).",
+    )
+    watermark: Number = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="vLLM's watermark: the fraction of num_gpu_blocks a request admitted "
+        "while others run must leave free (paged allocator).",
+    )
+    long_prefill_token_threshold: Count = Field(
+        0,
+        ge=0,
+        le=MAX_TOKENS,
+        description="vLLM's cap on one request's prefill chunk per step (0: none).",
+    )
 
     def client_retry(self) -> ClientRetry:
         """The clients' retries (``retry_attempts``, ``retry_backoff_s``)."""
         return ClientRetry(self.retry_attempts, self.retry_backoff_s)
 
     def build(
-        self, max_seq_tokens: int, kv_bytes_per_token: int, hbm_bytes_per_s: float
+        self,
+        max_seq_tokens: int,
+        kv_bytes_per_token: int,
+        hbm_bytes_per_s: float,
+        paged_pool: tuple[int, int] | None = None,
     ) -> SchedulerConfig:
+        """``paged_pool``: (usable blocks, tokens per block) of a paged pool; vLLM counts
+        its watermark over ``num_gpu_blocks``, the usable blocks and its null block."""
+        if self.allocate_per_chunk and not self.chunked_prefill:
+            raise ScenarioError(
+                "field scheduler.allocate_per_chunk: allocating per chunk needs "
+                "chunked_prefill: true"
+            )
+        if self.allocate_per_chunk and paged_pool is None:
+            raise ScenarioError(
+                "field scheduler.allocate_per_chunk: vLLM's per-chunk allocation is "
+                "modelled on a paged pool; use allocator kind paged"
+            )
+        watermark_tokens = 0
+        if self.watermark:
+            if paged_pool is None:
+                raise ScenarioError(
+                    f"field scheduler.watermark: got {self.watermark}: vLLM's watermark "
+                    f"counts blocks of a paged pool; use allocator kind paged or 0"
+                )
+            blocks, block_tokens = paged_pool
+            watermark_tokens = int(self.watermark * (blocks + 1)) * block_tokens
         batched = self.max_num_batched_tokens
         if batched is None:
             batched = 8192 if self.chunked_prefill else max(8192, max_seq_tokens)
@@ -166,6 +214,10 @@ class SchedulerOptions(_Strict):
             swap_s_per_token=kv_bytes_per_token / self.swap_bytes_per_s,
             # A copy reads and writes every byte once.
             copy_s_per_token=2 * kv_bytes_per_token / hbm_bytes_per_s,
+            allocate_per_chunk=self.allocate_per_chunk,
+            reserve_full_prompt=self.scheduler_reserve_full_isl,
+            watermark_tokens=watermark_tokens,
+            long_prefill_token_threshold=self.long_prefill_token_threshold,
         )
 
 

@@ -55,8 +55,11 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
         num_layers=model.num_layers,
         tensor_parallel=hw.tensor_parallel,
     )
+    paged_pool = None
+    if paged_block is not None:
+        paged_pool = (budget.kv_capacity_tokens // paged_block, paged_block)
     sched_config = scenario.scheduler.build(
-        model.max_seq_tokens, budget.replica_kv_bytes_per_token, gpu.hbm_bytes_per_s
+        model.max_seq_tokens, budget.replica_kv_bytes_per_token, gpu.hbm_bytes_per_s, paged_pool
     )
     try:
         latency = scenario.latency.build(model, gpu, hw.tensor_parallel)

@@ -1,0 +1,85 @@
+"""fragsim's paged engine equals vLLM 0.33.0's v1 scheduler, step for step, on the
+workloads ``tools/vllm_recorder/record.py`` recorded (``tests/golden/vllm/``): every
+request's admit, first-token and finish step, preemptions and prefix-cache hit tokens
+(at the first admission and summed over all), and per step the blocks in
+use, the running and waiting counts and the preemptions. ``make vllm-goldens`` records
+them again (a newer vLLM: see docs/vllm.md)."""
+
+from __future__ import annotations
+
+import pytest
+from support.vllm_goldens import golden_names, load, replay
+
+DECISIONS = (
+    "admit_step",
+    "first_token_step",
+    "finish_step",
+    "preemptions",
+    "hit_tokens_first",
+    "hit_tokens_total",
+)
+STEP_FIELDS = ("blocks_in_use", "running", "waiting", "preemptions")
+MATCHED = ("light", "heavy", "watermark", "chunked", "chunked-no-reserve", "prefix-eviction")
+
+
+def mismatches(golden: list[list[int]], ours: list[list[int]], names: tuple[str, ...]) -> list[str]:
+    """The first few rows that differ, said field by field."""
+    out = []
+    for want, got in zip(golden, ours, strict=False):
+        for i, name in enumerate(names, start=1):
+            if want[i] != got[i]:
+                out.append(f"row {want[0]}: {name} vLLM {want[i]}, fragsim {got[i]}")
+    if len(golden) != len(ours):
+        out.append(f"rows: vLLM {len(golden)}, fragsim {len(ours)}")
+    return out[:10]
+
+
+def test_every_recorded_workload_is_checked() -> None:
+    assert set(golden_names()) == set(MATCHED)
+    for name in golden_names():
+        assert load(name)["vllm_version"] == "0.33.0"
+
+
+@pytest.mark.parametrize("ticks", [True, False], ids=["ticks", "stepped"])
+@pytest.mark.parametrize("name", MATCHED)
+def test_decisions_and_blocks_equal_vllm(name: str, ticks: bool) -> None:
+    doc = load(name)
+    ours = replay(doc, ticks=ticks)
+    assert mismatches(doc["records"], ours.records, DECISIONS) == []
+    assert mismatches(doc["steps"], ours.steps, STEP_FIELDS) == []
+
+
+def test_the_workloads_exercise_what_they_are_named_for() -> None:
+    heavy, watermark = load("heavy"), load("watermark")
+    assert sum(r[4] for r in heavy["records"]) > 0
+    assert watermark["config"]["watermark"] > 0 and sum(r[4] for r in watermark["records"]) > 0
+    chunked = load("chunked")
+    budget = chunked["config"]["max_num_batched_tokens"]
+    assert max(r["unique_tokens"] for r in chunked["requests"]) > 3 * budget
+    assert not load("chunked-no-reserve")["config"]["scheduler_reserve_full_isl"]
+    assert load("prefix-eviction")["prefix_cache"]["hits"] > 0
+
+
+def test_without_the_whole_prompt_gate_vllm_preempts_more_and_so_does_fragsim() -> None:
+    gate, no_gate = load("chunked"), load("chunked-no-reserve")
+    assert sum(r[4] for r in no_gate["records"]) > sum(r[4] for r in gate["records"])
+    flipped = {**no_gate, "config": {**no_gate["config"], "scheduler_reserve_full_isl": True}}
+    ours = replay(flipped)
+    assert mismatches(no_gate["steps"], ours.steps, STEP_FIELDS) != []  # the gate matters
+
+
+def test_the_hits_sum_to_what_vllm_s_prefix_cache_stats_count() -> None:
+    doc = load("prefix-eviction")
+    ours = replay(doc)
+    stats = doc["prefix_cache"]
+    assert sum(r[6] for r in ours.records) == stats["hits"] + stats["preempted_hits"]
+    assert sum(r[5] for r in ours.records) == stats["hits"]
+
+
+@pytest.mark.parametrize(
+    "option", ["cache_generated_blocks", "reuse_uncached_first", "allocate_per_chunk"]
+)
+def test_each_vllm_prefix_semantic_is_needed(option: str) -> None:
+    doc = load("prefix-eviction")
+    ours = replay(doc, off=option)
+    assert mismatches(doc["records"], ours.records, DECISIONS) != []

@@ -1,0 +1,120 @@
+"""The vLLM settings as a user writes them in a scenario (``scheduler:`` and
+``allocator:``) give, through ``fragsim run``'s own path, the decisions vLLM 0.33.0
+made on the recorded workloads (``tests/golden/vllm/``): with a constant one-second step
+a request admitted at step k is admitted at k s, and its first token and finish come at
+the end of their steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from support.vllm_goldens import block_hashes, load, prompt_token_ids
+from test_replica import trace
+
+from sim.runner import run
+from sim.scenario.schema import ScenarioError, parse_scenario
+
+
+def vllm_scenario(config: dict[str, Any], mode: str = "exact") -> dict[str, Any]:
+    return {
+        "name": "vllm-parity",
+        "workload": {"preset": "bimodal"},  # unused: the trace is passed in
+        "hardware": {
+            "model": "llama-2-7b",
+            "gpu": "a100-80gb",
+            "num_gpu_blocks": config["num_gpu_blocks"],
+            "max_seq_tokens": config["max_model_len"],
+        },
+        "allocator": {
+            "kind": "paged",
+            "block_size_tokens": config["block_size"],
+            "prefix_caching": config["enable_prefix_caching"],
+            "cache_generated_blocks": True,
+            "reuse_uncached_first": True,
+        },
+        "scheduler": {
+            "max_num_seqs": config["max_num_seqs"],
+            "max_num_batched_tokens": config["max_num_batched_tokens"],
+            "chunked_prefill": True,
+            "allocate_per_chunk": True,
+            "scheduler_reserve_full_isl": config["scheduler_reserve_full_isl"],
+            "watermark": config["watermark"],
+            "long_prefill_token_threshold": config["long_prefill_token_threshold"],
+        },
+        "latency": {"kind": "constant", "step_s": 1.0},
+        "metrics": {"sample_interval_s": 1.0},
+        "mode": mode,
+    }
+
+
+def golden_trace(doc: dict[str, Any]) -> Any:
+    rows = sorted(doc["requests"], key=lambda r: r["id"])
+    bt = doc["config"]["block_size"]
+    hashes = [list(block_hashes(prompt_token_ids(r), bt)) for r in rows]
+    df = trace(
+        [(float(r["arrival_step"]), len(prompt_token_ids(r)), r["output_tokens"]) for r in rows]
+    )
+    if doc["config"]["enable_prefix_caching"]:
+        df["prefix_hashes"] = hashes
+    return df
+
+
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+@pytest.mark.parametrize("name", ["heavy", "watermark", "chunked-no-reserve", "prefix-eviction"])
+def test_a_scenario_with_vllm_s_settings_makes_vllm_s_decisions(name: str, mode: str) -> None:
+    doc = load(name)
+    result = run(parse_scenario(vllm_scenario(doc["config"], mode)), golden_trace(doc))
+    req = result.requests.sort_values("request_id")
+    golden = np.array(doc["records"])
+    assert list(req["status"].unique()) == ["ok"]
+    np.testing.assert_array_equal(req["admit_s"].to_numpy(), golden[:, 1])
+    np.testing.assert_array_equal(req["first_token_s"].to_numpy(), golden[:, 2] + 1)
+    np.testing.assert_array_equal(req["finish_s"].to_numpy(), golden[:, 3] + 1)
+    np.testing.assert_array_equal(req["preemptions"].to_numpy(), golden[:, 4])
+
+
+def test_the_defaults_keep_fragsim_s_own_semantics() -> None:
+    doc = load("chunked-no-reserve")
+    data = vllm_scenario(doc["config"])
+    for key in ("allocate_per_chunk", "scheduler_reserve_full_isl", "long_prefill_token_threshold"):
+        del data["scheduler"][key]
+    result = run(parse_scenario(data), golden_trace(doc))
+    golden = np.array(doc["records"])
+    admit = result.requests.sort_values("request_id")["admit_s"].to_numpy()
+    assert not np.array_equal(admit, golden[:, 1])
+
+
+def test_vllm_settings_that_cannot_apply_are_refused_naming_the_field() -> None:
+    config = load("watermark")["config"]
+    data = vllm_scenario(config)
+    data["allocator"] = {"kind": "best_fit"}
+    data["hardware"]["kv_capacity_tokens"] = data["hardware"].pop("num_gpu_blocks") * 16
+    with pytest.raises(ScenarioError, match=r"field scheduler\.allocate_per_chunk: .* paged"):
+        run(parse_scenario(data), golden_trace(load("watermark")))
+    data["scheduler"]["allocate_per_chunk"] = False
+    with pytest.raises(ScenarioError, match=r"field scheduler\.watermark: got 0\.05"):
+        run(parse_scenario(data), golden_trace(load("watermark")))
+    data = vllm_scenario(config)
+    data["scheduler"]["chunked_prefill"] = False
+    data["scheduler"]["max_num_batched_tokens"] = 8192
+    with pytest.raises(ScenarioError, match=r"field scheduler\.allocate_per_chunk"):
+        run(parse_scenario(data), golden_trace(load("watermark")))
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_a_prompt_that_can_never_fit_is_rejected_where_vllm_would_wait_forever(
+    gate: bool,
+) -> None:
+    config = {
+        **load("chunked")["config"],
+        "scheduler_reserve_full_isl": gate,
+        "num_gpu_blocks": 200,
+    }
+    data = vllm_scenario(config)
+    usable_tokens = (config["num_gpu_blocks"] - 1) * config["block_size"]
+    rows = [(0.0, 300, 20), (1.0, usable_tokens + 1, 5), (2.0, 300, 20)]
+    result = run(parse_scenario(data), trace(rows))
+    status = list(result.requests.sort_values("request_id")["status"])
+    assert status == ["ok", "rejected-capacity", "ok"]
