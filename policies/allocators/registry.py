@@ -35,6 +35,10 @@ def _policy_classes() -> list[type[AllocatorConfig]]:
         cfg.PagedConfig,
         cfg.VmPagedConfig,
         cfg.CachingConfig,
+        # KV managers of hybrid / sliding-window models (one pool, split pools, per window)
+        cfg.HybridKvConfig,
+        cfg.SplitPoolsConfig,
+        cfg.WindowPoolsConfig,
     ]
 
 
