@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from sim.engine.recorder import EventTable
+from sim.engine.recorder import KV_WASTE_COLUMNS, EventTable
 from sim.latency.base import OutOfRange
 from sim.results.frames import frame
 from sim.results.io import RunResult
@@ -143,6 +143,9 @@ def run_summary(
     summary = summarize(req_df, ts_df, ev_df, end_s=end_s, thresholds=scenario.metrics.thresholds())
     if scenario.duration_s is not None:
         summary["requests"]["beyond_duration"] = beyond_duration
+    kv = kv_manager_waste(ts_df)
+    if kv is not None:
+        summary["memory"]["kv_manager_waste"] = kv
     summary["scenario"] = scenario.name
     summary["seed"] = scenario.seed
     kinds = list(dict.fromkeys(p["allocator"] for p in pools))
@@ -159,6 +162,20 @@ def run_summary(
         "end_s": end_s,
     }
     return summary
+
+
+def kv_manager_waste(ts_df: pd.DataFrame) -> dict[str, float] | None:
+    """A KV manager's run: its waste by cause, the mean share of capacity over the
+    periodic samples of live replicas (as ``memory.waste_breakdown``); None for a run
+    of single-pool policies (its timeseries has no such columns)."""
+    if "share_padding" not in ts_df.columns:
+        return None
+    periodic = ts_df[(ts_df["trigger"] == "periodic") & ts_df["up"]]
+    return {
+        name.removeprefix("share_"): float(periodic[name].mean())
+        for name in KV_WASTE_COLUMNS
+        if not periodic[name].isna().all()
+    }
 
 
 def pool_report(scenario: Scenario, part: Parts, out_of_range: OutOfRange | None) -> dict[str, Any]:

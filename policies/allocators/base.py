@@ -222,6 +222,46 @@ class AllocStats:
 
 
 @dataclass(slots=True)
+class KvWaste:
+    """Where a manager's memory is, in token slots (the same unit as ``AllocStats``):
+    the seven add up to ``capacity_tokens`` (rounding goes to ``partial_blocks``)."""
+
+    token_states: int
+    """KV of tokens inside their layers' span, and Mamba state."""
+    padding: int
+    """Padding layers of a group, and state pages padded to the block size."""
+    window_reserve: int
+    """Sliding-window blocks held beyond the window (the admission reserve)."""
+    reserved_ahead: int
+    """Blocks reserved at admission for tokens not yet generated (TensorRT-LLM)."""
+    partial_blocks: int
+    """The unfilled part of owned blocks (a table's last block, a window's first)."""
+    stranded: int
+    """Free memory in pools that are not the bottleneck (unusable at the split)."""
+    free: int
+    """Free memory usable at the split."""
+
+    # Written out: a generated __init__ stays interpreted in the compiled build.
+    def __init__(
+        self,
+        token_states: int,
+        padding: int,
+        window_reserve: int,
+        reserved_ahead: int,
+        partial_blocks: int,
+        stranded: int,
+        free: int,
+    ) -> None:
+        self.token_states = token_states
+        self.padding = padding
+        self.window_reserve = window_reserve
+        self.reserved_ahead = reserved_ahead
+        self.partial_blocks = partial_blocks
+        self.stranded = stranded
+        self.free = free
+
+
+@dataclass(slots=True)
 class Failure:
     """Why the last ``allocate``/``extend``/``fork`` answered no."""
 
@@ -338,6 +378,11 @@ class Allocator:
         """Tokens the request can still add inside what it already owns, with no
         decision by the allocator (and so in any order with other requests)."""
         return self.reserved_tokens(request_id) - self.held_tokens(request_id)
+
+    def kv_waste(self) -> KvWaste | None:
+        """A KV manager's memory by cause (``policies.allocators.kv_groups``); None for
+        a single-pool policy, whose waste the four-way breakdown already says."""
+        return None
 
     def free_and_largest_tokens(self) -> tuple[int, int]:
         """``(stats().free_tokens, stats().largest_free_extent_tokens)``: what decides

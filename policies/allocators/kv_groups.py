@@ -65,6 +65,7 @@ from policies.allocators.base import (
     AllocStats,
     Failure,
     FailureCause,
+    KvWaste,
     LayerKindSpec,
     PoolSpec,
 )
@@ -143,27 +144,6 @@ class KvLayout:
     groups: tuple[KvGroup, ...]
     notes: tuple[str, ...] = ()
     """One line each on how it was laid out (group size, padding, block size)."""
-
-
-@dataclass(frozen=True, slots=True)
-class KvWaste:
-    """Where a manager's memory is, in token slots (the same unit as ``AllocStats``):
-    the seven add up to ``capacity_tokens`` (rounding goes to ``partial_blocks``)."""
-
-    token_states: int
-    """KV of tokens inside their layers' span, and Mamba state."""
-    padding: int
-    """Padding layers of a group, and state pages padded to the block size."""
-    window_reserve: int
-    """Sliding-window blocks held beyond the window (the admission reserve)."""
-    reserved_ahead: int
-    """Blocks reserved at admission for tokens not yet generated (TensorRT-LLM)."""
-    partial_blocks: int
-    """The unfilled part of owned blocks (a table's last block, a window's first)."""
-    stranded: int
-    """Free memory in pools that are not the bottleneck (unusable at the split)."""
-    free: int
-    """Free memory usable at the split."""
 
 
 def layer_kinds_of(spec: PoolSpec) -> tuple[LayerKindSpec, ...]:
@@ -307,7 +287,7 @@ class KvGroupManager(Allocator):
         """Each pool's free blocks, by pool name."""
         return {p.name: f for p, f in zip(self._pools, self._free_blocks, strict=True)}
 
-    def waste(self) -> KvWaste:
+    def kv_waste(self) -> KvWaste:
         """Where the memory is now, by cause (O(live requests))."""
         padding = window = ahead = 0
         for r in self._reqs.values():
@@ -317,11 +297,12 @@ class KvGroupManager(Allocator):
                 if g.state_blocks:
                     continue
                 steady = g.steady_blocks(r.held)
-                if n > steady:
+                if n > steady:  # the real part of those blocks (padding is counted)
+                    extra = (n - steady) * (block - g.padding_bytes_per_block)
                     if g.reserve_ahead:
-                        ahead += (n - steady) * block
+                        ahead += extra
                     else:
-                        window += (n - steady) * block
+                        window += extra
         slot = self._slot_bytes
         s = self.stats()
         parts = [

@@ -152,6 +152,8 @@ def _flat_rows(summary: dict[str, Any]) -> list[tuple[str, object]]:
         rows.append((f"largest_contiguous_free_block_ratio {stat}", _num(ratio[stat], ".3f")))
     for name, share in mem["waste_breakdown"].items():
         rows.append((f"waste: {WASTE_LABELS.get(name, name)}", _num(share, ".1%")))
+    for name, share in mem.get("kv_manager_waste", {}).items():  # a KV manager's causes
+        rows.append((f"  KV manager: {name.replace('_', ' ')}", _num(share, ".1%")))
     for name in ("ttft", "tpot", "e2e"):
         p = summary["latency_s"][name]
         rows += [(f"{name} {q} (s)", _num(p[q], ".3f")) for q in ("p50", "p99")]

@@ -102,7 +102,7 @@ def _check(a: KvGroupManager, live: dict[int, int]) -> None:
     for p in a.layout.pools:
         assert 0 <= free[p.name] <= p.num_blocks
         assert owned[p.name] + free[p.name] == p.num_blocks
-    waste = a.waste()
+    waste = a.kv_waste()
     assert (
         sum(
             (
@@ -118,6 +118,7 @@ def _check(a: KvGroupManager, live: dict[int, int]) -> None:
         == s.capacity_tokens
     )
     assert min(waste.padding, waste.window_reserve, waste.reserved_ahead) >= 0
+    assert waste.partial_blocks >= 0
     assert waste.stranded + waste.free == s.free_tokens
 
 
