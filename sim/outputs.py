@@ -146,6 +146,9 @@ def run_summary(
     kv = kv_manager_waste(ts_df)
     if kv is not None:
         summary["memory"]["kv_manager_waste"] = kv
+    layouts = [p["kv_layout"] for p in pools if "kv_layout" in p]
+    if len(pools) == 1 and layouts:
+        summary["kv_layout"] = layouts[0]
     summary["scenario"] = scenario.name
     summary["seed"] = scenario.seed
     kinds = list(dict.fromkeys(p["allocator"] for p in pools))
@@ -179,7 +182,8 @@ def kv_manager_waste(ts_df: pd.DataFrame) -> dict[str, float] | None:
 
 
 def pool_report(scenario: Scenario, part: Parts, out_of_range: OutOfRange | None) -> dict[str, Any]:
-    """One pool's replicas as the summary describes them: allocator kind, KV capacity
+    """One pool's replicas as the summary describes them: allocator kind (a KV manager's
+    layout too, ``kv_layout``), KV capacity
     per replica, KV bytes per token of a replica (all its tensor-parallel GPUs
     together: a replica's free memory in bytes is its free tokens times this), the
     latency model used, and for a model with a validity range the
@@ -190,12 +194,16 @@ def pool_report(scenario: Scenario, part: Parts, out_of_range: OutOfRange | None
         first = out_of_range.first
         latency["out_of_range_calls"] = int(out_of_range.steps)
         latency["first_out_of_range"] = None if first is None else [int(v) for v in first]
-    return {
+    report: dict[str, Any] = {
         "allocator": part.allocator.kind,
         "kv_capacity_tokens": part.kv_capacity_tokens,
         "kv_bytes_per_token": part.spec.kv_bytes_per_token,
         "latency": latency,
     }
+    notes = part.allocator.build(part.spec).layout_notes()
+    if notes:  # a KV manager: how it laid the memory out
+        report["kv_layout"] = list(notes)
+    return report
 
 
 def _combined_latency(reports: list[dict[str, Any]]) -> dict[str, Any]:

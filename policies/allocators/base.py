@@ -379,6 +379,11 @@ class Allocator:
         decision by the allocator (and so in any order with other requests)."""
         return self.reserved_tokens(request_id) - self.held_tokens(request_id)
 
+    def layout_notes(self) -> tuple[str, ...]:
+        """How a KV manager laid the memory out (groups, padding, pools), one line each;
+        empty for a single-pool policy."""
+        return ()
+
     def kv_waste(self) -> KvWaste | None:
         """A KV manager's memory by cause (``policies.allocators.kv_groups``); None for
         a single-pool policy, whose waste the four-way breakdown already says."""

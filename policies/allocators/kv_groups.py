@@ -287,6 +287,9 @@ class KvGroupManager(Allocator):
         """Each pool's free blocks, by pool name."""
         return {p.name: f for p, f in zip(self._pools, self._free_blocks, strict=True)}
 
+    def layout_notes(self) -> tuple[str, ...]:
+        return self.layout.notes
+
     def kv_waste(self) -> KvWaste:
         """Where the memory is now, by cause (O(live requests))."""
         padding = window = ahead = 0

@@ -46,6 +46,7 @@ def test_a_hybrid_model_runs_compares_and_reports_under_every_manager(tmp_path: 
         assert "KV manager: padding" in printed
         summary = json.loads((out / "summary.json").read_text())
         assert summary["allocator"] == kind
+        assert summary["fleet"]["pools"][0]["kv_layout"]  # how it laid the memory out
         waste = summary["memory"]["kv_manager_waste"]
         assert set(waste) == {
             "padding",
