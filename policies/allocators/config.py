@@ -268,6 +268,9 @@ class SplitPoolsConfig(AllocatorConfig):
     """SWA pool tokens per full pool token (SGLang's --swa-full-tokens-ratio)."""
     mamba_full_memory_ratio: float = Field(0.9, gt=0.0, le=64.0)
     """State pool bytes per KV pool byte (SGLang's --mamba-full-memory-ratio)."""
+    chunked_prefill_tokens: int = Field(8192, ge=1, le=1 << 24)
+    """SGLang's --chunked-prefill-size: a prompt holds at most its window + one chunk of
+    the SWA pool while it is prefilled."""
 
     def build(self, spec: PoolSpec) -> SplitPoolsManager:
         return SplitPoolsManager(
@@ -275,6 +278,7 @@ class SplitPoolsConfig(AllocatorConfig):
             page_size_tokens=self.page_size_tokens,
             swa_full_tokens_ratio=self.swa_full_tokens_ratio,
             mamba_full_memory_ratio=self.mamba_full_memory_ratio,
+            chunked_prefill_tokens=self.chunked_prefill_tokens,
         )
 
 

@@ -111,7 +111,8 @@ class KvGroup:
     state_bytes: int = 0
     """Real state bytes per request of a state group."""
     prefill_cap_blocks: int = 0
-    """Sliding groups of vLLM: the most blocks held at admission (0: the whole prompt)."""
+    """Sliding groups (vLLM, SGLang): the most blocks held at admission, the window and
+    one prefill chunk (0: the whole prompt)."""
     reserve_ahead: bool = False
     """Reserve at admission for the expected final length (TensorRT-LLM's
     GUARANTEED_NO_EVICT); a window is then capped at ceil(W / B) + 1 blocks."""

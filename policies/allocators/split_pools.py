@@ -8,7 +8,8 @@ After SGLang's memory pools (``mem_cache/memory_pool.py``, ``swa_memory_pool.py`
   per page, SGLang's default 1);
 * with sliding-window layers, a *SWA* pool holding ``swa_full_tokens_ratio`` as many
   tokens as the full pool (SGLang's default 0.8); a request keeps its last ``W`` tokens
-  there (out-of-window pages are freed as it grows; the whole prompt is written first);
+  there (out-of-window pages are freed as it grows; a prompt is prefilled in chunks of
+  ``chunked_prefill_tokens``, so admission holds at most ``W`` + one chunk there);
 * with Mamba layers, a *state* pool of whole per-request states, holding
   ``mamba_full_memory_ratio`` times the KV pools' bytes (SGLang's default 0.9).
 
@@ -27,6 +28,7 @@ from policies.allocators.kv_groups import (
     KvGroupManager,
     KvLayout,
     KvPool,
+    ceil_div,
     layer_kinds_of,
 )
 
@@ -36,6 +38,7 @@ def split_layout(
     page_size_tokens: int,
     swa_full_tokens_ratio: float,
     mamba_full_memory_ratio: float,
+    chunked_prefill_tokens: int = 8192,
 ) -> KvLayout:
     """The pools and groups (see the module docstring)."""
     kinds = layer_kinds_of(spec)
@@ -70,7 +73,8 @@ def split_layout(
     if swa:
         w = swa[0].window_tokens
         pools.append(KvPool("swa", page * swa_token, int(swa_tokens) // page))
-        groups.append(KvGroup("swa", len(pools) - 1, page, w, swa_token))
+        cap = max(ceil_div(w + chunked_prefill_tokens, page), ceil_div(w, page) + 1)
+        groups.append(KvGroup("swa", len(pools) - 1, page, w, swa_token, prefill_cap_blocks=cap))
         notes.append(f"SWA pool: {pools[-1].num_blocks * page:,} tokens (window {w:,})")
     if mamba:
         state = sum(k.layers * k.state_bytes_per_layer for k in mamba)
@@ -90,8 +94,13 @@ class SplitPoolsManager(KvGroupManager):
         page_size_tokens: int = 1,
         swa_full_tokens_ratio: float = 0.8,
         mamba_full_memory_ratio: float = 0.9,
+        chunked_prefill_tokens: int = 8192,
     ) -> None:
         layout = split_layout(
-            spec, page_size_tokens, swa_full_tokens_ratio, mamba_full_memory_ratio
+            spec,
+            page_size_tokens,
+            swa_full_tokens_ratio,
+            mamba_full_memory_ratio,
+            chunked_prefill_tokens,
         )
         super().__init__(spec, layout)

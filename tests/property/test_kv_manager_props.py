@@ -43,7 +43,12 @@ CONFIGS: list[dict[str, Any]] = [
     {"kind": "hybrid_kv"},
     {"kind": "hybrid_kv", "block_size_tokens": 8, "prefill_chunk_tokens": 64},
     {"kind": "split_pools"},
-    {"kind": "split_pools", "page_size_tokens": 4, "swa_full_tokens_ratio": 0.3},
+    {
+        "kind": "split_pools",
+        "page_size_tokens": 4,
+        "swa_full_tokens_ratio": 0.3,
+        "chunked_prefill_tokens": 64,
+    },
     {"kind": "window_pools"},
     {"kind": "window_pools", "reserve_final_length": False, "tokens_per_block": 8},
 ]
@@ -96,7 +101,7 @@ def _check(a: KvGroupManager, live: dict[int, int]) -> None:
             if g.block_tokens:  # the table's last n blocks hold every token in the span
                 first_token = (ceil_div(held, g.block_tokens) - n) * g.block_tokens
                 assert held - max(first_token, 0) >= g.span_tokens(held)
-            if g.window_tokens:  # a window holds at most its admission cap (0: the prompt)
+            if g.window_tokens:  # a window holds at most its admission cap
                 cap = g.prefill_cap_blocks or ceil_div(held, g.block_tokens)
                 assert n <= max(cap, ceil_div(g.window_tokens, g.block_tokens) + 1)
     for p in a.layout.pools:
