@@ -225,7 +225,8 @@ class KvGroupManager(Allocator):
         return True
 
     def fork(self, parent_id: int, child_id: int) -> bool:
-        """A copy of the parent's tables (no sharing)."""
+        """Blocks of its own for the child, as many as the parent holds (no sharing: n >
+        1 sampling on these managers overstates the memory a prefix-sharing stack uses)."""
         self._check_new(child_id, self._reqs)
         p = self._req(parent_id)
         if not self._take(list(p.blocks), None):
@@ -279,6 +280,9 @@ class KvGroupManager(Allocator):
         if s.free_tokens > s.largest_free_extent_tokens:
             sizes.append(s.free_tokens - s.largest_free_extent_tokens)
         return sizes
+
+    def copied_tokens_total(self) -> int:
+        return 0  # no KV is copied: a fork gets blocks of its own, charged no copy time
 
     def table_blocks(self, request_id: int) -> tuple[int, ...]:
         """The request's blocks in each group (``layout.groups``' order)."""
