@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from sim.engine.recorder import EventTable
+from sim.engine.recorder import KV_WASTE_COLUMNS, EventTable
 from sim.latency.base import OutOfRange
 from sim.results.frames import frame
 from sim.results.io import RunResult, undefined_as_null
@@ -151,6 +151,12 @@ def run_summary(
     summary = summarize(req_df, ts_df, ev_df, end_s=end_s, thresholds=scenario.metrics.thresholds())
     if scenario.duration_s is not None:
         summary["requests"]["beyond_duration"] = beyond_duration
+    kv = kv_manager_waste(ts_df)
+    if kv is not None:
+        summary["memory"]["kv_manager_waste"] = kv
+    layouts = [p["kv_layout"] for p in pools if "kv_layout" in p]
+    if len(pools) == 1 and layouts:
+        summary["kv_layout"] = layouts[0]
     summary["scenario"] = scenario.name
     summary["seed"] = scenario.seed
     kinds = list(dict.fromkeys(p["allocator"] for p in pools))
@@ -169,8 +175,23 @@ def run_summary(
     return summary
 
 
+def kv_manager_waste(ts_df: pd.DataFrame) -> dict[str, float] | None:
+    """A KV manager's run: its waste by cause, the mean share of capacity over the
+    periodic samples of live replicas (as ``memory.waste_breakdown``); None for a run
+    of single-pool policies (its timeseries has no such columns)."""
+    if "share_padding" not in ts_df.columns:
+        return None
+    periodic = ts_df[(ts_df["trigger"] == "periodic") & ts_df["up"]]
+    return {
+        name.removeprefix("share_"): float(periodic[name].mean())
+        for name in KV_WASTE_COLUMNS
+        if not periodic[name].isna().all()
+    }
+
+
 def pool_report(scenario: Scenario, part: Parts, out_of_range: OutOfRange | None) -> dict[str, Any]:
-    """One pool's replicas as the summary describes them: allocator kind, KV capacity
+    """One pool's replicas as the summary describes them: allocator kind (a KV manager's
+    layout too, ``kv_layout``), KV capacity
     per replica, KV bytes per token of a replica (all its tensor-parallel GPUs
     together: a replica's free memory in bytes is its free tokens times this), the
     latency model used, and for a model with a validity range the
@@ -181,12 +202,16 @@ def pool_report(scenario: Scenario, part: Parts, out_of_range: OutOfRange | None
         first = out_of_range.first
         latency["out_of_range_calls"] = int(out_of_range.steps)
         latency["first_out_of_range"] = None if first is None else [int(v) for v in first]
-    return {
+    report: dict[str, Any] = {
         "allocator": part.allocator.kind,
         "kv_capacity_tokens": part.kv_capacity_tokens,
         "kv_bytes_per_token": part.spec.kv_bytes_per_token,
         "latency": latency,
     }
+    notes = part.allocator.build(part.spec).layout_notes()
+    if notes:  # a KV manager: how it laid the memory out
+        report["kv_layout"] = list(notes)
+    return report
 
 
 def _combined_latency(reports: list[dict[str, Any]]) -> dict[str, Any]:

@@ -46,6 +46,38 @@ FailureCause = Literal["capacity", "fragmentation"]
 
 
 @dataclass(frozen=True, slots=True)
+class LayerKindSpec:
+    """Layers of one kind as a KV manager sees them (replica-wide bytes, all GPUs).
+
+    The single-pool policies ignore these: they hold every attention layer's KV for
+    every token (``PoolSpec.kv_bytes_per_token``). The KV managers (``hybrid_kv``,
+    ``split_pools``, ``window_pools``) lay their groups and pools out from them."""
+
+    kind: str
+    """``full_attention``, ``sliding_attention`` or ``mamba`` (MLA counts as full)."""
+    layers: int
+    kv_bytes_per_token_per_layer: int = 0
+    """K and V (or the MLA latent) of one token in one layer; 0 for ``mamba``."""
+    window_tokens: int = 0
+    """The sliding window (``sliding_attention`` only)."""
+    state_bytes_per_layer: int = 0
+    """One request's conv + SSM state in one layer (``mamba`` only)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("full_attention", "sliding_attention", "mamba"):
+            raise ValueError(f"unknown layer kind {self.kind!r}")
+        if self.layers <= 0:
+            raise ValueError(f"{self.kind}: layers must be > 0, got {self.layers}")
+        if self.kind == "mamba":
+            if self.state_bytes_per_layer <= 0:
+                raise ValueError("mamba: state_bytes_per_layer must be > 0")
+        elif self.kv_bytes_per_token_per_layer <= 0:
+            raise ValueError(f"{self.kind}: kv_bytes_per_token_per_layer must be > 0")
+        if (self.kind == "sliding_attention") != (self.window_tokens > 0):
+            raise ValueError(f"{self.kind}: window_tokens {self.window_tokens} (> 0 iff sliding)")
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSpec:
     """What a policy is built for: the pool size and the model facts it may need."""
 
@@ -63,6 +95,10 @@ class PoolSpec:
     """GPUs per replica. ``kv_bytes_per_token`` is the replica's (all GPUs); each GPU
     holds ``kv_bytes_per_token // tensor_parallel`` bytes of every token, and byte-sized
     things (pages, segments, rounding) live on one GPU."""
+    layer_kinds: tuple[LayerKindSpec, ...] = ()
+    """The model's layers by kind (a model read from its config.json); empty: every
+    layer is full attention. Only the KV managers read it; the pool's bytes are
+    ``capacity_tokens x kv_bytes_per_token`` whatever the kinds."""
 
     def __post_init__(self) -> None:
         if self.capacity_tokens <= 0:
@@ -183,6 +219,46 @@ class AllocStats:
         if self.free_tokens == 0:
             return None
         return self.largest_free_extent_tokens / self.free_tokens
+
+
+@dataclass(slots=True)
+class KvWaste:
+    """Where a manager's memory is, in token slots (the same unit as ``AllocStats``):
+    the seven add up to ``capacity_tokens`` (rounding goes to ``partial_blocks``)."""
+
+    token_states: int
+    """KV of tokens inside their layers' span, and Mamba state."""
+    padding: int
+    """Padding layers of a group, and state pages padded to the block size."""
+    window_reserve: int
+    """Sliding-window blocks held beyond the window (the admission reserve)."""
+    reserved_ahead: int
+    """Blocks reserved at admission for tokens not yet generated (TensorRT-LLM)."""
+    partial_blocks: int
+    """The unfilled part of owned blocks (a table's last block, a window's first)."""
+    stranded: int
+    """Free memory in pools that are not the bottleneck (unusable at the split)."""
+    free: int
+    """Free memory usable at the split."""
+
+    # Written out: a generated __init__ stays interpreted in the compiled build.
+    def __init__(
+        self,
+        token_states: int,
+        padding: int,
+        window_reserve: int,
+        reserved_ahead: int,
+        partial_blocks: int,
+        stranded: int,
+        free: int,
+    ) -> None:
+        self.token_states = token_states
+        self.padding = padding
+        self.window_reserve = window_reserve
+        self.reserved_ahead = reserved_ahead
+        self.partial_blocks = partial_blocks
+        self.stranded = stranded
+        self.free = free
 
 
 @dataclass(slots=True)
@@ -351,6 +427,15 @@ class Allocator:
             return True
         self._refuse(need)
         return False
+    def layout_notes(self) -> tuple[str, ...]:
+        """How a KV manager laid the memory out (groups, padding, pools), one line each;
+        empty for a single-pool policy."""
+        return ()
+
+    def kv_waste(self) -> KvWaste | None:
+        """A KV manager's memory by cause (``policies.allocators.kv_groups``); None for
+        a single-pool policy, whose waste the four-way breakdown already says."""
+        return None
 
     def free_and_largest_tokens(self) -> tuple[int, int]:
         """``(stats().free_tokens, stats().largest_free_extent_tokens)``: what decides

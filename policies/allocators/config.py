@@ -18,9 +18,12 @@ from policies.allocators.caching import CachingAllocator
 from policies.allocators.compaction import CompactingAllocator
 from policies.allocators.contiguous import ContiguousAllocator, Placer
 from policies.allocators.extents import Fit, FreeExtentIndex
+from policies.allocators.hybrid import HybridKvManager
 from policies.allocators.paged import PagedAllocator
+from policies.allocators.split_pools import SplitPoolsManager
 from policies.allocators.static import StaticAllocator, StaticMode
 from policies.allocators.vm_paged import VmPagedAllocator, page_tokens_for
+from policies.allocators.window_pools import WindowPoolsManager
 
 
 class AllocatorConfig(BaseModel):
@@ -239,4 +242,75 @@ class CachingConfig(AllocatorConfig):
     def build(self, spec: PoolSpec) -> CachingAllocator:
         return CachingAllocator(
             spec, expandable_segments=self.expandable_segments, growth_factor=self.growth_factor
+        )
+
+
+class HybridKvConfig(AllocatorConfig):
+    """``{kind: hybrid_kv}``: vLLM v1's hybrid KV cache manager (KV cache groups of equal
+    size with padding layers, one page size, window freeing, Mamba state blocks)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    kind: Literal["hybrid_kv"] = "hybrid_kv"
+    block_size_tokens: int = Field(16, ge=1, le=1 << 16)
+    """Attention tokens per block (vLLM's block_size; pushed up to hold a Mamba state)."""
+    prefill_chunk_tokens: int = Field(8192, ge=1, le=1 << 24)
+    """vLLM's max_num_batched_tokens: sizes the window's admission reserve."""
+
+    def build(self, spec: PoolSpec) -> HybridKvManager:
+        return HybridKvManager(
+            spec,
+            block_size_tokens=self.block_size_tokens,
+            prefill_chunk_tokens=self.prefill_chunk_tokens,
+        )
+
+
+class SplitPoolsConfig(AllocatorConfig):
+    """``{kind: split_pools}``: SGLang's full / SWA / Mamba-state pools split by fixed
+    ratios."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    kind: Literal["split_pools"] = "split_pools"
+    page_size_tokens: int = Field(1, ge=1, le=1 << 16)
+    """Tokens per page of the KV pools (SGLang's --page-size, default 1)."""
+    swa_full_tokens_ratio: float = Field(0.8, gt=0.0, le=64.0)
+    """SWA pool tokens per full pool token (SGLang's --swa-full-tokens-ratio)."""
+    mamba_full_memory_ratio: float = Field(0.9, gt=0.0, le=64.0)
+    """State pool bytes per KV pool byte (SGLang's --mamba-full-memory-ratio)."""
+    chunked_prefill_tokens: int = Field(8192, ge=1, le=1 << 24)
+    """SGLang's --chunked-prefill-size: a prompt holds at most its window + one chunk of
+    the SWA pool while it is prefilled."""
+
+    def build(self, spec: PoolSpec) -> SplitPoolsManager:
+        return SplitPoolsManager(
+            spec,
+            page_size_tokens=self.page_size_tokens,
+            swa_full_tokens_ratio=self.swa_full_tokens_ratio,
+            mamba_full_memory_ratio=self.mamba_full_memory_ratio,
+            chunked_prefill_tokens=self.chunked_prefill_tokens,
+        )
+
+
+class WindowPoolsConfig(AllocatorConfig):
+    """``{kind: window_pools}``: TensorRT-LLM's one pool per attention window, split by
+    window x bytes per token."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    kind: Literal["window_pools"] = "window_pools"
+    tokens_per_block: int = Field(32, ge=1, le=1 << 16)
+    """Tokens per block (TensorRT-LLM's tokens_per_block, default 32)."""
+    reserve_final_length: bool = True
+    """Reserve every block to the request's final length at admission
+    (GUARANTEED_NO_EVICT); false: blocks as tokens come (MAX_UTILIZATION)."""
+    max_state_slots: int = Field(256, ge=1, le=1 << 20)
+    """Mamba request states carved out first (TensorRT-LLM's max_batch_size)."""
+
+    def build(self, spec: PoolSpec) -> WindowPoolsManager:
+        return WindowPoolsManager(
+            spec,
+            tokens_per_block=self.tokens_per_block,
+            reserve_final_length=self.reserve_final_length,
+            max_state_slots=self.max_state_slots,
         )

@@ -30,6 +30,10 @@ ALLOCATORS: Registry[AllocatorConfig] = Registry(
         cfg.PagedConfig,
         cfg.VmPagedConfig,
         cfg.CachingConfig,
+        # KV managers of hybrid / sliding-window models (one pool, split pools, per window)
+        cfg.HybridKvConfig,
+        cfg.SplitPoolsConfig,
+        cfg.WindowPoolsConfig,
     ],
 )
 

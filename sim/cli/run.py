@@ -119,6 +119,8 @@ def _flat_rows(summary: Summary) -> list[tuple[str, object]]:
         rows.append((f"largest_contiguous_free_block_ratio {stat}", _num(value, ".3f")))
     for name, share in mem.waste_breakdown.items():
         rows.append((f"waste: {WASTE_LABELS.get(name, name)}", _num(share, ".1%")))
+    for name, share in (mem.kv_manager_waste or {}).items():  # a KV manager's causes
+        rows.append((f"  KV manager: {name.replace('_', ' ')}", _num(share, ".1%")))
     latency = summary.latency_s
     for name, p in (("ttft", latency.ttft), ("tpot", latency.tpot), ("e2e", latency.e2e)):
         rows += [(f"{name} {q} (s)", _num(v, ".3f")) for q, v in (("p50", p.p50), ("p99", p.p99))]

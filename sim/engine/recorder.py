@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from policies.allocators.base import KvWaste
 from sim.engine.batch import SchedEvent
 from sim.results.frames import columns_of, frame, start_columns
 
@@ -140,7 +141,44 @@ class EventTable:
         self.detail.append(detail)
 
 
+@dataclass(slots=True, eq=False)
+class KvWasteTable:
+    """A KV manager's waste by cause (``policies.allocators.base.KvWaste``), one row per
+    sample as shares of capacity: NaN on failure samples and for single-pool policies.
+    ``timeseries.parquet`` gains these columns only in runs of a KV manager (every
+    other run's table is as before). Padding, window reserve, reserved ahead and partial
+    blocks split the internal fragmentation and reservation; the stranded pool is part
+    of external fragmentation & free."""
+
+    share_padding: list[float]
+    share_window_reserve: list[float]
+    share_reserved_ahead: list[float]
+    share_partial_blocks: list[float]
+    share_stranded_pool: list[float]
+
+    def __init__(self) -> None:
+        start_columns(self)
+
+    def add(self, w: KvWaste | None, capacity_tokens: int) -> None:
+        if w is None:
+            for column in (
+                self.share_padding,
+                self.share_window_reserve,
+                self.share_reserved_ahead,
+                self.share_partial_blocks,
+                self.share_stranded_pool,
+            ):
+                column.append(math.nan)
+            return
+        self.share_padding.append(w.padding / capacity_tokens)
+        self.share_window_reserve.append(w.window_reserve / capacity_tokens)
+        self.share_reserved_ahead.append(w.reserved_ahead / capacity_tokens)
+        self.share_partial_blocks.append(w.partial_blocks / capacity_tokens)
+        self.share_stranded_pool.append(w.stranded / capacity_tokens)
+
+
 SAMPLE_COLUMNS: tuple[str, ...] = columns_of(SampleTable)
+KV_WASTE_COLUMNS: tuple[str, ...] = columns_of(KvWasteTable)
 EVENT_COLUMNS: tuple[str, ...] = columns_of(EventTable)
 
 
@@ -153,6 +191,9 @@ class Recorder:
 
     samples: SampleTable = field(default_factory=SampleTable)
     events: EventTable = field(default_factory=EventTable)
+    kv_waste: KvWasteTable = field(default_factory=KvWasteTable)
+    kv_managed: bool = False
+    """Whether any sample was of a KV manager (its columns then join the timeseries)."""
 
     # -- what a replica reports -----------------------------------------------------
     def on_event(self, replica: Replica, event: SchedEvent) -> None:
@@ -206,6 +247,7 @@ class Recorder:
         # of deferred growth either (that is O(batch) allocator calls at every failure):
         # deferred growth only turns reserved slots into used ones, so it is added here.
         reservation: float = math.nan
+        waste: KvWaste | None = None
         if trigger == "failure":
             s = alloc.stats()
             pending = pending_tokens
@@ -221,6 +263,9 @@ class Recorder:
                 for sid in g.seq_ids:
                     reserved_to_fill += max(0, min(reserved_of(sid), final) - held)
             reservation = float(min(reserved_to_fill, s.reserved_unused_tokens))
+            waste = alloc.kv_waste()
+            if waste is not None:
+                self.kv_managed = True
         cap = s.capacity_tokens
         ratio = s.largest_contiguous_free_block_ratio
         t = self.samples
@@ -246,7 +291,11 @@ class Recorder:
         t.running_seqs.append(sched.running_seqs)
         t.waiting_requests.append(len(sched.waiting))
         t.preemptions_total.append(sched.preemptions_total)
+        self.kv_waste.add(waste, cap)
 
     def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(timeseries, events)."""
-        return frame(self.samples), frame(self.events)
+        samples = frame(self.samples)
+        if self.kv_managed:
+            samples = pd.concat([samples, frame(self.kv_waste)], axis=1)
+        return samples, frame(self.events)

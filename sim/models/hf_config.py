@@ -117,17 +117,19 @@ class HfModel:
         return rows
 
     def engine_notes(self) -> list[str]:
-        """What the single-pool engine does with this model that it does not do."""
+        """What the single-pool allocators do not do with this model (the KV managers
+        do)."""
         notes = []
         if any(k.kind == "sliding_attention" for k in self.layer_kinds):
             notes.append(
-                "note: sliding-window layers are simulated as full attention (every token "
-                "kept); per-window freeing is issue 29 item 2, not done"
+                "note: the single-pool allocators keep every token of the sliding-window "
+                "layers; allocator kinds hybrid_kv, split_pools and window_pools free what "
+                "leaves the window (docs/allocators.md)"
             )
         if self.mamba_state_bytes_per_request:
             notes.append(
-                "note: Mamba layers' state per request is reported, not held in the pool; "
-                "a state pool is issue 29 item 2, not done"
+                "note: the single-pool allocators do not hold the Mamba layers' state; "
+                "allocator kinds hybrid_kv, split_pools and window_pools do"
             )
         return notes
 

@@ -167,6 +167,10 @@ class Memory(Section):
     """The periodic samples' largest free extent over all free memory."""
     node_uptime_vs_fragmentation_correlation: UptimeCorrelation
     """The uptime statistic every run reports (the alert's condition needs more)."""
+    kv_manager_waste: dict[str, Number | None] | None = None
+    """A KV manager's run only (``hybrid_kv``, ``split_pools``, ``window_pools``): mean
+    share of KV memory per cause (``padding``, ``window_reserve``, ``reserved_ahead``,
+    ``partial_blocks``, ``stranded_pool``) over the periodic samples of replicas up."""
 
 
 class PrefixCache(Section):
@@ -252,6 +256,8 @@ class Pool(Section):
     """KV bytes per token of one of its replicas (all its GPUs)."""
     latency: LatencyReport | None = None
     """Its latency model and out-of-range steps."""
+    kv_layout: list[str] | None = None
+    """A KV manager's pool only: how it laid the memory out (groups, padding, pools)."""
 
     @model_validator(mode="after")
     def _bytes_fit(self) -> Pool:
@@ -372,6 +378,8 @@ class Summary(Section):
     """The engine's counters."""
     fleet: Fleet | None = None
     """A fleet run's section (absent for a single replica)."""
+    kv_layout: list[str] | None = None
+    """A single pool of a KV manager only: how it laid the memory out (as the pool's)."""
     digests: dict[str, Sha256] | None = None
     """Each table's SHA-256 by file name (written with the files)."""
 

@@ -10,11 +10,12 @@ from typing import Any
 
 import pandas as pd
 
-from policies.allocators.base import PoolSpec
+from policies.allocators.base import LayerKindSpec, PoolSpec
 from policies.allocators.config import AllocatorConfig, PagedConfig
 from sim.engine.scheduler import SchedulerConfig
 from sim.latency.calibrated import MAX_STEP_S
 from sim.latency.models import LatencyModel
+from sim.models.hf_config import HfModel
 from sim.scenario import bounds
 from sim.scenario.hardware import HardwareConfig, merge_hardware
 from sim.scenario.schema import Scenario, ScenarioError
@@ -54,6 +55,7 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
         max_seq_tokens=model.max_seq_tokens,
         num_layers=model.num_layers,
         tensor_parallel=hw.tensor_parallel,
+        layer_kinds=layer_kinds(hw.hf_model, budget.replica_kv_bytes_per_token),
     )
     paged_pool = None
     if paged_block is not None:
@@ -74,6 +76,26 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
     return Parts(
         spec, sched_config, latency, allocator, budget.kv_capacity_tokens, gpu.usd_per_hour
     )
+
+
+def layer_kinds(hf: HfModel | None, kv_bytes_per_token: int) -> tuple[LayerKindSpec, ...]:
+    """The model's layers by kind for the KV managers, in the pool's bytes: each
+    attention layer's share of ``kv_bytes_per_token`` (the replica's, all attention
+    layers as full), each Mamba layer's share of the state. Empty for a model that is
+    not read from a config.json (every layer full attention)."""
+    if hf is None:
+        return ()
+    attention = [k for k in hf.layer_kinds if k.kind != "mamba"]
+    per_layer = kv_bytes_per_token // sum(k.layers for k in attention)
+    out = []
+    for k in hf.layer_kinds:
+        if k.kind == "mamba":
+            state = hf.mamba_state_bytes_per_request // k.layers
+            out.append(LayerKindSpec("mamba", k.layers, state_bytes_per_layer=state))
+        else:
+            kind = "sliding_attention" if k.kind == "sliding_attention" else "full_attention"
+            out.append(LayerKindSpec(kind, k.layers, per_layer, k.window_tokens))
+    return tuple(out)
 
 
 def check_step_times(

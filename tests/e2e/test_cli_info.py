@@ -44,7 +44,7 @@ def test_hardware_reads_a_config_json_and_says_what_the_engine_does_with_it(tmp_
     out = result.stdout
     assert "layers sliding_attention     12 layers" in out and "window 128 tokens" in out
     assert "mxfp4" in out and "/ kv_bytes_per_token         24,576" in out  # 2x24x8x64x1
-    assert "simulated as full attention" in out and "issue 29 item 2" in out
+    assert "keep every token of the sliding-window" in out and "hybrid_kv" in out
     listing = runner.invoke(app, ["hardware"])
     assert "deepseek-v3" in listing.stdout and "nemotron-h-8b" in listing.stdout
 
