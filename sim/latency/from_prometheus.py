@@ -86,6 +86,7 @@ def spread(hist: Histogram, n: int, *, integer: bool) -> np.ndarray:
             continue
         hi = min(float(hist.bounds[i]), top)
         lo = min(float(hist.bounds[i - 1]), top) if i > 0 else 0.0
+        lo = lo if hi > lo or i == 0 else top
         lo_list.append(np.full(c, lo))
         hi_list.append(np.full(c, hi))
         u_list.append((np.arange(c) + 0.5) / c)
@@ -106,7 +107,12 @@ def spread(hist: Histogram, n: int, *, integer: bool) -> np.ndarray:
             log_g = brentq(f, a, b, xtol=1e-6)
         else:
             log_g = a if abs(f(a)) < abs(f(b)) else b
-    return np.sort(values(log_g))
+    out = values(log_g)
+    over = high <= low  # the +Inf bucket, put at the top bound above: give it the rest of the sum
+    if over.any() and math.isfinite(target):
+        rest = (target * len(out) - float(out[~over].sum())) / int(over.sum())
+        out[over] = np.ceil(rest) if integer and rest > top else max(rest, top)
+    return np.sort(out)
 
 
 def rebuild(windows: list[prom_dump.Window], seed: int) -> pd.DataFrame:
