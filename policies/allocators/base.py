@@ -427,6 +427,7 @@ class Allocator:
             return True
         self._refuse(need)
         return False
+
     def layout_notes(self) -> tuple[str, ...]:
         """How a KV manager laid the memory out (groups, padding, pools), one line each;
         empty for a single-pool policy."""

@@ -26,6 +26,7 @@ span without the TTFT or e2e attribute (named by file and line); a scenario with
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,37 @@ class SpanFit:
     evaluations: int
 
 
+Residuals = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""(predicted TTFT, predicted e2e) of every observed row -> the residuals to minimise."""
+
+
+def solve_linear(
+    replay: Replay, residuals: Residuals, *, max_evaluations: int = 100
+) -> tuple[CalibratedLatency, int]:
+    """The linear step-time model minimising ``residuals`` of the replay's predictions
+    (``scipy.optimize.least_squares``, the four coefficients >= 0, started from
+    :func:`start_coefficients`), and the replays it ran. One fit for spans and
+    Prometheus dumps: each says only what it compares. A non-finite residual (a request
+    the replay did not finish) counts 10."""
+    c0 = start_coefficients(replay)
+    typical = np.array([1.0, 512.0, 16.0, 8192.0])
+    scale = np.where(c0 > 0, c0, c0[0] / typical)
+    calls = [0]
+
+    def scaled(x: np.ndarray) -> np.ndarray:
+        calls[0] += 1
+        r = residuals(*replay.predict(_linear(np.maximum(x, 0) * scale, replay)))
+        return np.where(np.isfinite(r), r, 10.0)
+
+    x0 = c0 / scale
+    x0[0] = max(x0[0], 1e-3)
+    solution = least_squares(
+        scaled, x0, bounds=(0, np.inf), diff_step=0.02, x_scale="jac",
+        max_nfev=max_evaluations, method="trf",
+    )  # fmt: skip
+    return _linear(np.maximum(solution.x, 0) * scale, replay), calls[0]
+
+
 def fit_from_spans(
     scenario: Any, spans: pd.DataFrame, *, source: str = "", max_evaluations: int = 100
 ) -> SpanFit:
@@ -239,27 +271,13 @@ def fit_from_spans(
     obs = replay.observed
     train = ~obs["held_out"].to_numpy()
     o_ttft, o_e2e = obs["ttft_s"].to_numpy(), obs["e2e_s"].to_numpy()
-    c0 = start_coefficients(replay)
-    typical = np.array([1.0, 512.0, 16.0, 8192.0])
-    scale = np.where(c0 > 0, c0, c0[0] / typical)
-    calls = [0]
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        calls[0] += 1
-        ttft, e2e = replay.predict(_linear(np.maximum(x, 0) * scale, replay))
-        r = np.concatenate(
+    def residuals(ttft: np.ndarray, e2e: np.ndarray) -> np.ndarray:
+        return np.concatenate(
             [(ttft - o_ttft)[train] / o_ttft[train], (e2e - o_e2e)[train] / o_e2e[train]]
         )
-        return np.where(np.isfinite(r), r, 10.0)
 
-    x0 = c0 / scale
-    x0[0] = max(x0[0], 1e-3)
-    solution = least_squares(
-        residuals, x0, bounds=(0, np.inf), diff_step=0.02, x_scale="jac",
-        max_nfev=max_evaluations, method="trf",
-    )  # fmt: skip
-    coefficients = np.maximum(solution.x, 0) * scale
-    latency = _linear(coefficients, replay)
+    latency, calls = solve_linear(replay, residuals, max_evaluations=max_evaluations)
     ttft, e2e = replay.predict(latency)
     held = ~train
     table = []
@@ -278,9 +296,9 @@ def fit_from_spans(
         "requests": len(obs),
         "held_out_requests": int(held.sum()),
         "held_out_ttft_mape": table[0][2],
+        "held_out_ttft_p90_ape": table[0][3],
         "held_out_e2e_mape": table[1][2],
-        "evaluations": calls[0],
+        "held_out_e2e_p90_ape": table[1][3],
+        "evaluations": calls,
     }
-    return SpanFit(
-        CalibratedLatency.from_dict(doc, source="calibrate --from-spans"), table, calls[0]
-    )
+    return SpanFit(CalibratedLatency.from_dict(doc, source="calibrate --from-spans"), table, calls)

@@ -43,8 +43,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sim.outputs",),  # frames + summary + alerts of a run
     ("sim.runner",),  # every way into a run
     ("sim",),  # the public API (sim.run, load_scenario, ...; loaded on first use)
-    # the fit to vLLM's spans reads OTLP files and replays its fit through the runner
-    ("sim.postmortem", "sim.sweep", "sim.latency.from_spans"),
+    # the fits to vLLM's spans and Prometheus dumps replay through the runner
+    (
+        "sim.postmortem",
+        "sim.sweep",
+        "sim.latency.from_spans",
+        "sim.latency.from_prometheus",
+        "sim.latency.prom_dump",
+        "sim.latency.vllm_histograms",
+    ),
     ("reports", "gpu_backend"),  # plotly figures; the optional `gpu` extra
     ("sim.cli", "sim.__main__"),  # the fragsim command
 )
