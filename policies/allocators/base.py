@@ -295,7 +295,6 @@ def classify(need_tokens: int, free_tokens: int, largest_free_extent_tokens: int
     return "capacity"
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 def blocks_for(size: int, block_size: int) -> int:
     """How many blocks of ``block_size`` cover ``size`` (both in one unit: tokens, bytes):
     ``ceil(size / block_size)``, exactly, for ``block_size > 0``; 0 for ``size <= 0``
@@ -303,6 +302,7 @@ def blocks_for(size: int, block_size: int) -> int:
     return -(-size // block_size)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Allocator:
     """Base of every KV-cache allocation policy. See the module docstring.
 
