@@ -65,6 +65,8 @@ class RouterView(Protocol):
     @property
     def outstanding_requests(self) -> int: ...
     @property
+    def in_flight_requests(self) -> int: ...
+    @property
     def largest_free_extent_tokens(self) -> int: ...
     @property
     def kv_usage(self) -> float: ...
@@ -119,3 +121,7 @@ def least(
 
 def outstanding(view: RouterView) -> int:
     return view.outstanding_requests
+
+
+def in_flight(view: RouterView) -> int:
+    return view.in_flight_requests

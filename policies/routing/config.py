@@ -12,6 +12,7 @@ from policies.routing.affinity import SessionAffinity, WeightedScorer
 from policies.routing.base import Router
 from policies.routing.fragmentation import FragmentationAware
 from policies.routing.load import (
+    LeastInFlight,
     LeastKvUsage,
     LeastOutstanding,
     LengthPools,
@@ -67,6 +68,19 @@ class LeastOutstandingConfig(RouterConfig):
 
     def build(self) -> Router:
         return LeastOutstanding()
+
+
+class LeastInFlightConfig(RouterConfig):
+    """The up replica with the fewest requests the router itself has in flight there
+    (counted at dispatch and completion, current even when ``router_refresh_s`` makes
+    scraped signals stale); with ``power_of_two_seed``, of two sampled up replicas."""
+
+    kind: Literal["least_in_flight"] = "least_in_flight"
+    power_of_two_seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    """Seed of two-choice sampling; null: every up replica is considered."""
+
+    def build(self) -> Router:
+        return LeastInFlight(self.power_of_two_seed)
 
 
 class ShortestQueueConfig(RouterConfig):

@@ -1,5 +1,6 @@
-"""Routers that balance a load signal: least outstanding requests, join the shortest
-queue, power of two choices, least KV usage, and sequence-length-aware pools."""
+"""Routers that balance a load signal: least outstanding requests, least in-flight
+requests (the router's own count), join the shortest queue, power of two choices, least
+KV usage, and sequence-length-aware pools."""
 
 # fragsim: compiled
 from __future__ import annotations
@@ -8,7 +9,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from policies.routing.base import Router, RouteRequest, RouterView, least, outstanding, up_indices
+from policies.routing.base import (
+    Router,
+    RouteRequest,
+    RouterView,
+    in_flight,
+    least,
+    outstanding,
+    up_indices,
+)
 
 
 class LeastOutstanding(Router):
@@ -21,6 +30,27 @@ class LeastOutstanding(Router):
     def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
         loads = [(v.outstanding_requests, i) for i, v in enumerate(views) if v.up]
         return min(loads)[1] if loads else None
+
+
+class LeastInFlight(Router):
+    """The up view with the fewest requests the router itself has in flight there
+    (``in_flight_requests``: counted at dispatch and completion, never scraped), as
+    llm-d's inference scheduler, the Gateway API inference extension and BLIS keep it.
+    With ``power_of_two_seed`` set, of two sampled up views (Envoy's least-request
+    balancer, which also counts its own active requests)."""
+
+    reads_request = False
+    reads_memory = False
+
+    def __init__(self, power_of_two_seed: int | None = None) -> None:
+        self._rng = None if power_of_two_seed is None else np.random.default_rng(power_of_two_seed)
+
+    def choose(self, request: RouteRequest, views: Sequence[RouterView]) -> int | None:
+        ups = up_indices(views)
+        if self._rng is None or len(ups) <= 1:
+            return least(views, ups, in_flight)
+        picks = self._rng.choice(len(ups), size=2, replace=False)
+        return least(views, sorted(ups[int(p)] for p in picks), in_flight)
 
 
 class ShortestQueue(Router):

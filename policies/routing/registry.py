@@ -20,6 +20,7 @@ ROUTERS: Registry[RouterConfig] = Registry(
         cfg.RoundRobinConfig,
         cfg.RandomConfig,
         cfg.LeastOutstandingConfig,
+        cfg.LeastInFlightConfig,
         cfg.ShortestQueueConfig,
         cfg.PowerOfTwoConfig,
         cfg.LeastKvUsageConfig,

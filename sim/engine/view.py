@@ -72,6 +72,18 @@ class ReplicaView:
         return len(sched.waiting) + len(sched.running)
 
     @property
+    def in_flight_requests(self) -> int:
+        """The router's own count of requests it dispatched to this replica that have not
+        ended there (finished, refused, lost or handed back), as a router that counts what
+        it routes keeps it (llm-d's inference scheduler, the Gateway API inference
+        extension's flow control, BLIS): raised at each dispatch, lowered at each end,
+        never scraped, so never stale (``sim.fleet.routeviews``). Dispatch and the
+        replica's taking of a request are one instant in fragsim, so the count equals
+        waiting plus running of the replica at every routing decision."""
+        sched = self._replica.sched
+        return len(sched.waiting) + len(sched.running)
+
+    @property
     def running_seqs(self) -> int:
         return self._replica.sched.running_seqs
 

@@ -6,7 +6,8 @@ decision's instant first (``Replica.observe``): at each decision when fresh, at 
 refresh when stale. Request counts need no such step (they change only at a replica's
 decisions). ``up`` is always fresh: a replica that went down or
 started draining is out of rotation at once (endpoint readiness), only its load
-signals lag.
+signals lag, and so is ``in_flight_requests``, the router's own count of what it
+dispatched (it needs no scrape).
 
 A stale snapshot is taken lazily: at the first routing decision at or after each
 refresh time, each field read at most once per refresh, and only the fields the
@@ -48,6 +49,7 @@ class AbsentView:
         self.waiting_requests = 0
         self.running_requests = 0
         self.outstanding_requests = 0
+        self.in_flight_requests = 0
         self.largest_free_extent_tokens = 0
         self.free_tokens = 0
         self.kv_usage = 0.0
@@ -108,6 +110,12 @@ class StaleView:
         if not self._has(4):
             self._outstanding = self._live.outstanding_requests
         return self._outstanding
+
+    @property
+    def in_flight_requests(self) -> int:
+        """The router's own count (``ReplicaView.in_flight_requests``): always current,
+        a refresh does not apply to what the router counts itself."""
+        return self._live.in_flight_requests
 
     @property
     def largest_free_extent_tokens(self) -> int:

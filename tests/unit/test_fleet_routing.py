@@ -4,6 +4,7 @@ client retries go back to the refusing replica (pinned) or through the router.""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 from support.fleet import evenly, fleet_data, run_fleet_data
@@ -70,6 +71,34 @@ def test_stale_views_send_a_burst_to_the_replica_that_looked_idle() -> None:
     )
     assert fresh.requests["replica"].tolist() == [0, 1, 0]
     assert stale.requests["replica"].tolist() == [0, 0, 0]
+
+
+def test_a_router_that_counts_what_it_routed_is_not_fooled_by_stale_views() -> None:
+    df = evenly(3, 0.1, prompt=100, output=1000)
+    stale = run_fleet_data(fleet_data(count=2, router="least_in_flight", router_refresh_s=10.0), df)
+    assert stale.requests["replica"].tolist() == [0, 1, 0]  # as fresh least_outstanding
+
+
+def test_least_in_flight_on_stale_views_is_least_outstanding_on_fresh_ones() -> None:
+    """fragsim dispatches and a replica takes a request in one instant, so the router's
+    own count is the replica's waiting + running at each decision: the same choices,
+    request for request, as least outstanding reading fresh views -- and not those of
+    least outstanding reading the same stale views."""
+    rng = np.random.default_rng(3)
+    n = 400
+    arrivals = np.cumsum(rng.exponential(0.05, n))
+    df = request_frame(
+        arrivals.tolist(), rng.integers(50, 800, n).tolist(), rng.integers(5, 200, n).tolist()
+    )
+
+    def frame(router: str, refresh_s: float) -> pd.DataFrame:
+        data = fleet_data(count=4, router=router, router_refresh_s=refresh_s, mode="fast")
+        return run_fleet_data(data, df).requests.sort_values("request_id").reset_index(drop=True)
+
+    counted = frame("least_in_flight", 2.0)
+    pd.testing.assert_frame_equal(counted, frame("least_outstanding", 0.0))
+    scraped = frame("least_outstanding", 2.0)
+    assert (counted["replica"] != scraped["replica"]).sum() > n // 10
 
 
 def _refused_then_retried(reroute: bool):  # type: ignore[no-untyped-def]

@@ -34,6 +34,7 @@ class FakeView:
     restarts: int = 0
     waiting_requests: int = 0
     outstanding_requests: int = 0
+    in_flight_requests: int = 0
     largest_free_extent_tokens: int = 10_000
     kv_usage: float = 0.0
 
@@ -57,6 +58,7 @@ def _fleet(seed: int, n: int, p_up: float = 0.8) -> list[FakeView]:
                 up=bool(rng.random() < p_up),
                 waiting_requests=waiting,
                 outstanding_requests=waiting + int(rng.integers(0, 5)),
+                in_flight_requests=int(rng.integers(0, 9)),
                 largest_free_extent_tokens=int(rng.integers(0, 5000)),
                 kv_usage=float(rng.random()),
             )
@@ -422,3 +424,19 @@ def test_every_router_routes_a_trace_over_real_replicas(kind: str) -> None:
     ended = {g.request_id: rid for rid, g in log.done}
     assert sorted(ended) == [r.request_id for r in requests]  # every request ended
     assert all(ended[k] == replicas[v].replica_id for k, v in sent.items())
+
+
+def test_least_in_flight_reads_the_routers_own_count_not_the_scraped_one() -> None:
+    views = [
+        FakeView(0, outstanding_requests=0, in_flight_requests=4),
+        FakeView(1, outstanding_requests=9, in_flight_requests=1),
+        FakeView(2, outstanding_requests=1, in_flight_requests=1, up=False),
+    ]
+    assert _router("least_in_flight").choose(_req(), views) == 1
+    assert _router("least_outstanding").choose(_req(), views) == 0
+    two = _router("least_in_flight", power_of_two_seed=7)
+    picks = {two.choose(_req(i), views) for i in range(40)}
+    assert picks == {1}  # of two sampled up views, the one with fewer in flight
+    four = [FakeView(i, in_flight_requests=i) for i in range(4)]
+    sampled = [two.choose(_req(i), four) for i in range(200)]
+    assert set(sampled) == {0, 1, 2}  # never the most loaded of the four: it always loses
