@@ -29,13 +29,12 @@ by this manager (``prefix_hashes`` are ignored).
 
 from __future__ import annotations
 
-from policies.allocators.base import LayerKindSpec, PoolSpec
+from policies.allocators.base import LayerKindSpec, PoolSpec, blocks_for
 from policies.allocators.kv_groups import (
     KvGroup,
     KvGroupManager,
     KvLayout,
     KvPool,
-    ceil_div,
     layer_kinds_of,
 )
 
@@ -54,7 +53,7 @@ def attention_block_tokens(kinds: tuple[LayerKindSpec, ...], block_size_tokens: 
     per_token = max(k.kv_bytes_per_token_per_layer for k in kinds if k.kind != "mamba")
     if not state:
         return block_size_tokens
-    return block_size_tokens * max(1, ceil_div(state, block_size_tokens * per_token))
+    return block_size_tokens * max(1, blocks_for(state, block_size_tokens * per_token))
 
 
 def hybrid_layout(spec: PoolSpec, block_size_tokens: int, prefill_chunk_tokens: int) -> KvLayout:
@@ -71,7 +70,7 @@ def hybrid_layout(spec: PoolSpec, block_size_tokens: int, prefill_chunk_tokens: 
     groups: list[KvGroup] = []
     padding_layers = 0
     for k in kinds:
-        n_groups = ceil_div(k.layers, size)
+        n_groups = blocks_for(k.layers, size)
         padding_layers += n_groups * size - k.layers
         for i in range(n_groups):
             real = min(size, k.layers - i * size)
@@ -97,7 +96,7 @@ def hybrid_layout(spec: PoolSpec, block_size_tokens: int, prefill_chunk_tokens: 
                     window_tokens=w,
                     real_bytes_per_token=real * k.kv_bytes_per_token_per_layer,
                     padding_bytes_per_block=(size - real) * page,
-                    prefill_cap_blocks=ceil_div(w - 1 + prefill_chunk_tokens, bt) + 1 if w else 0,
+                    prefill_cap_blocks=blocks_for(w - 1 + prefill_chunk_tokens, bt) + 1 if w else 0,
                 )
             )
     notes = (

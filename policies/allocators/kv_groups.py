@@ -68,14 +68,11 @@ from policies.allocators.base import (
     KvWaste,
     LayerKindSpec,
     PoolSpec,
+    blocks_for,
 )
 
 NO_LIMIT_TOKENS = 1 << 40
 """Headroom of a request no block boundary limits."""
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,11 +119,11 @@ class KvGroup:
         if self.state_blocks:
             return self.state_blocks
         bt = self.block_tokens
-        blocks = ceil_div(tokens, bt)
+        blocks = blocks_for(tokens, bt)
         w = self.window_tokens
         if w:
             if self.reserve_ahead:
-                return min(blocks, ceil_div(w, bt) + 1)
+                return min(blocks, blocks_for(w, bt) + 1)
             if tokens > w:
                 blocks -= (tokens - w) // bt
         return blocks
@@ -336,7 +333,7 @@ class KvGroupManager(Allocator):
         if g.reserve_ahead:
             return g.steady_blocks(final)
         if g.window_tokens and not g.state_blocks:
-            whole = ceil_div(tokens, g.block_tokens)
+            whole = blocks_for(tokens, g.block_tokens)
             cap = g.prefill_cap_blocks
             return min(whole, cap) if cap else whole
         return g.steady_blocks(tokens)
@@ -359,7 +356,7 @@ class KvGroupManager(Allocator):
                 continue
             bt, w = g.block_tokens, g.window_tokens
             if g.reserve_ahead:
-                if w and n == ceil_div(w, bt) + 1:
+                if w and n == blocks_for(w, bt) + 1:
                     continue  # a capped window reuses its blocks: never grows
                 r = n * bt - held
             elif n != g.steady_blocks(held):
@@ -409,7 +406,7 @@ class KvGroupManager(Allocator):
     def _refuse_bytes(self, need_bytes: int) -> None:
         slot = self._slot_bytes
         s = self.stats()
-        need = ceil_div(need_bytes, slot)
+        need = blocks_for(need_bytes, slot)
         cause: FailureCause = "fragmentation" if s.free_tokens >= need else "capacity"
         self._last_failure = Failure(
             need_tokens=need,

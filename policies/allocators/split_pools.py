@@ -22,13 +22,12 @@ refusal with enough memory free in total is a *fragmentation* failure.
 
 from __future__ import annotations
 
-from policies.allocators.base import PoolSpec
+from policies.allocators.base import PoolSpec, blocks_for
 from policies.allocators.kv_groups import (
     KvGroup,
     KvGroupManager,
     KvLayout,
     KvPool,
-    ceil_div,
     layer_kinds_of,
 )
 
@@ -73,7 +72,7 @@ def split_layout(
     if swa:
         w = swa[0].window_tokens
         pools.append(KvPool("swa", page * swa_token, int(swa_tokens) // page))
-        cap = max(ceil_div(w + chunked_prefill_tokens, page), ceil_div(w, page) + 1)
+        cap = max(blocks_for(w + chunked_prefill_tokens, page), blocks_for(w, page) + 1)
         groups.append(KvGroup("swa", len(pools) - 1, page, w, swa_token, prefill_cap_blocks=cap))
         notes.append(f"SWA pool: {pools[-1].num_blocks * page:,} tokens (window {w:,})")
     if mamba:

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.allocators import check_pool
 
-from policies.allocators.base import LayerKindSpec, PoolSpec
-from policies.allocators.kv_groups import KvGroupManager, ceil_div
+from policies.allocators.base import LayerKindSpec, PoolSpec, blocks_for
+from policies.allocators.kv_groups import KvGroupManager
 from policies.allocators.registry import parse_allocator
 
 PER_LAYER = 64
@@ -99,11 +99,11 @@ def _check(a: KvGroupManager, live: dict[int, int]) -> None:
         for g, n in zip(a.layout.groups, a.table_blocks(rid), strict=True):
             owned[a.layout.pools[g.pool].name] += n
             if g.block_tokens:  # the table's last n blocks hold every token in the span
-                first_token = (ceil_div(held, g.block_tokens) - n) * g.block_tokens
+                first_token = (blocks_for(held, g.block_tokens) - n) * g.block_tokens
                 assert held - max(first_token, 0) >= g.span_tokens(held)
             if g.window_tokens:  # a window holds at most its admission cap
-                cap = g.prefill_cap_blocks or ceil_div(held, g.block_tokens)
-                assert n <= max(cap, ceil_div(g.window_tokens, g.block_tokens) + 1)
+                cap = g.prefill_cap_blocks or blocks_for(held, g.block_tokens)
+                assert n <= max(cap, blocks_for(g.window_tokens, g.block_tokens) + 1)
     for p in a.layout.pools:
         assert 0 <= free[p.name] <= p.num_blocks
         assert owned[p.name] + free[p.name] == p.num_blocks
