@@ -52,14 +52,17 @@ def kv_manager_waste(
 ) -> go.Figure | None:
     """The causes of :data:`CAUSES` stacked (their top: all the manager's waste), per
     window of :func:`~reports.aggregate.quantile_window_s`, each legend entry with the
-    cause's mean; the layout notes and the table of means below it. None where the
-    run's timeseries has no KV manager's columns; an empty panel where it has no
-    periodic sample of a replica up."""
+    cause's mean; the layout notes and the table of means below it. The shares are of
+    the KV manager's replicas' capacity: in a fleet whose other pools run a single-pool
+    allocator (their samples NaN in those columns) those replicas are left out, as the
+    summary's means leave them out. None where the run's timeseries has no KV manager's
+    columns; an empty panel where it has no periodic sample of such a replica up."""
     if KV_WASTE_COLUMNS[0] not in result.timeseries.columns:
         return None
-    samples = up_samples(result.timeseries)
+    up = up_samples(result.timeseries)
+    samples = up[up[KV_WASTE_COLUMNS[0]].notna()]  # a mixed fleet: the KV manager's pools
     if not len(samples):
-        return empty_panel(TITLE, "no periodic sample of a replica up")
+        return empty_panel(TITLE, "no periodic sample of a KV manager's replica up")
     width_s = quantile_window_s(samples)
     times, shares, means = window_shares(samples, list(KV_WASTE_COLUMNS), width_s)
     end_s = max_time_s(result.timeseries)

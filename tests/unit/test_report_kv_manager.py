@@ -26,14 +26,17 @@ from sim.scenario.workload import load_workload
 HOSTILE = "<script>alert(1)</script>"
 
 
-def _run(kind: str) -> RunResult:
-    """The built-in ``hybrid-kv-managers`` (Gemma-3-27B), 10 minutes on two replicas."""
+def _run(kind: str, mixed: bool = False) -> RunResult:
+    """The built-in ``hybrid-kv-managers`` (Gemma-3-27B), 10 minutes on two replicas;
+    ``mixed``: and a third one, in a pool of its own, ``paged``."""
     data: dict[str, Any] = builtin_data("hybrid-kv-managers")
     data["name"] = f"kv-{kind}"
     data["allocator"] = {"kind": kind}
     data["workload"] = {**data["workload"], "synth": {"duration_s": 600}}
     data["metrics"] = {"sample_interval_s": 20}
     data["fleet"]["pools"][0]["count"] = 2
+    if mixed:
+        data["fleet"]["pools"].append({"name": "paged", "count": 1, "allocator": {"kind": "paged"}})
     scenario = parse_scenario(data)
     return run(scenario, load_workload(scenario))
 
@@ -106,3 +109,20 @@ def test_a_single_pool_run_has_no_such_panel(
     without = tuple(f for f in reports.html.FIGURES if f is not kv_manager_waste)
     monkeypatch.setattr(reports.html, "FIGURES", without)
     assert build_report([("paged", paged)]) == page  # its report as before, byte for byte
+
+
+def test_a_mixed_fleet_draws_the_kv_managers_replicas_alone() -> None:
+    mixed = _run("hybrid_kv", mixed=True)
+    fig = kv_manager_waste(mixed)
+    assert fig is not None
+    samples = up_samples(mixed.timeseries)
+    managed = samples[samples["share_padding"].notna()]
+    assert 0 < managed["replica"].nunique() < samples["replica"].nunique()
+    width_s = quantile_window_s(managed)
+    key = window_index(managed["time_s"].to_numpy(dtype=float), width_s)
+    first = managed[key == key.min()]
+    capacity = first["capacity_tokens"].to_numpy(dtype=float)
+    expected = (first["share_padding"].to_numpy(dtype=float) * capacity).sum() / capacity.sum()
+    assert fig.data[0].y[0] == pytest.approx(expected * 100.0)  # of their capacity alone
+    note = figure_note(fig) or ""
+    assert "pool a100: " in note  # the layout named by the pool it is of
