@@ -3,7 +3,8 @@
 Figures (each ``(RunResult, ReportOptions) -> plotly Figure``; the fleet ones return None
 for a single replica; one with nothing to show returns :func:`empty_panel`, which the
 report writes as one line): :func:`replica_memory`, :func:`ratio_vs_uptime`,
-:func:`failures_over_time`, :func:`waste_breakdown`, :func:`alert_timeline`,
+:func:`failures_over_time`, :func:`waste_breakdown`, :func:`kv_manager_waste` (a KV
+manager's run only, else None), :func:`alert_timeline`,
 :func:`replicas_over_time`, :func:`cost_over_time`, :func:`latency_cdfs`; a run's verdict
 table: :func:`answer_html`; over several runs :func:`comparison_bars`; over a sweep
 :func:`sweep_heatmap`. The report: :func:`build_report` (HTML text) and
@@ -23,6 +24,7 @@ from reports.html import (
     write_html,
     write_report,
 )
+from reports.kv_manager import kv_manager_waste
 from reports.memory import replica_memory
 from reports.sweep import sweep_heatmap
 from reports.timeline import alert_timeline, failures_over_time
@@ -40,6 +42,7 @@ __all__ = [
     "empty_panel",
     "empty_reason",
     "failures_over_time",
+    "kv_manager_waste",
     "latency_cdfs",
     "ratio_vs_uptime",
     "replica_memory",

@@ -1,6 +1,7 @@
 """What the figure modules share: escaping, the time axis, thresholds, colours, options,
-the one-line panel of a figure with nothing to show (:func:`empty_panel`) and a value
-axis fitted to its data (:func:`value_axis`)."""
+the one-line panel of a figure with nothing to show (:func:`empty_panel`), the HTML note
+written below a figure (:func:`with_note`) and a value axis fitted to its data
+(:func:`value_axis`)."""
 
 from __future__ import annotations
 
@@ -171,6 +172,25 @@ def empty_reason(fig: go.Figure) -> str | None:
     meta = fig.layout.meta
     if isinstance(meta, dict) and isinstance(meta.get(EMPTY_META), str):
         return str(meta[EMPTY_META])
+    return None
+
+
+NOTE_META = "html_note"
+"""The ``layout.meta`` key under which :func:`with_note` keeps a figure's note."""
+
+
+def with_note(fig: go.Figure, note_html: str) -> go.Figure:
+    """``fig`` with ``note_html`` (HTML, its text already escaped) to be written below it
+    in the report (``reports.html.figure_html``); kept in ``layout.meta``."""
+    fig.update_layout(meta={NOTE_META: note_html})
+    return fig
+
+
+def figure_note(fig: go.Figure) -> str | None:
+    """The note of :func:`with_note`; None for a figure without one."""
+    meta = fig.layout.meta
+    if isinstance(meta, dict) and isinstance(meta.get(NOTE_META), str):
+        return str(meta[NOTE_META])
     return None
 
 

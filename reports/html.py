@@ -31,9 +31,10 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from reports.answer import COMPARE_COLUMNS, answer_html, find_out_sentence, fix_sentence
-from reports.common import DEFAULT_OPTIONS, ReportOptions, empty_reason, esc
+from reports.common import DEFAULT_OPTIONS, ReportOptions, empty_reason, esc, figure_note
 from reports.comparison import comparison_bars, comparison_frame, comparison_table
 from reports.fleet import cost_over_time, replicas_over_time
+from reports.kv_manager import kv_manager_waste
 from reports.memory import replica_memory
 from reports.timeline import alert_timeline, failures_over_time
 from reports.uptime import ratio_vs_uptime
@@ -50,6 +51,7 @@ FIGURES: tuple[Callable[[RunResult, ReportOptions], go.Figure | None], ...] = (
     ratio_vs_uptime,
     failures_over_time,
     waste_breakdown,
+    kv_manager_waste,
     alert_timeline,
     replicas_over_time,
     cost_over_time,
@@ -181,6 +183,9 @@ def figure_html(fig: go.Figure, number: int) -> str:
     if reason is not None:
         title = fig.layout.title.text or ""  # already escaped by base_layout
         return f'<p class="empty-panel" id="figure-{number}"><b>{title}</b>: {esc(reason)}</p>'
+    note = figure_note(fig)
+    if note is not None:  # written below the figure, not into its JSON
+        fig = go.Figure(fig).update_layout(meta=None)
     height = fig.layout.height or 450
     div = pio.to_html(
         fig,
@@ -190,7 +195,7 @@ def figure_html(fig: go.Figure, number: int) -> str:
         default_height=f"{height}px",
         config={"displaylogo": False, "responsive": True},
     )
-    return f'<div class="figure">{div}</div>'
+    return f'<div class="figure">{div}{note or ""}</div>'
 
 
 def _f(value: Any, spec: str = ".3f") -> str:

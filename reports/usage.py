@@ -59,14 +59,24 @@ def waste_shares(
     free = as_float(samples[FREE_SHARE])
     ratio = np.nan_to_num(as_float(samples[RATIO]), nan=0.0)
     parts = samples.assign(free_largest=free * ratio, free_scattered=free * (1.0 - ratio))
-    columns = [c for c, *_ in WASTE]
+    return window_shares(parts, [c for c, *_ in WASTE], width_s)
+
+
+def window_shares(
+    samples: pd.DataFrame, columns: list[str], width_s: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(times_s, shares, means)`` of share-of-capacity ``columns`` of ``samples`` (up
+    samples, :func:`~reports.aggregate.up_samples`): per window of ``width_s`` from
+    t = 0 (``times_s`` its middle), each column capacity-weighted over the window's
+    samples (NaN counted as 0); ``means``: each column's plain mean over all the
+    samples, as the summary averages them."""
     weights = as_float(samples["capacity_tokens"])
-    weighted = parts[columns].mul(weights, axis=0)
+    weighted = samples[columns].mul(weights, axis=0)
     weighted["capacity"] = weights
     key = window_index(as_float(samples["time_s"]), width_s)
     sums = weighted.groupby(key, sort=True).sum()
     shares = sums[columns].div(sums["capacity"].replace(0, np.nan), axis=0)
-    means = parts[columns].mean().to_numpy(dtype=float)
+    means = samples[columns].mean().to_numpy(dtype=float)
     times = (shares.index.to_numpy(dtype=float) + 0.5) * width_s
     return times, shares.to_numpy(dtype=float), means
 

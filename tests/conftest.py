@@ -100,6 +100,7 @@ BUILD_INDEPENDENT: frozenset[str] = frozenset(
         "unit/test_postmortem_report.py",
         "unit/test_report_aggregate.py",
         "unit/test_report_bounds.py",
+        "unit/test_report_kv_manager.py",
         "unit/test_report_panels.py",
         "unit/test_reports.py",
         "unit/test_restart_policies.py",
