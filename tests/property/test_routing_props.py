@@ -20,6 +20,7 @@ class _View:
     restarts: int
     waiting_requests: int
     outstanding_requests: int
+    in_flight_requests: int
     largest_free_extent_tokens: int
     kv_usage: float
 
@@ -31,6 +32,7 @@ _views = st.builds(
     restarts=st.integers(0, 3),
     waiting_requests=st.integers(0, 50),
     outstanding_requests=st.integers(0, 100),
+    in_flight_requests=st.integers(0, 100),
     largest_free_extent_tokens=st.integers(0, 1 << 20),
     kv_usage=st.floats(0.0, 1.0),
 )
