@@ -2,7 +2,10 @@
 would have stored them, from a run's per-request rows -- and written as a range dump
 :mod:`sim.latency.prom_dump` reads (query_range JSON or OpenMetrics text).
 
-Buckets are vLLM v1's (``vllm/v1/metrics/loggers.py``): TTFT, TPOT and e2e latency in
+Buckets are vLLM 0.33.0's defaults (``vllm/v1/metrics/buckets.py``, the families
+``time_to_first_token``, ``inter_token_latency``, ``request_latency`` and
+``request_tokens``; the three latency tuples below were compared equal with that
+source): TTFT, TPOT and e2e latency in
 seconds, and prompt and generation tokens on vLLM's 1-2-5 series up to the model's
 length. What vLLM observes and when: TTFT at the first token, the others when the
 request finishes; vLLM observes every inter-token interval in TPOT, fragsim records
