@@ -24,7 +24,7 @@ import pandas as pd
 
 from sim.engine.recorder import KV_WASTE_COLUMNS, EventTable
 from sim.latency.base import OutOfRange
-from sim.results.frames import frame
+from sim.results.frames import PREFIX_CACHE_COLUMNS, frame
 from sim.results.io import RunResult, undefined_as_null
 from sim.results.seed_alerts import ALERTS, THRESHOLD_FIELDS
 from sim.results.summary import summarize, with_firings
@@ -53,7 +53,7 @@ def single_result(
     """A single replica's outputs."""
     traffic: SingleReplica = done.traffic
     ts_df, ev_df = done.recorder.frames()
-    req_df = done.records.frame()
+    req_df = done.records.frame(part.allocator.caches_prefixes())
     pools = [pool_report(scenario, part, traffic.out_of_range)]
     summary = run_summary(
         scenario,
@@ -79,7 +79,7 @@ def fleet_result(
     config = fleet.config
     end_s = done.end_s
     ts_df, ev_df = done.recorder.frames()
-    req_df = done.records.frame()
+    req_df = done.records.frame(any(p.allocator.caches_prefixes() for p in parts))
     req_df = _with_routes(req_df, fleet.columns.ids, fleet)
     thresholds = scenario.metrics.thresholds()
     if end_s / config.alerts.scrape_interval_s > bounds.MAX_SCRAPES:  # a long backlog
@@ -154,6 +154,7 @@ def run_summary(
     kv = kv_manager_waste(ts_df)
     if kv is not None:
         summary["memory"]["kv_manager_waste"] = kv
+    summary["prefix_cache"] |= prefix_cache_counts(req_df)
     layouts = [p["kv_layout"] for p in pools if "kv_layout" in p]
     if len(pools) == 1 and layouts:
         summary["kv_layout"] = layouts[0]
@@ -187,6 +188,17 @@ def kv_manager_waste(ts_df: pd.DataFrame) -> dict[str, float] | None:
         for name in KV_WASTE_COLUMNS
         if not periodic[name].isna().all()
     }
+
+
+def prefix_cache_counts(req_df: pd.DataFrame) -> dict[str, int]:
+    """vLLM's prefix-cache counters over the run (``PrefixCacheStats``, summed): each
+    of the requests table's :data:`~sim.results.frames.PREFIX_CACHE_COLUMNS` summed,
+    named without its ``prefix_`` (``queried_tokens``, ``hit_tokens``,
+    ``preempted_queried_tokens``, ``preempted_hit_tokens``); empty for a run with no
+    prefix cache (no such columns)."""
+    if PREFIX_CACHE_COLUMNS[0] not in req_df.columns:
+        return {}
+    return {name.removeprefix("prefix_"): int(req_df[name].sum()) for name in PREFIX_CACHE_COLUMNS}
 
 
 def pool_report(scenario: Scenario, part: Parts, out_of_range: OutOfRange | None) -> dict[str, Any]:

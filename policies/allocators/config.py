@@ -40,6 +40,11 @@ class AllocatorConfig(BaseModel):
     def build(self, spec: PoolSpec) -> Allocator:
         raise NotImplementedError
 
+    def caches_prefixes(self) -> bool:
+        """Does the policy keep a prefix cache (the requests table then has vLLM's
+        prefix-cache columns, ``sim.results.frames.PREFIX_CACHE_FIELDS``)? Default: no."""
+        return False
+
 
 class GrowthConfig(AllocatorConfig):
     """Initial buffer and growth-by-reallocation parameters of the contiguous policies."""
@@ -189,6 +194,9 @@ class PagedConfig(AllocatorConfig):
     reuse_uncached_first: bool = False
     """Freed blocks nothing can hit go to the free queue's head, cached ones to its tail
     (vLLM 0.33's eviction order); False: every freed block to the tail."""
+
+    def caches_prefixes(self) -> bool:
+        return self.prefix_caching
 
     def build(self, spec: PoolSpec) -> PagedAllocator:
         return PagedAllocator(

@@ -136,11 +136,20 @@ class Group:
     retries: int = 0
     peak_reserved_tokens: int = 0
     cached_tokens: int = 0
-    first_hit_tokens: int = 0
-    """Prefix-cache hit tokens at the first admission (vLLM's ``num_cached_tokens``)."""
-    hit_tokens_total: int = 0
-    """Prefix-cache hit tokens summed over every admission, re-admissions after a
-    preemption included (as vLLM's ``record_prefix_cache_stats`` counts them)."""
+    # vLLM's prefix-cache accounting (``record_prefix_cache_stats``, once per admission;
+    # ``sim.engine.admission``): a first admission (of each client attempt: a retry is a
+    # new request to the server) counts as a new request's, a re-admission after a
+    # preemption apart, as ``PrefixCacheStats`` counts them.
+    prefix_queried_tokens: int = 0
+    """Tokens looked up at first admissions (the prompt: vLLM's ``queries``)."""
+    prefix_hit_tokens: int = 0
+    """Hit tokens at first admissions (vLLM's ``hits``; with no retry, the request's
+    ``num_cached_tokens``)."""
+    preempted_queried_tokens: int = 0
+    """Tokens looked up at re-admissions after a preemption (the prompt and the tokens
+    generated before it: vLLM's ``preempted_queries``)."""
+    preempted_hit_tokens: int = 0
+    """Hit tokens at those re-admissions (vLLM's ``preempted_hits``)."""
     allocates_per_chunk: bool = False
     """Placed for chunked prefill as vLLM v1 places it (``SchedulerConfig.
     allocate_per_chunk``): ``held_tokens`` counts the prompt computed so far plus the
@@ -200,8 +209,10 @@ class Group:
         self.retries = 0
         self.peak_reserved_tokens = 0
         self.cached_tokens = 0
-        self.first_hit_tokens = 0
-        self.hit_tokens_total = 0
+        self.prefix_queried_tokens = 0
+        self.prefix_hit_tokens = 0
+        self.preempted_queried_tokens = 0
+        self.preempted_hit_tokens = 0
         self.allocates_per_chunk = False
         self.order = 0
         self.tick_id = 0

@@ -41,6 +41,16 @@ REQUEST_FIELDS: tuple[tuple[str, str], ...] = (
 record's (``Group``'s) field of that name, except ``replica``; ``str`` columns take the
 dtype pandas infers for them."""
 REQUEST_COLUMNS: tuple[str, ...] = tuple(name for name, _ in REQUEST_FIELDS)
+PREFIX_CACHE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("prefix_queried_tokens", "int64"),
+    ("prefix_hit_tokens", "int64"),
+    ("preempted_queried_tokens", "int64"),
+    ("preempted_hit_tokens", "int64"),
+)
+"""Columns the requests table adds after :data:`REQUEST_FIELDS` where a replica caches
+prefixes: vLLM's prefix-cache accounting, per request (``Group``'s fields of these
+names; docs/vllm.md says which vLLM figure each is)."""
+PREFIX_CACHE_COLUMNS: tuple[str, ...] = tuple(name for name, _ in PREFIX_CACHE_FIELDS)
 
 
 def columns_of(table: Any) -> tuple[str, ...]:
@@ -93,10 +103,12 @@ def _numeric(values: list[object]) -> Any:
     return array if array.ndim == 1 and array.dtype.kind in "bif" else None
 
 
-RECORD_FIELDS: tuple[tuple[str, str], ...] = tuple(
-    (name, dtype) for name, dtype in REQUEST_FIELDS if name != "replica"
+RECORD_FIELDS: tuple[tuple[str, str], ...] = (
+    tuple((name, dtype) for name, dtype in REQUEST_FIELDS if name != "replica")
+    + PREFIX_CACHE_FIELDS
 )
-"""The request record's fields (every column but ``replica``), in order."""
+"""The request record's fields (every column but ``replica``, the prefix-cache ones
+too), in order."""
 REQUEST_RECORD = np.dtype(
     [(name, object if dtype == "str" else dtype) for name, dtype in RECORD_FIELDS]
 )
@@ -105,29 +117,33 @@ record_of = attrgetter(*(name for name, _ in RECORD_FIELDS))
 """A group's record fields as a tuple (a row of :data:`REQUEST_RECORD`)."""
 
 
-def request_frame(groups: list[Group], replicas: list[int]) -> pd.DataFrame:
+def request_frame(
+    groups: list[Group], replicas: list[int], prefix_cache: bool = False
+) -> pd.DataFrame:
     """The requests table, one row per group sorted by request id (stable), with the
-    columns of :data:`REQUEST_FIELDS`: the frame ``from_records`` would make of the
+    columns of :data:`REQUEST_FIELDS` (and :data:`PREFIX_CACHE_FIELDS` with
+    ``prefix_cache``): the frame ``from_records`` would make of the
     groups' record fields, sorted (ended groups are not touched again, so reading them at the end
     equals reading them when they ended).
 
     One pass over the groups into a numpy record array (a group's fields read together:
     ~1M groups scattered in memory, a pass per column would fetch each one 13 times),
     then a stable argsort on the ids."""
-    if not groups:
-        return _empty(REQUEST_COLUMNS)
     records = np.fromiter(map(record_of, groups), dtype=REQUEST_RECORD, count=len(groups))
-    return records_frame(records, np.array(replicas, dtype=np.int64))
+    return records_frame(records, np.array(replicas, dtype=np.int64), prefix_cache)
 
 
-def records_frame(records: Any, replicas: Any) -> pd.DataFrame:
+def records_frame(records: Any, replicas: Any, prefix_cache: bool = False) -> pd.DataFrame:
     """The requests table from :data:`REQUEST_RECORD` rows and each row's replica (a
-    numpy array each, one entry per request), sorted by request id (stable)."""
+    numpy array each, one entry per request), sorted by request id (stable); with
+    ``prefix_cache``, :data:`PREFIX_CACHE_FIELDS` too."""
+    fields = REQUEST_FIELDS + PREFIX_CACHE_FIELDS if prefix_cache else REQUEST_FIELDS
+    columns = [name for name, _ in fields]
     if not len(records):
-        return _empty(REQUEST_COLUMNS)
+        return _empty(tuple(columns))
     order = np.argsort(records["request_id"], kind="stable")
     data: dict[str, Any] = {}
-    for name, dtype in REQUEST_FIELDS:
+    for name, dtype in fields:
         column: Any = replicas if name == "replica" else records[name]
         column = column[order]
         if dtype == "str":
@@ -137,7 +153,7 @@ def records_frame(records: Any, replicas: Any) -> pd.DataFrame:
         data[name] = column
     # The columns are fresh copies owned here: the frame takes them as they are (no
     # second copy into consolidated blocks at a million-request run's memory peak).
-    return pd.DataFrame(data, columns=list(REQUEST_COLUMNS), copy=False)
+    return pd.DataFrame(data, columns=columns, copy=False)
 
 
 def _inferred(name: str, values: list[object]) -> pd.Series:

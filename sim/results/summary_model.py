@@ -175,11 +175,24 @@ class Memory(Section):
 
 class PrefixCache(Section):
     cached_prompt_tokens: Count
-    """Prompt tokens served from the prefix cache."""
+    """Prompt tokens served from the prefix cache: the requests table's
+    ``cached_tokens`` summed (per request, the most any one admission found)."""
     share_of_prompt_tokens: Share
     """Those over all prompt tokens (0 with none)."""
     requests_with_hits: Count
     """Requests with at least one cached prompt token."""
+    queried_tokens: Count | None = None
+    """A run whose allocator caches prefixes: tokens looked up at the requests' first
+    admissions (vLLM's ``vllm:prefix_cache_queries``; the requests table's
+    ``prefix_queried_tokens`` summed)."""
+    hit_tokens: Count | None = None
+    """Those found in the cache (vLLM's ``vllm:prefix_cache_hits``; ``prefix_hit_tokens``
+    summed)."""
+    preempted_queried_tokens: Count | None = None
+    """Tokens looked up at re-admissions after a preemption (vLLM's
+    ``PrefixCacheStats.preempted_queries``, which no ``vllm:`` counter exports)."""
+    preempted_hit_tokens: Count | None = None
+    """Those found in the cache (``PrefixCacheStats.preempted_hits``)."""
 
 
 class Alert(Section):

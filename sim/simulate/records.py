@@ -81,12 +81,13 @@ class Records:
         self.live.clear()
         self.on_count = None
 
-    def frame(self) -> pd.DataFrame:
-        """The requests table, sorted by request id; the records are let go once it is
-        made (the table holds the only copy from then on: a run's memory peak is while
-        its outputs are assembled)."""
+    def frame(self, prefix_cache: bool = False) -> pd.DataFrame:
+        """The requests table, sorted by request id (``prefix_cache``: with the prefix
+        cache's columns); the records are let go once it is made (the table holds the
+        only copy from then on: a run's memory peak is while its outputs are
+        assembled)."""
         n = self.count
-        out = records_frame(self.rows[:n], self.replicas[:n])
+        out = records_frame(self.rows[:n], self.replicas[:n], prefix_cache)
         self.rows = np.empty(0, dtype=REQUEST_RECORD)
         self.replicas = np.empty(0, dtype=np.int64)
         self.count = 0

@@ -136,18 +136,22 @@ def replay(
     by_id = {g.request_id: g for g in groups}
     for rid in sorted(by_id):
         g = by_id[rid]
-        out.records.append(
-            [
-                rid,
-                _step(g.admit_s),
-                _step(g.first_token_s),
-                _step(g.finish_s),
-                g.preemptions,
-                g.first_hit_tokens,
-                g.hit_tokens_total,
-            ]
-        )
+        decisions = [_step(g.admit_s), _step(g.first_token_s), _step(g.finish_s), g.preemptions]
+        out.records.append([rid, *decisions, *prefix_counts(g, config["enable_prefix_caching"])])
     return out
+
+
+def prefix_counts(g: Group, caching: bool) -> list[int]:
+    """The group's prefix-cache accounting in the records' order; none without a
+    prefix cache (vLLM then looks nothing up; fragsim writes no such columns)."""
+    if not caching:
+        return [0, 0, 0, 0]
+    return [
+        g.prefix_queried_tokens,
+        g.prefix_hit_tokens,
+        g.preempted_queried_tokens,
+        g.preempted_hit_tokens,
+    ]
 
 
 def _step(t: float) -> int:

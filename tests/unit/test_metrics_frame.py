@@ -19,7 +19,13 @@ import pytest
 import sim.runner
 from sim.engine.batch import Group
 from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS, EventTable, Recorder
-from sim.results.frames import REQUEST_COLUMNS, columns_of, frame, request_frame
+from sim.results.frames import (
+    PREFIX_CACHE_COLUMNS,
+    REQUEST_COLUMNS,
+    columns_of,
+    frame,
+    request_frame,
+)
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
 from sim.scenario.workload import load_workload
@@ -93,6 +99,22 @@ def documented_columns() -> dict[str, tuple[str, ...]]:
     section = section[: section.index("\n## ", 1)]
     rows = re.findall(r"^\| `(\w+)\.parquet` \|[^|]*\| `([^`]*)`[^|]*\|", section, re.MULTILINE)
     return {name: tuple(c.strip() for c in columns.split(",")) for name, columns in rows}
+
+
+def test_the_docs_name_the_prefix_cache_columns_in_order() -> None:
+    text = " ".join(OUTPUTS_PAGE.read_text(encoding="utf-8").split())
+    assert f"`{', '.join(PREFIX_CACHE_COLUMNS)}` (`PREFIX_CACHE_FIELDS`)" in text
+
+
+def test_the_prefix_cache_columns_follow_the_others_when_asked_for() -> None:
+    groups = [Group(i, float(i), 100, 10) for i in (2, 0, 1)]
+    groups[0].prefix_queried_tokens, groups[0].preempted_hit_tokens = 100, 32
+    plain, cached = request_frame(groups, [0, 0, 0]), request_frame(groups, [0, 0, 0], True)
+    assert tuple(plain.columns) == REQUEST_COLUMNS
+    assert tuple(cached.columns) == REQUEST_COLUMNS + PREFIX_CACHE_COLUMNS
+    assert cached["prefix_queried_tokens"].tolist() == [0, 0, 100]
+    assert cached["preempted_hit_tokens"].dtype == "int64"
+    assert cached[list(REQUEST_COLUMNS)].equals(plain)
 
 
 def test_an_event_row_is_written_by_name_with_every_column() -> None:

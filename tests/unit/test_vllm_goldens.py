@@ -1,7 +1,8 @@
 """fragsim's paged engine equals vLLM 0.33.0's v1 scheduler, step for step, on the
 workloads ``tools/vllm_recorder/record.py`` recorded (``tests/golden/vllm/``): every
-request's admit, first-token and finish step, preemptions and prefix-cache hit tokens
-(at the first admission and summed over all), and per step the blocks in
+request's admit, first-token and finish step, preemptions and prefix-cache accounting
+(tokens looked up and found, at the first admission and at re-admissions after a
+preemption, as vLLM's ``PrefixCacheStats`` counts them), and per step the blocks in
 use, the running and waiting counts and the preemptions. ``make vllm-goldens`` records
 them again (a newer vLLM: see docs/vllm.md)."""
 
@@ -15,8 +16,10 @@ DECISIONS = (
     "first_token_step",
     "finish_step",
     "preemptions",
-    "hit_tokens_first",
-    "hit_tokens_total",
+    "queried_tokens",
+    "hit_tokens",
+    "preempted_queried_tokens",
+    "preempted_hit_tokens",
 )
 STEP_FIELDS = ("blocks_in_use", "running", "waiting", "preemptions")
 MATCHED = ("light", "heavy", "watermark", "chunked", "chunked-no-reserve", "prefix-eviction")
@@ -68,12 +71,13 @@ def test_without_the_whole_prompt_gate_vllm_preempts_more_and_so_does_fragsim() 
     assert mismatches(no_gate["steps"], ours.steps, STEP_FIELDS) != []  # the gate matters
 
 
-def test_the_hits_sum_to_what_vllm_s_prefix_cache_stats_count() -> None:
+def test_the_counts_sum_to_what_vllm_s_prefix_cache_stats_count() -> None:
     doc = load("prefix-eviction")
     ours = replay(doc)
+    totals = [sum(r[i] for r in ours.records) for i in range(5, 9)]
     stats = doc["prefix_cache"]
-    assert sum(r[6] for r in ours.records) == stats["hits"] + stats["preempted_hits"]
-    assert sum(r[5] for r in ours.records) == stats["hits"]
+    assert totals == [stats[k] for k in ("queries", "hits", "preempted_queries", "preempted_hits")]
+    assert stats["preempted_hits"] > 0  # re-admissions after preemptions hit too
 
 
 @pytest.mark.parametrize(

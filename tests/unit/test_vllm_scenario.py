@@ -13,6 +13,7 @@ import pytest
 from support.vllm_goldens import block_hashes, load, prompt_token_ids
 from test_replica import trace
 
+from sim.results.frames import PREFIX_CACHE_COLUMNS
 from sim.runner import run
 from sim.scenario.schema import ScenarioError, parse_scenario
 
@@ -118,3 +119,28 @@ def test_a_prompt_that_can_never_fit_is_rejected_where_vllm_would_wait_forever(
     result = run(parse_scenario(data), trace(rows))
     status = list(result.requests.sort_values("request_id")["status"])
     assert status == ["ok", "rejected-capacity", "ok"]
+
+
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+def test_the_prefix_cache_columns_and_summary_are_vllm_s_counts(mode: str) -> None:
+    doc = load("prefix-eviction")
+    result = run(parse_scenario(vllm_scenario(doc["config"], mode)), golden_trace(doc))
+    req = result.requests.sort_values("request_id")
+    golden = np.array(doc["records"])
+    for i, column in enumerate(PREFIX_CACHE_COLUMNS, start=5):
+        np.testing.assert_array_equal(req[column].to_numpy(), golden[:, i], err_msg=column)
+    stats, cache = doc["prefix_cache"], result.summary.prefix_cache
+    assert (cache.queried_tokens, cache.hit_tokens) == (stats["queries"], stats["hits"])
+    assert cache.preempted_queried_tokens == stats["preempted_queries"]
+    assert cache.preempted_hit_tokens == stats["preempted_hits"] > 0
+    # fragsim's own figure, the most any one admission found, is another number
+    assert cache.cached_prompt_tokens != cache.hit_tokens
+
+
+def test_without_a_prefix_cache_the_tables_and_summary_have_no_vllm_counts() -> None:
+    doc = load("heavy")
+    data = vllm_scenario(doc["config"])
+    data["allocator"]["prefix_caching"] = False
+    result = run(parse_scenario(data), golden_trace(doc))
+    assert not set(PREFIX_CACHE_COLUMNS) & set(result.requests.columns)
+    assert "queried_tokens" not in result.summary.prefix_cache.to_json_dict()

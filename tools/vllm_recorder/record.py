@@ -17,8 +17,16 @@ for the next arrival). Each workload writes one JSON file under ``tests/golden/v
      prefix_tokens, unique_tokens, output_tokens}],
      "steps": [[step, blocks_in_use, running, waiting, preemptions], ...],
      "records": [[id, admit_step, first_token_step, finish_step, preemptions,
-                  hit_tokens_first, hit_tokens_total], ...],
-     "prefix_cache": {"queries_tokens", "hits_tokens"}}
+                  queried_tokens, hit_tokens, preempted_queried_tokens,
+                  preempted_hit_tokens], ...],
+     "prefix_cache": {<PrefixCacheStats field>: total, ...}}
+
+A record's prefix-cache figures are vLLM's ``record_prefix_cache_stats`` per request: at
+each admission the request's ``num_tokens`` (queried) and the tokens the lookup found
+(hits), summed over its first admission apart from its re-admissions after a preemption
+(``PrefixCacheStats``' own split); every step the recorder checks that its requests'
+figures add up to the ``PrefixCacheStats`` vLLM reported for that step, so they are
+vLLM's own counts, attributed.
 
 Prompt token ids are a function of the request's row (see ``prompt_token_ids``), and a
 generated token of request ``r`` is always ``GENERATED_TOKEN_BASE + r``; fragsim's test
@@ -273,6 +281,20 @@ def add_prefix_stats(totals: dict[str, int], stats: Any) -> None:
             totals[name] += int(getattr(stats, name))
 
 
+ATTRIBUTED = ("queries", "hits", "preempted_queries", "preempted_hits")
+"""The ``PrefixCacheStats`` fields the records attribute to requests (in record order)."""
+
+
+def check_attribution(w: Workload, step: int, ours: dict[str, int], stats: Any) -> None:
+    """The step's admissions, as the recorder attributed them, add up to what vLLM's
+    ``PrefixCacheStats`` counted in that step (all zero when it reported none)."""
+    vllm_counts = {name: int(getattr(stats, name)) if stats else 0 for name in ATTRIBUTED}
+    if ours != vllm_counts:
+        raise RuntimeError(
+            f"{w.name} step {step}: prefix stats attributed {ours}, vLLM counted {vllm_counts}"
+        )
+
+
 def record(w: Workload, max_steps: int = 100_000) -> dict[str, Any]:
     init_none_hash(sha256)
     sched = build_scheduler(w)
@@ -280,7 +302,7 @@ def record(w: Workload, max_steps: int = 100_000) -> dict[str, Any]:
     pending = sorted(rows, key=lambda r: (r["arrival_step"], r["id"]))
     by_id = {str(r["id"]): r for r in rows}
     rec = {
-        rid: {"admit": -1, "first": -1, "finish": -1, "preempt": 0, "hit0": -1, "hits": 0}
+        rid: {"admit": -1, "first": -1, "finish": -1, "preempt": 0, **dict.fromkeys(ATTRIBUTED, 0)}
         for rid in by_id
     }
     steps: list[list[int]] = []
@@ -297,15 +319,19 @@ def record(w: Workload, max_steps: int = 100_000) -> dict[str, Any]:
         before = {rid: sched.requests[rid].status for rid in sched.requests}
         out = sched.schedule()
         preempted = 0
+        step_counts = dict.fromkeys(ATTRIBUTED, 0)
         for rid, n in out.num_scheduled_tokens.items():
             req = sched.requests[rid]
             r = rec[rid]
             if before[rid] in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
-                hit = req.num_computed_tokens - n
-                r["hits"] += hit
                 if r["admit"] < 0:
                     r["admit"] = step
-                    r["hit0"] = hit
+                if w.enable_prefix_caching:  # vLLM looks up (and counts) only then
+                    kind = "preempted_" if req.num_preemptions > 0 else ""
+                    queried, hit = req.num_tokens, req.num_computed_tokens - n
+                    for name, value in ((kind + "queries", queried), (kind + "hits", hit)):
+                        r[name] += value
+                        step_counts[name] += value
         for rid, req in sched.requests.items():
             if before[rid] == RequestStatus.RUNNING and req.status == RequestStatus.PREEMPTED:
                 rec[rid]["preempt"] += 1
@@ -316,15 +342,19 @@ def record(w: Workload, max_steps: int = 100_000) -> dict[str, Any]:
         for rid, toks in zip(runner_out.req_ids, runner_out.sampled_token_ids, strict=True):
             if toks and rec[rid]["first"] < 0:
                 rec[rid]["first"] = step
+        step_stats = None
         for outs in sched.update_from_output(out, runner_out).values():
             if outs.scheduler_stats is not None:
-                add_prefix_stats(totals, outs.scheduler_stats.prefix_cache_stats)
+                step_stats = outs.scheduler_stats.prefix_cache_stats
+                add_prefix_stats(totals, step_stats)
+        check_attribution(w, step, step_counts, step_stats)
         for rid in list(rec):
             if rec[rid]["finish"] < 0 and rec[rid]["first"] >= 0 and rid not in sched.requests:
                 rec[rid]["finish"] = step
         step += 1
     records = [
-        [int(rid), r["admit"], r["first"], r["finish"], r["preempt"], r["hit0"], r["hits"]]
+        [int(rid), r["admit"], r["first"], r["finish"], r["preempt"]]
+        + [r[name] for name in ATTRIBUTED]
         for rid, r in sorted(rec.items(), key=lambda kv: int(kv[0]))
     ]
     return {
