@@ -94,6 +94,10 @@ class SchedulerConfig:
     long_prefill_token_threshold: int = 0
     """vLLM's cap on one request's prefill chunk per step (0: none), applied while more
     than one request is running or waiting at the step's start."""
+    long_prefill_adaptive: bool = False
+    """vLLM's ``long_prefill_token_threshold_adaptive``: the cap is at least
+    ``max_num_batched_tokens`` over the requests running or waiting at the step's start
+    (a fair share of the budget)."""
 
 
 @dataclass(slots=True, eq=False)

@@ -211,10 +211,14 @@ class Scheduler:
         alloc = batch.allocator
         copied0 = alloc.copied_tokens_total()
         step = Step()
-        # vLLM caps a prefill chunk only while someone else could use the budget.
+        # vLLM caps a prefill chunk only while someone else could use the budget (and,
+        # adaptive, never below a fair share of it).
         cap = config.long_prefill_token_threshold
-        if len(batch.running) + len(batch.waiting) <= 1:
+        eligible = len(batch.running) + len(batch.waiting)
+        if eligible <= 1:
             cap = 0
+        elif cap and config.long_prefill_adaptive:
+            cap = max(cap, config.max_num_batched_tokens // eligible)
         per_chunk = config.allocate_per_chunk
         if per_chunk and batch.prefilling:
             growth.grow_in_order(now, step, config.max_num_batched_tokens, cap)

@@ -158,6 +158,11 @@ class SchedulerOptions(_Strict):
         le=MAX_TOKENS,
         description="vLLM's cap on one request's prefill chunk per step (0: none).",
     )
+    long_prefill_token_threshold_adaptive: Flag = Field(
+        False,
+        description="vLLM's flag of that name: the cap is at least max_num_batched_tokens "
+        "over the requests running or waiting.",
+    )
 
     def client_retry(self) -> ClientRetry:
         """The clients' retries (``retry_attempts``, ``retry_backoff_s``)."""
@@ -218,6 +223,7 @@ class SchedulerOptions(_Strict):
             reserve_full_prompt=self.scheduler_reserve_full_isl,
             watermark_tokens=watermark_tokens,
             long_prefill_token_threshold=self.long_prefill_token_threshold,
+            long_prefill_adaptive=self.long_prefill_token_threshold_adaptive,
         )
 
 

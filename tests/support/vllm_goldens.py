@@ -69,6 +69,8 @@ def scheduler_config(config: dict[str, Any], off: str = "") -> SchedulerConfig:
         reserve_full_prompt=config["scheduler_reserve_full_isl"],
         watermark_tokens=int(config["watermark"] * config["num_gpu_blocks"]) * config["block_size"],
         long_prefill_token_threshold=config["long_prefill_token_threshold"],
+        long_prefill_adaptive=config["long_prefill_token_threshold_adaptive"]
+        and off != "long_prefill_token_threshold_adaptive",
     )
 
 

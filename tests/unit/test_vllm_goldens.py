@@ -22,7 +22,15 @@ DECISIONS = (
     "preempted_hit_tokens",
 )
 STEP_FIELDS = ("blocks_in_use", "running", "waiting", "preemptions")
-MATCHED = ("light", "heavy", "watermark", "chunked", "chunked-no-reserve", "prefix-eviction")
+MATCHED = (
+    "light",
+    "heavy",
+    "watermark",
+    "chunked",
+    "chunked-no-reserve",
+    "chunked-adaptive",
+    "prefix-eviction",
+)
 
 
 def mismatches(golden: list[list[int]], ours: list[list[int]], names: tuple[str, ...]) -> list[str]:
@@ -86,4 +94,13 @@ def test_the_counts_sum_to_what_vllm_s_prefix_cache_stats_count() -> None:
 def test_each_vllm_prefix_semantic_is_needed(option: str) -> None:
     doc = load("prefix-eviction")
     ours = replay(doc, off=option)
+    assert mismatches(doc["records"], ours.records, DECISIONS) != []
+
+
+def test_the_adaptive_chunk_cap_is_vllm_s_and_it_matters() -> None:
+    doc = load("chunked-adaptive")
+    config = doc["config"]
+    assert config["long_prefill_token_threshold_adaptive"]
+    assert config["long_prefill_token_threshold"] < config["max_num_batched_tokens"] // 4
+    ours = replay(doc, off="long_prefill_token_threshold_adaptive")
     assert mismatches(doc["records"], ours.records, DECISIONS) != []

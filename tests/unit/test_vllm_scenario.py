@@ -43,6 +43,9 @@ def vllm_scenario(config: dict[str, Any], mode: str = "exact") -> dict[str, Any]
             "scheduler_reserve_full_isl": config["scheduler_reserve_full_isl"],
             "watermark": config["watermark"],
             "long_prefill_token_threshold": config["long_prefill_token_threshold"],
+            "long_prefill_token_threshold_adaptive": config[
+                "long_prefill_token_threshold_adaptive"
+            ],
         },
         "latency": {"kind": "constant", "step_s": 1.0},
         "metrics": {"sample_interval_s": 1.0},
@@ -63,7 +66,9 @@ def golden_trace(doc: dict[str, Any]) -> Any:
 
 
 @pytest.mark.parametrize("mode", ["exact", "fast"])
-@pytest.mark.parametrize("name", ["heavy", "watermark", "chunked-no-reserve", "prefix-eviction"])
+@pytest.mark.parametrize(
+    "name", ["heavy", "watermark", "chunked-no-reserve", "chunked-adaptive", "prefix-eviction"]
+)
 def test_a_scenario_with_vllm_s_settings_makes_vllm_s_decisions(name: str, mode: str) -> None:
     doc = load(name)
     result = run(parse_scenario(vllm_scenario(doc["config"], mode)), golden_trace(doc))

@@ -88,6 +88,7 @@ class Workload:
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 512
     long_prefill_token_threshold: int = 0
+    long_prefill_token_threshold_adaptive: bool = False
     watermark: float = 0.0
     enable_prefix_caching: bool = False
     scheduler_reserve_full_isl: bool = True
@@ -102,6 +103,7 @@ class Workload:
             "max_num_seqs": self.max_num_seqs,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "long_prefill_token_threshold": self.long_prefill_token_threshold,
+            "long_prefill_token_threshold_adaptive": self.long_prefill_token_threshold_adaptive,
             "watermark": self.watermark,
             "enable_prefix_caching": self.enable_prefix_caching,
             "enable_chunked_prefill": True,
@@ -149,6 +151,10 @@ WORKLOADS = (
              unique_tokens=(300, 2000), output_tokens=(5, 80), num_gpu_blocks=400,
              max_num_batched_tokens=256, long_prefill_token_threshold=192,
              scheduler_reserve_full_isl=False),
+    Workload("chunked-adaptive", seed=6, num_requests=50, arrivals_per_step=0.5,
+             unique_tokens=(300, 2000), output_tokens=(5, 80), num_gpu_blocks=600,
+             max_num_batched_tokens=512, long_prefill_token_threshold=64,
+             long_prefill_token_threshold_adaptive=True),
     Workload("prefix-eviction", seed=5, num_requests=150, arrivals_per_step=1.0,
              unique_tokens=(5, 120), output_tokens=(5, 80), num_gpu_blocks=160,
              enable_prefix_caching=True, prefix_groups=6, prefix_tokens=(40, 400)),
@@ -169,6 +175,7 @@ def build_scheduler(w: Workload) -> Scheduler:
         max_num_batched_tokens=w.max_num_batched_tokens,
         max_model_len=w.max_model_len,
         long_prefill_token_threshold=w.long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive=w.long_prefill_token_threshold_adaptive,
         enable_chunked_prefill=True,
         scheduler_reserve_full_isl=w.scheduler_reserve_full_isl,
         watermark=w.watermark,
@@ -222,6 +229,7 @@ def check_effective(w: Workload, sched: Scheduler) -> None:
         "max_num_batched_tokens": sc.max_num_batched_tokens,
         "max_num_scheduled_tokens": sched.max_num_scheduled_tokens,
         "long_prefill_token_threshold": sc.long_prefill_token_threshold,
+        "long_prefill_token_threshold_adaptive": sched.adaptive_long_prefill_threshold,
         "watermark": sc.watermark,
         "enable_prefix_caching": bool(cc.enable_prefix_caching),
         "enable_chunked_prefill": sc.enable_chunked_prefill,
