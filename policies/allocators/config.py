@@ -25,6 +25,17 @@ from policies.allocators.static import StaticAllocator, StaticMode
 from policies.allocators.vm_paged import VmPagedAllocator, page_tokens_for
 from policies.allocators.window_pools import WindowPoolsManager
 
+CONTIGUOUS_PER_CHUNK = (
+    "allocator kind {kind} keeps each request in one contiguous buffer: allocated a "
+    "chunk at a time, the buffer would grow at every prefill chunk, moving and copying "
+    "the KV computed so far whenever the extent after it is taken (vLLM allocates per "
+    "chunk because its blocks are independent pages); set allocate_per_chunk: false, "
+    "which places the prompt's buffer whole at admission (the prompt's length is known "
+    "then), or use allocator kind paged"
+)
+"""The refusal of ``scheduler.allocate_per_chunk`` on a contiguous policy (docs/vllm.md
+measures what per-chunk growth would cost)."""
+
 
 class AllocatorConfig(BaseModel):
     """A policy as a scenario names it: ``{kind: best_fit, ...parameters}``.
@@ -45,6 +56,15 @@ class AllocatorConfig(BaseModel):
         prefix-cache columns, ``sim.results.frames.PREFIX_CACHE_FIELDS``)? Default: no."""
         return False
 
+    def why_not_per_chunk(self) -> str | None:
+        """Why ``scheduler.allocate_per_chunk`` (vLLM v1's allocation of each prefill
+        chunk as it runs) cannot apply to this policy; None where it does (``paged``)."""
+        return (
+            f"vLLM's per-chunk allocation is modelled, and held to vLLM's scheduler, on "
+            f"a paged pool only, not on allocator kind {self.kind}; use kind paged, or "
+            f"allocate_per_chunk: false (the prompt is placed whole at admission)"
+        )
+
 
 class GrowthConfig(AllocatorConfig):
     """Initial buffer and growth-by-reallocation parameters of the contiguous policies."""
@@ -57,6 +77,9 @@ class GrowthConfig(AllocatorConfig):
     """A full buffer is replaced by one this many times larger (when no chunk is set)."""
     growth_chunk_tokens: int = Field(0, ge=0, le=10_000_000)
     """When > 0, a full buffer grows by whole chunks of this many slots instead."""
+
+    def why_not_per_chunk(self) -> str | None:
+        return CONTIGUOUS_PER_CHUNK.format(kind=self.kind)
 
 
 class _FitConfig(GrowthConfig):
@@ -110,6 +133,9 @@ class StaticConfig(AllocatorConfig):
     """The allocator underneath that places the spans."""
     min_block_tokens: int = Field(1, ge=1, le=1 << 30)
     """With ``placement: buddy``, the smallest block (a power of two)."""
+
+    def why_not_per_chunk(self) -> str | None:
+        return CONTIGUOUS_PER_CHUNK.format(kind=self.kind)
 
     @field_validator("min_block_tokens")
     @classmethod
@@ -197,6 +223,9 @@ class PagedConfig(AllocatorConfig):
 
     def caches_prefixes(self) -> bool:
         return self.prefix_caching
+
+    def why_not_per_chunk(self) -> str | None:
+        return None
 
     def build(self, spec: PoolSpec) -> PagedAllocator:
         return PagedAllocator(

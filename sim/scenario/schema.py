@@ -182,11 +182,6 @@ class SchedulerOptions(_Strict):
                 "field scheduler.allocate_per_chunk: allocating per chunk needs "
                 "chunked_prefill: true"
             )
-        if self.allocate_per_chunk and paged_pool is None:
-            raise ScenarioError(
-                "field scheduler.allocate_per_chunk: vLLM's per-chunk allocation is "
-                "modelled on a paged pool; use allocator kind paged"
-            )
         watermark_tokens = 0
         if self.watermark:
             if paged_pool is None:

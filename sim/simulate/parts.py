@@ -60,6 +60,9 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
     paged_pool = None
     if paged_block is not None:
         paged_pool = (budget.kv_capacity_tokens // paged_block, paged_block)
+    why = allocator.why_not_per_chunk()
+    if scenario.scheduler.allocate_per_chunk and why is not None:
+        raise ScenarioError(f"field scheduler.allocate_per_chunk: {why}")
     sched_config = scenario.scheduler.build(
         model.max_seq_tokens, budget.replica_kv_bytes_per_token, gpu.hbm_bytes_per_s, paged_pool
     )

@@ -104,3 +104,12 @@ def test_the_adaptive_chunk_cap_is_vllm_s_and_it_matters() -> None:
     assert config["long_prefill_token_threshold"] < config["max_num_batched_tokens"] // 4
     ours = replay(doc, off="long_prefill_token_threshold_adaptive")
     assert mismatches(doc["records"], ours.records, DECISIONS) != []
+
+
+def test_no_recorded_preemption_empties_the_batch() -> None:
+    """Where fragsim's one exception to "no admission in a step that preempted" would
+    apply (the batch emptied), vLLM runs an empty step: docs/vllm.md says why no vLLM
+    that starts gets there; the recorded workloads hold to it."""
+    preempting = [s for name in MATCHED for s in load(name)["steps"] if s[4] > 0]
+    assert len(preempting) > 100
+    assert [s for s in preempting if s[2] == 0] == []

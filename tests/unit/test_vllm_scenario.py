@@ -97,8 +97,13 @@ def test_vllm_settings_that_cannot_apply_are_refused_naming_the_field() -> None:
     data = vllm_scenario(config)
     data["allocator"] = {"kind": "best_fit"}
     data["hardware"]["kv_capacity_tokens"] = data["hardware"].pop("num_gpu_blocks") * 16
-    with pytest.raises(ScenarioError, match=r"field scheduler\.allocate_per_chunk: .* paged"):
+    contiguous = r"field scheduler\.allocate_per_chunk: allocator kind best_fit keeps each"
+    with pytest.raises(ScenarioError, match=contiguous + r" .* or use allocator kind paged$"):
         run(parse_scenario(data), golden_trace(load("watermark")))
+    data["allocator"] = {"kind": "vm_paged"}
+    with pytest.raises(ScenarioError, match=r"on a paged pool only, not on allocator kind vm_"):
+        run(parse_scenario(data), golden_trace(load("watermark")))
+    data["allocator"] = {"kind": "best_fit"}
     data["scheduler"]["allocate_per_chunk"] = False
     with pytest.raises(ScenarioError, match=r"field scheduler\.watermark: got 0\.05"):
         run(parse_scenario(data), golden_trace(load("watermark")))
@@ -149,3 +154,17 @@ def test_without_a_prefix_cache_the_tables_and_summary_have_no_vllm_counts() -> 
     result = run(parse_scenario(data), golden_trace(doc))
     assert not set(PREFIX_CACHE_COLUMNS) & set(result.requests.columns)
     assert "queried_tokens" not in result.summary.prefix_cache.to_json_dict()
+
+
+def test_a_request_that_outgrows_the_pool_alone_is_rejected_after_preempting_itself() -> None:
+    # vLLM would refuse to start (max_model_len over the pool) or, forced, loop: an
+    # empty step, a recompute, the same self-preemption, forever (docs/vllm.md).
+    config = {**load("chunked")["config"], "num_gpu_blocks": 101}
+    usable_tokens = 100 * config["block_size"]
+    result = run(parse_scenario(vllm_scenario(config)), trace([(0.0, 1000, 1000), (1.0, 100, 10)]))
+    req = result.requests.sort_values("request_id")
+    assert list(req["status"]) == ["rejected-capacity", "ok"]
+    assert list(req["preemptions"]) == [1, 0]
+    assert req["generated_tokens"].iloc[0] == usable_tokens - 1000 + 1
+    kinds = result.events.loc[result.events["request_id"] == 0, "kind"].tolist()
+    assert kinds == ["growth_failure", "preemption", "admission_failure"]
