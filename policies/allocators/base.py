@@ -386,6 +386,11 @@ class Allocator:
         decision by the allocator (and so in any order with other requests)."""
         return self.reserved_tokens(request_id) - self.held_tokens(request_id)
 
+    def caches_prefixes(self) -> bool:
+        """Does an admission look the prompt up in a prefix cache (vLLM then counts the
+        lookup, ``sim.engine.admission``)? Default: no."""
+        return False
+
     def prefix_hit_tokens(
         self, tokens: int, prefix_hashes: Sequence[int] = (), owner: int = -1
     ) -> int:

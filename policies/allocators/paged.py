@@ -278,6 +278,9 @@ class PagedAllocator(PooledAllocator):
         """Live requests referencing ``block_id`` (0 for a free or unknown block)."""
         return self._ref.get(block_id, 0)
 
+    def caches_prefixes(self) -> bool:
+        return self._prefix_caching
+
     def prefix_hit_tokens(
         self, tokens: int, prefix_hashes: Sequence[int] = (), owner: int = -1
     ) -> int:

@@ -192,7 +192,8 @@ class Admission:
         cached = min(got.cached_tokens, work - 1)
         g.prefill_left_tokens = work - cached
         g.cached_tokens = max(g.cached_tokens, cached)
-        _count_hits(g, work, cached)
+        if alloc.caches_prefixes():
+            _count_hits(g, work, cached)
         g.held_tokens = g.synced_tokens = hit + chunk
         g.limit_tokens = g.held_tokens + alloc.headroom_tokens(first)
         g.allocates_per_chunk = True
@@ -253,7 +254,8 @@ class Admission:
         else:
             g.prefill_left_tokens = (g.prompt_tokens - cached) + g.num_seqs * grow
             g.cached_tokens = max(g.cached_tokens, cached)
-            _count_hits(g, resume_tokens, cached)
+            if alloc.caches_prefixes():
+                _count_hits(g, resume_tokens, cached)
         g.held_tokens = g.synced_tokens = resume_tokens
         g.limit_tokens = resume_tokens + alloc.headroom_tokens(ids[0])
         if math.isnan(g.admit_s):
@@ -290,8 +292,10 @@ def _prefill_work(g: Group) -> int:
 
 def _count_hits(g: Group, queried: int, cached: int) -> None:
     """An admission looked up ``queried`` tokens and found ``cached`` in the prefix
-    cache: counted as vLLM's ``record_prefix_cache_stats`` counts it, a first admission
-    apart from a re-admission after a preemption (``Group.prefix_queried_tokens``)."""
+    cache (an allocator that caches prefixes only: vLLM looks nothing up, and counts
+    nothing, without one): counted as vLLM's ``record_prefix_cache_stats`` counts it, a
+    first admission apart from a re-admission after a preemption
+    (``Group.prefix_queried_tokens``)."""
     if math.isnan(g.admit_s):
         g.prefix_queried_tokens += queried
         g.prefix_hit_tokens += cached

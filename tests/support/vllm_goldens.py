@@ -139,15 +139,13 @@ def replay(
     for rid in sorted(by_id):
         g = by_id[rid]
         decisions = [_step(g.admit_s), _step(g.first_token_s), _step(g.finish_s), g.preemptions]
-        out.records.append([rid, *decisions, *prefix_counts(g, config["enable_prefix_caching"])])
+        out.records.append([rid, *decisions, *prefix_counts(g)])
     return out
 
 
-def prefix_counts(g: Group, caching: bool) -> list[int]:
-    """The group's prefix-cache accounting in the records' order; none without a
-    prefix cache (vLLM then looks nothing up; fragsim writes no such columns)."""
-    if not caching:
-        return [0, 0, 0, 0]
+def prefix_counts(g: Group) -> list[int]:
+    """The group's prefix-cache accounting in the records' order (none without a prefix
+    cache: vLLM then looks nothing up)."""
     return [
         g.prefix_queried_tokens,
         g.prefix_hit_tokens,

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.fleet import evenly, fleet_data, run_fleet_data
 from support.vllm_goldens import block_hashes, load, prompt_token_ids
 from test_replica import trace
 
@@ -168,3 +169,18 @@ def test_a_request_that_outgrows_the_pool_alone_is_rejected_after_preempting_its
     assert req["generated_tokens"].iloc[0] == usable_tokens - 1000 + 1
     kinds = result.events.loc[result.events["request_id"] == 0, "kind"].tolist()
     assert kinds == ["growth_failure", "preemption", "admission_failure"]
+
+
+def test_in_a_mixed_fleet_only_replicas_with_a_prefix_cache_count_lookups() -> None:
+    pools = [
+        {"name": "contiguous", "count": 1},
+        {"name": "paged", "count": 2, "allocator": {"kind": "paged"}},
+    ]
+    result = run_fleet_data(fleet_data(pools=pools, router="round_robin"), evenly(30, 0.05))
+    req = result.requests
+    on_paged = req["replica"].isin(result.summary.fleet.pools[1].replicas or [])
+    assert 0 < on_paged.sum() < len(req)
+    assert (req.loc[~on_paged, list(PREFIX_CACHE_COLUMNS)] == 0).all().all()
+    queried = req.loc[on_paged, "prefix_queried_tokens"]
+    assert (queried == req.loc[on_paged, "prompt_tokens"]).all()
+    assert result.summary.prefix_cache.queried_tokens == queried.sum()
