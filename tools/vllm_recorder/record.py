@@ -26,7 +26,8 @@ each admission the request's ``num_tokens`` (queried) and the tokens the lookup 
 (hits), summed over its first admission apart from its re-admissions after a preemption
 (``PrefixCacheStats``' own split); every step the recorder checks that its requests'
 figures add up to the ``PrefixCacheStats`` vLLM reported for that step, so they are
-vLLM's own counts, attributed.
+vLLM's own counts, attributed; and that each request's first-admission hits are the
+``num_cached_tokens`` vLLM's outputs carry for it (what its API reports).
 
 Prompt token ids are a function of the request's row (see ``prompt_token_ids``), and a
 generated token of request ``r`` is always ``GENERATED_TOKEN_BASE + r``; fragsim's test
@@ -315,6 +316,8 @@ def record(w: Workload, max_steps: int = 100_000) -> dict[str, Any]:
     }
     steps: list[list[int]] = []
     totals = dict.fromkeys(PREFIX_STATS, 0)
+    api_cached: dict[str, int] = {}
+    """Each request's ``num_cached_tokens`` as vLLM's outputs carry it (the API's)."""
     usable_blocks = w.num_gpu_blocks - 1
     nxt = 0
     step = 0
@@ -355,11 +358,20 @@ def record(w: Workload, max_steps: int = 100_000) -> dict[str, Any]:
             if outs.scheduler_stats is not None:
                 step_stats = outs.scheduler_stats.prefix_cache_stats
                 add_prefix_stats(totals, step_stats)
+            for o in outs.outputs:
+                if o.prefill_stats is not None:
+                    api_cached[o.request_id] = o.prefill_stats.num_cached_tokens
         check_attribution(w, step, step_counts, step_stats)
         for rid in list(rec):
             if rec[rid]["finish"] < 0 and rec[rid]["first"] >= 0 and rid not in sched.requests:
                 rec[rid]["finish"] = step
         step += 1
+    differ = {rid: (api_cached.get(rid), r["hits"]) for rid, r in rec.items()}
+    differ = {rid: pair for rid, pair in differ.items() if pair[0] != pair[1]}
+    if differ:
+        raise RuntimeError(
+            f"{w.name}: num_cached_tokens is not the first admission's hits: {differ}"
+        )
     records = [
         [int(rid), r["admit"], r["first"], r["finish"], r["preempt"]]
         + [r[name] for name in ATTRIBUTED]
