@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,16 +110,42 @@ def replay(
     sched = Scheduler(
         scheduler_config(config, off), allocator(config, off), on_event=on_event, ticks=ticks
     )
+    usable_blocks = config["num_gpu_blocks"] - 1
+    out = Replay()
+
+    def on_step(step: int) -> None:
+        sched.sync_allocator()
+        in_use = usable_blocks - sched.allocator.stats().free_tokens // bt
+        out.steps.append([step, in_use, len(sched.running), len(sched.waiting), len(preempted)])
+        preempted.clear()
+
+    groups = run_engine(doc, sched, on_step, max_steps)
+    for g in sorted(groups, key=lambda g: g.request_id):
+        decisions = [_step(g.admit_s), _step(g.first_token_s), _step(g.finish_s), g.preemptions]
+        out.records.append([g.request_id, *decisions, *prefix_counts(g)])
+    return out
+
+
+def run_engine(
+    doc: dict[str, Any],
+    sched: Scheduler,
+    on_step: Callable[[int], None] | None = None,
+    max_steps: int = 100_000,
+) -> list[Group]:
+    """Drive ``sched`` over the golden's requests on vLLM's clock (module docstring),
+    calling ``on_step(step)`` after each step's composition; returns the groups, in
+    arrival order, once every request has ended."""
+    config = doc["config"]
     rows = sorted(doc["requests"], key=lambda r: (r["arrival_step"], r["id"]))
     groups = []
     for r in rows:
         tokens = prompt_token_ids(r)
-        hashes = block_hashes(tokens, bt) if config["enable_prefix_caching"] else ()
+        hashes = (
+            block_hashes(tokens, config["block_size"]) if config["enable_prefix_caching"] else ()
+        )
         groups.append(
             Group(r["id"], float(r["arrival_step"]), len(tokens), r["output_tokens"], 1, hashes)
         )
-    usable_blocks = config["num_gpu_blocks"] - 1
-    out = Replay()
     nxt = 0
     step = 0
     while nxt < len(groups) or sched.running or sched.waiting:
@@ -126,21 +153,13 @@ def replay(
         while nxt < len(groups) and groups[nxt].arrival_s <= step:
             sched.submit(groups[nxt], float(step))
             nxt += 1
-        preempted.clear()
         s = sched.begin_step(float(step))
-        sched.sync_allocator()
-        free_blocks = sched.allocator.stats().free_tokens // bt
-        in_use = usable_blocks - free_blocks
-        out.steps.append([step, in_use, len(sched.running), len(sched.waiting), len(preempted)])
+        if on_step is not None:
+            on_step(step)
         if s is not None:
             sched.end_step(s, float(step))
         step += 1
-    by_id = {g.request_id: g for g in groups}
-    for rid in sorted(by_id):
-        g = by_id[rid]
-        decisions = [_step(g.admit_s), _step(g.first_token_s), _step(g.finish_s), g.preemptions]
-        out.records.append([rid, *decisions, *prefix_counts(g)])
-    return out
+    return groups
 
 
 def prefix_counts(g: Group) -> list[int]:

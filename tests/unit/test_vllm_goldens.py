@@ -8,8 +8,14 @@ them again (a newer vLLM: see docs/vllm.md)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
-from support.vllm_goldens import golden_names, load, replay
+from support.vllm_goldens import golden_names, load, replay, run_engine, scheduler_config
+
+from policies.allocators.base import PoolSpec
+from policies.allocators.config import BestFitConfig
+from sim.engine.scheduler import Scheduler
 
 DECISIONS = (
     "admit_step",
@@ -113,3 +119,22 @@ def test_no_recorded_preemption_empties_the_batch() -> None:
     preempting = [s for name in MATCHED for s in load(name)["steps"] if s[4] > 0]
     assert len(preempting) > 100
     assert [s for s in preempting if s[2] == 0] == []
+
+
+def test_per_chunk_growth_of_a_contiguous_buffer_moves_it_as_the_refusal_says() -> None:
+    """The reason ``allocate_per_chunk`` is refused on a contiguous allocator
+    (``policies.allocators.config.CONTIGUOUS_PER_CHUNK``), forced in the engine on the
+    chunked workload: growing each buffer a chunk at a time copies several times the KV
+    that placing the prompt whole copies, and preempts more."""
+    doc = load("chunked")
+    config = doc["config"]
+    spec = PoolSpec(capacity_tokens=(config["num_gpu_blocks"] - 1) * config["block_size"])
+    counts = {}
+    for per_chunk in (True, False):
+        sched_config = dataclasses.replace(scheduler_config(config), allocate_per_chunk=per_chunk)
+        alloc = BestFitConfig(initial_extra_tokens=0).build(spec)
+        groups = run_engine(doc, Scheduler(sched_config, alloc))
+        assert {g.status for g in groups} == {"ok"}
+        counts[per_chunk] = (alloc.copied_tokens_total(), sum(g.preemptions for g in groups))
+    (chunk_copied, chunk_preempted), (whole_copied, whole_preempted) = counts[True], counts[False]
+    assert chunk_copied > 2 * whole_copied and chunk_preempted > 2 * whole_preempted
