@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from support.fleet import evenly, fleet_data, run_fleet_data
+from support.fleet import evenly, fleet_data, run_fleet_data, synthetic_fleet_data
 from support.vllm_goldens import block_hashes, load, prompt_token_ids
 from test_replica import trace
 
@@ -184,3 +184,16 @@ def test_in_a_mixed_fleet_only_replicas_with_a_prefix_cache_count_lookups() -> N
     queried = req.loc[on_paged, "prefix_queried_tokens"]
     assert (queried == req.loc[on_paged, "prompt_tokens"]).all()
     assert result.summary.prefix_cache.queried_tokens == queried.sum()
+
+
+def test_a_client_retry_after_a_crash_is_a_new_request_s_lookup() -> None:
+    """A request admitted, lost with its node and retried is a new request to the
+    server it reaches: its first admission there is counted too (docs/vllm.md)."""
+    data = synthetic_fleet_data(faults={"mtbf_s": 300.0, "mttr": {"mean_s": 30.0}})
+    data["allocator"] = {"kind": "paged"}
+    data["scheduler"]["retry_attempts"] = 3
+    req = run(parse_scenario(data)).requests
+    lookups = req["prefix_queried_tokens"] / req["prompt_tokens"]
+    assert (lookups == lookups.round()).all()
+    assert (lookups <= req["retries"] + 1).all()
+    assert (lookups >= 2).any()
