@@ -1,5 +1,5 @@
 """vLLM v1's chunked prefill (``allocate_per_chunk``, its gate, the watermark, the
-chunk cap) on the paged pool (the scenario refuses it on other policies: a contiguous
+chunk cap, adaptive or not) on the paged pool (the scenario refuses it on other policies: a contiguous
 policy extending chunk by chunk can thrash forever): the decode ticks change nothing (the stepped
 reference path makes the same decisions, events and pool states), whatever the
 preemption mode, group width or prefix sharing; and every run ends."""
@@ -31,6 +31,7 @@ POLICIES = (
     gate=st.booleans(),
     watermark_tokens=st.sampled_from([0, 0, 16, 64]),
     cap=st.sampled_from([0, 0, 32, 100]),
+    adaptive=st.booleans(),
     probes=st.sets(st.integers(0, 300), max_size=12),
 )
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -43,6 +44,7 @@ def test_ticks_change_nothing_when_allocating_per_chunk(
     gate: bool,
     watermark_tokens: int,
     cap: int,
+    adaptive: bool,
     probes: set[int],
 ) -> None:
     config = SchedulerConfig(
@@ -58,6 +60,7 @@ def test_ticks_change_nothing_when_allocating_per_chunk(
         reserve_full_prompt=gate,
         watermark_tokens=watermark_tokens,
         long_prefill_token_threshold=cap,
+        long_prefill_adaptive=adaptive,
     )
     want = drive(policy, capacity, config, rows, probes, ticks=False)
     got = drive(policy, capacity, config, rows, probes, ticks=True)
