@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from policies.allocators.base import FailureCause
+from sim.engine.offload import OffloadSpec
 
 Preemption = Literal["recompute", "swap", "fail"]
 OnAdmissionFailure = Literal["queue", "reject"]
@@ -94,6 +95,8 @@ class SchedulerConfig:
     long_prefill_token_threshold: int = 0
     """vLLM's cap on one request's prefill chunk per step (0: none), applied while more
     than one request is running or waiting at the step's start."""
+    offload: OffloadSpec | None = None
+    """KV offload tiers below the GPU pool (``sim.engine.offload``); None: none."""
 
 
 @dataclass(slots=True, eq=False)

@@ -47,6 +47,7 @@ from sim.scenario.errors import ScenarioError
 from sim.scenario.errors import ScenarioWarning as ScenarioWarning  # re-exported
 from sim.scenario.fleet import FleetConfig
 from sim.scenario.hardware import HardwareConfig, merge_hardware
+from sim.scenario.offload import OffloadConfig
 from sim.scenario.retention import NoRetention, RetentionConfig
 from sim.scenario.workload import check_workload
 from sim.scenario.yaml_loader import MAX_EXPANDED_VALUES, load_yaml, yaml_error_line
@@ -285,6 +286,18 @@ class Scenario(_Strict):
     fleet: FleetConfig | None = Field(
         None, description="A fleet of replicas (sim.fleet); none: one replica."
     )
+    kv_offload: OffloadConfig | None = Field(
+        None, description="KV tiers below every replica's GPU pool (docs/offload.md)."
+    )
+
+    @model_validator(mode="after")
+    def _offload_whole_prompts(self) -> Scenario:
+        if self.kv_offload is not None and self.scheduler.allocate_per_chunk:
+            raise ValueError(
+                "kv_offload with scheduler.allocate_per_chunk is not modelled: a tier "
+                "load places the whole prompt at admission"
+            )
+        return self
 
     @model_validator(mode="after")
     def _fleet_alone(self) -> Scenario:

@@ -5,7 +5,7 @@ surface before anything is simulated. The GPU replay builds its one replica's he
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -69,6 +69,15 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
         field = "latency.path" if scenario.latency.kind == "calibrated" else "latency"
         raise ScenarioError(f"field {field}: {e}") from None
     check_step_times(scenario.latency.kind, latency, sched_config, budget.kv_capacity_tokens)
+    if scenario.kv_offload is not None:
+        hash_block = offload_hash_block(allocator, requests, scenario.kv_offload.chunk_tokens)
+        try:
+            spec_offload = scenario.kv_offload.build(
+                budget.replica_kv_bytes_per_token, model.max_seq_tokens, hash_block
+            )
+        except ValueError as e:
+            raise ScenarioError(str(e)) from None
+        sched_config = replace(sched_config, offload=spec_offload)
     try:
         allocator.build(spec)
     except ValueError as e:
@@ -151,6 +160,26 @@ def _adopt_hash_block(allocator: AllocatorConfig, requests: pd.DataFrame) -> All
             f"trace's prefix hashes cover {sizes[0]}-token blocks"
         )
     return allocator
+
+
+def offload_hash_block(
+    allocator: AllocatorConfig, requests: pd.DataFrame | None, chunk_tokens: int
+) -> int:
+    """Tokens one prefix hash covers, for the offload tiers' chunk keys: the trace's
+    ``prefix_block_tokens`` (one size, as :func:`_adopt_hash_block` checks for a paged
+    pool), else the paged pool's hash block, else ``chunk_tokens`` (no hashes: no hits)."""
+    column = None if requests is None else requests.get("prefix_block_tokens")
+    if column is not None:
+        sizes = sorted({int(v) for v in column.to_numpy() if v > 0})
+        if len(sizes) > 1:
+            raise ScenarioError(
+                f"workload: the trace mixes prefix block sizes {sizes}; kv_offload needs one"
+            )
+        if sizes:
+            return sizes[0]
+    if isinstance(allocator, PagedConfig):
+        return allocator.hash_block_tokens or allocator.block_size_tokens
+    return chunk_tokens
 
 
 def run_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> list[Parts]:
