@@ -115,12 +115,12 @@ class OffloadConfig(_Strict):
     chunk_tokens: Count = Field(
         256, ge=1, le=1 << 20, description="Offload chunk, tokens (LMCache's default 256)."
     )
-    tiers: tuple[TierConfig, ...] = Field(
-        min_length=1, max_length=3, description="The tiers, loaded from in this order."
-    )
+    tiers: tuple[TierConfig, ...] = Field(description="The tiers, loaded from in this order.")
 
     @model_validator(mode="after")
     def _distinct_kinds(self) -> OffloadConfig:
+        if not self.tiers:
+            raise ValueError("tiers: give at least one tier")
         kinds = [t.kind for t in self.tiers]
         for kind in kinds:
             if kinds.count(kind) > 1:
