@@ -122,11 +122,14 @@ class Tier:
         self.where: dict[ChunkKey, int] = {}
         """Chunk -> the object holding it."""
         self.held_tokens = 0
+        self.lost_tokens = 0
+        """Tokens a restart dropped (the tier's books: written = held + evicted + lost)."""
         self._next_id = 0
         self.hits = 0
         self.misses = 0
         self.hit_tokens = 0
         self.evictions = 0
+        self.evicted_tokens = 0
         self.store_refusals = 0
         self.bytes_down = 0
         """Bytes written into this tier (stores and promotions)."""
@@ -137,7 +140,8 @@ class Tier:
 
     def clear(self) -> None:
         """Forget every object with a fresh allocator (a restart of a tier that does
-        not persist)."""
+        not persist); what it held counts as lost (``lost_tokens``), not evicted."""
+        self.lost_tokens += self.held_tokens
         self.allocator = self.spec.make_allocator()
         self.objects.clear()
         self.where.clear()
@@ -172,7 +176,9 @@ class Tier:
         where = self.where
         for key in keys:
             del where[key]
-        self.held_tokens -= len(keys) * self.chunk_tokens
+        tokens = len(keys) * self.chunk_tokens
+        self.held_tokens -= tokens
+        self.evicted_tokens += tokens
         self.evictions += 1
 
 
