@@ -63,7 +63,7 @@ def headline(summary: Summary) -> dict[str, Any]:
         "e2e_p99_s": summary.latency_s.e2e.p99,
         "alerts": sorted(a.alert for a in summary.alerts),
         "end_s": summary.engine.end_s,
-    } | _fleet_headline(summary)
+    } | _fleet_headline(summary) | _offload_headline(summary)
 
 
 def _fleet_headline(summary: Summary) -> dict[str, Any]:
@@ -72,6 +72,13 @@ def _fleet_headline(summary: Summary) -> dict[str, Any]:
     fleet = summary.fleet.to_json_dict()
     keys = ("replicas", "replica_hours", "avoidable_replica_hours", "restarts", "scale_ups")
     return {"fleet": {k: fleet[k] for k in keys}}
+
+
+def _offload_headline(summary: Summary) -> dict[str, Any]:
+    if summary.offload is None:
+        return {}
+    keys = ("hits", "misses", "hit_tokens", "evictions", "bytes_down", "load_s")
+    return {"offload": [{k: t.to_json_dict()[k] for k in keys} for t in summary.offload.tiers]}
 
 
 def rounded(value: Any) -> Any:
