@@ -45,25 +45,29 @@ def shortened(name: str) -> Any:
 def headline(summary: Summary) -> dict[str, Any]:
     """The numbers a behaviour change would move."""
     failures = summary.failures.to_json_dict()
-    return {
-        "requests": summary.requests.to_json_dict(),
-        "failures": {
-            k: failures[k]
-            for k in (
-                "allocation_failures",
-                "by_cause",
-                "at_high_free_memory",
-                "preemptions",
-                "restarts",
-            )
-        },
-        "ratio_min": summary.memory.largest_contiguous_free_block_ratio.min,
-        "waste_breakdown": summary.memory.waste_breakdown,
-        "ttft_p50_s": summary.latency_s.ttft.p50,
-        "e2e_p99_s": summary.latency_s.e2e.p99,
-        "alerts": sorted(a.alert for a in summary.alerts),
-        "end_s": summary.engine.end_s,
-    } | _fleet_headline(summary) | _offload_headline(summary)
+    return (
+        {
+            "requests": summary.requests.to_json_dict(),
+            "failures": {
+                k: failures[k]
+                for k in (
+                    "allocation_failures",
+                    "by_cause",
+                    "at_high_free_memory",
+                    "preemptions",
+                    "restarts",
+                )
+            },
+            "ratio_min": summary.memory.largest_contiguous_free_block_ratio.min,
+            "waste_breakdown": summary.memory.waste_breakdown,
+            "ttft_p50_s": summary.latency_s.ttft.p50,
+            "e2e_p99_s": summary.latency_s.e2e.p99,
+            "alerts": sorted(a.alert for a in summary.alerts),
+            "end_s": summary.engine.end_s,
+        }
+        | _fleet_headline(summary)
+        | _offload_headline(summary)
+    )
 
 
 def _fleet_headline(summary: Summary) -> dict[str, Any]:
