@@ -27,6 +27,7 @@ from pydantic import (
 from policies.allocators.config import AllocatorConfig
 from policies.allocators.registry import ALLOCATORS, parse_allocator
 from sim.engine.batch import ClientRetry
+from sim.engine.offload import OffloadSpec
 from sim.engine.scheduler import SchedulerConfig
 from sim.errors import clip, short, validation_lines
 from sim.fields import (
@@ -170,9 +171,11 @@ class SchedulerOptions(_Strict):
         kv_bytes_per_token: int,
         hbm_bytes_per_s: float,
         paged_pool: tuple[int, int] | None = None,
+        offload: OffloadSpec | None = None,
     ) -> SchedulerConfig:
         """``paged_pool``: (usable blocks, tokens per block) of a paged pool; vLLM counts
-        its watermark over ``num_gpu_blocks``, the usable blocks and its null block."""
+        its watermark over ``num_gpu_blocks``, the usable blocks and its null block.
+        ``offload``: the replica's KV tiers (the scenario's ``kv_offload``, built)."""
         if self.allocate_per_chunk and not self.chunked_prefill:
             raise ScenarioError(
                 "field scheduler.allocate_per_chunk: allocating per chunk needs "
@@ -219,6 +222,7 @@ class SchedulerOptions(_Strict):
             reserve_full_prompt=self.scheduler_reserve_full_isl,
             watermark_tokens=watermark_tokens,
             long_prefill_token_threshold=self.long_prefill_token_threshold,
+            offload=offload,
         )
 
 

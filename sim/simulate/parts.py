@@ -5,7 +5,7 @@ surface before anything is simulated. The GPU replay builds its one replica's he
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -60,8 +60,21 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
     paged_pool = None
     if paged_block is not None:
         paged_pool = (budget.kv_capacity_tokens // paged_block, paged_block)
+    offload = None
+    if scenario.kv_offload is not None:
+        hash_block = offload_hash_block(allocator, requests, scenario.kv_offload.chunk_tokens)
+        try:
+            offload = scenario.kv_offload.build(
+                budget.replica_kv_bytes_per_token, model.max_seq_tokens, hash_block
+            )
+        except ValueError as e:
+            raise ScenarioError(str(e)) from None
     sched_config = scenario.scheduler.build(
-        model.max_seq_tokens, budget.replica_kv_bytes_per_token, gpu.hbm_bytes_per_s, paged_pool
+        model.max_seq_tokens,
+        budget.replica_kv_bytes_per_token,
+        gpu.hbm_bytes_per_s,
+        paged_pool,
+        offload,
     )
     try:
         latency = scenario.latency.build(model, gpu, hw.tensor_parallel)
@@ -69,15 +82,6 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
         field = "latency.path" if scenario.latency.kind == "calibrated" else "latency"
         raise ScenarioError(f"field {field}: {e}") from None
     check_step_times(scenario.latency.kind, latency, sched_config, budget.kv_capacity_tokens)
-    if scenario.kv_offload is not None:
-        hash_block = offload_hash_block(allocator, requests, scenario.kv_offload.chunk_tokens)
-        try:
-            spec_offload = scenario.kv_offload.build(
-                budget.replica_kv_bytes_per_token, model.max_seq_tokens, hash_block
-            )
-        except ValueError as e:
-            raise ScenarioError(str(e)) from None
-        sched_config = replace(sched_config, offload=spec_offload)
     try:
         allocator.build(spec)
     except ValueError as e:
