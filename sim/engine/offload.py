@@ -36,7 +36,8 @@ The semantics are vLLM v1's offloading connector's (vLLM 0.33:
 * **What a hit costs.** Loading ``b`` bytes from tier ``t`` takes ``latency_s(t) +
   b / bandwidth(t)``, summed over the tiers a load reads; it is added to the step that
   admits the request (``Step.stall_s``), so the whole batch waits for it: a synchronous
-  load, as LMCache's ``start_load_kv`` retrieves before the forward pass. A tier hit
+  load, as LMCache's default (without its opt-in ``async_loading``) retrieves in
+  ``start_load_kv`` before the forward pass. An overlapped load is not modelled. A tier hit
   therefore costs exactly a GPU hit of the same tokens plus that transfer time.
 * **Restarts.** A process restart loses the host and NVMe tiers (their index lives in
   the serving process); a ``remote`` tier (a separate store service) keeps its objects.
