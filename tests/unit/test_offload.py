@@ -14,6 +14,7 @@ from support.scenarios import request_frame
 
 from sim.engine import offload as engine_offload
 from sim.engine.offload import OffloadTiers, Tier
+from sim.engine.offload_record import METRICS, OffloadSamples
 from sim.results import offload_summary
 from sim.runner import run
 from sim.scenario.offload import OffloadConfig
@@ -369,3 +370,19 @@ def test_fast_mode_equals_exact_mode_with_tiers(fleet: bool) -> None:
     assert r.summary.offload is not None
     host, nvme = r.summary.offload.tiers
     assert host.hits and host.evictions and nvme.hits  # the case is not vacuous
+
+
+def test_tier_columns_backfill_replicas_and_samples_without_the_tier() -> None:
+    samples = OffloadSamples()
+    samples.add(None)  # a replica without tiers, before any tier was seen
+    t = _tiers(_tier("host"), _tier("remote"))
+    t.store([1], 4)
+    samples.add(t)
+    samples.add(None)
+    frame = samples.frame()
+    assert list(frame.columns) == [
+        f"offload_{kind}_{m}" for kind in ("host", "remote") for m in METRICS
+    ]
+    assert len(frame) == 3
+    used = frame["offload_host_used_bytes"].tolist()
+    assert np.isnan(used[0]) and used[1] == 4 and np.isnan(used[2])
