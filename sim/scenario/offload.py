@@ -37,6 +37,7 @@ from policies.allocators.base import PoolSpec
 from policies.allocators.config import AllocatorConfig, PagedConfig
 from policies.allocators.registry import ALLOCATORS, parse_allocator
 from sim.engine.offload import OffloadSpec, TierSpec
+from sim.errors import validation_lines
 from sim.fields import MAX_BYTES_PER_S, Count, Number
 
 GIB = 1 << 30
@@ -75,19 +76,28 @@ class TierConfig(_Strict):
     def _allocator(cls, value: Any) -> AllocatorConfig | None:
         if value is None or isinstance(value, AllocatorConfig):
             return value
-        if not isinstance(value, dict) or "kind" not in value:
+        if not isinstance(value, dict):
             raise ValueError(f"expected a mapping with a 'kind' (one of {', '.join(ALLOCATORS)})")
-        if value["kind"] in KV_MANAGERS:
+        if value.get("kind") in KV_MANAGERS:
             raise ValueError(
                 f"{value['kind']} is a KV manager (it splits memory by layer kind); a "
                 "tier takes a single-pool policy such as best_fit, buddy or paged"
             )
         try:
-            config = parse_allocator(value)
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise ValueError(f"{value['kind']}: {where}: {first['msg']}") from None
+            config = parse_allocator(value)  # a missing kind: its did-you-mean
+        except ValidationError as e:  # as the scenario's allocator says it
+            raise ValueError(
+                "; ".join(
+                    line.removeprefix("allocator: ")
+                    for line in validation_lines(
+                        "allocator",
+                        e,
+                        value,
+                        prefix=str(value["kind"]),
+                        model=ALLOCATORS.get(value["kind"]),
+                    )
+                )
+            ) from None
         if isinstance(config, PagedConfig) and value.get("prefix_caching") is True:
             raise ValueError(
                 "prefix_caching: a tier keeps no prefix cache of its own (its chunk index "
