@@ -20,6 +20,11 @@ The semantics are vLLM v1's offloading connector's (vLLM 0.33:
   (its own CUDA stream): it costs the step no time here. In each tier the chunks one
   request stores at once are *one object* of ``n x chunk_tokens`` tokens (variable size,
   as the objects of Mooncake's store), placed by the tier's allocator.
+* **Store threshold** (vLLM's ``store_threshold``, off by default): with ``n >= 2`` a
+  chunk is stored only at its ``n``-th offer (the ``n``-th prefill that computed it), so
+  a prompt's unique tail is never stored. Offers are counted per key in one tracker of
+  at most ``max_tracker_size`` keys (vLLM's default 64,000), least recently offered
+  forgotten first, never a key of the offer being counted.
 * **Eviction: LRU per tier, by object** (vLLM's default ``cache_policy: lru``). A store
   that does not fit evicts the least recently used objects of that tier, one at a time,
   until its allocator places it; with a contiguous allocator a store can evict several
@@ -89,6 +94,10 @@ class OffloadSpec:
     hash_block_tokens: int
     """Tokens one of the trace's prefix hashes covers."""
     kv_bytes_per_token: int
+    store_threshold: int = 1
+    """Offers of a chunk before it is stored (1: at once)."""
+    max_tracker_size: int = 64_000
+    """Keys the offer counts remember (``store_threshold`` >= 2 only)."""
 
 
 def chunk_keys(
@@ -193,6 +202,10 @@ class OffloadTiers:
         self.tiers = [Tier(t, spec.chunk_tokens, spec.kv_bytes_per_token) for t in spec.tiers]
         self.loaded_requests = 0
         """Admissions that loaded at least one token from a tier."""
+        self.offers: OrderedDict[ChunkKey, int] = OrderedDict()
+        """Offers per chunk, least recently offered first (``store_threshold`` >= 2)."""
+        self.skipped_stores = 0
+        """Chunks not stored for want of offers (``store_threshold``)."""
 
     def restart(self) -> None:
         for tier in self.tiers:
@@ -259,6 +272,13 @@ class OffloadTiers:
         keys = chunk_keys(hashes, self.spec.hash_block_tokens, self.chunk_tokens, 0, prompt_tokens)
         if not keys:
             return
+        threshold = self.spec.store_threshold
+        if threshold >= 2:
+            self._count_offers(keys)
+            offers = self.offers
+            ready = [k for k in keys if offers.get(k, 0) >= threshold]
+            self.skipped_stores += len(keys) - len(ready)
+            keys = ready
         for tier in self.tiers:
             where = tier.where
             fresh: list[ChunkKey] = []
@@ -270,6 +290,30 @@ class OffloadTiers:
                     tier.touch(oid)
             if fresh:
                 tier.put(fresh)
+
+    def _count_offers(self, keys: list[ChunkKey]) -> None:
+        """Count one offer of each of ``keys`` (vLLM's ``_record_accesses``): a known key
+        is counted and becomes the most recent; a new one starts at 1, forgetting the
+        least recently offered key not in ``keys`` when the tracker is full (none such:
+        the new key goes untracked)."""
+        offers = self.offers
+        protected = 0
+        for key in keys:
+            if key in offers:
+                offers.move_to_end(key)
+                offers[key] += 1
+                protected += 1
+        unprotected = len(offers) - protected
+        limit = self.spec.max_tracker_size
+        for key in keys:
+            if key in offers:
+                continue
+            if len(offers) >= limit:
+                if unprotected == 0:
+                    continue
+                offers.popitem(last=False)
+                unprotected -= 1
+            offers[key] = 1
 
 
 def tier_ratio(free_tokens: int, largest_free_extent_tokens: int) -> float:

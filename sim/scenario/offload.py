@@ -6,6 +6,7 @@ frozen :class:`~sim.engine.offload.OffloadSpec`.
 
     kv_offload:
       chunk_tokens: 256                 # the offload chunk (vLLM's offloading block_size)
+      store_threshold: 1                # offers of a chunk before it is stored (vLLM's)
       tiers:                            # loaded from in this order
         - kind: host                    # host | nvme | remote, each at most once
           capacity_gib: 64              # or capacity_bytes
@@ -126,6 +127,12 @@ class OffloadConfig(_Strict):
         256, ge=1, le=1 << 20, description="Offload chunk, tokens (LMCache's default 256)."
     )
     tiers: tuple[TierConfig, ...] = Field(description="The tiers, loaded from in this order.")
+    store_threshold: Count = Field(
+        1, ge=1, le=1_000_000, description="Offers of a chunk before it is stored (vLLM's)."
+    )
+    max_tracker_size: Count = Field(
+        64_000, ge=1, le=100_000_000, description="Keys the offer counts remember."
+    )
 
     @model_validator(mode="after")
     def _distinct_kinds(self) -> OffloadConfig:
@@ -177,7 +184,14 @@ class OffloadConfig(_Strict):
                     persists_across_restart=tier.kind == "remote",
                 )
             )
-        return OffloadSpec(tuple(tiers), self.chunk_tokens, hash_block_tokens, kv_bytes_per_token)
+        return OffloadSpec(
+            tuple(tiers),
+            self.chunk_tokens,
+            hash_block_tokens,
+            kv_bytes_per_token,
+            self.store_threshold,
+            self.max_tracker_size,
+        )
 
 
 def _tier_allocator(config: AllocatorConfig | None, chunk_tokens: int) -> AllocatorConfig:

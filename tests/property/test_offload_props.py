@@ -56,6 +56,7 @@ def _hashes(family: int, tokens: int) -> list[int]:
     allocator=st.sampled_from(TIER_KINDS),
     capacity_chunks=st.integers(16, 48),  # a vm_paged page group is 16 chunks
     two_tiers=st.booleans(),
+    threshold=st.sampled_from([1, 1, 2, 3]),
     steps=ops,
 )
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -63,6 +64,7 @@ def test_tiers_keep_their_books(
     allocator: dict[str, Any],
     capacity_chunks: int,
     two_tiers: bool,
+    threshold: int,
     steps: list[tuple[str, int, int, int]],
 ) -> None:
     tier = {
@@ -75,7 +77,14 @@ def test_tiers_keep_their_books(
     tiers = [tier]
     if two_tiers:
         tiers.append({**tier, "kind": "remote", "capacity_bytes": 2 * tier["capacity_bytes"]})
-    config = OffloadConfig.model_validate({"chunk_tokens": CHUNK, "tiers": tiers})
+    config = OffloadConfig.model_validate(
+        {
+            "chunk_tokens": CHUNK,
+            "tiers": tiers,
+            "store_threshold": threshold,
+            "max_tracker_size": 50,
+        }
+    )
     t = OffloadTiers(config.build(KV_BYTES_PER_TOKEN, 4096, CHUNK))
     for op, family, tokens, cached in steps:
         hashes = _hashes(family, tokens)
@@ -91,3 +100,4 @@ def test_tiers_keep_their_books(
         else:
             t.restart()
         _check(t)
+        assert len(t.offers) <= 50

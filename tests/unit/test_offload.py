@@ -33,10 +33,10 @@ def _tier(kind: str = "host", tokens: int = 16, **extra: Any) -> dict[str, Any]:
     }
 
 
-def _tiers(*tiers: dict[str, Any]) -> OffloadTiers:
+def _tiers(*tiers: dict[str, Any], **options: Any) -> OffloadTiers:
     """Tiers of 1-byte tokens (capacity_bytes = tokens), chunks of 4 tokens, one hash per
-    chunk."""
-    config = OffloadConfig.model_validate({"chunk_tokens": CHUNK, "tiers": list(tiers)})
+    chunk; ``options``: the block's other fields."""
+    config = OffloadConfig.model_validate({"chunk_tokens": CHUNK, "tiers": list(tiers), **options})
     return OffloadTiers(config.build(1, 4096, CHUNK))
 
 
@@ -165,6 +165,31 @@ def test_a_restart_loses_host_and_nvme_tiers_not_a_remote_store() -> None:
     assert [len(tier.where) for tier in t.tiers] == [0, 0, 1]
     assert [tier.bytes_down for tier in t.tiers] == [4, 4, 4]  # counters run on
     assert [tier.allocator.stats().used_tokens for tier in t.tiers] == [0, 0, 4]
+
+
+def test_a_store_threshold_stores_a_chunk_at_its_nth_offer() -> None:
+    t = _tiers(_tier(tokens=64), store_threshold=2)
+    host = t.tiers[0]
+    t.store([1, 2], 8)  # first offer of both chunks: nothing stored
+    assert not host.where and t.skipped_stores == 2
+    t.store([1, 3], 8)  # second offer of chunk (1, 0); first of (3, 1)
+    assert set(host.where) == {(1, 0)}
+    t.store([1, 2], 8)  # (2, 1) at its second offer; (1, 0) is already there
+    assert set(host.where) == {(1, 0), (2, 1)}
+    assert t.offers == {(3, 1): 1, (1, 0): 3, (2, 1): 2}  # least recently offered first
+
+
+def test_the_offer_tracker_forgets_the_least_recent_key_not_being_offered() -> None:
+    t = _tiers(_tier(tokens=64), store_threshold=2, max_tracker_size=2)
+    t.store([1], 4)
+    t.store([2], 4)
+    t.store([1, 3], 8)  # (1, 0) counted and protected; (3, 1) forgets (2, 0)
+    assert t.offers == {(1, 0): 2, (3, 1): 1}
+    t.store([4, 5], 8)  # two new keys, tracker full: both older keys go
+    assert t.offers == {(4, 0): 1, (5, 1): 1}
+    t = _tiers(_tier(tokens=64), store_threshold=2, max_tracker_size=1)
+    t.store([1, 2], 8)  # a full tracker of keys of this very offer: (2, 1) untracked
+    assert t.offers == {(1, 0): 1}
 
 
 def test_chunk_keys_follow_the_hash_covering_each_chunks_last_token() -> None:
