@@ -81,7 +81,6 @@ class TierSpec:
     """Fixed cost of one load from this tier (per load, not per chunk)."""
     make_allocator: Callable[[], Allocator]
     """A fresh allocator of ``capacity_tokens`` slots (a restart builds a new one)."""
-    allocator_kind: str
     persists_across_restart: bool
 
 

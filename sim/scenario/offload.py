@@ -180,7 +180,6 @@ class OffloadConfig(_Strict):
                     bandwidth_bytes_per_s=tier.bandwidth_gb_per_s * 1e9,
                     latency_s=tier.latency_s,
                     make_allocator=_factory(config, spec),
-                    allocator_kind=config.kind,
                     persists_across_restart=tier.kind == "remote",
                 )
             )
