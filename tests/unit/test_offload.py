@@ -395,6 +395,12 @@ def test_fast_mode_equals_exact_mode_with_tiers(fleet: bool) -> None:
     assert r.summary.offload is not None
     host, nvme = r.summary.offload.tiers
     assert host.hits and host.evictions and nvme.hits  # the case is not vacuous
+    # every transfer ends: each load completes within the step that admits its request,
+    # and every request of the trace ends, none left waiting on a tier
+    assert len(r.requests) == len(df) and (r.requests["status"] != "").all()
+    assert r.requests["finish_s"].notna().all()
+    assert r.summary.offload.loaded_tokens == host.hit_tokens + nvme.hit_tokens
+    assert host.bytes_up + nvme.bytes_up == r.summary.offload.loaded_tokens * BPT
 
 
 def test_tier_columns_backfill_replicas_and_samples_without_the_tier() -> None:
