@@ -36,11 +36,13 @@ from reports.comparison import comparison_bars, comparison_frame, comparison_tab
 from reports.fleet import cost_over_time, replicas_over_time
 from reports.kv_manager import kv_manager_waste
 from reports.memory import replica_memory
+from reports.offload import offload_tiers
 from reports.timeline import alert_timeline, failures_over_time
 from reports.uptime import ratio_vs_uptime
 from reports.usage import latency_cdfs, waste_breakdown
 from sim.results.io import RunResult
 from sim.results.labels import WASTE_LABELS
+from sim.results.offload_rows import offload_rows
 from sim.results.runfolder import RunFolderError, check_run_folder, read_result
 from sim.results.summary import alert_lines
 from sim.results.summary_model import Summary
@@ -52,6 +54,7 @@ FIGURES: tuple[Callable[[RunResult, ReportOptions], go.Figure | None], ...] = (
     failures_over_time,
     waste_breakdown,
     kv_manager_waste,
+    offload_tiers,
     alert_timeline,
     replicas_over_time,
     cost_over_time,
@@ -220,6 +223,11 @@ def summary_rows(summary: Summary) -> list[tuple[str, str]]:
     for name, p in (("ttft", latency.ttft), ("tpot", latency.tpot), ("e2e", latency.e2e)):
         rows.append((f"{name} p50 / p99 (s)", f"{_f(p.p50)} / {_f(p.p99)}"))
     rows.append(("output tokens/s", f"{summary.throughput.output_tokens_per_s:.1f}"))
+    if summary.offload is not None:
+        rows += [
+            (label, f"{v:,}" if isinstance(v, int) else str(v))
+            for label, v in offload_rows(summary.offload)
+        ]
     fleet = summary.fleet
     if fleet is not None:
         r = fleet.replicas

@@ -26,6 +26,7 @@ from sim.engine.recorder import KV_WASTE_COLUMNS, EventTable
 from sim.latency.base import OutOfRange
 from sim.results.frames import PREFIX_CACHE_COLUMNS, frame
 from sim.results.io import RunResult, undefined_as_null
+from sim.results.offload_summary import offload_summary
 from sim.results.seed_alerts import ALERTS, THRESHOLD_FIELDS
 from sim.results.summary import summarize, with_firings
 from sim.results.summary_model import Summary
@@ -155,6 +156,14 @@ def run_summary(
     if kv is not None:
         summary["memory"]["kv_manager_waste"] = kv
     summary["prefix_cache"] |= prefix_cache_counts(req_df)
+    offload = scenario.kv_offload
+    if offload is not None:
+        tiers = [(t.kind, (t.allocator.kind if t.allocator else "paged")) for t in offload.tiers]
+        section = offload_summary(
+            ts_df, tiers, offload.chunk_tokens, scenario.metrics.thresholds().ratio_alert
+        )
+        if section is not None:
+            summary["offload"] = section
     layouts = [p["kv_layout"] for p in pools if "kv_layout" in p]
     if len(pools) == 1 and layouts:
         summary["kv_layout"] = layouts[0]

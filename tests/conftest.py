@@ -52,6 +52,7 @@ BUILD_INDEPENDENT: frozenset[str] = frozenset(
         "e2e/test_cli_compare.py",
         "e2e/test_cli_errors.py",
         "e2e/test_cli_fleet.py",
+        "e2e/test_cli_offload.py",
         "e2e/test_cli_info.py",
         "e2e/test_cli_output.py",
         "e2e/test_cli_terminal.py",

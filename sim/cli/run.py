@@ -35,6 +35,7 @@ from sim.cli.trace import show_trace_warnings
 from sim.errors import clip, os_error_line, short
 from sim.fields import MAX_SEED
 from sim.results.labels import WASTE_LABELS
+from sim.results.offload_rows import offload_rows
 from sim.scenario.builtin import builtin_names, describe_builtin, resolve_scenario
 
 if TYPE_CHECKING:  # the engine, pandas and pydantic models load inside the commands
@@ -129,6 +130,8 @@ def _flat_rows(summary: Summary) -> list[tuple[str, object]]:
     if cache.cached_prompt_tokens:
         rows.append(("prefix cache: prompt tokens hit", _num(cache.share_of_prompt_tokens, ".1%")))
         rows.append(("prefix cache: requests with hits", cache.requests_with_hits))
+    if summary.offload is not None:
+        rows += offload_rows(summary.offload)
     if summary.fleet is not None:
         rows += _fleet_rows(summary.fleet)
     return rows

@@ -16,15 +16,20 @@ from collections import deque
 
 from sim.engine.batch import Group, Step
 from sim.engine.growth import Growth
+from sim.engine.offload import OffloadTiers
 from sim.engine.running import RunningBatch
 
 
 class Admission:
     """Admission and placement for one scheduler's batch. See the module docstring."""
 
-    def __init__(self, batch: RunningBatch, growth: Growth) -> None:
+    def __init__(
+        self, batch: RunningBatch, growth: Growth, offload: OffloadTiers | None = None
+    ) -> None:
         self.batch = batch
         self.growth = growth
+        self.offload = offload
+        """KV offload tiers: a placement loads the prefix past the GPU's hits from them."""
         self._next_seq_id = 0
 
     def expire(self, now: float) -> None:
@@ -120,7 +125,7 @@ class Admission:
                     step.prefill_tokens += chunk
                     budget -= chunk
                     continue
-            elif self._swap_in(g, now, step) if g.swapped else self._place(g, now):
+            elif self._swap_in(g, now, step) if g.swapped else self._place(g, now, step):
                 budget -= g.prefill_left_tokens
                 continue
             failure = batch.allocator.last_failure()
@@ -203,8 +208,10 @@ class Admission:
         batch.join(g)
         return hit + chunk - cached
 
-    def _place(self, g: Group, now: float) -> bool:
-        """Allocate the group's sequences; on any refusal undo and return False."""
+    def _place(self, g: Group, now: float, step: Step | None = None) -> bool:
+        """Allocate the group's sequences; on any refusal undo and return False. With
+        offload tiers, the prompt past the GPU's prefix hits is loaded from them, the
+        load's time added to ``step`` (``sim.engine.offload``)."""
         alloc = self.batch.allocator
         if alloc.decisions_read_held:
             self.growth.sync_allocator()
@@ -249,6 +256,11 @@ class Admission:
         g.allocates_per_chunk = False
         g.seq_ids = ids
         cached = min(got.cached_tokens, g.prompt_tokens - 1)
+        offload = self.offload
+        if offload is not None and step is not None and g.prefix_hashes and not g.swapped:
+            loaded, load_s = offload.load(g.prefix_hashes, cached, g.prompt_tokens - 1)
+            cached += loaded
+            step.stall_s += load_s
         if g.swapped:
             g.prefill_left_tokens = 0
         else:
@@ -268,7 +280,7 @@ class Admission:
         """Bring a swapped-out group back, decoding in this very step, only if its next
         growth fits too; otherwise undo (no preemption, no transfer) and return False
         with the refusal recorded by the allocator."""
-        if not self._place(g, now):
+        if not self._place(g, now, step):
             return False
         alloc = self.batch.allocator
         for sid in g.seq_ids:

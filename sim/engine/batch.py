@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from policies.allocators.base import FailureCause
+from sim.engine.offload import OffloadSpec
 
 Preemption = Literal["recompute", "swap", "fail"]
 OnAdmissionFailure = Literal["queue", "reject"]
@@ -98,6 +99,8 @@ class SchedulerConfig:
     """vLLM's ``long_prefill_token_threshold_adaptive``: the cap is at least
     ``max_num_batched_tokens`` over the requests running or waiting at the step's start
     (a fair share of the budget)."""
+    offload: OffloadSpec | None = None
+    """KV offload tiers below the GPU pool (``sim.engine.offload``); None: none."""
 
 
 @dataclass(slots=True, eq=False)

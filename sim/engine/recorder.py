@@ -40,6 +40,7 @@ import pandas as pd
 
 from policies.allocators.base import KvWaste
 from sim.engine.batch import SchedEvent
+from sim.engine.offload_record import OffloadSamples
 from sim.results.frames import columns_of, frame, start_columns
 
 if TYPE_CHECKING:
@@ -194,6 +195,8 @@ class Recorder:
     kv_waste: KvWasteTable = field(default_factory=KvWasteTable)
     kv_managed: bool = False
     """Whether any sample was of a KV manager (its columns then join the timeseries)."""
+    offload: OffloadSamples = field(default_factory=OffloadSamples)
+    """Offload tiers' columns (``sim.engine.offload_record``): joined in runs with tiers."""
 
     # -- what a replica reports -----------------------------------------------------
     def on_event(self, replica: Replica, event: SchedEvent) -> None:
@@ -292,10 +295,13 @@ class Recorder:
         t.waiting_requests.append(len(sched.waiting))
         t.preemptions_total.append(sched.preemptions_total)
         self.kv_waste.add(waste, cap)
+        self.offload.add(sched.offload)
 
     def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(timeseries, events)."""
         samples = frame(self.samples)
         if self.kv_managed:
             samples = pd.concat([samples, frame(self.kv_waste)], axis=1)
+        if self.offload.kinds:
+            samples = pd.concat([samples, self.offload.frame()], axis=1)
         return samples, frame(self.events)

@@ -61,6 +61,7 @@ from sim.engine.batch import (
     remove_group,
 )
 from sim.engine.growth import Growth
+from sim.engine.offload import OffloadTiers
 from sim.engine.running import RunningBatch
 
 __all__ = [
@@ -91,7 +92,9 @@ class Scheduler:
         self.config = config
         self.batch = RunningBatch(config, allocator, on_event, on_retry, on_done)
         self.growth = Growth(self.batch, use_ticks=ticks)
-        self.admission = Admission(self.batch, self.growth)
+        self.offload = None if config.offload is None else OffloadTiers(config.offload)
+        """The replica's KV offload tiers, if the scenario has any."""
+        self.admission = Admission(self.batch, self.growth, self.offload)
 
     # -- state, read-only for callers ---------------------------------------------------
     @property
@@ -162,6 +165,8 @@ class Scheduler:
             batch.requeue(g, count=False)
         batch.forget_held()
         batch.allocator = allocator
+        if self.offload is not None:
+            self.offload.restart()
         self.growth.reset(allocator)
         for g in batch.waiting:
             g.blocked = None
@@ -273,6 +278,8 @@ class Scheduler:
                 g.generated_tokens += 1
                 if math.isnan(g.first_token_s):
                     g.first_token_s = now
+                if self.offload is not None and g.prefix_hashes:
+                    self.offload.store(g.prefix_hashes, g.prompt_tokens)
                 if g.generated_tokens >= g.target_tokens:
                     done.append(g)
                 else:

@@ -195,6 +195,54 @@ class PrefixCache(Section):
     """Those found in the cache (``PrefixCacheStats.preempted_hits``)."""
 
 
+class OffloadTier(Section):
+    """One offload tier's counters, summed over replicas, and its pool's samples."""
+
+    kind: str
+    """``host``, ``nvme`` or ``remote``."""
+    allocator: str
+    """The tier's allocator kind."""
+    capacity_bytes: Count
+    """A replica's tier capacity, bytes."""
+    hits: Count
+    """Admissions that loaded at least one token from this tier."""
+    misses: Count
+    """Admissions with prefix chunks to look up past the GPU's hits that this tier
+    served none of."""
+    hit_tokens: Count
+    """Prompt tokens loaded from this tier (not computed)."""
+    evictions: Count
+    """Objects evicted (LRU) to make room for a store or a promotion."""
+    store_refusals: Count
+    """Stores that did not fit even in an empty tier (an object larger than the tier)."""
+    bytes_down: Count
+    """Bytes copied into this tier (stores and promotions)."""
+    bytes_up: Count
+    """Bytes loaded from this tier toward the GPU."""
+    load_s: Seconds
+    """Time its loads added to the steps that admitted them: the TTFT they cost."""
+    mean_used_share: Share | None
+    """Mean share of the tier holding objects over the periodic samples of replicas up;
+    null with none."""
+    min_largest_free_extent_bytes: Count | None
+    """Smallest largest free extent of those samples; null as ``mean_used_share``."""
+    largest_contiguous_free_block_ratio: RatioStats
+    """The tier's largest free extent over its free memory (the seed's ratio)."""
+
+
+class Offload(Section):
+    """KV offload tiers (a run with ``kv_offload`` only)."""
+
+    chunk_tokens: Tokens
+    """The offload chunk, tokens."""
+    loaded_tokens: Count
+    """Prompt tokens loaded from any tier."""
+    load_s: Seconds
+    """Time every tier's loads added to steps."""
+    tiers: list[OffloadTier]
+    """Each tier, in load order."""
+
+
 class Alert(Section):
     alert: str
     """The alert's name (``sim.results.seed_alerts``)."""
@@ -393,6 +441,8 @@ class Summary(Section):
     """A fleet run's section (absent for a single replica)."""
     kv_layout: list[str] | None = None
     """A single pool of a KV manager only: how it laid the memory out (as the pool's)."""
+    offload: Offload | None = None
+    """A run with KV offload tiers only (``kv_offload``)."""
     digests: dict[str, Sha256] | None = None
     """Each table's SHA-256 by file name (written with the files)."""
 

@@ -27,6 +27,7 @@ from pydantic import (
 from policies.allocators.config import AllocatorConfig
 from policies.allocators.registry import ALLOCATORS, parse_allocator
 from sim.engine.batch import ClientRetry
+from sim.engine.offload import OffloadSpec
 from sim.engine.scheduler import SchedulerConfig
 from sim.errors import clip, short, validation_lines
 from sim.fields import (
@@ -47,6 +48,7 @@ from sim.scenario.errors import ScenarioError
 from sim.scenario.errors import ScenarioWarning as ScenarioWarning  # re-exported
 from sim.scenario.fleet import FleetConfig
 from sim.scenario.hardware import HardwareConfig, merge_hardware
+from sim.scenario.offload import OffloadConfig
 from sim.scenario.retention import NoRetention, RetentionConfig
 from sim.scenario.workload import check_workload
 from sim.scenario.yaml_loader import MAX_EXPANDED_VALUES, load_yaml, yaml_error_line
@@ -174,9 +176,11 @@ class SchedulerOptions(_Strict):
         kv_bytes_per_token: int,
         hbm_bytes_per_s: float,
         paged_pool: tuple[int, int] | None = None,
+        offload: OffloadSpec | None = None,
     ) -> SchedulerConfig:
         """``paged_pool``: (usable blocks, tokens per block) of a paged pool; vLLM counts
-        its watermark over ``num_gpu_blocks``, the usable blocks and its null block."""
+        its watermark over ``num_gpu_blocks``, the usable blocks and its null block.
+        ``offload``: the replica's KV tiers (the scenario's ``kv_offload``, built)."""
         if self.allocate_per_chunk and not self.chunked_prefill:
             raise ScenarioError(
                 "field scheduler.allocate_per_chunk: allocating per chunk needs "
@@ -219,6 +223,7 @@ class SchedulerOptions(_Strict):
             watermark_tokens=watermark_tokens,
             long_prefill_token_threshold=self.long_prefill_token_threshold,
             long_prefill_adaptive=self.long_prefill_token_threshold_adaptive,
+            offload=offload,
         )
 
 
@@ -286,6 +291,18 @@ class Scenario(_Strict):
     fleet: FleetConfig | None = Field(
         None, description="A fleet of replicas (sim.fleet); none: one replica."
     )
+    kv_offload: OffloadConfig | None = Field(
+        None, description="KV tiers below every replica's GPU pool (docs/offload.md)."
+    )
+
+    @model_validator(mode="after")
+    def _offload_whole_prompts(self) -> Scenario:
+        if self.kv_offload is not None and self.scheduler.allocate_per_chunk:
+            raise ValueError(
+                "kv_offload with scheduler.allocate_per_chunk is not modelled: a tier "
+                "load places the whole prompt at admission"
+            )
+        return self
 
     @model_validator(mode="after")
     def _fleet_alone(self) -> Scenario:

@@ -63,8 +63,21 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
     why = allocator.why_not_per_chunk()
     if scenario.scheduler.allocate_per_chunk and why is not None:
         raise ScenarioError(f"field scheduler.allocate_per_chunk: {why}")
+    offload = None
+    if scenario.kv_offload is not None:
+        hash_block = offload_hash_block(allocator, requests, scenario.kv_offload.chunk_tokens)
+        try:
+            offload = scenario.kv_offload.build(
+                budget.replica_kv_bytes_per_token, model.max_seq_tokens, hash_block
+            )
+        except ValueError as e:
+            raise ScenarioError(str(e)) from None
     sched_config = scenario.scheduler.build(
-        model.max_seq_tokens, budget.replica_kv_bytes_per_token, gpu.hbm_bytes_per_s, paged_pool
+        model.max_seq_tokens,
+        budget.replica_kv_bytes_per_token,
+        gpu.hbm_bytes_per_s,
+        paged_pool,
+        offload,
     )
     try:
         latency = scenario.latency.build(model, gpu, hw.tensor_parallel)
@@ -154,6 +167,26 @@ def _adopt_hash_block(allocator: AllocatorConfig, requests: pd.DataFrame) -> All
             f"trace's prefix hashes cover {sizes[0]}-token blocks"
         )
     return allocator
+
+
+def offload_hash_block(
+    allocator: AllocatorConfig, requests: pd.DataFrame | None, chunk_tokens: int
+) -> int:
+    """Tokens one prefix hash covers, for the offload tiers' chunk keys: the trace's
+    ``prefix_block_tokens`` (one size, as :func:`_adopt_hash_block` checks for a paged
+    pool), else the paged pool's hash block, else ``chunk_tokens`` (no hashes: no hits)."""
+    column = None if requests is None else requests.get("prefix_block_tokens")
+    if column is not None:
+        sizes = sorted({int(v) for v in column.to_numpy() if v > 0})
+        if len(sizes) > 1:
+            raise ScenarioError(
+                f"workload: the trace mixes prefix block sizes {sizes}; kv_offload needs one"
+            )
+        if sizes:
+            return sizes[0]
+    if isinstance(allocator, PagedConfig):
+        return allocator.hash_block_tokens or allocator.block_size_tokens
+    return chunk_tokens
 
 
 def run_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> list[Parts]:

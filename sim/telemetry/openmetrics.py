@@ -93,6 +93,7 @@ from sim.telemetry.openmetrics_format import (
     stamp,
     timestamps_ms,
 )
+from sim.telemetry.openmetrics_offload import known_updates, offload_families
 
 DEFAULT_ORIGIN_S = 1_704_067_200
 """2024-01-01T00:00:00Z: simulated time 0 in the exported timestamps."""
@@ -390,6 +391,12 @@ def write_openmetrics(
         for family in BYTE_METRICS:
             scaled = _per_replica(family.column, per_token)
             _replica_family(out, family, timeseries, origin_s, labels, scaled)
+    for family in offload_families(summary):  # KV offload tiers: a run with kv_offload
+        if family.kind == "counter":
+            updates = known_updates(timeseries, family.column)
+            counter_family(out, family, clock, origin_s, labels, updates)
+        else:
+            _replica_family(out, family, timeseries, origin_s, labels)
     failures = high_free_failures(run_dir / "events.parquet", high_free_share)
     counter_family(out, FAILURES, clock, origin_s, labels, failure_updates(failures))
     _correlation_family(out, timeseries, origin_s, labels, clock, scrape_interval_s, trend_window_s)

@@ -45,25 +45,29 @@ def shortened(name: str) -> Any:
 def headline(summary: Summary) -> dict[str, Any]:
     """The numbers a behaviour change would move."""
     failures = summary.failures.to_json_dict()
-    return {
-        "requests": summary.requests.to_json_dict(),
-        "failures": {
-            k: failures[k]
-            for k in (
-                "allocation_failures",
-                "by_cause",
-                "at_high_free_memory",
-                "preemptions",
-                "restarts",
-            )
-        },
-        "ratio_min": summary.memory.largest_contiguous_free_block_ratio.min,
-        "waste_breakdown": summary.memory.waste_breakdown,
-        "ttft_p50_s": summary.latency_s.ttft.p50,
-        "e2e_p99_s": summary.latency_s.e2e.p99,
-        "alerts": sorted(a.alert for a in summary.alerts),
-        "end_s": summary.engine.end_s,
-    } | _fleet_headline(summary)
+    return (
+        {
+            "requests": summary.requests.to_json_dict(),
+            "failures": {
+                k: failures[k]
+                for k in (
+                    "allocation_failures",
+                    "by_cause",
+                    "at_high_free_memory",
+                    "preemptions",
+                    "restarts",
+                )
+            },
+            "ratio_min": summary.memory.largest_contiguous_free_block_ratio.min,
+            "waste_breakdown": summary.memory.waste_breakdown,
+            "ttft_p50_s": summary.latency_s.ttft.p50,
+            "e2e_p99_s": summary.latency_s.e2e.p99,
+            "alerts": sorted(a.alert for a in summary.alerts),
+            "end_s": summary.engine.end_s,
+        }
+        | _fleet_headline(summary)
+        | _offload_headline(summary)
+    )
 
 
 def _fleet_headline(summary: Summary) -> dict[str, Any]:
@@ -72,6 +76,13 @@ def _fleet_headline(summary: Summary) -> dict[str, Any]:
     fleet = summary.fleet.to_json_dict()
     keys = ("replicas", "replica_hours", "avoidable_replica_hours", "restarts", "scale_ups")
     return {"fleet": {k: fleet[k] for k in keys}}
+
+
+def _offload_headline(summary: Summary) -> dict[str, Any]:
+    if summary.offload is None:
+        return {}
+    keys = ("hits", "misses", "hit_tokens", "evictions", "bytes_down", "load_s")
+    return {"offload": [{k: t.to_json_dict()[k] for k in keys} for t in summary.offload.tiers]}
 
 
 def rounded(value: Any) -> Any:
