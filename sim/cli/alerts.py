@@ -107,7 +107,7 @@ def _thresholds(scenario: Path | None) -> AlertThresholds:
 def _write(path: Path, write: Callable[[Path], object]) -> None:
     """Run ``write(tmp)`` on a temporary beside ``path``, moved into place on success."""
     from traces import TraceError
-    from traces.writers import atomic_path
+    from traces.atomic import atomic_path
 
     try:
         with atomic_path(path) as tmp:

@@ -203,7 +203,7 @@ def openmetrics_command(
     from sim.telemetry.openmetrics import kv_bytes_per_token_of, write_openmetrics
     from sim.telemetry.openmetrics_counters import TooManyScrapes
     from traces import TraceError
-    from traces.writers import atomic_path
+    from traces.atomic import atomic_path
 
     origin_s = parse_origin(origin)
     check_not_an_input(out, run_dir)

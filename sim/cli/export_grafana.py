@@ -55,7 +55,7 @@ def write_dashboard(out: Path, run_dir: Path | None, origin_s: float) -> None:
     (module docstring), then ``wrote FILE`` on stderr."""
     from sim.telemetry.dashboard import DashboardOptions, dashboard_json
     from traces import TraceError
-    from traces.writers import atomic_path
+    from traces.atomic import atomic_path
 
     chosen = {} if run_dir is None else _run_options(run_dir)
     try:
