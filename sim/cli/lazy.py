@@ -40,7 +40,7 @@ def resolve(target: str) -> Any:
     return getattr(importlib.import_module(module), attribute)
 
 
-def call(target: str, *args: Any, **kwargs: Any) -> Any:
+def call(target: str, /, *args: Any, **kwargs: Any) -> Any:
     """Run the command body ``target`` (``sim.cli.bodies.<module>:<function>``) with the
     arguments the front parsed, and return what it returns."""
     if not target.startswith(BODIES + "."):
