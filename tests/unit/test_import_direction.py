@@ -91,8 +91,6 @@ NOT_YET_SPLIT = frozenset(
         "sim.cli.export_grafana",
         "sim.cli.gpu",
         "sim.cli.plan",
-        "sim.cli.postmortem",
-        "sim.cli.report",
         "sim.cli.run_folder",
         "sim.cli.sweep",
         "sim.cli.trace",
