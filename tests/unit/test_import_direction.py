@@ -90,9 +90,7 @@ NOT_YET_SPLIT = frozenset(
         "sim.cli.export",
         "sim.cli.export_grafana",
         "sim.cli.gpu",
-        "sim.cli.plan",
         "sim.cli.run_folder",
-        "sim.cli.sweep",
         "sim.cli.trace",
     }
 )
