@@ -91,7 +91,6 @@ NOT_YET_SPLIT = frozenset(
         "sim.cli.export_grafana",
         "sim.cli.gpu",
         "sim.cli.run_folder",
-        "sim.cli.trace",
     }
 )
 

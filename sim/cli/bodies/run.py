@@ -21,10 +21,10 @@ import pandas as pd
 import typer
 
 from sim.cli import interrupt
+from sim.cli.bodies.trace import show_trace_warnings
 from sim.cli.common import check_output_dir, check_scenario_exists, err, fail, say_written
 from sim.cli.output import Cell, echo_prose, number_cell, print_table
 from sim.cli.progress import progress, sim_time_amounts
-from sim.cli.trace import show_trace_warnings
 from sim.errors import clip, os_error_line
 from sim.results.io import RunResult
 from sim.results.labels import WASTE_LABELS
