@@ -89,7 +89,6 @@ NOT_YET_SPLIT = frozenset(
         "sim.cli.common",
         "sim.cli.export",
         "sim.cli.export_grafana",
-        "sim.cli.gpu",
         "sim.cli.run_folder",
     }
 )
