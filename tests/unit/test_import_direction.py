@@ -83,13 +83,7 @@ FRONTS, BODIES = "sim.cli", "sim.cli.bodies"
 #: a heavy import into a function. ``calibrate`` is the promfit branch's to split.
 NOT_YET_SPLIT = frozenset(
     {
-        "sim.cli.alert_times",
-        "sim.cli.alerts",
         "sim.cli.calibrate",
-        "sim.cli.common",
-        "sim.cli.export",
-        "sim.cli.export_grafana",
-        "sim.cli.run_folder",
     }
 )
 

@@ -15,11 +15,11 @@ import typer
 
 from sim.cli import interrupt
 from sim.cli.bodies.run import prepare, simulate
+from sim.cli.bodies.run_folder import checked_run
 from sim.cli.common import fail
 from sim.cli.compare import unique_names
 from sim.cli.output import Cell, print_table, terminal_width, wrap_prose
 from sim.cli.progress import progress
-from sim.cli.run_folder import checked_run
 from sim.errors import clip
 from sim.results.compare import compare_frame, delta_text, formatted, with_deltas
 from sim.results.io import FILES, check_owned_folder

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from sim.cli import interrupt
 from sim.cli.bodies.run import prepare, print_summary, simulate
-from sim.cli.common import check_output_dir, fail, say_written
+from sim.cli.bodies.run_folder import check_output_dir
+from sim.cli.common import fail, say_written
 from sim.cli.output import Cell, print_table
 from sim.errors import clip
 from sim.results.compare import COLUMNS, compare_frame, formatted

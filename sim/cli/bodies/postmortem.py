@@ -14,7 +14,8 @@ import pandas as pd
 import typer
 
 from sim.cli import interrupt
-from sim.cli.common import check_output_dir, fail
+from sim.cli.bodies.run_folder import check_output_dir
+from sim.cli.common import fail
 from sim.cli.compare import unique_names
 from sim.cli.output import Cell, TableData, print_tables
 from sim.cli.postmortem import DEFAULT_COUNTERFACTUALS

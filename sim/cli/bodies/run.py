@@ -21,8 +21,9 @@ import pandas as pd
 import typer
 
 from sim.cli import interrupt
+from sim.cli.bodies.run_folder import check_output_dir
 from sim.cli.bodies.trace import show_trace_warnings
-from sim.cli.common import check_output_dir, check_scenario_exists, err, fail, say_written
+from sim.cli.common import check_scenario_exists, err, fail, say_written
 from sim.cli.output import Cell, echo_prose, number_cell, print_table
 from sim.cli.progress import progress, sim_time_amounts
 from sim.errors import clip, os_error_line
