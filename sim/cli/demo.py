@@ -29,4 +29,4 @@ def demo_command(
     Each run is written to OUT/NAME/; stdout gets each run's summary and the comparison
     (one column per run, named by its folder; csv and json: the comparison only),
     stderr the progress and OUT."""
-    lazy.call("sim.cli.bodies.demo:demo", out, no_report=no_report, quiet=quiet, fmt=fmt)
+    lazy.call("sim.cli.bodies.demo:demo", out=out, no_report=no_report, quiet=quiet, fmt=fmt)

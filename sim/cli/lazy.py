@@ -9,13 +9,16 @@ only light imports (standard library, typer, rich, pydantic, the leaves of ``sim
 pandas, numpy, pyarrow, the engine, ``traces`` -- at file level, like any other module.
 The front hands over with one line::
 
-    lazy.call("sim.cli.bodies.run:run", scenario_path, out, seed=seed, ...)
+    lazy.call("sim.cli.bodies.run:run", scenario_path=scenario_path, out=out, ...)
 
 which imports ``sim.cli.bodies.run`` (once: Python keeps it in ``sys.modules``) and
-calls its ``run``. :data:`sim.cli.COMMANDS` loads the fronts themselves through
-:func:`resolve`. Nothing else in ``sim/cli/`` imports by name or inside a function
-(``tests/unit/test_import_direction.py`` holds that; ``tests/unit/test_cli_lazy.py``
-holds that every target named in a front exists and takes the arguments passed).
+calls its ``run`` (a body takes the front's options by name: keyword-only parameters,
+plain types). :data:`sim.cli.COMMANDS` loads the fronts themselves through
+:func:`resolve`. Nothing else in ``sim/cli/`` imports by name, and no function imports
+anything but an optional dependency where it is used (plotly's ``reports`` when a report
+is asked for, torch's ``gpu_backend``): ``tests/unit/test_import_direction.py`` holds
+that, and ``tests/unit/test_cli_lazy.py`` that every target named in a front exists and
+takes the arguments passed.
 
 A front never imports a body (``sim.cli.bodies`` is the layer above ``sim.cli``); a
 body may import fronts and the light helpers (``common``, ``output``, ``progress``).

@@ -53,8 +53,8 @@ def run_command(
     check_scenario_exists(resolve_scenario(scenario_path))  # before the engine loads
     lazy.call(
         "sim.cli.bodies.run:run",
-        scenario_path,
-        out,
+        scenario_path=scenario_path,
+        out=out,
         seed=seed,
         mode=mode,
         quiet=quiet,

@@ -74,7 +74,10 @@ def test_each_named_body_exists_and_takes_what_is_passed(handover: Handover) -> 
     body = lazy.resolve(handover.target)
     assert callable(body), handover
     assert not handover.starred, f"{handover.where}: pass arguments by name, not * or **"
+    assert handover.positional == 0, f"{handover.where}: pass the options by name"
     signature = inspect.signature(body)
+    kinds = {p.kind for p in signature.parameters.values()}
+    assert kinds <= {inspect.Parameter.KEYWORD_ONLY}, f"{handover.target}: keyword-only"
     signature.bind(*range(handover.positional), **dict.fromkeys(handover.keywords))
 
 

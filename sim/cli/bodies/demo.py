@@ -20,7 +20,7 @@ from traces.atomic import staged
 from traces.errors import TraceError
 
 
-def demo(out: Path, *, no_report: bool, quiet: bool, fmt: str) -> None:
+def demo(*, out: Path, no_report: bool, quiet: bool, fmt: str) -> None:
     """``fragsim demo``: simulate the three runs, write them together, print each
     summary and the comparison."""
     _check_demo_out(out)

@@ -163,9 +163,9 @@ def print_summary(summary: Summary, fmt: str = "table") -> None:
 
 
 def run(
+    *,
     scenario_path: Path,
     out: Path,
-    *,
     seed: int | None,
     mode: str | None,
     quiet: bool,
