@@ -153,6 +153,8 @@ def validate_replay(
 def bench(*, device: str, batch: int, context: int, model: str) -> None:
     """The work of ``sim.cli.gpu.gpu_bench_command``, on the options it parsed."""
     torch = _need_torch("gpu-bench")
+    if device not in ("cuda", "cpu"):
+        raise fail(f"fragsim gpu-bench: --device: got {clip(device)!r}; allowed: cuda, cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise fail("fragsim gpu-bench: --device cuda: no CUDA device here (use --device cpu)")
     shape = _shape("gpu-bench", model)
