@@ -2,7 +2,7 @@
 ``fragsim export openmetrics``: their bounds, their defaults, and a run's own (what its
 ``alerts.parquet`` was evaluated with, recorded in its summary's ``fleet.alerts``); its
 rules' timing, which needs the alert engine, is the bodies'
-(:func:`sim.cli.bodies.alerts.run_timing`).
+(:func:`sim.cli.bodies.alert_timing.run_timing`).
 
 Bad values are one ``error: ...`` line naming the option or the summary's field."""
 

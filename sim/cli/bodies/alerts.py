@@ -1,6 +1,6 @@
 """The bodies of ``fragsim alerts export`` and ``fragsim alerts show`` (their front,
-``sim.cli.alerts``, states the contract), and what ``fragsim export`` shares with them:
-the thresholds and the rule timing a run recorded (:func:`run_timing`)."""
+``sim.cli.alerts``, states the contract). A scenario's thresholds (``--scenario``) are
+:mod:`sim.cli.bodies.scenario_thresholds`, loaded only when one is given."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 import typer
 
+from sim.cli import lazy
 from sim.cli.alert_times import (
     MAX_INTERVAL_S,
     MAX_SCRAPES,
@@ -25,6 +26,7 @@ from sim.cli.alert_times import (
     run_thresholds,
     run_times,
 )
+from sim.cli.bodies.alert_timing import run_timing
 from sim.cli.bodies.run_folder import check_not_an_input, checked_run, too_many_scrapes
 from sim.cli.common import fail
 from sim.cli.output import Cell, clock_text, echo_prose, print_table
@@ -34,9 +36,6 @@ from sim.results.io import FILES
 from sim.results.runfolder import RunFolderError, read_result, read_run
 from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds
 from sim.results.summary_model import Summary
-from sim.scenario.builtin import resolve_scenario
-from sim.scenario.schema import ScenarioError, load_scenario
-from sim.telemetry.alert_states import DEFAULT_FAILURE_WINDOW_S, RuleTiming
 from sim.telemetry.alerts import ALERTS, diagnose_failures, evaluate_alerts
 from sim.telemetry.prometheus import INSTANCE_LABELS, RuleOptions, alert_rules, duration, rules_yaml
 from sim.telemetry.prometheus_tests import rule_tests, tests_file
@@ -58,16 +57,14 @@ def _recorded(summary: Summary | None) -> AlertThresholds | None:
 
 
 def _thresholds(scenario: Path | None) -> AlertThresholds:
+    """The seed's thresholds, or (``--scenario``) that scenario's: loading a scenario
+    pulls in the engine, so its body loads only then (:mod:`sim.cli.lazy`)."""
     if scenario is None:
         return AlertThresholds()
-
-    source = resolve_scenario(scenario)
-    try:
-        return load_scenario(source).metrics.thresholds()
-    except ScenarioError as e:
-        raise fail(str(e), source) from None
-    except OSError as e:
-        raise fail(os_error_line(e), source) from None
+    chosen: AlertThresholds = lazy.call(
+        "sim.cli.bodies.scenario_thresholds:thresholds", scenario=scenario
+    )
+    return chosen
 
 
 def _write(path: Path, write: Callable[[Path], object]) -> None:
@@ -398,25 +395,3 @@ def _reason(e: BaseException) -> str:
     if isinstance(e, OSError):
         return os_error_line(e)
     return clip(" ".join(str(e).split()) or type(e).__name__)
-
-
-def run_timing(summary: Summary | None, path: Path) -> RuleTiming:
-    """Each rule's ``for:`` and the failure window a fleet run's ``alerts.parquet`` was
-    evaluated with (its summary's ``fleet.alerts.for_s`` / ``failure_window_s``), the
-    shipped ones (:data:`sim.telemetry.alert_states.SHIPPED_FOR_S`) where it records none.
-    An unknown alert is one error line naming the field (seconds >= 0 were checked as
-    the summary was read)."""
-    fleet = None if summary is None else summary.fleet
-    recorded = fleet.alerts if fleet is not None else None
-    if recorded is None:
-        return RuleTiming()
-    where = f"{clip(str(path))}: field fleet.alerts"
-    found = recorded.for_s or {}
-    window = recorded.failure_window_s
-    try:
-        return RuleTiming(
-            {str(k): float(v) for k, v in found.items()},
-            float(DEFAULT_FAILURE_WINDOW_S if window is None else window),
-        )
-    except ValueError as e:
-        raise fail(f"{where}.for_s: {e}") from None

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from sim.cli.alert_times import run_thresholds, run_times
-from sim.cli.bodies.alerts import run_timing
+from sim.cli.bodies.alert_timing import run_timing
 from sim.cli.bodies.export_grafana import write_dashboard
 from sim.cli.bodies.run_folder import check_not_an_input, checked_run, too_many_scrapes
 from sim.cli.common import fail
