@@ -1,33 +1,28 @@
 """The body of ``fragsim compare`` (its front, ``sim.cli.compare``, states the contract):
-load and check every run, simulate the scenarios (one after the other or in a process
-pool), write the comparison into a staged ``OUT`` and swap it in whole, then print the
-table and the verdicts."""
+load and check every run, simulate the scenarios, write the comparison into a staged
+``OUT`` and swap it in whole, then print the table and the verdicts. Loading and
+simulating scenarios is :mod:`sim.cli.bodies.compare_runs`, loaded only when a RUN is a
+scenario (a comparison of finished run folders never imports the engine)."""
 
 from __future__ import annotations
 
 import math
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import typer
 
-from sim.cli import interrupt
-from sim.cli.bodies.run import prepare, simulate
+from sim.cli import interrupt, lazy
 from sim.cli.bodies.run_folder import checked_run
 from sim.cli.common import fail
 from sim.cli.compare import unique_names
 from sim.cli.output import Cell, print_table, terminal_width, wrap_prose
-from sim.cli.progress import progress
 from sim.errors import clip
 from sim.results.compare import compare_frame, delta_text, formatted, with_deltas
 from sim.results.io import FILES, check_owned_folder
 from sim.results.runfolder import RunFolderError, read_summary
 from sim.results.summary_model import Summary
-from sim.runner import run
-from sim.scenario.schema import Scenario, ScenarioError
-from sim.scenario.workload import load_workload
 from traces.atomic import staged
 from traces.errors import TraceError
 
@@ -47,9 +42,12 @@ def compare(
 ) -> None:
     """The work of ``sim.cli.compare.compare_command``, on the options it parsed."""
     folders = {i: p for i, p in enumerate(runs) if _run_folder(p, report=not no_report)}
-    prepared = {
-        i: prepare(p, seed=seed) for i, p in enumerate(runs) if i not in folders
-    }  # every scenario loaded and checked before anything runs
+    scenarios = {i: p for i, p in enumerate(runs) if i not in folders}
+    prepared: dict[int, Any] = (  # every scenario loaded and checked before anything runs
+        lazy.call("sim.cli.bodies.compare_runs:prepare_all", paths=scenarios, seed=seed)
+        if scenarios
+        else {}
+    )
     summaries: dict[int, Summary] = {i: _read_summary(p) for i, p in folders.items()}
     for i in prepared:
         check_run_name(prepared[i][0].name, prepared[i][3])
@@ -65,7 +63,15 @@ def compare(
     with staged() as outputs:
         stage = _stage(outputs, out)
         to_run = [(i, prepared[i][0], stage / names[i]) for i in sorted(prepared)]
-        summaries.update(_simulate(to_run, prepared, quiet=quiet, jobs=jobs))
+        if to_run:
+            ran_summaries: dict[int, Summary] = lazy.call(
+                "sim.cli.bodies.compare_runs:simulate_all",
+                to_run=to_run,
+                prepared=prepared,
+                quiet=quiet,
+                jobs=jobs,
+            )
+            summaries.update(ran_summaries)
         _warn_spans([summaries[i] for i in range(len(runs))], names)
 
         frame = with_deltas(compare_frame([summaries[i] for i in range(len(runs))]), names, base)
@@ -209,69 +215,6 @@ def _baseline_index(name: str, names: list[str]) -> int:
     if name in names:
         return names.index(name)
     raise fail(f"--baseline {name}: no run of that name (runs: {', '.join(names)})")
-
-
-def _simulate(
-    to_run: list[tuple[int, Scenario, Path]],
-    prepared: dict[int, Any],
-    *,
-    quiet: bool,
-    jobs: int,
-) -> dict[int, Summary]:
-    """Run the scenarios, one after the other (progress over simulated time per run) or
-    ``jobs`` at once (progress over runs); each written to its folder."""
-    if not to_run:
-        return {}
-
-    if jobs == 1 or len(to_run) == 1:
-        done: dict[int, Summary] = {}
-        for k, (i, scenario, folder) in enumerate(to_run, start=1):
-            _, requests, parts, source = prepared[i]
-            if not quiet:
-                typer.echo(f"compare: run {k} of {len(to_run)}: {folder.name}", err=True)
-            try:
-                result = simulate(scenario, requests, quiet=quiet, parts=parts)
-            except ScenarioError as e:
-                raise fail(str(e), source) from None
-            _write_run(result, folder)
-            done[i] = result.summary
-        return done
-    return _simulate_pool(to_run, quiet=quiet, jobs=jobs)
-
-
-def _write_run(result: Any, folder: Path) -> None:
-    """A run into the staged comparison (a new folder there: nothing to replace)."""
-    try:
-        result.write(folder)
-    except OSError as e:
-        raise fail(f"{clip(str(folder.name))}: cannot write results: {e.strerror or e}") from None
-
-
-def _simulate_pool(
-    to_run: list[tuple[int, Scenario, Path]], *, quiet: bool, jobs: int
-) -> dict[int, Summary]:
-    workers = min(jobs, len(to_run))
-    with (
-        progress("compare", len(to_run), what="runs", quiet=quiet) as p,
-        ProcessPoolExecutor(max_workers=workers) as pool,
-    ):
-        futures = {pool.submit(_run_one, s, str(f)): i for i, s, f in to_run}
-        done: dict[int, Summary] = {}
-        pending = set(futures)
-        while pending:
-            p.update(len(done), note=f"{min(workers, len(pending))} running")
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                done[futures[future]] = future.result()
-        p.update(len(done), note="")
-    return done
-
-
-def _run_one(scenario: Scenario, out: str) -> Summary:
-    """A worker's run: the workload is loaded again there (a scenario pickles small)."""
-    result = run(scenario, load_workload(scenario))
-    result.write(out)
-    return result.summary
 
 
 def _write_tables(frame: pd.DataFrame, stage: Path, out: Path) -> None:
