@@ -32,7 +32,7 @@ from gpu_backend.kv_pool import PagedKVPool
 from gpu_backend.model import DecoderStack
 from gpu_backend.replay import build_batch
 from sim.latency.calibrated import CalibratedLatency, fit_calibrated_latency
-from traces.writers import atomic_path
+from traces.atomic import atomic_path
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,7 @@ def calibrate(stack: DecoderStack, grid: Grid, *, folds: int = 5, seed: int = 0)
 
 
 def write_calibration(latency: Any, path: str | Path) -> Path:
-    """Write atomically (``traces.writers.atomic_path``) and check that ``sim`` loads it."""
+    """Write atomically (``traces.atomic.atomic_path``) and check that ``sim`` loads it."""
     with atomic_path(path) as tmp:
         latency.to_json(tmp)
         CalibratedLatency.from_json(tmp)

@@ -46,7 +46,7 @@ from sim.results.offload_rows import offload_rows
 from sim.results.runfolder import RunFolderError, check_run_folder, read_result
 from sim.results.summary import alert_lines
 from sim.results.summary_model import Summary
-from traces.writers import atomic_path
+from traces.atomic import atomic_path
 
 FIGURES: tuple[Callable[[RunResult, ReportOptions], go.Figure | None], ...] = (
     replica_memory,
@@ -358,7 +358,7 @@ def compare_beside(run_dir: str | Path) -> pd.DataFrame | None:
 
 
 def write_html(text: str, out: str | Path) -> Path:
-    """Write ``text`` to ``out`` atomically (``traces.writers.atomic_path``)."""
+    """Write ``text`` to ``out`` atomically (``traces.atomic.atomic_path``)."""
     with atomic_path(out) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(out)

@@ -91,6 +91,7 @@ BUILD_INDEPENDENT: frozenset[str] = frozenset(
         "unit/test_compare_report.py",
         "unit/test_dashboard.py",
         "unit/test_import_direction.py",
+        "unit/test_cli_lazy.py",
         "unit/test_layering.py",
         "unit/test_matching.py",
         "unit/test_openmetrics.py",

@@ -29,23 +29,14 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from traces.atomic import (
-    TMP_SUFFIX,
-    atomic_path,
-    remove_stale_temporaries,
-    temp_prefix,
-)
+from traces.atomic import atomic_path
 from traces.errors import TraceError
 from traces.schema import ARROW_SCHEMA
 from traces.table import from_frame
 
 __all__ = [
     "EXTENSIONS",
-    "TMP_SUFFIX",
-    "atomic_path",
     "output_container",
-    "remove_stale_temporaries",
-    "temp_prefix",
     "write",
     "write_tables",
 ]

@@ -3,11 +3,12 @@
 
 Commands load on demand (:data:`COMMANDS`): ``fragsim run ...`` imports ``sim.cli.run``
 and nothing of the other commands; ``fragsim --help`` lists every command from the
-summaries here without importing any. Command modules keep their module-level imports
-light (standard library, typer, rich, pydantic at most) and import pandas, numpy,
-pyarrow, plotly, the engine and torch inside the functions that use them, so that
-``--help``, usage errors and light commands (``scenarios``, ``hardware``) start in well
-under a second.
+summaries here without importing any. Each command is a light front (``sim/cli/run.py``:
+its options, help and early checks; standard library, typer, rich, pydantic at most)
+and a body (``sim/cli/bodies/run.py``: the work, with pandas, the engine, ``traces``
+imported at file level) that the front loads by name when the command runs
+(:mod:`sim.cli.lazy`, the one lazy import), so that ``--help``, usage errors and light
+commands (``scenarios``, ``hardware``) start in well under a second.
 
 Errors a user can cause (bad files, bad fields, bad options, a missing command) exit
 with status 2 and one ``error: ...`` line per problem; nothing is half-written. Ctrl-C
@@ -22,7 +23,6 @@ from sim.cli import interrupt
 
 interrupt.guard_startup()  # before the imports below
 
-import importlib  # noqa: E402
 import sys  # noqa: E402
 import warnings  # noqa: E402
 from collections.abc import Iterator, MutableMapping, Sequence  # noqa: E402
@@ -34,6 +34,7 @@ import typer  # noqa: E402
 from typer.core import TyperCommand, TyperGroup  # noqa: E402
 
 from sim.build import engine_build  # noqa: E402
+from sim.cli import lazy  # noqa: E402
 from sim.cli.help_format import HelpContext, plain_help  # noqa: E402
 from sim.errors import clip, os_error_line  # noqa: E402
 from sim.results.folder_errors import RunFolderNote  # noqa: E402
@@ -118,8 +119,7 @@ summary is the first sentence of the command's own help (a test holds them equal
 
 def load_command(name: str) -> Any:
     """The click command of :data:`COMMANDS` ``name``, built from its module."""
-    module, _, attr = COMMANDS[name].target.partition(":")
-    obj = getattr(importlib.import_module(module), attr)
+    obj = lazy.resolve(COMMANDS[name].target)
     holder = typer.Typer(
         add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None
     )

@@ -1,6 +1,8 @@
 """The scrape interval and trend window of the seed's alerts, for ``fragsim alerts`` and
 ``fragsim export openmetrics``: their bounds, their defaults, and a run's own (what its
-``alerts.parquet`` was evaluated with, recorded in its summary's ``fleet.alerts``).
+``alerts.parquet`` was evaluated with, recorded in its summary's ``fleet.alerts``); its
+rules' timing, which needs the alert engine, is the bodies'
+(:func:`sim.cli.bodies.alert_timing.run_timing`).
 
 Bad values are one ``error: ...`` line naming the option or the summary's field."""
 
@@ -12,12 +14,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sim.cli.common import fail
 from sim.errors import clip
 
 if TYPE_CHECKING:
     from sim.results.summary_model import Summary
-    from sim.telemetry.alert_states import RuleTiming
 
 MAX_SCRAPES = 5_000_000
 """The most scrape instants ``show`` evaluates per replica (a bound on its memory)."""
@@ -167,27 +167,3 @@ def run_thresholds(summary: Summary | None) -> dict[str, float] | None:
     if recorded is None or recorded.thresholds is None:
         return None
     return {str(k): float(v) for k, v in recorded.thresholds.items()}
-
-
-def run_timing(summary: Summary | None, path: Path) -> RuleTiming:
-    """Each rule's ``for:`` and the failure window a fleet run's ``alerts.parquet`` was
-    evaluated with (its summary's ``fleet.alerts.for_s`` / ``failure_window_s``), the
-    shipped ones (:data:`sim.telemetry.alert_states.SHIPPED_FOR_S`) where it records none.
-    An unknown alert is one error line naming the field (seconds >= 0 were checked as
-    the summary was read)."""
-    from sim.telemetry.alert_states import DEFAULT_FAILURE_WINDOW_S, RuleTiming
-
-    fleet = None if summary is None else summary.fleet
-    recorded = fleet.alerts if fleet is not None else None
-    if recorded is None:
-        return RuleTiming()
-    where = f"{clip(str(path))}: field fleet.alerts"
-    found = recorded.for_s or {}
-    window = recorded.failure_window_s
-    try:
-        return RuleTiming(
-            {str(k): float(v) for k, v in found.items()},
-            float(DEFAULT_FAILURE_WINDOW_S if window is None else window),
-        )
-    except ValueError as e:
-        raise fail(f"{where}.for_s: {e}") from None

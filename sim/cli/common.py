@@ -1,12 +1,12 @@
-"""What every ``fragsim`` command shares: its user-error line (:func:`fail`), the checks
-made before anything heavy is imported (an output folder that can be written, a
-scenario file that exists) and the line saying where results went. Imports only the
+"""What every ``fragsim`` command shares: its user-error line (:func:`fail`), the check
+made before anything heavy is imported (a scenario file that exists) and the line
+saying where results went (an output folder's checks are the bodies':
+``sim.cli.bodies.run_folder``). Imports only the
 standard library, typer, rich and the leaves of ``sim``, so that a command's usage
 errors stay light."""
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import typer
@@ -34,27 +34,6 @@ def fail(message: str, source: str | Path | None = None) -> typer.Exit:
         line = clip(line, MAX_LINE)
         err.print(f"[bold red]error:[/] {escape(line)}", highlight=False, markup=True)
     return typer.Exit(2)
-
-
-def check_output_dir(out: Path) -> None:
-    """Fail early (before simulating) when OUT cannot become a results directory: it
-    holds other files, a parent is a file, the nearest existing folder refuses a new
-    folder (tried: a read-only file system refuses even root), or the file system
-    refuses the name (too long, a folder that may not be searched)."""
-    from sim.results.io import check_replaceable  # pandas, pyarrow
-
-    try:
-        check_replaceable(out)
-        for parent in out.parents:
-            if parent.exists():
-                if not parent.is_dir():
-                    raise fail(f"{out}: output path: {parent} exists and is not a directory")
-                tempfile.TemporaryDirectory(prefix=".fragsim-probe-", dir=parent).cleanup()
-                return
-    except FileExistsError as e:
-        raise fail(str(e)) from None
-    except OSError as e:
-        raise fail(f"{clip(str(out))}: output directory: {e.strerror or e}") from None
 
 
 def say_written(out: Path, files: list[str] | tuple[str, ...], html: Path | None) -> None:

@@ -1,24 +1,17 @@
-"""``fragsim demo``: the main job on built-in defaults -- the fleet seed's worked
+"""``fragsim demo``'s front: the main job on built-in defaults -- the fleet seed's worked
 example, its paged counterfactual and a daily-restart mitigation, simulated, then written
 together (OUT/NAME/ per run and OUT/report.html, swapped in whole, or nothing) and
-compared."""
+compared. The work is :func:`sim.cli.bodies.demo.demo` (:mod:`sim.cli.lazy`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from sim.cli import interrupt
-from sim.cli.common import check_output_dir, fail, say_written
-from sim.cli.output import Cell, FormatOption, print_table
-from sim.cli.run import prepare, print_summary, simulate
-from sim.errors import clip
-from sim.scenario.builtin import DEMO
-
-if TYPE_CHECKING:
-    from sim.results.io import RunResult
+from sim.cli import lazy
+from sim.cli.output import FormatOption
 
 
 def demo_command(
@@ -36,67 +29,4 @@ def demo_command(
     Each run is written to OUT/NAME/; stdout gets each run's summary and the comparison
     (one column per run, named by its folder; csv and json: the comparison only),
     stderr the progress and OUT."""
-    from sim.results.compare import COLUMNS, compare_frame, formatted
-
-    _check_demo_out(out)
-    results = []
-    for name in DEMO:
-        scenario, requests, parts, _ = prepare(Path(name))
-        result = simulate(scenario, requests, quiet=quiet, parts=parts)
-        if not quiet and fmt in ("table", "markdown"):
-            print_summary(result.summary, fmt)
-        results.append(result)
-    html = _write_demo(out, results, report=not no_report)
-    frame = compare_frame([r.summary for r in results])
-    rows = [
-        (label, *(Cell(v, formatted(column, v)) for v in frame[column].tolist()))
-        for column, label in COLUMNS[1:]
-    ]
-    if not quiet:
-        print_table("comparison", ("metric", *DEMO), rows, fmt)
-    say_written(out, [*DEMO], html)
-
-
-def check_demo_dir(out: Path) -> None:
-    """Raise (FileExistsError) unless ``out`` is absent, empty, or an earlier demo's
-    folder (run folders holding only a run's files, ``report.html``): the demo replaces
-    it whole, so nothing fragsim did not write there is ever lost."""
-    from sim.results.io import check_owned_folder
-
-    check_owned_folder(out, "the demo", files=frozenset({"report.html"}))
-
-
-def _check_demo_out(out: Path) -> None:
-    """Fail before simulating when ``out`` may not become (or replace) a demo folder."""
-    try:
-        check_demo_dir(out)
-    except FileExistsError as e:
-        raise fail(str(e)) from None
-    check_output_dir(out / DEMO[0])  # its parents and file system accept a new folder
-
-
-def _write_demo(out: Path, results: list[RunResult], *, report: bool) -> Path | None:
-    """The demo's runs (``OUT/NAME/``) and report, staged in a hidden sibling of ``out``
-    and swapped in together, or nothing (errors name ``out``, never the stage)."""
-    from traces.atomic import staged
-    from traces.errors import TraceError
-
-    stage = out
-    try:
-        with staged() as outputs:
-            stage = outputs.folder(out, check_demo_dir)
-            for name, result in zip(DEMO, results, strict=True):
-                result.write(stage / name)
-            if report:
-                from reports import ReportError, write_report
-
-                try:
-                    write_report([stage / n for n in DEMO], stage / "report.html")
-                except ReportError as e:
-                    raise fail(clip(str(e).replace(str(stage), str(out)))) from None
-            outputs.commit(on_commit=lambda: interrupt.note_written(clip(str(out))))
-    except TraceError as e:
-        raise fail(clip(str(e).replace(str(stage), str(out)))) from None
-    except OSError as e:
-        raise fail(f"{clip(str(out))}: cannot write results: {e.strerror or e}") from None
-    return out / "report.html" if report else None
+    lazy.call("sim.cli.bodies.demo:demo", out=out, no_report=no_report, quiet=quiet, fmt=fmt)

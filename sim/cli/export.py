@@ -10,7 +10,11 @@ without bytes, with one ``note: ...`` line on stderr naming ``--kv-bytes-per-tok
 The scrape interval and trend window are the run's (its summary's ``fleet.alerts``:
 what its ``alerts.parquet`` was evaluated with); the flags override them; a fleet run
 written before fragsim recorded them gets the defaults and one ``note: ...`` line
-(:func:`sim.cli.alert_times.run_times`).
+(:func:`sim.cli.alert_times.run_times`). ``fragsim export grafana``: the dashboard over
+those series (:mod:`sim.cli.bodies.export_grafana`).
+
+This module is the front (the sub-commands' options, ``--origin``'s parser); their work
+is :mod:`sim.cli.bodies.export` (:mod:`sim.cli.lazy`).
 """
 
 from __future__ import annotations
@@ -18,25 +22,11 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from sim.cli.alert_times import run_thresholds, run_times, run_timing
-from sim.cli.common import fail
-from sim.cli.export_grafana import write_dashboard
-from sim.cli.output import echo_prose
-from sim.cli.run_folder import check_not_an_input, checked_run, too_many_scrapes
-from sim.errors import clip
-from sim.fields import MAX_TOKENS
-from sim.results.summary_model import MAX_INT64
-
-if TYPE_CHECKING:
-    from sim.results.summary_model import Summary
-    from sim.telemetry.openmetrics_alerts import AlertInputs
-
-SEED_HIGH_FREE_SHARE = 0.25
-"""``sim.results.seed_alerts.AlertThresholds().high_free_share`` (a test holds them equal)."""
+from sim.cli import lazy
 
 export_app = typer.Typer(
     help="Export a run's series in formats other tools read (OpenMetrics for Prometheus, a "
@@ -47,60 +37,6 @@ export_app = typer.Typer(
 DEFAULT_ORIGIN = "2024-01-01T00:00:00Z"
 """``sim.telemetry.openmetrics.DEFAULT_ORIGIN_S`` as the option writes it (a test holds
 them equal)."""
-
-NEEDED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "timeseries": (
-        "time_s",
-        "replica",
-        "trigger",
-        "up",
-        "uptime_s",
-        "capacity_tokens",
-        "used_tokens",
-        "free_tokens",
-        "free_extent_count",
-        "largest_free_extent_tokens",
-        "largest_contiguous_free_block_ratio",
-        "running_requests",
-        "waiting_requests",
-        "preemptions_total",
-    ),
-    "events": ("time_s", "replica", "kind", "free_share"),
-    "fleet": ("time_s", "provisioning", "loading", "warming", "active", "draining", "down"),
-}
-"""The columns the export reads from each table: a run folder whose table lacks one is
-refused by name (``sim.results.runfolder.check_run``), as is a fleet run without its
-``fleet.parquet``, so no metric family is silently left out."""
-
-
-def _check_bytes(kv_bytes_per_token: int | None, summary: Summary, path: Path) -> None:
-    """Refuse KV bytes per token (``--kv-bytes-per-token``, else the summary's largest)
-    whose product with the run's largest KV capacity (the summary's, else the most any
-    run has) overflows the export's 64-bit bytes; the error names where it came from."""
-    from sim.results.runfolder import capacity_bound
-
-    capacity = capacity_bound(summary) or MAX_TOKENS
-    if kv_bytes_per_token is not None:
-        if kv_bytes_per_token * capacity > MAX_INT64:
-            raise typer.BadParameter(
-                f"got {kv_bytes_per_token:,}: times the run's {capacity:,} tokens of KV "
-                "capacity it overflows 64-bit bytes",
-                param_hint="--kv-bytes-per-token",
-            )
-        return
-    pools = summary.fleet.pools if summary.fleet is not None else []
-    for where, value in [
-        ("kv_bytes_per_token", summary.kv_bytes_per_token),
-        *(
-            (f"fleet.pools.{i}.kv_bytes_per_token", p.kv_bytes_per_token)
-            for i, p in enumerate(pools)
-        ),
-    ]:
-        if value is not None and value * capacity > MAX_INT64:
-            raise fail(
-                f"{clip(str(path))}: field {where}: {value:,} bytes per token times "
-                f"{capacity:,} tokens of KV capacity overflows 64-bit bytes"
-            )
 
 
 def parse_origin(text: str) -> float:
@@ -131,18 +67,6 @@ def _iso_seconds(text: str) -> float:
             f"got {text!r}: no time zone (write Z for UTC)", param_hint="--origin"
         )
     return instant.timestamp()
-
-
-def _alert_inputs(
-    summary: Summary, folder: Path, recorded: dict[str, float], high_free_share: float
-) -> AlertInputs:
-    """The run's alert thresholds (``high_free_share`` as exported) and ``for:``."""
-    from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds
-    from sim.telemetry.openmetrics_alerts import AlertInputs
-
-    known = {k: v for k, v in recorded.items() if k in THRESHOLD_FIELDS}
-    thresholds = AlertThresholds(**(known | {"high_free_share": high_free_share}))
-    return AlertInputs(thresholds, run_timing(summary, folder / "summary.json"))
 
 
 @export_app.command("openmetrics")
@@ -200,51 +124,17 @@ def openmetrics_command(
 ) -> None:
     """Write a run's per-replica timeseries (and its fleet's replicas by state) as
     OpenMetrics text with timestamps, for promtool tsdb create-blocks-from openmetrics."""
-    from sim.telemetry.openmetrics import kv_bytes_per_token_of, write_openmetrics
-    from sim.telemetry.openmetrics_counters import TooManyScrapes
-    from traces import TraceError
-    from traces.writers import atomic_path
-
-    origin_s = parse_origin(origin)
-    check_not_an_input(out, run_dir)
-    folder, summary = checked_run(run_dir, NEEDED_COLUMNS)
-    _check_bytes(kv_bytes_per_token, summary, folder / "summary.json")
-    scrape_s, window_s, note = run_times(
-        summary, folder / "summary.json", scrape_interval_s, trend_window_s
+    lazy.call(
+        "sim.cli.bodies.export:openmetrics",
+        run_dir=run_dir,
+        out=out,
+        origin=origin,
+        high_free_share=high_free_share,
+        kv_bytes_per_token=kv_bytes_per_token,
+        scrape_interval_s=scrape_interval_s,
+        trend_window_s=trend_window_s,
+        alerts=alerts,
     )
-    recorded = run_thresholds(summary) or {}
-    if high_free_share is None:
-        high_free_share = recorded.get("high_free_share", SEED_HIGH_FREE_SHARE)
-    alert_inputs = _alert_inputs(summary, folder, recorded, high_free_share) if alerts else None
-    try:
-        with atomic_path(out) as tmp, tmp.open("w", encoding="utf-8", newline="\n") as f:
-            write_openmetrics(
-                f,
-                folder,
-                summary,
-                origin_s=origin_s,
-                high_free_share=high_free_share,
-                kv_bytes_per_token=kv_bytes_per_token,
-                scrape_interval_s=scrape_s,
-                trend_window_s=window_s,
-                alerts=alert_inputs,
-            )
-    except TraceError as e:
-        raise fail(str(e)) from None
-    except TooManyScrapes as e:
-        raise too_many_scrapes(
-            str(e), scrape_interval_s, summary, folder / "summary.json"
-        ) from None
-    if kv_bytes_per_token is None and kv_bytes_per_token_of(summary) is None:
-        echo_prose(
-            f"note: {clip(str(folder / 'summary.json'))} records no KV bytes per token (a "
-            "run written before fragsim recorded it): memory written in tokens only; pass "
-            "--kv-bytes-per-token N (fragsim hardware shows it) to write bytes",
-            err=True,
-        )
-    if note is not None:
-        typer.echo(note, err=True)
-    typer.echo(f"wrote {out}", err=True)
 
 
 @export_app.command("grafana")
@@ -267,6 +157,4 @@ def grafana_command(
     """Write the fleet seed's Grafana dashboard (free memory vs largest free extent, the
     ratio, failures at high free memory, uptime, replicas by state, the alerts) as JSON
     for Grafana's Import dashboard, over export openmetrics' series."""
-    if run_dir is not None:
-        check_not_an_input(out, run_dir)
-    write_dashboard(out, run_dir, parse_origin(origin))
+    lazy.call("sim.cli.bodies.export:grafana", out=out, run_dir=run_dir, origin=origin)

@@ -1,57 +1,23 @@
 """``fragsim report DIR... [-o report.html]``: one self-contained HTML report (plotly,
 opens offline) over one or more written runs, or over one postmortem folder (written by
 ``fragsim postmortem``: :mod:`reports.postmortem`). ``fragsim run``, ``demo``,
-``compare`` and ``postmortem`` write one too unless told ``--no-report``
-(:func:`write_report_of`, :func:`write_postmortem_report_of`).
+``compare`` and ``postmortem`` write one too unless told ``--no-report``.
 
 Without ``-o`` the report of one folder goes to ``DIR/report.html``; several run folders
-need ``-o``. A postmortem folder is reported alone. Module-level imports stay light
-(plotly and pandas are imported by the functions that write).
+need ``-o``. A postmortem folder is reported alone. This module is the front (options,
+the checks on the folders given); the report is written by
+:func:`sim.cli.bodies.report.report` (:mod:`sim.cli.lazy`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from sim.cli import lazy
 from sim.cli.common import fail
-from sim.errors import clip
-
-
-def write_report_of(
-    run_dirs: Sequence[Path], out: Path, top_k: int = 3, names: Sequence[str] | None = None
-) -> Path:
-    """Write the report of ``run_dirs`` to ``out`` (``top_k``: worst replicas drawn one by
-    one in a fleet's figures; ``names``: the runs' names, default their folders'); a user error (a folder that is not a run, a path that
-    cannot be written) prints one ``error:`` line and raises the exit-2 exception.
-    plotly is imported here, only by the commands that report."""
-    from reports import ReportError, ReportOptions, write_report
-    from traces.errors import TraceError
-
-    try:
-        return write_report(run_dirs, out, ReportOptions(top_k=top_k), names)
-    except ReportError as e:
-        raise fail(clip(str(e))) from None
-    except TraceError as e:
-        raise fail(str(e)) from None
-
-
-def write_postmortem_report_of(pm_dir: Path, out: Path) -> Path:
-    """Write the report of the postmortem folder ``pm_dir`` to ``out``; user errors as
-    :func:`write_report_of`."""
-    from reports.html import ReportError
-    from reports.postmortem import write_postmortem_report
-    from traces.errors import TraceError
-
-    try:
-        return write_postmortem_report(pm_dir, out)
-    except ReportError as e:
-        raise fail(clip(str(e))) from None
-    except TraceError as e:
-        raise fail(str(e)) from None
 
 
 def is_postmortem_dir(path: Path) -> bool:
@@ -89,8 +55,10 @@ def report_command(
     if out is None and len(run_dirs) > 1:
         raise fail("several run directories: give the report's file with -o/--out")
     target = out if out is not None else run_dirs[0] / "report.html"
-    if postmortems:
-        path = write_postmortem_report_of(run_dirs[0], target)
-    else:
-        path = write_report_of(run_dirs, target, top_k)
-    typer.echo(f"wrote {path}")
+    lazy.call(
+        "sim.cli.bodies.report:report",
+        run_dirs=run_dirs,
+        target=target,
+        top_k=top_k,
+        postmortem=bool(postmortems),
+    )

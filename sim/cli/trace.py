@@ -8,32 +8,20 @@ leaves no partial file. Repairs (sorting, dropped failed rows) print ``warning: 
 length-only file; they are checked (rate > 0 and <= 1e6 req/s, seed >= 0) only there.
 A file with its own arrival times ignores them, with one warning when they are given.
 
-Reusable by other commands: :func:`show_trace_warnings` (TraceWarnings as ``warning:``
-lines), :func:`validation_lines` (a pydantic error as ``FILE: field a.b: got V: msg``
-lines) and :class:`SpecError` (pre-worded error lines).
+This module is the front (the sub-commands' options and help); their work is
+:mod:`sim.cli.bodies.trace` (:mod:`sim.cli.lazy`), which other bodies reuse too
+(``show_trace_warnings``: TraceWarnings as ``warning:`` lines).
 """
 
 from __future__ import annotations
 
-import json
-import math
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-import yaml
-from pydantic import ValidationError
-from rich.console import Console
 
-from sim.cli.output import Cell, Format, FormatOption, TableData, format_option, print_tables
-from sim.errors import clip as _clip
-from sim.errors import short as _short
-from sim.errors import validation_lines
-from sim.fields import MAX_SEED
-from sim.scenario.yaml_loader import load_yaml
+from sim.cli import lazy
+from sim.cli.output import Format, FormatOption, format_option
 
 trace_app = typer.Typer(
     help="Read, check, describe, convert and synthesise traces.", no_args_is_help=True
@@ -71,7 +59,6 @@ ArrivalSeedOpt = Annotated[
     ),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the random stream (>= 0).")]
-MAX_RATE_PER_S = 1e6
 KeepFailedOpt = Annotated[
     bool,
     typer.Option(
@@ -79,155 +66,6 @@ KeepFailedOpt = Annotated[
         help=("BurstGPT: keep failed rows (0 response tokens) instead of dropping them."),
     ),
 ]
-
-
-class SpecError(Exception):
-    """A user error already worded for the terminal: one or more lines, each printed as
-    ``error: LINE``."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.lines = lines
-        super().__init__("\n".join(lines))
-
-
-@contextmanager
-def show_trace_warnings() -> Iterator[None]:
-    """Within the block, print every :class:`traces.TraceWarning` as one
-    ``warning: MESSAGE`` line on stderr (each time, not once per place), instead of
-    Python's ``FILE:LINE: TraceWarning: ...`` format. Other warnings keep their usual
-    handling. Restores the warning state on exit."""
-    from traces import TraceWarning
-
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
-    previous = warnings.showwarning
-
-    def show(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
-        if issubclass(category, TraceWarning):
-            err.print(f"warning: {message}", markup=False)
-        else:
-            previous(message, category, *args, **kw)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("always", TraceWarning)
-        warnings.showwarning = show
-        yield
-
-
-@contextmanager
-def _user_errors() -> Iterator[None]:
-    """Turn trace/spec errors into ``error: ...`` lines on stderr and exit status 2;
-    show TraceWarnings as ``warning: ...``."""
-    from traces import TraceError
-    from traces.bounds import BoundError
-
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
-    with show_trace_warnings():
-        try:
-            yield
-        except TraceError as exc:
-            err.print(f"error: {exc}", markup=False)
-            raise typer.Exit(2) from None
-        except BoundError as exc:
-            err.print(f"error: {exc}", markup=False)
-            raise typer.Exit(2) from None
-        except SpecError as exc:
-            for line in exc.lines:
-                err.print(f"error: {line}", markup=False)
-            raise typer.Exit(2) from None
-        except OSError as exc:
-            where = f"{exc.filename}: " if exc.filename else ""
-            err.print(f"error: {where}{exc.strerror or exc}", markup=False)
-            raise typer.Exit(2) from None
-
-
-def _check_seed(source: object, seed: int) -> None:
-    if not 0 <= seed <= MAX_SEED:
-        bound = ">= 0" if seed < 0 else f"<= {MAX_SEED} (a seed is below 2^63)"
-        raise SpecError(
-            [f"{source}: option --seed: got {_short(seed)}: expected an integer {bound}"]
-        )
-
-
-def _arrivals(
-    file: Path, format: str | None, rate: float | None, seed: int | None
-) -> tuple[Any, int]:
-    """The arrival process and seed for ``file``: checked and used for a length-only
-    file; for a file with its own arrival times, (None, 0), and one warning if the user
-    gave ``--rate`` or ``--seed``."""
-    import traces
-    from traces.arrivals import PoissonArrival
-
-    if format is not None and format not in traces.FORMATS:
-        return None, 0  # the loader reports the unknown format
-    name = traces.detect_format(file).name if format is None else format
-    if name != "lengths":
-        given = [opt for opt, value in (("--rate", rate), ("--seed", seed)) if value is not None]
-        if given:
-            warnings.warn(
-                f"{file}: {' and '.join(given)} ignored: the file has its own arrival times "
-                f"(format {name})",
-                traces.TraceWarning,
-                stacklevel=2,
-            )
-        return None, 0
-    rate = 1.0 if rate is None else rate
-    seed = 0 if seed is None else seed
-    _check_seed(file, seed)
-    if not (math.isfinite(rate) and 0 < rate <= MAX_RATE_PER_S):
-        raise SpecError(
-            [
-                f"{file}: option --rate: got {rate!r}: expected an arrival rate > 0 and "
-                f"<= {MAX_RATE_PER_S:.0e} requests/s"
-            ]
-        )
-    return PoissonArrival(rate_per_s=rate), seed
-
-
-def _fmt(value: object, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
-
-
-def render_summary(title: str, summary: dict[str, Any], fmt: str = "table") -> None:
-    """Print a :func:`traces.describe` summary as two tables (``sim.cli.output``): the
-    trace's headline numbers, and its token-length percentiles."""
-    rate = summary["rate_per_s"]
-    ratio, hit = summary["prefix_reuse_token_ratio"], summary["prefix_hit_fraction_mean"]
-    top: list[tuple[str, object]] = [
-        ("requests", Cell(summary["rows"], _fmt(summary["rows"]))),
-        ("span (s)", Cell(summary["span_s"], _fmt(summary["span_s"]))),
-        ("rate (req/s)", Cell(rate, "-" if rate is None else f"{rate:,.3f}")),
-        (
-            "num_samples (mean)",
-            Cell(summary["num_samples_mean"], _fmt(summary["num_samples_mean"], 2)),
-        ),
-        (
-            "beam_width (mean)",
-            Cell(summary["beam_width_mean"], _fmt(summary["beam_width_mean"], 2)),
-        ),
-        (
-            "prefix reuse (input tokens)",
-            Cell(ratio, "no prefix hashes" if ratio is None else f"{ratio:.1%}"),
-        ),
-        ("prefix hit per request (mean)", Cell(hit, "-" if hit is None else f"{hit:.1%}")),
-    ]
-    stats = ("mean", "min", "p50", "p90", "p99", "max")
-    lengths = [
-        (name, *(Cell(summary[name][k], _fmt(summary[name][k])) for k in stats))
-        for name in ("prompt_tokens", "output_tokens")
-    ]
-    print_tables(
-        [
-            TableData(title, ("metric", "value"), top),
-            TableData("token lengths", ("tokens", *stats), lengths),
-        ],
-        fmt,
-    )
 
 
 @trace_app.command()
@@ -251,24 +89,17 @@ def describe(
     ] = "table",
 ) -> None:
     """Rows, span, rate, length percentiles and prefix reuse (streamed: bounded memory)."""
-    import traces
-
-    with _user_errors():
-        arrivals, seed_used = _arrivals(file, format, rate, seed)
-        fmt = traces.detect_format(file).name if format is None else format
-        chunks = traces.iter_tables(
-            file,
-            format=format,
-            strict=strict,
-            keep_failed=keep_failed,
-            arrivals=arrivals,
-            seed=seed_used,
-        )
-        summary = {"file": str(file), "format": fmt, **traces.describe(chunks)}
-    if as_json:
-        typer.echo(json.dumps(summary, indent=2))
-    else:
-        render_summary(f"{file} ({fmt})", summary, out_format)
+    lazy.call(
+        "sim.cli.bodies.trace:describe",
+        file=file,
+        format=format,
+        strict=strict,
+        as_json=as_json,
+        rate=rate,
+        seed=seed,
+        keep_failed=keep_failed,
+        out_format=out_format,
+    )
 
 
 @trace_app.command()
@@ -282,113 +113,16 @@ def convert(
     keep_failed: KeepFailedOpt = False,
 ) -> None:
     """Convert a trace to canonical CSV / JSONL / Parquet (streamed, atomic)."""
-    import traces
-
-    with _user_errors():
-        arrivals, seed_used = _arrivals(src, format, rate, seed)
-        rows = traces.convert(
-            src,
-            dst,
-            format=format,
-            strict=strict,
-            keep_failed=keep_failed,
-            arrivals=arrivals,
-            seed=seed_used,
-        )
-    typer.echo(f"wrote {rows:,} requests to {dst}")
-
-
-def _load_spec_data(path: Path) -> Any:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SpecError([f"{path}: cannot read spec file ({exc.strerror or exc})"]) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise SpecError(
-            [
-                f"{path}: line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at byte "
-                f"offset {exc.start}); expected a UTF-8 YAML or JSON spec"
-            ]
-        ) from None
-    try:
-        return load_yaml(text)  # the scenario's bounds: aliases, depth, duplicate keys
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = _clip(getattr(exc, "problem", None) or str(exc).splitlines()[0])
-        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise SpecError([f"{path}: not valid YAML: {problem}{at}"]) from None
-
-
-def _spec(source: str) -> Any:
-    """A preset's spec, or the SynthSpec in a YAML/JSON file (optionally under a
-    ``workload:`` key); errors are :class:`SpecError` lines naming the file."""
-    from traces.synth import PRESETS, SynthSpec
-
-    if source in PRESETS:
-        return PRESETS[source]
-    path = Path(source)
-    if path.suffix.lower() in (".yaml", ".yml", ".json") and path.is_file():
-        data = _load_spec_data(path)
-        if isinstance(data, dict) and "workload" in data and "arrival" not in data:
-            data = data["workload"]
-        if not isinstance(data, dict):
-            raise SpecError(
-                [f"{path}: got {_short(data)}: expected a mapping with arrival and lengths"]
-            )
-        try:
-            return SynthSpec.model_validate(data)
-        except ValidationError as exc:
-            raise SpecError(validation_lines(str(path), exc, data, model=SynthSpec)) from None
-    what = (
-        "no such spec file"
-        if path.suffix.lower() in (".yaml", ".yml", ".json")
-        else ("not a preset or a spec file")
+    lazy.call(
+        "sim.cli.bodies.trace:convert",
+        src=src,
+        dst=dst,
+        format=format,
+        strict=strict,
+        rate=rate,
+        seed=seed,
+        keep_failed=keep_failed,
     )
-    raise SpecError(
-        [f"{source}: {what}; expected one of {', '.join(PRESETS)} or a .yaml/.json SynthSpec file"]
-    )
-
-
-def _override(
-    source: str,
-    spec: Any,
-    rate: float | None,
-    duration_s: float | None,
-    num_requests: int | None,
-) -> Any:
-    """``spec`` with the command-line overrides applied; errors name ``source`` (the
-    preset or spec file) and the option."""
-    from traces.synth import SynthSpec
-
-    if rate is None and duration_s is None and num_requests is None:
-        return spec
-    data = spec.model_dump()
-    options = []
-    if rate is not None:
-        if "rate_per_s" not in data["arrival"]:
-            raise SpecError(
-                [
-                    f"{source}: option --rate: got {rate!r}: needs a poisson or gamma "
-                    f"arrival process, but this spec's arrival is {data['arrival']['kind']!r}"
-                ]
-            )
-        data["arrival"]["rate_per_s"] = rate
-        options.append("--rate")
-    if duration_s is not None or num_requests is not None:
-        data["duration_s"], data["num_requests"] = duration_s, num_requests
-        options += [
-            o
-            for o, v in (("--duration-s", duration_s), ("--num-requests", num_requests))
-            if v is not None
-        ]
-    try:
-        return SynthSpec.model_validate(data)
-    except ValidationError as exc:
-        label = f"{source} with {' '.join(options)}"
-        raise SpecError(validation_lines(label, exc, data, model=SynthSpec)) from None
 
 
 @trace_app.command()
@@ -412,14 +146,15 @@ def synth(
     ] = None,
 ) -> None:
     """Synthesise a trace from a preset or a spec file (same seed => same bytes)."""
-    import traces
-    from traces.synth import generate
-
-    with _user_errors():
-        _check_seed(preset, seed)
-        spec = _override(preset, _spec(preset), rate, duration_s, num_requests)
-        rows = traces.write(generate(spec, seed), out)
-    typer.echo(f"wrote {rows:,} requests to {out}")
+    lazy.call(
+        "sim.cli.bodies.trace:synth",
+        preset=preset,
+        out=out,
+        seed=seed,
+        rate=rate,
+        duration_s=duration_s,
+        num_requests=num_requests,
+    )
 
 
 @trace_app.command()
@@ -428,15 +163,4 @@ def presets(
     fmt: FormatOption = "table",
 ) -> None:
     """List the synthetic workload presets."""
-    from traces.synth import PRESETS
-
-    if as_json:
-        typer.echo(json.dumps({k: v.model_dump(mode="json") for k, v in PRESETS.items()}, indent=2))
-        return
-    rows = []
-    for name, spec in PRESETS.items():
-        size = f"{spec.duration_s:,.0f} s" if spec.duration_s else f"{spec.num_requests:,} requests"
-        rows.append((name, spec.arrival.kind, spec.lengths.kind, size))
-    print_tables(
-        [TableData("synthetic presets", ("name", "arrival", "lengths", "size"), rows)], fmt
-    )
+    lazy.call("sim.cli.bodies.trace:presets", as_json=as_json, fmt=fmt)

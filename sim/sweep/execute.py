@@ -39,7 +39,7 @@ from sim.runner import run
 from sim.scenario.schema import Scenario
 from sim.scenario.workload import load_workload
 from sim.sweep.spec import Task
-from traces.writers import atomic_path
+from traces.atomic import atomic_path
 
 
 @dataclass(frozen=True)

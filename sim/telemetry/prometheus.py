@@ -82,7 +82,7 @@ from sim.telemetry.alerts import (
     SEVERE_FRAGMENTATION,
     UPTIME_CORRELATION,
 )
-from traces.writers import atomic_path
+from traces.atomic import atomic_path
 
 METRICS: tuple[tuple[str, str, str, str], ...] = (
     # (fragsim column, Prometheus metric, type, help)
@@ -308,7 +308,7 @@ def rules_yaml(rules: dict[str, Any], options: RuleOptions = DEFAULT_OPTIONS) ->
 
 
 def write_rules(path: str | Path, rules: dict[str, Any]) -> None:
-    """Write the rules file atomically (:func:`traces.writers.atomic_path`: nothing
+    """Write the rules file atomically (:func:`traces.atomic.atomic_path`: nothing
     half-written; raises ``traces.TraceError`` naming ``path`` when it cannot)."""
     with atomic_path(path) as tmp:
         tmp.write_text(rules_yaml(rules), encoding="utf-8")

@@ -246,9 +246,6 @@ def test_show_and_the_exports_take_the_thresholds_the_run_recorded(
     import json
     import shutil
 
-    from sim.cli.export import SEED_HIGH_FREE_SHARE
-
-    assert AlertThresholds().high_free_share == SEED_HIGH_FREE_SHARE
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
     summary = json.loads((copy / "summary.json").read_text())
@@ -285,7 +282,9 @@ def test_show_and_the_exports_take_the_thresholds_the_run_recorded(
 
     at_recorded = failures_counted()
     assert at_recorded == failures_counted("--high-free-share", "0.2")
-    assert at_recorded != failures_counted("--high-free-share", str(SEED_HIGH_FREE_SHARE))
+    assert at_recorded != failures_counted(
+        "--high-free-share", str(AlertThresholds().high_free_share)
+    )
 
     recorded["ratio_alert"] = "high"
     (copy / "summary.json").write_text(json.dumps(summary))

@@ -267,7 +267,7 @@ def test_show_trace_warnings_formats_only_trace_warnings(
 ) -> None:
     import warnings
 
-    from sim.cli.trace import show_trace_warnings
+    from sim.cli.bodies.trace import show_trace_warnings
 
     with show_trace_warnings():
         for _ in range(2):  # shown every time, not once per place

@@ -33,6 +33,10 @@ def test_bad_options_and_files(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the GPU backend needs torch (the gpu extra)")
     code, out = fragsim("calibrate", "-o", str(tmp_path / "c.json"), "--device", "tpu")
     assert code == 2 and "--device: got 'tpu'" in out and len(out.strip().splitlines()) == 1
+    code, out = fragsim("gpu-bench", "--device", "tpu")
+    assert code == 2 and out.strip().splitlines() == [
+        "error: fragsim gpu-bench: --device: got 'tpu'; allowed: cuda, cpu"
+    ]
     code, out = fragsim(
         "calibrate", "-o", str(tmp_path / "c.json"), "--device", "cpu", "--model", "gpt-5"
     )

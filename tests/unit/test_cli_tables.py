@@ -159,7 +159,7 @@ def test_progress_line_words() -> None:
 
 
 def test_plan_progress_bound_is_the_most_counts_the_search_tries() -> None:
-    from sim.cli.plan import _at_most
+    from sim.cli.bodies.plan import _at_most
     from sim.sweep.plan import most_evaluated
 
     # 1..16: gallop 1, 2, 4, 8, 16, then bisect 8..16 three times when 9..16 is the answer

@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 
 import traces
 from sim.cli import app
-from traces.writers import remove_stale_temporaries
+from traces import atomic, writers
+from traces.atomic import remove_stale_temporaries
 
 SRC = "request_id,arrival_s,prompt_tokens,output_tokens\n" + "".join(
     f"{i},{i}.0,4,5\n" for i in range(3_000)
@@ -141,3 +142,13 @@ def test_traces_atomic_is_the_one_writer_that_renames_into_place() -> None:
     ]
     assert not found, "write outputs through traces.atomic: " + "; ".join(found)
     assert _calls_of(REPO / "traces" / "atomic.py", RENAMES), "the writer no longer renames?"
+
+
+def test_the_writers_module_exports_only_its_own_names() -> None:
+    """The atomic writer has one home (``traces.atomic``): ``traces.writers`` exports
+    what it defines, not a second path to ``atomic_path`` and its helpers."""
+    assert writers.__all__
+    for name in writers.__all__:
+        value = getattr(writers, name)
+        assert getattr(value, "__module__", "traces.writers") == "traces.writers", name
+        assert not hasattr(atomic, name), name

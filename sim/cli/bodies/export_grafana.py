@@ -1,7 +1,8 @@
-"""``fragsim export grafana -o FILE [--run RUN_DIR] [--origin T]`` (the command is
-declared in :mod:`sim.cli.export`, beside its ``--origin``): the fleet seed's Grafana dashboard
-(:mod:`sim.telemetry.dashboard`) as JSON to import into Grafana, over the Prometheus that
-holds ``fragsim export openmetrics``'s backfill.
+"""The dashboard of ``fragsim export grafana -o FILE [--run RUN_DIR] [--origin T]`` (its
+front is :mod:`sim.cli.export`, beside ``openmetrics`` and its ``--origin``; the body
+:func:`sim.cli.bodies.export.grafana` calls :func:`write_dashboard`): the fleet seed's
+Grafana dashboard (:mod:`sim.telemetry.dashboard`) as JSON to import into Grafana, over
+the Prometheus that holds ``fragsim export openmetrics``'s backfill.
 
 With ``--run`` the dashboard opens on that run's simulated span at ``--origin`` (the
 export's origin: give both the same) and draws the run's alert thresholds and scrape
@@ -20,6 +21,11 @@ import typer
 
 from sim.cli.alert_times import run_thresholds, run_times
 from sim.cli.common import fail
+from sim.results.runfolder import RunFolderError, check_run_folder, read_summary
+from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds
+from sim.telemetry.dashboard import DashboardOptions, dashboard_json
+from traces import TraceError
+from traces.atomic import atomic_path
 
 SDK_MISSING = (
     "fragsim export grafana needs grafana-foundation-sdk (Grafana's dashboard builder): "
@@ -29,9 +35,6 @@ SDK_MISSING = (
 
 def _run_options(run_dir: Path) -> dict[str, Any]:
     """The span, scrape interval and thresholds of the run in ``run_dir``."""
-    from sim.results.runfolder import RunFolderError, check_run_folder, read_summary
-    from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds
-
     try:
         folder = check_run_folder(run_dir)
         summary = read_summary(folder / "summary.json")
@@ -53,10 +56,6 @@ def _run_options(run_dir: Path) -> dict[str, Any]:
 def write_dashboard(out: Path, run_dir: Path | None, origin_s: float) -> None:
     """Write the dashboard for ``run_dir`` (None: no run) at ``origin_s`` to ``out``
     (module docstring), then ``wrote FILE`` on stderr."""
-    from sim.telemetry.dashboard import DashboardOptions, dashboard_json
-    from traces import TraceError
-    from traces.writers import atomic_path
-
     chosen = {} if run_dir is None else _run_options(run_dir)
     try:
         text = dashboard_json(DashboardOptions(origin_s=origin_s, **chosen))
