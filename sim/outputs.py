@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from sim.engine.recorder import KV_WASTE_COLUMNS, EventTable
+from sim.fleet.disagg_outputs import disagg_summary, with_handoffs
 from sim.latency.base import OutOfRange
 from sim.results.frames import frame
 from sim.results.io import RunResult, undefined_as_null
@@ -81,6 +82,8 @@ def fleet_result(
     ts_df, ev_df = done.recorder.frames()
     req_df = done.records.frame()
     req_df = _with_routes(req_df, fleet.columns.ids, fleet)
+    if fleet.disagg is not None:
+        req_df = with_handoffs(req_df, fleet.disagg)
     thresholds = scenario.metrics.thresholds()
     if end_s / config.alerts.scrape_interval_s > bounds.MAX_SCRAPES:  # a long backlog
         what = "fleet.alerts.scrape_interval_s", bounds.MAX_SCRAPES, "scrapes"
@@ -109,6 +112,8 @@ def fleet_result(
     )
     fleet_df = pd.DataFrame(fleet.fleet_rows)
     summary["fleet"] = fleet_summary(fleet, fleet_df, req_df, end_s, pools)
+    if fleet.disagg is not None:
+        _with_disagg(summary["fleet"], fleet, ts_df, ev_df, thresholds.ratio_alert)
     if router is not None:
         summary["fleet"]["router"] = router.name
     # what alerts.parquet was evaluated with: the exports' defaults (sim.cli.export)
@@ -273,6 +278,23 @@ def _with_routes(req: pd.DataFrame, ids: np.ndarray, fleet: Fleet) -> pd.DataFra
     req["first_replica"] = first
     req["route"] = pd.Series(route, dtype=object)
     return req
+
+
+def _with_disagg(
+    section: dict[str, Any],
+    fleet: Fleet,
+    ts: pd.DataFrame,
+    ev: pd.DataFrame,
+    ratio_alert: float,
+) -> None:
+    """A disaggregated fleet's summary: each pool's role, and ``disagg``
+    (``sim.fleet.disagg_outputs``)."""
+    assert fleet.disagg is not None
+    roles = [p.role for p in fleet.config.pools]
+    for pool, role in zip(section["pools"], roles, strict=True):
+        pool["role"] = role
+    by_replica = {n.replica_id: roles[n.pool_index] for n in fleet.nodes}
+    section["disagg"] = disagg_summary(fleet.disagg, by_replica, ts, ev, ratio_alert)
 
 
 def _with_diagnosis(req: pd.DataFrame, diagnosis: pd.DataFrame) -> pd.DataFrame:

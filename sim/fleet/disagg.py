@@ -20,6 +20,8 @@ are prefill pools and decode pools (``fleet.pools[i].role``). A request goes thr
    token: every layer, every tensor-parallel GPU; parallel samples share the prompt) over
    the link: ``latency_s + 8 kv_bytes / (bandwidth_gbps 1e9)`` seconds. Its end is a plain
    SimPy timeout with a callback at that exact instant (the fleet's loop honours it).
+   A request whose prefill's token is its last (one output token) ends there, with no
+   transfer.
 4. **Decode.** The request lands on the decode replica with its KV (``Group.swapped``:
    admission places it whole and it decodes in the step that admits it, with no swap
    stall: a decode pool's ``swap_s_per_token`` is 0, the KV came over the link) and
@@ -192,7 +194,9 @@ class Disagg:
         record. True: handled here (the request's record is not the phase's)."""
         if self.phases.get(group.request_id) is not group:
             return False
-        if group.status != "ok":
+        if group.status == "ok":
+            self.handoffs[group.request_id].prefill_replica = replica.replica_id
+        if group.status != "ok" or self._prefill_ends(group, replica):
             self.fleet.records.end(self.ending(group), replica.replica_id)
             return True
         if driven is None:
@@ -200,6 +204,14 @@ class Disagg:
         else:
             driven.hand_off(group, group.finish_s)
         return True
+
+    def _prefill_ends(self, phase: Group, replica: Replica) -> bool:
+        """Whether the prefill's token is the request's last (it asks for at most one, or
+        its prompt leaves one token below the maximum sequence length): it ends on the
+        prefill replica, with no transfer."""
+        request = self.requests[phase.request_id]
+        left = replica.sched.config.max_seq_tokens - request.prompt_tokens
+        return min(request.output_tokens, left) <= 1
 
     def ending(self, g: Group) -> Group:
         """The request whose end ``g`` is: ``g``'s request with the phase's record when
@@ -228,7 +240,6 @@ class Disagg:
         for name in PHASE_FIELDS:
             if name not in _PROGRESS or name == "generated_tokens":
                 setattr(g, name, getattr(phase, name))
-        self.handoffs[rid].prefill_replica = prefill_id
         self._try_decode(g)
 
     # -- transfer -----------------------------------------------------------------------

@@ -315,6 +315,12 @@ class FleetConfig(_Strict):
                     "kv_transfer is a disaggregated fleet's: no pool has role prefill or decode"
                 )
             return
+        if "colocated" in roles:
+            names = [p.name for p in self.pools if p.role == "colocated"]
+            raise ValueError(
+                f"pools {names} are colocated in a disaggregated fleet: give every pool "
+                "role prefill or decode"
+            )
         for role in ("prefill", "decode"):
             if sum(p.count for p in self.pools if p.role == role) == 0:
                 raise ValueError(
@@ -322,12 +328,6 @@ class FleetConfig(_Strict):
                     f"role {role} and count >= 1 (roles given: "
                     f"{[p.role for p in self.pools]})"
                 )
-        if "colocated" in roles:
-            names = [p.name for p in self.pools if p.role == "colocated"]
-            raise ValueError(
-                f"pools {names} are colocated in a disaggregated fleet: give every pool "
-                "role prefill or decode"
-            )
         if self.kv_transfer is None:
             raise ValueError(
                 "a disaggregated fleet needs kv_transfer: {bandwidth_gbps: ..., latency_s: ...}"
