@@ -113,7 +113,8 @@ def fleet_result(
     fleet_df = pd.DataFrame(fleet.fleet_rows)
     summary["fleet"] = fleet_summary(fleet, fleet_df, req_df, end_s, pools)
     if fleet.disagg is not None:
-        _with_disagg(summary["fleet"], fleet, ts_df, ev_df, thresholds.ratio_alert)
+        frames = ts_df, ev_df, alerts
+        _with_disagg(summary["fleet"], fleet, frames, thresholds.ratio_alert)
     if router is not None:
         summary["fleet"]["router"] = router.name
     # what alerts.parquet was evaluated with: the exports' defaults (sim.cli.export)
@@ -283,18 +284,17 @@ def _with_routes(req: pd.DataFrame, ids: np.ndarray, fleet: Fleet) -> pd.DataFra
 def _with_disagg(
     section: dict[str, Any],
     fleet: Fleet,
-    ts: pd.DataFrame,
-    ev: pd.DataFrame,
+    frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
     ratio_alert: float,
 ) -> None:
-    """A disaggregated fleet's summary: each pool's role, and ``disagg``
-    (``sim.fleet.disagg_outputs``)."""
+    """A disaggregated fleet's summary: each pool's role, and ``disagg`` of the run's
+    (timeseries, events, alerts) (``sim.fleet.disagg_outputs``)."""
     assert fleet.disagg is not None
     roles = [p.role for p in fleet.config.pools]
     for pool, role in zip(section["pools"], roles, strict=True):
         pool["role"] = role
     by_replica = {n.replica_id: roles[n.pool_index] for n in fleet.nodes}
-    section["disagg"] = disagg_summary(fleet.disagg, by_replica, ts, ev, ratio_alert)
+    section["disagg"] = disagg_summary(fleet.disagg, by_replica, frames, ratio_alert)
 
 
 def _with_diagnosis(req: pd.DataFrame, diagnosis: pd.DataFrame) -> pd.DataFrame:

@@ -8,7 +8,7 @@
 * the summary's ``fleet.disagg``: the link, the transfers (started, landed, bytes, mean
   and p99 time), refusals by cause and by fate, and each role's memory (the periodic
   samples of its replicas: used share, the fragmentation ratio, allocation failures,
-  preemptions), so that the prefill side's churn and the decode side's long-lived KV
+  preemptions, the alerts that fired on them), so that the prefill side's churn and the decode side's long-lived KV
   are read apart.
 """
 
@@ -52,11 +52,11 @@ def with_handoffs(req: pd.DataFrame, disagg: Disagg) -> pd.DataFrame:
 def disagg_summary(
     disagg: Disagg,
     roles_by_replica: Mapping[int, str],
-    timeseries: pd.DataFrame,
-    events: pd.DataFrame,
+    frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
     ratio_alert: float,
 ) -> dict[str, Any]:
-    """The summary's ``fleet.disagg`` section; ``roles_by_replica``: each replica's role."""
+    """The summary's ``fleet.disagg`` section of the run's (timeseries, events, alerts);
+    ``roles_by_replica``: each replica's role."""
     link = disagg.link
     times = np.array(disagg.transfer_times_s, dtype=np.float64)
     return {
@@ -76,10 +76,7 @@ def disagg_summary(
         "fates": dict(sorted(disagg.fates.items())),
         **{
             role: role_memory(
-                [r for r, x in sorted(roles_by_replica.items()) if x == role],
-                timeseries,
-                events,
-                ratio_alert,
+                [r for r, x in sorted(roles_by_replica.items()) if x == role], frames, ratio_alert
             )
             for role in ("prefill", "decode")
         },
@@ -87,15 +84,21 @@ def disagg_summary(
 
 
 def role_memory(
-    replicas: list[int], timeseries: pd.DataFrame, events: pd.DataFrame, ratio_alert: float
+    replicas: list[int],
+    frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
+    ratio_alert: float,
 ) -> dict[str, Any]:
     """One role's memory over the periodic samples of its ``replicas`` up (as the
-    summary's ``memory`` is over every replica's)."""
+    summary's ``memory`` is over every replica's), its failures, preemptions and the
+    alerts that fired on them."""
+    timeseries, events, alerts = frames
     ts = timeseries[timeseries["replica"].isin(replicas)]
     periodic = ts[(ts["trigger"] == "periodic") & ts["up"]]
     used = periodic["used_tokens"] / periodic["capacity_tokens"]
     ratio = periodic["largest_contiguous_free_block_ratio"].dropna()
     ev = events[events["replica"].isin(replicas)]
+    mine = alerts[alerts["replica"].isin(replicas) & (alerts["state"] == "firing")]
+    fired = mine["alert"].astype(str)
     return {
         "replicas": replicas,
         "mean_used_share": float(used.mean()) if len(used) else None,
@@ -108,4 +111,5 @@ def role_memory(
         },
         "allocation_failures": int(ev["kind"].isin(["admission_failure", "growth_failure"]).sum()),
         "preemptions": int((ev["kind"] == "preemption").sum()),
+        "alerts_fired": {str(k): int(v) for k, v in fired.value_counts().sort_index().items()},
     }

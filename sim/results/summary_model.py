@@ -345,6 +345,8 @@ class RoleMemory(Section):
     """Admission and growth failures on its replicas."""
     preemptions: Count
     """Preemptions on its replicas."""
+    alerts_fired: dict[str, Count]
+    """Alerts that started firing on its replicas (``alerts.parquet``), by alert."""
 
 
 class Disagg(Section):
