@@ -3,10 +3,11 @@ are prefill pools and decode pools (``fleet.pools[i].role``). A request goes thr
 
 1. **Prefill.** At its arrival the P/D router (``policies.routing.pd``) picks a prefill
    replica, which runs the request as a *prefill phase*: a group of its own with one
-   output token (the prefill and the first token, as llm-d and vLLM's P/D connectors run
-   the prefill instance with ``max_tokens = 1``: vLLM's ``NixlConnector`` and its
-   ``toy_proxy_server.py``; llm-d's ``pd-sidecar``). The client's first token is that
-   one: the request's ``first_token_s`` is the prefill's.
+   output token (the prefill and the first token, as vLLM's disaggregated-serving proxy
+   ``toy_proxy_server.py`` and llm-d's routing sidecar send the prefill instance the
+   request with ``max_tokens = 1``). The request's ``first_token_s`` is that token's
+   (where the client's stream comes from the decode instance, as in vLLM's proxy, its
+   first token also waits for the transfer: fragsim's TTFT is then a lower bound).
 2. **Hand-off.** The prefill phase's end is a decision boundary of the prefill replica:
    a fast fleet's replica hands it back (``sim.engine.driven.Decision.handoffs``, applied in
    ``Fleet.apply``); an exact fleet's outlet hands it over at once. At that instant
