@@ -13,6 +13,8 @@ import pytest
 from support.fleet import evenly, fleet_data, run_fleet_data
 from support.scenarios import request_frame
 
+from policies.routing.load import LeastOutstanding
+from sim.runner import run
 from sim.scenario.errors import ScenarioError
 from sim.scenario.schema import parse_scenario
 
@@ -192,3 +194,8 @@ def test_a_kv_link_needs_a_disaggregated_fleet() -> None:
     data["fleet"]["kv_transfer"] = {"bandwidth_gbps": 100.0}
     with pytest.raises(ScenarioError, match="no pool has role prefill or decode"):
         parse_scenario(data)
+
+
+def test_a_disaggregated_fleets_router_is_not_replaced_before_anything_runs() -> None:
+    with pytest.raises(ValueError, match="not replaced"):
+        run(parse_scenario(pd_data()), evenly(2, 1.0), router=LeastOutstanding())
