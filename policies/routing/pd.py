@@ -79,7 +79,7 @@ class PrefillDecode(Router):
 
     def release(self, replica_id: int, tokens: int) -> None:
         """A transfer of ``tokens`` to ``replica_id`` landed (or was dropped)."""
-        left = self.promised_tokens[replica_id] - tokens
+        left = self.promised_tokens.get(replica_id, 0) - tokens
         assert left >= 0, "released more KV than was promised"
         if left:
             self.promised_tokens[replica_id] = left
