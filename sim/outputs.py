@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from sim.engine.recorder import KV_WASTE_COLUMNS, EventTable
-from sim.fleet.disagg_outputs import disagg_summary, with_handoffs
+from sim.fleet.disagg_outputs import disagg_summary, with_handoff_diagnosis, with_handoffs
 from sim.latency.base import OutOfRange
 from sim.results.frames import frame
 from sim.results.io import RunResult, undefined_as_null
@@ -102,6 +102,8 @@ def fleet_result(
     )
     diagnosis = diagnose_failures(req_df, ev_df, thresholds)[["request_id", "diagnosis"]]
     req_df = _with_diagnosis(req_df, diagnosis)
+    if fleet.disagg is not None:
+        req_df = with_handoff_diagnosis(req_df, fleet.disagg)
     ev_df = _with_alerts(ev_df, alerts)
     pools = [
         pool_report(scenario, part, counted)

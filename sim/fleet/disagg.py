@@ -95,6 +95,8 @@ class Handoff:
     """The last refusal's cause."""
     refusal_fate: str = ""
     """What the last refusal did: ``retry``, ``recompute`` or ``fail``."""
+    refused_s: float = math.nan
+    """When the last refusal was (not an output column: what its diagnosis reads)."""
 
 
 def linked_parts(config: FleetConfig, parts: Sequence[Parts]) -> list[Parts]:
@@ -321,6 +323,7 @@ class Disagg:
             fate = "fail"
         record.refusal_cause = cause
         record.refusal_fate = fate
+        record.refused_s = fleet.now_s
         self.refusals[cause] += 1
         self.fates[fate] += 1
         fleet.fleet_event("kv-transfer-refused", -1, cause, detail=fate, request_id=rid)

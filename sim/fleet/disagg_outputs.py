@@ -4,7 +4,8 @@
   none ended), ``decode_replica`` (where its KV was last sent; -1: none),
   ``transfer_s`` (its last transfer's time; NaN: none), ``kv_transfer_bytes`` (every
   transfer together), ``transfer_refusals``, ``refusal_cause`` and ``refusal_fate`` (the
-  last refusal's; empty: none);
+  last refusal's; empty: none); a request a refused hand-off failed is diagnosed
+  ``KV hand-off refused (CAUSE)``;
 * the summary's ``fleet.disagg``: the link, the transfers (started, landed, bytes, mean
   and p99 time), refusals by cause and by fate, and each role's memory (the periodic
   samples of its replicas: used share, the fragmentation ratio, allocation failures,
@@ -46,6 +47,25 @@ def with_handoffs(req: pd.DataFrame, disagg: Disagg) -> pd.DataFrame:
             req[name] = np.array(values, dtype=np.float64)
         else:
             req[name] = np.array(values, dtype=np.int64)
+    return req
+
+
+def with_handoff_diagnosis(req: pd.DataFrame, disagg: Disagg) -> pd.DataFrame:
+    """``req`` (with its ``diagnosis`` and :data:`HANDOFF_COLUMNS`) with the requests a
+    refused hand-off ended (their last refusal's fate ``fail``, at their finish) diagnosed
+    ``KV hand-off refused (CAUSE)``: the refusal is the router's, and an allocation
+    failure the request met before it is not what ended it."""
+    none = Handoff()
+    refused_s = [disagg.handoffs.get(rid, none).refused_s for rid in req["request_id"].tolist()]
+    ended = req["finish_s"].to_numpy() == np.array(refused_s, dtype=np.float64)
+    refused = (
+        (req["refusal_fate"] == "fail")
+        & ended
+        & req["status"].astype(str).str.startswith("rejected-")
+    )
+    if refused.any():
+        text = "KV hand-off refused (" + req.loc[refused, "refusal_cause"].astype(str) + ")"
+        req.loc[refused, "diagnosis"] = text
     return req
 
 

@@ -121,6 +121,7 @@ def test_every_request_ends_once_every_transfer_ends_and_memory_comes_back(fate:
         failed = req[req["status"] != "ok"]
         assert len(failed) and (failed["status"] == "rejected-capacity").all()
         assert (failed["refusal_cause"] == "capacity").all()
+        assert (failed["diagnosis"] == "KV hand-off refused (capacity)").all()
     else:
         assert (req["status"] == "ok").all()
     if fate == "recompute":
