@@ -12,6 +12,9 @@ A fleet run's outputs, beside a single replica's: ``requests`` gains ``first_rep
 (replicas by state, queue, bill so far); the summary gains a ``fleet`` section, whose
 ``alerts`` records the ``scrape_interval_s`` and ``trend_window_s`` the alert rows were
 evaluated with (``fragsim export openmetrics`` and ``alerts export --run`` read them).
+A disaggregated fleet's outputs add its hand-offs (``sim.fleet.disagg_outputs``: the
+requests' prefill and decode replicas and transfers, route ``pd-recompute``, the
+summary's ``fleet.disagg`` and each pool's ``role``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,10 @@ request at its arrival (``Router.choose`` over the replicas' views, then
 requests a crash or a killed restart loses, the restart / autoscaling policy ticks and a
 script of node actions. Each replica reports through its node's outlet; the fleet reads
 replicas through their views only. Node lifecycles (provisioning, loading, warming,
-draining, down, gone) are :class:`sim.fleet.lifecycle.Lifecycle`'s.
+draining, down, gone) are :class:`sim.fleet.lifecycle.Lifecycle`'s. A disaggregated
+fleet's hand-offs, prefill to decode replica, are :class:`sim.fleet.disagg.Disagg`'s: the
+fleet routes a request's prefill phase, hands a prefill's end to it (``apply``; at once in
+exact mode) and ends a phase's request through it.
 
 Order at one instant: requests arriving then are routed first (URGENT timers, as a
 single replica queues its arrivals before anything else happens), then samples and
