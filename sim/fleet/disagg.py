@@ -64,7 +64,6 @@ from sim.simulate.parts import Parts
 if TYPE_CHECKING:
     from sim.engine.replica import Replica
     from sim.fleet.fleet import Fleet
-    from sim.fleet.node import Node
 
 PHASE_FIELDS = tuple(
     name
@@ -170,9 +169,9 @@ class Disagg:
         return self.roles[self.fleet.nodes[replica_id].pool_index] == "decode"
 
     # -- prefill ------------------------------------------------------------------------
-    def prefill_phase(self, g: Group, replica_id: int) -> Group:
-        """What goes to prefill replica ``replica_id`` for ``g``: its prefill phase (made
-        now for a request, the same for a phase placed again)."""
+    def prefill_phase(self, g: Group) -> Group:
+        """What goes to a prefill replica for ``g``: its prefill phase (made now for a
+        request, the same for a phase placed again)."""
         rid = g.request_id
         if self.phases.get(rid) is g:
             return g
@@ -190,7 +189,7 @@ class Disagg:
         self.handoffs.setdefault(rid, Handoff())
         return phase
 
-    def on_done(self, node: Node, replica: Replica, group: Group, driven: Driven | None) -> bool:
+    def on_done(self, replica: Replica, group: Group, driven: Driven | None) -> bool:
         """A group ended on ``replica`` (its outlet's report). A prefill phase's ``ok``
         end is a hand-off (handed back through ``driven``'s decision in fast mode; at
         once in exact mode); any other end of a phase ends its request with the phase's
@@ -203,7 +202,7 @@ class Disagg:
             self.fleet.records.end(self.ending(group), replica.replica_id)
             return True
         if driven is None:
-            self.handed_off(replica.replica_id, group.finish_s, group)
+            self.handed_off(group.finish_s, group)
         else:
             driven.hand_off(group, group.finish_s)
         return True
@@ -228,15 +227,15 @@ class Disagg:
             setattr(request, name, getattr(g, name))
         return request
 
-    def handed_off(self, prefill_id: int, done_s: float, phase: Group) -> None:
-        """``phase`` ended its prefill on ``prefill_id`` at ``done_s`` (at or after the
-        fleet's instant): its hand-off is tried at that instant (a SimPy event)."""
+    def handed_off(self, done_s: float, phase: Group) -> None:
+        """``phase`` ended its prefill at ``done_s`` (at or after the fleet's instant):
+        its hand-off is tried at that instant (a SimPy event)."""
         env = self.fleet.env
         at = env.timeout(max(0.0, done_s - env.now))
         assert at.callbacks is not None
-        at.callbacks.append(lambda _: self._start(prefill_id, phase))
+        at.callbacks.append(lambda _: self._start(phase))
 
-    def _start(self, prefill_id: int, phase: Group) -> None:
+    def _start(self, phase: Group) -> None:
         rid = phase.request_id
         del self.phases[rid]
         g = self.requests[rid]
@@ -340,8 +339,3 @@ class Disagg:
             "rejected-fragmentation" if cause == "fragmentation" else "rejected-capacity"
         )
         fleet.client_error(g, status)
-
-    # -- reading --------------------------------------------------------------------------
-    def in_flight(self) -> int:
-        """Requests between a prefill's end and their landing (transfers, retries)."""
-        return len(self.requests) - len(self.phases)

@@ -77,7 +77,7 @@ class _NodeOutlet(RunOutlet):
 
     def on_done(self, replica: Replica, group: Group) -> None:
         disagg = self.fleet.disagg
-        if disagg is None or not disagg.on_done(self.node, replica, group, self.driven):
+        if disagg is None or not disagg.on_done(replica, group, self.driven):
             self.records.end(group, replica.replica_id)
 
     def on_event(self, replica: Replica, event: SchedEvent) -> None:
@@ -275,7 +275,7 @@ class Fleet:
         if kind != "routed":
             self.route_kind[g.request_id] = kind
         if self.disagg is not None:
-            g = self.disagg.prefill_phase(g, choice)
+            g = self.disagg.prefill_phase(g)
         node.replica.submit(g, next_s)
         return choice
 
@@ -305,7 +305,7 @@ class Fleet:
             self.retries.add(due_s, set_s, g, replica_id)
         if self.disagg is not None:
             for done_s, g in decision.handoffs:
-                self.disagg.handed_off(replica_id, done_s, g)
+                self.disagg.handed_off(done_s, g)
         if decision.down is None:
             return
         mode, downtime_s = decision.down
