@@ -297,7 +297,8 @@ class Fleet:
     def apply(self, driven: Driven, decision: Decision) -> None:
         """Fast mode: what a replica's decision handed back, applied by the loop after
         it (``sim.fleet.loop``): its clients' retries (pinned to it unless re-routed),
-        then a restart's boundary -- the node's lifecycle moves on (its queue may go
+        its prefills' hand-offs (a disaggregated fleet, ``sim.fleet.disagg``), then a
+        restart's boundary -- the node's lifecycle moves on (its queue may go
         back to the router), the replica goes down, the requests it lost see errors."""
         replica = driven.replica
         replica_id = replica.replica_id
