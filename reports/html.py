@@ -33,6 +33,7 @@ from plotly.offline import get_plotlyjs
 from reports.answer import COMPARE_COLUMNS, answer_html, find_out_sentence, fix_sentence
 from reports.common import DEFAULT_OPTIONS, ReportOptions, empty_reason, esc, figure_note
 from reports.comparison import comparison_bars, comparison_frame, comparison_table
+from reports.disagg import pd_memory
 from reports.fleet import cost_over_time, replicas_over_time
 from reports.kv_manager import kv_manager_waste
 from reports.memory import replica_memory
@@ -45,11 +46,12 @@ from sim.results.labels import WASTE_LABELS
 from sim.results.offload_rows import offload_rows
 from sim.results.runfolder import RunFolderError, check_run_folder, read_result
 from sim.results.summary import alert_lines
-from sim.results.summary_model import Summary
+from sim.results.summary_model import Disagg, Summary
 from traces.atomic import atomic_path
 
 FIGURES: tuple[Callable[[RunResult, ReportOptions], go.Figure | None], ...] = (
     replica_memory,
+    pd_memory,
     ratio_vs_uptime,
     failures_over_time,
     waste_breakdown,
@@ -245,6 +247,30 @@ def summary_rows(summary: Summary) -> list[tuple[str, str]]:
         rows.append(("scale-ups / scale-downs", f"{fleet.scale_ups:,} / {fleet.scale_downs:,}"))
         restarts = ", ".join(f"{k} {v:,}" for k, v in fleet.restarts.items()) or "none"
         rows.append(("restarts by cause / crashes", f"{restarts} / {fleet.crashes:,}"))
+        if fleet.disagg is not None:
+            rows += disagg_rows(fleet.disagg)
+    return rows
+
+
+def disagg_rows(disagg: Disagg) -> list[tuple[str, str]]:
+    """A disaggregated fleet's transfers, refusals and each role's memory."""
+    t = disagg.transfers
+    rows = [
+        ("KV transfers started / landed", f"{t.started:,} / {t.landed:,}"),
+        ("  KV bytes sent (GB)", f"{t.kv_bytes / 1e9:,.1f}"),
+        ("  transfer mean / p99 (s)", f"{_f(t.mean_s)} / {_f(t.p99_s)}"),
+        ("hand-offs refused", f"{sum(disagg.refusals.values()):,}"),
+    ]
+    rows += [(f"  {cause}", f"{n:,}") for cause, n in disagg.refusals.items()]
+    rows += [(f"  fate {fate}", f"{n:,}") for fate, n in disagg.fates.items()]
+    for role, mem in (("prefill", disagg.prefill), ("decode", disagg.decode)):
+        ratio = mem.largest_contiguous_free_block_ratio
+        rows.append((f"{role} replicas", ", ".join(map(str, mem.replicas))))
+        rows.append(("  KV used share (mean)", _f(mem.mean_used_share, ".1%")))
+        rows.append(("  largest / free ratio min / mean", f"{_f(ratio.min)} / {_f(ratio.mean)}"))
+        rows.append(("  allocation failures", f"{mem.allocation_failures:,}"))
+        fired = ", ".join(f"{a} {n:,}" for a, n in mem.alerts_fired.items()) or "none"
+        rows.append(("  alerts fired", fired))
     return rows
 
 

@@ -12,6 +12,9 @@ A fleet run's outputs, beside a single replica's: ``requests`` gains ``first_rep
 (replicas by state, queue, bill so far); the summary gains a ``fleet`` section, whose
 ``alerts`` records the ``scrape_interval_s`` and ``trend_window_s`` the alert rows were
 evaluated with (``fragsim export openmetrics`` and ``alerts export --run`` read them).
+A disaggregated fleet's outputs add its hand-offs (``sim.fleet.disagg_outputs``: the
+requests' prefill and decode replicas and transfers, route ``pd-recompute``, the
+summary's ``fleet.disagg`` and each pool's ``role``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from sim.engine.recorder import KV_WASTE_COLUMNS, EventTable
+from sim.fleet.disagg_outputs import disagg_summary, with_handoff_diagnosis, with_handoffs
 from sim.latency.base import OutOfRange
 from sim.results.frames import PREFIX_CACHE_COLUMNS, frame
 from sim.results.io import RunResult, undefined_as_null
@@ -82,6 +86,8 @@ def fleet_result(
     ts_df, ev_df = done.recorder.frames()
     req_df = done.records.frame(any(p.allocator.caches_prefixes() for p in parts))
     req_df = _with_routes(req_df, fleet.columns.ids, fleet)
+    if fleet.disagg is not None:
+        req_df = with_handoffs(req_df, fleet.disagg)
     thresholds = scenario.metrics.thresholds()
     if end_s / config.alerts.scrape_interval_s > bounds.MAX_SCRAPES:  # a long backlog
         what = "fleet.alerts.scrape_interval_s", bounds.MAX_SCRAPES, "scrapes"
@@ -100,6 +106,8 @@ def fleet_result(
     )
     diagnosis = diagnose_failures(req_df, ev_df, thresholds)[["request_id", "diagnosis"]]
     req_df = _with_diagnosis(req_df, diagnosis)
+    if fleet.disagg is not None:
+        req_df = with_handoff_diagnosis(req_df, fleet.disagg)
     ev_df = _with_alerts(ev_df, alerts)
     pools = [
         pool_report(scenario, part, counted)
@@ -110,6 +118,9 @@ def fleet_result(
     )
     fleet_df = pd.DataFrame(fleet.fleet_rows)
     summary["fleet"] = fleet_summary(fleet, fleet_df, req_df, end_s, pools)
+    if fleet.disagg is not None:
+        frames = ts_df, ev_df, alerts
+        _with_disagg(summary["fleet"], fleet, frames, thresholds.ratio_alert)
     if router is not None:
         summary["fleet"]["router"] = router.name
     # what alerts.parquet was evaluated with: the exports' defaults (sim.cli.export)
@@ -294,6 +305,22 @@ def _with_routes(req: pd.DataFrame, ids: np.ndarray, fleet: Fleet) -> pd.DataFra
     req["first_replica"] = first
     req["route"] = pd.Series(route, dtype=object)
     return req
+
+
+def _with_disagg(
+    section: dict[str, Any],
+    fleet: Fleet,
+    frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
+    ratio_alert: float,
+) -> None:
+    """A disaggregated fleet's summary: each pool's role, and ``disagg`` of the run's
+    (timeseries, events, alerts) (``sim.fleet.disagg_outputs``)."""
+    assert fleet.disagg is not None
+    roles = [p.role for p in fleet.config.pools]
+    for pool, role in zip(section["pools"], roles, strict=True):
+        pool["role"] = role
+    by_replica = {n.replica_id: roles[n.pool_index] for n in fleet.nodes}
+    section["disagg"] = disagg_summary(fleet.disagg, by_replica, frames, ratio_alert)
 
 
 def _with_diagnosis(req: pd.DataFrame, diagnosis: pd.DataFrame) -> pd.DataFrame:

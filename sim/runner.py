@@ -60,6 +60,8 @@ def run(
         warnings.warn(note, ScenarioWarning, stacklevel=2)
     if (router is not None or script) and scenario.fleet is None:
         raise ValueError("a router or a script replaces a fleet's: the scenario has none")
+    if router is not None and scenario.fleet is not None and scenario.fleet.disaggregated:
+        raise ValueError("a disaggregated fleet's router (pd) places its hand-offs: not replaced")
     built = list(parts) if parts is not None else run_parts(scenario, requests)
     requests, beyond = within_duration(scenario, requests)
     with _gc_paused():

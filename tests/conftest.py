@@ -47,6 +47,8 @@ TESTS = Path(__file__).resolve().parent
 BUILD_INDEPENDENT: frozenset[str] = frozenset(
     {
         "e2e/test_cli_alerts.py",
+        "e2e/test_cli_disagg.py",
+        "unit/test_pd_router.py",
         "unit/test_summary_model.py",
         "unit/test_summary_docs.py",
         "e2e/test_cli_compare.py",

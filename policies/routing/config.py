@@ -19,6 +19,7 @@ from policies.routing.load import (
     PowerOfTwo,
     ShortestQueue,
 )
+from policies.routing.pd import DecodeChoice, PrefillDecode
 from policies.routing.simple import RandomRouter, RoundRobin
 
 MAX_SEED = (1 << 63) - 1
@@ -193,3 +194,16 @@ class FragmentationAwareConfig(RouterConfig):
 
     def build(self) -> Router:
         return FragmentationAware()
+
+
+class PrefillDecodeConfig(RouterConfig):
+    """A disaggregated fleet's router: least outstanding among the prefill replicas at
+    arrival; at the hand-off, a decode replica that fits the request's KV (docs/disagg.md)."""
+
+    kind: Literal["pd"] = "pd"
+    decode: DecodeChoice = "least_outstanding"
+    """Among the decode replicas that fit: ``least_outstanding`` or ``best_fit`` (the
+    smallest free extent left after the KV)."""
+
+    def build(self) -> Router:
+        return PrefillDecode(self.decode)

@@ -28,6 +28,7 @@ ROUTERS: Registry[RouterConfig] = Registry(
         cfg.SessionAffinityConfig,
         cfg.LengthPoolsConfig,
         cfg.FragmentationAwareConfig,
+        cfg.PrefillDecodeConfig,
     ],
 )
 

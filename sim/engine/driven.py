@@ -59,10 +59,15 @@ class Decision:
       the retry was set, group)`` in the order they were refused;
     * ``down``: the replica reached a restart's step boundary (``(mode, downtime_s)``).
       The owner records its lifecycle change, then calls :meth:`Driven.go_down`
-      (which returns the requests a ``lose`` restart loses: their clients see errors)."""
+      (which returns the requests a ``lose`` restart loses: their clients see errors);
+    * ``handoffs``: requests whose prefill ended here, handed to their owner to be
+      decoded elsewhere (a disaggregated fleet's prefill replica, ``sim.fleet.disagg``),
+      as ``(time the prefill ended, group)`` in the order they ended; the decision
+      stopped at the first of them (a decision boundary)."""
 
     retries: list[tuple[float, float, Group]] = field(default_factory=list)
     down: tuple[RestartMode, float] | None = None
+    handoffs: list[tuple[float, Group]] = field(default_factory=list)
 
 
 class Agenda:
@@ -267,6 +272,18 @@ class Driven:
         decision.retries.append((due_s, now, group))
         if due_s < self._horizon:
             self._horizon = due_s
+
+    def hand_off(self, group: Group, done_s: float) -> None:
+        """``group``'s prefill ended at ``done_s`` during a decision (its owner's outlet
+        says so): it is handed back (:class:`Decision`) and the replica stops running
+        ahead there, so that the owner acts on it at that instant."""
+        assert self._horizon > -math.inf, "a driven replica hands off only while deciding"
+        decision = self._decision
+        if decision is None:
+            decision = self._decision = Decision()
+        decision.handoffs.append((done_s, group))
+        if done_s < self._horizon:
+            self._horizon = done_s
 
     # -- decisions --------------------------------------------------------------------
     def decide(self, horizon_s: float) -> Decision | None:

@@ -4,7 +4,10 @@ request at its arrival (``Router.choose`` over the replicas' views, then
 requests a crash or a killed restart loses, the restart / autoscaling policy ticks and a
 script of node actions. Each replica reports through its node's outlet; the fleet reads
 replicas through their views only. Node lifecycles (provisioning, loading, warming,
-draining, down, gone) are :class:`sim.fleet.lifecycle.Lifecycle`'s.
+draining, down, gone) are :class:`sim.fleet.lifecycle.Lifecycle`'s. A disaggregated
+fleet's hand-offs, prefill to decode replica, are :class:`sim.fleet.disagg.Disagg`'s: the
+fleet routes a request's prefill phase, hands a prefill's end to it (``apply``; at once in
+exact mode) and ends a phase's request through it.
 
 Order at one instant: requests arriving then are routed first (URGENT timers, as a
 single replica queues its arrivals before anything else happens), then samples and
@@ -28,6 +31,7 @@ from sim.engine.driven import Agenda, Clock, Decision, Driven
 from sim.engine.events import ArrivalTimer
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica, RestartMode
+from sim.fleet.disagg import Disagg, linked_parts
 from sim.fleet.lifecycle import Lifecycle
 from sim.fleet.loop import ARRIVAL_CHUNK, Retries, drive
 from sim.fleet.node import Node
@@ -64,10 +68,17 @@ class _NodeOutlet(RunOutlet):
 
     takes_retries = True
 
-    def __init__(self, fleet: Fleet, node: Node) -> None:
+    def __init__(self, fleet: Fleet, node: Node, driven: Driven | None) -> None:
         super().__init__(fleet.recorder, fleet.records)
         self.fleet = fleet
         self.node = node
+        self.driven = driven
+        """The replica's driver in fast mode (a prefill replica hands off through it)."""
+
+    def on_done(self, replica: Replica, group: Group) -> None:
+        disagg = self.fleet.disagg
+        if disagg is None or not disagg.on_done(replica, group, self.driven):
+            self.records.end(group, replica.replica_id)
 
     def on_event(self, replica: Replica, event: SchedEvent) -> None:
         self.recorder.on_event(replica, event)
@@ -112,7 +123,7 @@ class Fleet:
     ) -> None:
         self.env = env
         self.config = config
-        self.parts = parts
+        self.parts = linked_parts(config, parts) if config.disaggregated else parts
         self.exact = exact
         self.recorder = recorder
         self.columns = columns
@@ -144,12 +155,16 @@ class Fleet:
         self.script: list[NodeAction] = []
         """Node actions applied at their times besides the policies' (a postmortem's
         recorded events), sorted by time."""
+        self.disagg = Disagg(self, config, self.parts) if config.disaggregated else None
+        """A disaggregated fleet's hand-offs (``sim.fleet.disagg``); None: colocated."""
         self.life = Lifecycle(env, config, parts, self, seed=seed)
         self.nodes = self.life.nodes
         """Every node, by replica id (the lifecycle's list)."""
         for i, pool in enumerate(config.pools):
             for j in range(pool.count):
                 self.life.add_active(i, pool.uptime_of(j))
+        if self.disagg is not None:
+            self.disagg.assign_roles()
 
     @property
     def router(self) -> Router:
@@ -178,17 +193,18 @@ class Fleet:
     def make_replica(self, node: Node, initial_uptime_s: float) -> Replica:
         part = self.parts[node.pool_index]
         alloc, spec = part.allocator, part.spec
+        driven = None if self.exact else Driven(self.clock, self.agenda)
         replica = Replica(
             self.env,
             node.replica_id,
             part.scheduler,
             lambda: alloc.build(spec),
             part.latency,
-            outlet=_NodeOutlet(self, node),
+            outlet=_NodeOutlet(self, node, driven),
             exact=self.exact,
             initial_uptime_s=initial_uptime_s,
             out_of_range=self.out_of_range[node.pool_index],
-            driver=None if self.exact else Driven(self.clock, self.agenda),
+            driver=driven,
         )
         self.views.set(node.replica_id, replica.view, replica)
         return replica
@@ -258,6 +274,8 @@ class Fleet:
         assert node.replica is not None and node.routable, "router chose a replica that is not up"
         if kind != "routed":
             self.route_kind[g.request_id] = kind
+        if self.disagg is not None:
+            g = self.disagg.prefill_phase(g)
         node.replica.submit(g, next_s)
         return choice
 
@@ -279,12 +297,16 @@ class Fleet:
     def apply(self, driven: Driven, decision: Decision) -> None:
         """Fast mode: what a replica's decision handed back, applied by the loop after
         it (``sim.fleet.loop``): its clients' retries (pinned to it unless re-routed),
-        then a restart's boundary -- the node's lifecycle moves on (its queue may go
+        its prefills' hand-offs (a disaggregated fleet, ``sim.fleet.disagg``), then a
+        restart's boundary -- the node's lifecycle moves on (its queue may go
         back to the router), the replica goes down, the requests it lost see errors."""
         replica = driven.replica
         replica_id = replica.replica_id
         for due_s, set_s, g in decision.retries:
             self.retries.add(due_s, set_s, g, replica_id)
+        if self.disagg is not None:
+            for done_s, g in decision.handoffs:
+                self.disagg.handed_off(done_s, g)
         if decision.down is None:
             return
         mode, downtime_s = decision.down
@@ -300,7 +322,10 @@ class Fleet:
             self.route(g, math.inf, "rerouted-retry")
             return
         node = self.nodes[replica_id]
-        if not self.config.retry.reroute and node.routable and node.replica is not None:
+        pinned = self.disagg is None or not self.disagg.is_decode(
+            replica_id
+        )  # (P/D: prefill again)
+        if pinned and not self.config.retry.reroute and node.routable and node.replica is not None:
             self.route_kind[g.request_id] = "pinned-retry"
             node.replica.submit(g)
             return
@@ -312,7 +337,14 @@ class Fleet:
         for g in groups:
             self._client_error(g, replica, "failed-lost")
 
+    def client_error(self, g: Group, status: Status) -> None:
+        """``g`` is refused now, outside any replica (a disaggregated fleet's hand-off):
+        its client retries through the router, or it ends with ``status``."""
+        self._client_error(g, None, status)
+
     def _client_error(self, g: Group, replica: Replica | None, status: Status) -> None:
+        if self.disagg is not None:
+            g = self.disagg.ending(g)  # a prefill phase's error is its request's
         delay_s = self.retry.next_try(g)
         now = self.now_s
         if delay_s is not None:

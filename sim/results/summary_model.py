@@ -319,6 +319,8 @@ class Pool(Section):
     """Its latency model and out-of-range steps."""
     kv_layout: list[str] | None = None
     """A KV manager's pool only: how it laid the memory out (groups, padding, pools)."""
+    role: str | None = None
+    """A disaggregated fleet's pool only: ``prefill`` or ``decode``."""
 
     @model_validator(mode="after")
     def _bytes_fit(self) -> Pool:
@@ -368,6 +370,62 @@ class FleetReplicas(Section):
     """Billed replica-seconds over the run's end."""
 
 
+class KVLink(Section):
+    bandwidth_gbps: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None
+    """Link bandwidth, gigabits per second; null: no bandwidth limit."""
+    latency_s: Seconds
+    """Fixed time per transfer."""
+    on_refusal: str
+    """The fate of a refused hand-off: ``retry``, ``recompute`` or ``fail``."""
+
+
+class Transfers(Section):
+    started: Count
+    """KV transfers started (a request refused and retried may start more than one)."""
+    landed: Count
+    """Transfers whose KV was queued on their decode replica (the rest: in flight at the
+    run's end, or their decode replica went down)."""
+    kv_bytes: Count
+    """KV bytes sent, every transfer together."""
+    mean_s: Seconds | None
+    """Mean transfer time; null with no transfer."""
+    p99_s: Seconds | None
+    """99th-percentile transfer time; null as ``mean_s``."""
+
+
+class RoleMemory(Section):
+    replicas: list[Replica]
+    """The role's replicas' ids."""
+    mean_used_share: Share | None
+    """Mean share of KV memory used over the periodic samples of its replicas up; null
+    with none."""
+    largest_contiguous_free_block_ratio: RatioStats
+    """Its periodic samples' largest free extent over all free memory (``ratio_alert``:
+    the scenario's)."""
+    allocation_failures: Count
+    """Admission and growth failures on its replicas."""
+    preemptions: Count
+    """Preemptions on its replicas."""
+    alerts_fired: dict[str, Count]
+    """Alerts that started firing on its replicas (``alerts.parquet``), by alert."""
+
+
+class Disagg(Section):
+    link: KVLink
+    """The KV link, prefill to decode replicas."""
+    transfers: Transfers
+    """KV transfers."""
+    refusals: dict[str, Count]
+    """Hand-offs no decode replica would take, by cause (``fragmentation``,
+    ``capacity``, ``no-decode-replica``, ``decode-down``)."""
+    fates: dict[str, Count]
+    """The same refusals by what they did (``retry``, ``recompute``, ``fail``)."""
+    prefill: RoleMemory
+    """The prefill replicas' memory: short-lived prompt KV."""
+    decode: RoleMemory
+    """The decode replicas' memory: long-lived KV."""
+
+
 class Fleet(Section):
     pools: Annotated[list[Pool], Field(min_length=1)]
     """The pools, in the scenario's order."""
@@ -401,6 +459,8 @@ class Fleet(Section):
     """Requests no replica would take."""
     alerts: FleetAlerts | None = None
     """What ``alerts.parquet`` was evaluated with (the exports' defaults)."""
+    disagg: Disagg | None = None
+    """A disaggregated fleet only: its KV transfers and each role's memory."""
 
 
 class Summary(Section):

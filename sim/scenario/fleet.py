@@ -65,6 +65,49 @@ class Duration(_Strict):
     sd_s: Number = Field(0.0, ge=0, le=MAX_SECONDS, description="Standard deviation, seconds.")
 
 
+Role = Literal["colocated", "prefill", "decode"]
+"""What a pool's replicas do: both phases of a request (``colocated``), or one phase of a
+disaggregated fleet's (Splitwise / DistServe / llm-d P/D; ``sim.fleet.disagg``)."""
+
+
+class KVTransferConfig(BaseModel):
+    """The link a disaggregated fleet moves a prompt's KV over, prefill replica to decode
+    replica: a transfer of ``b`` bytes takes ``latency_s + 8 b / (bandwidth_gbps 1e9)``
+    seconds (``sim.fleet.disagg``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    bandwidth_gbps: Number | None = Field(
+        gt=0,
+        le=1e6,
+        description="Link bandwidth, gigabits per second (NVLink ~3600, 400 GbE RDMA "
+        "~400); null: an ideal link, no bandwidth limit.",
+    )
+    latency_s: Number = Field(
+        0.0, ge=0, le=3600, description="Fixed time per transfer (setup, handshake), seconds."
+    )
+    on_refusal: Literal["retry", "recompute", "fail"] = Field(
+        "retry",
+        description="A decode replica cannot place the KV: retry the hand-off after "
+        "retry_delay_s, recompute (prefill again), or fail the request.",
+    )
+    retry_delay_s: Number = Field(
+        0.05, ge=0, le=3600, description="Delay before a refused hand-off is tried again."
+    )
+    max_refusals: Count = Field(
+        8,
+        ge=0,
+        le=1000,
+        description="Refusals of one request after which it fails (any fate).",
+    )
+
+    def transfer_s(self, kv_bytes: int) -> float:
+        """Seconds to move ``kv_bytes`` over the link."""
+        if self.bandwidth_gbps is None:
+            return float(self.latency_s)
+        return float(self.latency_s) + 8.0 * kv_bytes / (float(self.bandwidth_gbps) * 1e9)
+
+
 class PoolConfig(_Strict):
     """One node pool: ``count`` identical replicas at t = 0 (the autoscaler adds to and
     removes from the first pool unless ``scale_pool`` names another)."""
@@ -90,6 +133,11 @@ class PoolConfig(_Strict):
         0.0,
         description="Uptime of each replica at t = 0: one number for all, or one per "
         "replica (nodes restarted at different times).",
+    )
+    role: Role = Field(
+        "colocated",
+        description="colocated: prefill and decode on the same replica; prefill / decode: "
+        "a disaggregated fleet's pools (docs/disagg.md; needs fleet.kv_transfer).",
     )
 
     @field_validator("allocator", mode="before")
@@ -206,6 +254,11 @@ class FleetConfig(_Strict):
     lifecycle: LifecycleConfig = LifecycleConfig()
     faults: FaultConfig = FaultConfig()
     alerts: AlertOptions = AlertOptions()
+    kv_transfer: KVTransferConfig | None = Field(
+        None,
+        description="A disaggregated fleet's KV link, prefill to decode pools "
+        "(docs/disagg.md); needed when a pool has role prefill or decode.",
+    )
 
     # Each policy block is parsed here, once, into its registered config class (kept:
     # the fleet builds its policies from it); errors name the kind and the field.
@@ -248,7 +301,49 @@ class FleetConfig(_Strict):
                 )
         if self.max_replicas is not None and self.max_replicas < self.floor:
             raise ValueError(f"max_replicas {self.max_replicas} is below min_replicas {self.floor}")
+        self._check_disaggregated()
         return self
+
+    def _check_disaggregated(self) -> None:
+        """A P/D fleet: prefill and decode pools with replicas at t = 0, no colocated
+        pool, a KV link, the P/D router, no autoscaler."""
+        roles = {p.role for p in self.pools}
+        is_pd = self.router.kind == "pd"
+        if roles == {"colocated"}:  # (router pd: least outstanding)
+            if self.kv_transfer is not None:
+                raise ValueError(
+                    "kv_transfer is a disaggregated fleet's: no pool has role prefill or decode"
+                )
+            return
+        if "colocated" in roles:
+            names = [p.name for p in self.pools if p.role == "colocated"]
+            raise ValueError(
+                f"pools {names} are colocated in a disaggregated fleet: give every pool "
+                "role prefill or decode"
+            )
+        for role in ("prefill", "decode"):
+            if sum(p.count for p in self.pools if p.role == role) == 0:
+                raise ValueError(
+                    f"a disaggregated fleet needs {role} replicas at t = 0: pools with "
+                    f"role {role} and count >= 1 (roles given: "
+                    f"{[p.role for p in self.pools]})"
+                )
+        if self.kv_transfer is None:
+            raise ValueError(
+                "a disaggregated fleet needs kv_transfer: {bandwidth_gbps: ..., latency_s: ...}"
+            )
+        if not is_pd:
+            raise ValueError(
+                f"router kind {self.router.kind!r} routes colocated fleets: a disaggregated "
+                "fleet's router is kind pd"
+            )
+        if self.autoscaler.kind != "none":
+            raise ValueError("a disaggregated fleet does not autoscale yet: autoscaler kind none")
+
+    @property
+    def disaggregated(self) -> bool:
+        """Whether the pools are prefill and decode pools (``sim.fleet.disagg``)."""
+        return self.kv_transfer is not None
 
     @property
     def initial_replicas(self) -> int:

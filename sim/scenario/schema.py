@@ -316,6 +316,8 @@ class Scenario(_Strict):
                     "initial_uptime_s is the single replica's; a fleet's pools set "
                     "fleet.pools[i].initial_uptime_s"
                 )
+            if self.fleet.disaggregated:
+                _check_disaggregated(self)
         return self
 
     @field_validator("allocator", mode="before")
@@ -340,6 +342,22 @@ class Scenario(_Strict):
                     )
                 )
             ) from None
+
+
+def _check_disaggregated(scenario: Scenario) -> None:
+    """What a disaggregated fleet does not model (docs/disagg.md, "Limits"): swap
+    preemption (a decode replica takes its KV in over the link, not from host memory)
+    and retained KV (a prefill replica holds a prompt's KV for its transfer)."""
+    if scenario.scheduler.preemption == "swap":
+        raise ValueError(
+            "scheduler.preemption swap is not modelled in a disaggregated fleet: use "
+            "recompute or fail"
+        )
+    if scenario.retention.kind != "none":
+        raise ValueError(
+            "retention is not modelled in a disaggregated fleet (a prefill replica holds "
+            "a prompt's KV for its transfer): use retention kind none"
+        )
 
 
 def format_validation_error(source: str, err: ValidationError, data: object) -> str:

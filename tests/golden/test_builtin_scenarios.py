@@ -75,7 +75,10 @@ def _fleet_headline(summary: Summary) -> dict[str, Any]:
         return {}
     fleet = summary.fleet.to_json_dict()
     keys = ("replicas", "replica_hours", "avoidable_replica_hours", "restarts", "scale_ups")
-    return {"fleet": {k: fleet[k] for k in keys}}
+    out = {k: fleet[k] for k in keys}
+    if "disagg" in fleet:  # a disaggregated fleet: its transfers and refusals
+        out["disagg"] = {k: fleet["disagg"][k] for k in ("transfers", "refusals", "fates")}
+    return {"fleet": out}
 
 
 def _offload_headline(summary: Summary) -> dict[str, Any]:

@@ -1,0 +1,341 @@
+"""Disaggregated prefill and decode (Splitwise, DistServe, llm-d's P/D): a fleet whose pools
+are prefill pools and decode pools (``fleet.pools[i].role``). A request goes through:
+
+1. **Prefill.** At its arrival the P/D router (``policies.routing.pd``) picks a prefill
+   replica, which runs the request as a *prefill phase*: a group of its own with one
+   output token (the prefill and the first token, as vLLM's disaggregated-serving proxy
+   ``toy_proxy_server.py`` and llm-d's routing sidecar send the prefill instance the
+   request with ``max_tokens = 1``). The request's ``first_token_s`` is that token's
+   (where the client's stream comes from the decode instance, as in vLLM's proxy, its
+   first token also waits for the transfer: fragsim's TTFT is then a lower bound).
+2. **Hand-off.** The prefill phase's end is a decision boundary of the prefill replica:
+   a fast fleet's replica hands it back (``sim.engine.driven.Decision.handoffs``, applied in
+   ``Fleet.apply``); an exact fleet's outlet hands it over at once. At that instant
+   (a SimPy event) the router picks a decode replica that fits the prompt's KV and one
+   token per sequence, and *promises* that room on it for the transfer's length (the
+   router's reservation, ``PrefillDecode.reserve``); the prefill replica keeps the
+   prompt's blocks for the transfer too (its group's retention, freed when the transfer
+   is due to end), as vLLM's ``NixlConnector`` keeps a prefill's blocks until the decode
+   side has read them.
+3. **Transfer.** ``kv_bytes = kv_bytes_per_token x prompt_tokens`` (a replica's bytes per
+   token: every layer, every tensor-parallel GPU; parallel samples share the prompt) over
+   the link: ``latency_s + 8 kv_bytes / (bandwidth_gbps 1e9)`` seconds. Its end is a plain
+   SimPy timeout with a callback at that exact instant (the fleet's loop honours it).
+   A request whose prefill's token is its last (one output token) ends there, with no
+   transfer.
+4. **Decode.** The request lands on the decode replica with its KV (``Group.swapped``:
+   admission places it whole and it decodes in the step that admits it, with no swap
+   stall: a decode pool's ``swap_s_per_token`` is 0, the KV came over the link) and
+   decodes its remaining tokens there; its record (``replica``) is the decode replica's.
+
+A refusal (no decode replica fits when the hand-off is tried, or the chosen one went
+down before the KV landed) has a *fate* (``fleet.kv_transfer.on_refusal``): ``retry``
+the hand-off after ``retry_delay_s``, ``recompute`` (routed to a prefill replica again,
+its KV dropped) or ``fail`` (the request is refused: ``rejected-fragmentation`` when the
+decode replicas had the free memory but not in one extent, else ``rejected-capacity``;
+the client's own retries apply). After ``max_refusals`` refusals every fate is ``fail``.
+The cause (``fragmentation``, ``capacity``, ``no-decode-replica``, ``decode-down``) is
+recorded per request and counted in the summary; each refusal is an event row
+(``kv-transfer-refused``).
+
+What the model leaves out (docs/disagg.md, "Limits"): the decode replica's promise is
+the router's accounting, not an allocation (the blocks are allocated when the KV lands:
+a landing that does not fit waits in the decode replica's queue as any placement does);
+a refused hand-off's retries do not extend the prefill replica's hold of the KV.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from policies.routing.pd import PrefillDecode
+from sim.engine.batch import Group, Status
+from sim.engine.driven import Driven
+from sim.results.frames import RECORD_FIELDS
+from sim.scenario.errors import ScenarioError
+from sim.scenario.fleet import FleetConfig, KVTransferConfig
+from sim.simulate.parts import Parts
+
+if TYPE_CHECKING:
+    from sim.engine.replica import Replica
+    from sim.fleet.fleet import Fleet
+
+PHASE_FIELDS = tuple(
+    name
+    for name, _ in RECORD_FIELDS
+    if name not in ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "num_seqs")
+)
+"""A request's record fields its prefill phase writes (what a prefill that ended the
+request leaves in its record)."""
+_PROGRESS = frozenset({"generated_tokens", "status", "finish_s"})
+"""Of those, the ones of the attempt in progress (a phase starts them afresh)."""
+
+
+@dataclass(slots=True)
+class Handoff:
+    """One request's way through the P/D fleet (its per-request output columns)."""
+
+    prefill_replica: int = -1
+    """The prefill replica its last prefill ran on (-1: none ended)."""
+    decode_replica: int = -1
+    """The decode replica its KV was last sent to (-1: none)."""
+    transfer_s: float = math.nan
+    """Its last transfer's time, seconds."""
+    kv_transfer_bytes: int = 0
+    """KV bytes sent, every transfer together."""
+    transfer_refusals: int = 0
+    """Hand-offs refused."""
+    refusal_cause: str = ""
+    """The last refusal's cause."""
+    refusal_fate: str = ""
+    """What the last refusal did: ``retry``, ``recompute`` or ``fail``."""
+    refused_s: float = math.nan
+    """When the last refusal was (not an output column: what its diagnosis reads)."""
+
+
+def linked_parts(config: FleetConfig, parts: Sequence[Parts]) -> list[Parts]:
+    """The pools' parts with each decode pool's swap-in stall removed
+    (``swap_s_per_token`` 0): a request lands on a decode replica with its KV placed
+    whole, as a swapped-out request comes back, but its bytes came over the link (their
+    time is the transfer's). Swap preemption is refused in a disaggregated fleet, so
+    nothing else reads it."""
+    out = list(parts)
+    for i, pool in enumerate(config.pools):
+        if pool.role == "decode":
+            part = out[i]
+            out[i] = dataclasses.replace(
+                part, scheduler=dataclasses.replace(part.scheduler, swap_s_per_token=0.0)
+            )
+    return out
+
+
+class Disagg:
+    """A disaggregated fleet's hand-offs (the module docstring), owned by its
+    :class:`~sim.fleet.fleet.Fleet` (built before its nodes)."""
+
+    def __init__(self, fleet: Fleet, config: FleetConfig, parts: Sequence[Parts]) -> None:
+        link = config.kv_transfer
+        assert link is not None, "a disaggregated fleet has a KV link"
+        self.fleet = fleet
+        self.link: KVTransferConfig = link
+        self.roles = [p.role for p in config.pools]
+        per_token = {p.spec.kv_bytes_per_token for p in parts}
+        if len(per_token) != 1:
+            raise ScenarioError(
+                "field fleet.pools: a disaggregated fleet's pools must hold the same KV "
+                f"(one model): KV bytes per token {sorted(per_token)} differ by pool"
+            )
+        self.kv_bytes_per_token = per_token.pop()
+        self.phases: dict[int, Group] = {}
+        """Request id -> its prefill phase in flight (queued, running, or held for a retry)."""
+        self.requests: dict[int, Group] = {}
+        """Request id -> the request itself while a prefill phase or a transfer has it."""
+        self.handoffs: dict[int, Handoff] = {}
+        """Request id -> its way through the fleet (every request that reached a prefill)."""
+        self.transfers_started = 0
+        self.transfers_landed = 0
+        self.transfer_times_s: list[float] = []
+        self.kv_bytes_total = 0
+        self.refusals: Counter[str] = Counter()
+        """Refusals by cause."""
+        self.fates: Counter[str] = Counter()
+        """Refusals by fate."""
+
+    @property
+    def router(self) -> PrefillDecode:
+        router = self.fleet.router
+        if not isinstance(router, PrefillDecode):
+            raise ScenarioError(
+                "a disaggregated fleet routes with router kind pd (a replayed or custom "
+                f"router cannot place its hand-offs: got {type(router).__name__})"
+            )
+        return router
+
+    def assign_roles(self) -> None:
+        """Tell the router which replicas prefill and which decode (after the fleet has
+        made its initial nodes)."""
+        nodes = self.fleet.nodes
+        self.router.assign(
+            [n.replica_id for n in nodes if self.roles[n.pool_index] == "prefill"],
+            [n.replica_id for n in nodes if self.roles[n.pool_index] == "decode"],
+        )
+
+    def is_decode(self, replica_id: int) -> bool:
+        return self.roles[self.fleet.nodes[replica_id].pool_index] == "decode"
+
+    # -- prefill ------------------------------------------------------------------------
+    def prefill_phase(self, g: Group) -> Group:
+        """What goes to a prefill replica for ``g``: its prefill phase (made now for a
+        request, the same for a phase placed again)."""
+        rid = g.request_id
+        if self.phases.get(rid) is g:
+            return g
+        # The request starts (again) from its prompt: nothing of a landed attempt stays.
+        g.swapped = False
+        g.seq_ids = []
+        g.held_tokens = g.generated_tokens = g.prefill_left_tokens = 0
+        phase = Group(rid, g.arrival_s, g.prompt_tokens, 1, g.num_seqs, g.prefix_hashes)
+        for name in PHASE_FIELDS:  # what earlier attempts counted (a recompute's)
+            if name not in _PROGRESS:
+                setattr(phase, name, getattr(g, name))
+        phase.retain_s = self.link.transfer_s(self._kv_bytes(g))  # held for its transfer
+        self.phases[rid] = phase
+        self.requests[rid] = g
+        self.handoffs.setdefault(rid, Handoff())
+        return phase
+
+    def on_done(self, replica: Replica, group: Group, driven: Driven | None) -> bool:
+        """A group ended on ``replica`` (its outlet's report). A prefill phase's ``ok``
+        end is a hand-off (handed back through ``driven``'s decision in fast mode; at
+        once in exact mode); any other end of a phase ends its request with the phase's
+        record. True: handled here (the request's record is not the phase's)."""
+        if self.phases.get(group.request_id) is not group:
+            return False
+        if group.status == "ok":
+            self.handoffs[group.request_id].prefill_replica = replica.replica_id
+        if group.status != "ok" or self._prefill_ends(group, replica):
+            self.fleet.records.end(self.ending(group), replica.replica_id)
+            return True
+        if driven is None:
+            self.handed_off(group.finish_s, group)
+        else:
+            driven.hand_off(group, group.finish_s)
+        return True
+
+    def _prefill_ends(self, phase: Group, replica: Replica) -> bool:
+        """Whether the prefill's token is the request's last (it asks for at most one, or
+        its prompt leaves one token below the maximum sequence length): it ends on the
+        prefill replica, with no transfer."""
+        request = self.requests[phase.request_id]
+        left = replica.sched.config.max_seq_tokens - request.prompt_tokens
+        return min(request.output_tokens, left) <= 1
+
+    def ending(self, g: Group) -> Group:
+        """The request whose end ``g`` is: ``g``'s request with the phase's record when
+        ``g`` is a prefill phase, else ``g`` itself."""
+        rid = g.request_id
+        if self.phases.get(rid) is not g:
+            return g
+        del self.phases[rid]
+        request = self.requests.pop(rid)
+        for name in PHASE_FIELDS:
+            setattr(request, name, getattr(g, name))
+        return request
+
+    def handed_off(self, done_s: float, phase: Group) -> None:
+        """``phase`` ended its prefill at ``done_s`` (at or after the fleet's instant):
+        its hand-off is tried at that instant (a SimPy event)."""
+        env = self.fleet.env
+        at = env.timeout(max(0.0, done_s - env.now))
+        assert at.callbacks is not None
+        at.callbacks.append(lambda _: self._start(phase))
+
+    def _start(self, phase: Group) -> None:
+        rid = phase.request_id
+        del self.phases[rid]
+        g = self.requests[rid]
+        for name in PHASE_FIELDS:
+            if name not in _PROGRESS or name == "generated_tokens":
+                setattr(g, name, getattr(phase, name))
+        self._try_decode(g)
+
+    # -- transfer -----------------------------------------------------------------------
+    def _kv_bytes(self, g: Group) -> int:
+        return self.kv_bytes_per_token * g.prompt_tokens
+
+    def need_tokens(self, g: Group) -> int:
+        """KV slots ``g`` needs on its decode replica: the prompt (shared by its
+        sequences) and each sequence's first decode step."""
+        return g.prompt_tokens + g.num_seqs
+
+    def _try_decode(self, g: Group) -> None:
+        """Pick a decode replica for ``g`` now and start its transfer, or refuse."""
+        fleet = self.fleet
+        need = self.need_tokens(g)
+        router = self.router
+        views = fleet.views.current(router.reads_memory)
+        choice = router.choose_decode(need, views)
+        if choice is None:
+            self._refused(g, self._cause(need))
+            return
+        decode_id = views[choice].replica_id
+        kv_bytes = self._kv_bytes(g)
+        transfer_s = self.link.transfer_s(kv_bytes)
+        router.reserve(decode_id, need)
+        record = self.handoffs[g.request_id]
+        record.decode_replica = decode_id
+        record.transfer_s = transfer_s
+        record.kv_transfer_bytes += kv_bytes
+        self.transfers_started += 1
+        self.kv_bytes_total += kv_bytes
+        self.transfer_times_s.append(transfer_s)
+        end = fleet.env.timeout(transfer_s)
+        assert end.callbacks is not None
+        end.callbacks.append(lambda _: self._land(g, decode_id, need))
+
+    def _land(self, g: Group, decode_id: int, need: int) -> None:
+        """The transfer to ``decode_id`` ends now: ``g`` is queued there with its KV."""
+        self.router.release(decode_id, need)
+        node = self.fleet.nodes[decode_id]
+        if not node.routable or node.replica is None:
+            self._refused(g, "decode-down")
+            return
+        self.transfers_landed += 1
+        del self.requests[g.request_id]
+        g.swapped = True  # placed whole, decoding in the step that admits it
+        g.seq_ids = []
+        g.prefill_left_tokens = 0
+        g.held_tokens = g.prompt_tokens + g.generated_tokens - 1
+        g.retain_s = 0.0
+        node.replica.submit(g)
+
+    def _cause(self, need: int) -> str:
+        """Why no decode replica fits ``need`` tokens now: none is up, one has that much
+        free memory but not in one extent (``fragmentation``), or none has it."""
+        router = self.router
+        ups = [
+            n.replica
+            for n in self.fleet.nodes
+            if n.replica is not None and n.routable and self.roles[n.pool_index] == "decode"
+        ]
+        if not ups:
+            return "no-decode-replica"
+        for replica in ups:
+            promised = router.promised_tokens.get(replica.replica_id, 0)
+            if replica.view.free_tokens - promised >= need:
+                return "fragmentation"
+        return "capacity"
+
+    def _refused(self, g: Group, cause: str) -> None:
+        """A hand-off of ``g`` was refused for ``cause``: its fate applies now."""
+        fleet = self.fleet
+        rid = g.request_id
+        record = self.handoffs[rid]
+        record.transfer_refusals += 1
+        fate = self.link.on_refusal
+        if record.transfer_refusals > self.link.max_refusals:
+            fate = "fail"
+        record.refusal_cause = cause
+        record.refusal_fate = fate
+        record.refused_s = fleet.now_s
+        self.refusals[cause] += 1
+        self.fates[fate] += 1
+        fleet.fleet_event("kv-transfer-refused", -1, cause, detail=fate, request_id=rid)
+        if fate == "retry":
+            later = fleet.env.timeout(float(self.link.retry_delay_s))
+            assert later.callbacks is not None
+            later.callbacks.append(lambda _: self._try_decode(g))
+            return
+        del self.requests[rid]
+        if fate == "recompute":
+            fleet.route(g, math.inf, "pd-recompute")
+            return
+        status: Status = (
+            "rejected-fragmentation" if cause == "fragmentation" else "rejected-capacity"
+        )
+        fleet.client_error(g, status)
