@@ -239,7 +239,7 @@ def _too_long(path: Path, line: int) -> LogError:
 
 def documents(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, JSON object) per non-blank line of ``path`` (module docstring)."""
-    # dict[str, Any], not JsonObject, while sim.latency.from_spans reads it by key unnarrowed
+    # Any values, not JsonValue: sim.latency.from_spans reads the objects by key unnarrowed
     for line, raw in open_lines(path):
         if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
             raw = raw[3:]
