@@ -58,7 +58,7 @@ else:
     JsonObject = dict[str, Any]
 
 
-def _no_text_or_flag(value: Any) -> Any:
+def _no_text_or_flag(value: object) -> object:
     if isinstance(value, bool):
         raise ValueError("expected a number, not a boolean")
     if isinstance(value, str | bytes):
@@ -82,7 +82,7 @@ def strict_json(data: object) -> str:
     return json.dumps(data, default=_plain)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> JsonValue:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, numbers.Integral):
