@@ -12,6 +12,10 @@ it once more on the scenario's own fields, with a message that says what was wro
 * :data:`Number` -- an int or a float; never a string or a boolean.
 * :data:`Flag` -- ``true`` or ``false`` only.
 
+Parsed JSON or YAML whose shape is truly open (a sweep override's value, a scenario
+mapping as its file wrote it, an OTLP document before it is read) is a
+:data:`JsonValue`; a mapping of them a :data:`JsonObject`.
+
 Bounds (``ge``, ``le``, ...) go on the field as usual: ``seed: Count = Field(0, ge=0)``.
 Every number field has an upper bound, so an absurd value (``99999999999999999999``, past
 64 bits) is refused at the field, with its value and the limit, before anything is
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import json
 import numbers
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
 from pydantic import BaseModel, BeforeValidator, Strict
 
@@ -40,8 +44,21 @@ MAX_BYTES_PER_S = 10**15
 MAX_SEED = 2**63 - 1
 """The largest seed (a signed 64-bit integer)."""
 
+# JsonValue: a value of parsed JSON or YAML (``yaml_loader`` keeps dates as text); for the
+# type checker the recursive union of JSON's types, which ``isinstance`` narrows.
+# JsonObject: a mapping of them. At run time they are ``Any`` and ``dict[str, Any]``, so a
+# pydantic model with such a field accepts what it accepted before (its schema checks).
+if TYPE_CHECKING:
+    JsonValue: TypeAlias = (
+        dict[str, "JsonValue"] | list["JsonValue"] | str | int | float | bool | None
+    )
+    JsonObject: TypeAlias = dict[str, JsonValue]
+else:
+    JsonValue = Any
+    JsonObject = dict[str, Any]
 
-def _no_text_or_flag(value: Any) -> Any:
+
+def _no_text_or_flag(value: object) -> object:
     if isinstance(value, bool):
         raise ValueError("expected a number, not a boolean")
     if isinstance(value, str | bytes):
@@ -65,7 +82,7 @@ def strict_json(data: object) -> str:
     return json.dumps(data, default=_plain)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> JsonValue:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, numbers.Integral):

@@ -2,21 +2,9 @@
 file and folder a command writes (``traces`` is the lowest layer, so every other one can
 use it).
 
-What an output path may name (:func:`file_target`, :func:`check_folder_target`):
-
-* nothing: the output is created (its folder must exist, for a file);
-* a regular file (a file output): replaced whole, in one ``os.replace``;
-* a folder (a folder output): replaced whole, only when the caller's ``check`` says it
-  holds nothing but what fragsim wrote there (an earlier run, an earlier comparison);
-* a symbolic link (a file output): followed; the file it names is replaced, the link
-  kept. A link to nothing, or a loop of links, is refused;
-* a character device (``/dev/null``, a terminal; ``/dev/stdout`` on one) or a FIFO with a
-  reader (``/dev/stdout`` piped to another command): *written through*, never replaced.
-  The output is complete in a temporary file first, then copied into it; a write error
-  (``/dev/full``: no space left on device; a reader that went away) is an error. A FIFO
-  nobody reads is refused, never waited on;
-* anything else -- a folder for a file output, a file for a folder output, a socket, a
-  block device -- is refused, one line naming the path and what it is.
+What an output path may name is :mod:`traces.targets`'s to say (:func:`file_target`,
+:func:`check_folder_target`): a file is replaced or written through, a folder replaced
+only when the caller's check allows; anything else is refused.
 
 Atomicity: a file is written to ``.NAME.PID.RANDOM.tmp`` beside its target and renamed
 over it; a folder to ``.NAME.tmp-PID-XXXXXXXX/`` beside it, then swapped with the earlier
@@ -51,7 +39,6 @@ import os
 import re
 import shutil
 import signal
-import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -60,25 +47,18 @@ from pathlib import Path
 from typing import Final
 
 from traces.errors import TraceError
+from traces.targets import (
+    FileTarget,
+    check_distinct,
+    check_folder_target,
+    file_target,
+    os_error,
+    same_output,
+)
 
 TMP_SUFFIX: Final = ".tmp"
 _STEM_LIMIT: Final = 120  # longer names are shortened in the temporaries' names
 _TMP_RE: Final = re.compile(r"\.(\d+)\.[^.]+\.tmp$")
-
-KINDS: Final = {
-    stat.S_IFDIR: "a folder",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFIFO: "a FIFO (named pipe)",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFREG: "a regular file",
-}
-
-
-def kind_of(mode: int) -> str:
-    """What a ``stat`` mode names, in words (``a socket``)."""
-    return KINDS.get(stat.S_IFMT(mode), "a special file")
-
 
 # -- names of temporaries ---------------------------------------------------------------
 
@@ -156,121 +136,6 @@ def fault(point: str) -> None:
             os.kill(os.getpid(), getattr(signal, f"SIG{name or 'KILL'}"))
 
 
-# -- what an output path names ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FileTarget:
-    """Where a file output goes: ``real`` (links followed), and whether it is written
-    through (a character device or a FIFO) rather than replaced."""
-
-    path: Path
-    """As the user gave it (every message names it)."""
-    real: Path
-    through: bool
-
-
-def _os_error(path: Path, exc: OSError, doing: str = "cannot write file") -> TraceError:
-    return TraceError(path, f"{doing} ({exc.strerror or exc})")
-
-
-def file_target(path: str | Path) -> FileTarget:
-    """What the file output ``path`` names (module docstring): TraceError, one line
-    naming ``path``, for one it must not replace or cannot write into."""
-    path = Path(path)
-    try:
-        st = os.stat(path)  # follows links
-    except FileNotFoundError:
-        if os.path.islink(path):
-            raise TraceError(
-                path,
-                "a symbolic link to nothing; refusing to write through it",
-                expected="a regular file, a link to one, or a new name",
-                got=f"a link to {os.readlink(path)}",
-            ) from None
-        st = None
-    except OSError as exc:  # a loop of links, a name too long, a folder not searchable
-        if exc.errno == errno.ELOOP:
-            raise TraceError(path, "a loop of symbolic links; refusing to write") from None
-        problem = _folder_problem(path)
-        raise problem or _os_error(path, exc) from None
-    if st is None:
-        problem = _folder_problem(path)
-        if problem is not None:
-            raise problem
-        return FileTarget(path, Path(os.path.realpath(path)), through=False)
-    mode = st.st_mode
-    if stat.S_ISREG(mode):
-        return FileTarget(path, Path(os.path.realpath(path)), through=False)
-    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-        return FileTarget(path, Path(os.path.realpath(path)), through=True)
-    raise TraceError(
-        path,
-        f"is {kind_of(mode)}; refusing to replace it",
-        expected="a regular file, a character device, a FIFO being read, or a new name",
-    )
-
-
-def _folder_problem(path: Path) -> TraceError | None:
-    """Why ``path``'s folder cannot take a new file, or None."""
-    folder = path.parent
-    try:
-        st = folder.stat()
-    except FileNotFoundError:
-        return TraceError(
-            path, "output folder does not exist", expected="an existing folder", got=str(folder)
-        )
-    except OSError as exc:  # a name too long, a folder that may not be searched, a loop
-        return TraceError(path, f"cannot use output folder ({exc.strerror or exc})")
-    if not stat.S_ISDIR(st.st_mode):
-        return TraceError(
-            path, "output folder is not a folder", expected="an existing folder", got=str(folder)
-        )
-    return None
-
-
-def check_folder_target(out: Path) -> None:
-    """Refuse (FileExistsError) a folder output at a symbolic link or at anything that
-    is not a folder; ``out`` absent or a folder passes (what it holds is the caller's
-    check)."""
-    if out.is_symlink():
-        raise FileExistsError(f"{out} exists and is not a directory (a symbolic link)")
-    try:
-        st = os.stat(out)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        raise FileExistsError(f"{out} exists and is not a directory ({kind_of(st.st_mode)})")
-
-
-def same_output(a: str | Path, b: str | Path) -> bool:
-    """Whether two output paths name one file (links and relative forms resolved)."""
-    ra, rb = os.path.realpath(a), os.path.realpath(b)
-    if ra == rb:
-        return True
-    with contextlib.suppress(OSError):
-        return os.path.samefile(ra, rb)
-    return False
-
-
-def check_distinct(outputs: dict[str, str | Path]) -> None:
-    """Refuse (TraceError naming the second path) two outputs of one command that name
-    one file: ``{"-o": out, "--tests": tests}``, each a flag and its path (None: not
-    given)."""
-    seen: list[tuple[str, str | Path]] = []
-    for flag, path in outputs.items():
-        if path is None:
-            continue
-        for other_flag, other in seen:
-            if same_output(path, other):
-                raise TraceError(
-                    path,
-                    f"{flag} names the same file as {other_flag} ({other}); "
-                    "give each output its own path",
-                )
-        seen.append((flag, path))
-
-
 # -- staging and committing ------------------------------------------------------------
 
 
@@ -320,7 +185,7 @@ class Outputs:
         except OSError as exc:
             if fd is not None:
                 os.close(fd)
-            raise _os_error(target.path, exc) from None
+            raise os_error(target.path, exc) from None
         os.close(made)
         self._files.append(_File(target, Path(tmp), fd))
         return Path(tmp)
@@ -354,7 +219,7 @@ class Outputs:
             try:
                 os.chmod(staged_file.tmp, 0o666 & ~umask)  # mkstemp makes 0600
             except OSError as exc:
-                raise _os_error(staged_file.target.path, exc) from None
+                raise os_error(staged_file.target.path, exc) from None
         for staged_folder in self._folders:
             staged_folder.tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700
         with _interrupts_ignored():
@@ -403,7 +268,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         try:
             yield tmp
         except OSError as exc:
-            raise _os_error(Path(path), exc) from None
+            raise os_error(Path(path), exc) from None
 
 
 def _open_through(target: FileTarget) -> int:
@@ -438,7 +303,7 @@ def _commit_file(staged_file: _File) -> None:
         os.close(staged_file.fd)
         staged_file.fd = None
     except OSError as exc:
-        raise _os_error(target.path, exc) from None
+        raise os_error(target.path, exc) from None
 
 
 def _commit_folder(tmp: Path, out: Path) -> None:
@@ -501,3 +366,21 @@ def _interrupts_ignored() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+__all__ = [
+    "TMP_SUFFIX",
+    "FileTarget",
+    "Outputs",
+    "atomic_path",
+    "check_distinct",
+    "check_folder_target",
+    "clean_stale",
+    "exchange",
+    "fault",
+    "file_target",
+    "remove_stale_temporaries",
+    "same_output",
+    "staged",
+    "temp_prefix",
+]

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from scipy.optimize import nnls
 
 from sim.errors import clip, short
+from sim.fields import JsonObject, JsonValue
 from sim.latency.base import FloatArray, InputBounds, LatencyModel
 from traces.atomic import atomic_path
 
@@ -179,9 +180,9 @@ def _int(text: str) -> int:
     return int(text)
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _unique_keys(pairs: list[tuple[str, JsonValue]]) -> JsonObject:
     """A JSON object whose keys are all different (``json`` keeps the last silently)."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for key, value in pairs:
         if key in out:
             raise ValueError(f"key {short(key)} given twice")
@@ -214,8 +215,9 @@ class CalibratedLatency(LatencyModel):
         self._bounds: InputBounds = (*v.prefill_tokens, *v.decode_seqs, *v.kv_tokens)
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "<dict>") -> CalibratedLatency:
-        """Validate a decoded document; ValueError naming ``source`` and the field."""
+    def from_dict(cls, data: object, source: str = "<dict>") -> CalibratedLatency:
+        """Validate a decoded document (of any shape: the schema checks it); ValueError
+        naming ``source`` and the field."""
         try:
             return cls(CalibrationFile.model_validate(data))
         except ValidationError as exc:
@@ -292,10 +294,10 @@ class CalibratedLatency(LatencyModel):
 
 
 def fit_calibrated_latency(
-    prefill_tokens: npt.NDArray[Any],
-    decode_seqs: npt.NDArray[Any],
-    kv_tokens: npt.NDArray[Any],
-    measured_s: npt.NDArray[Any],
+    prefill_tokens: npt.ArrayLike,
+    decode_seqs: npt.ArrayLike,
+    kv_tokens: npt.ArrayLike,
+    measured_s: npt.ArrayLike,
     *,
     model: str,
     gpu: str,

@@ -34,10 +34,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import pandas as pd
 
+from sim.fields import JsonObject, JsonValue
 from sim.results.compare import COLUMNS, verdict, with_deltas
 from sim.scenario.schema import Scenario
 
@@ -76,9 +77,19 @@ class Change:
     text: str
 
 
-def _flat(value: Any, prefix: str) -> dict[str, Any]:
+class AgreementRow(TypedDict):
+    """One measure of ``postmortem.json``'s ``agreement``: the log's value, the replay's
+    and the modelled baseline's (None where the measure is not defined for one)."""
+
+    measure: str
+    log: float | None
+    replay: float | None
+    baseline: float | None
+
+
+def _flat(value: JsonValue, prefix: str) -> JsonObject:
     if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for k, v in value.items():
             out |= _flat(v, f"{prefix}.{k}" if prefix else str(k))
         return out
@@ -90,7 +101,7 @@ def _group(path: str) -> str:
     return ".".join(parts[:2]) if parts[0] == "fleet" and len(parts) > 1 else parts[0]
 
 
-def _show(value: Any) -> str:
+def _show(value: JsonValue) -> str:
     if value is None:
         return "none"
     if isinstance(value, float):
@@ -219,7 +230,7 @@ def agreement(
     replay_summary: Summary,
     baseline: MatchReport,
     baseline_summary: Summary,
-) -> list[dict[str, Any]]:
+) -> list[AgreementRow]:
     """``postmortem.json``'s ``agreement``: per measure, the log's value, the replay's and
     the modelled baseline's (None: not defined): failed requests, restarts, scale-ups and
     scale-downs (:func:`agreement_rows`; the log's restarts and scale events are the
@@ -239,5 +250,5 @@ def agreement(
         return None if v is None or math.isnan(v) else float(v)
 
     return [
-        {"measure": k, "log": num(a), "replay": num(b), "baseline": num(c)} for k, a, b, c in rows
+        AgreementRow(measure=k, log=num(a), replay=num(b), baseline=num(c)) for k, a, b, c in rows
     ]

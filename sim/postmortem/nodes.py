@@ -17,7 +17,7 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import pandas as pd
@@ -168,7 +168,7 @@ def fleet_of(events: Sequence[NodeEvent], names: Sequence[str], pools: Sequence[
             up_at_start[r], uptime_s[r] = True, abs(e.time_s)
         else:
             keep.append(e)
-    frame: dict[str, Any] = {
+    frame: dict[str, np.ndarray] = {
         "time_s": np.array([e.time_s for e in keep], np.float64),
         "replica": np.array([ids[e.replica] for e in keep], np.int64),
         "event": np.array([e.event for e in keep], dtype=object),

@@ -44,6 +44,7 @@ from typing import IO, Any, Final
 
 import pyarrow as pa
 
+from sim.fields import JsonObject, JsonValue
 from sim.postmortem.log import LogError
 from traces.formats import KeyTwice, unique_pairs
 
@@ -238,6 +239,7 @@ def _too_long(path: Path, line: int) -> LogError:
 
 def documents(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, JSON object) per non-blank line of ``path`` (module docstring)."""
+    # Any values, not JsonValue: sim.latency.from_spans reads the objects by key unnarrowed
     for line, raw in open_lines(path):
         if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
             raw = raw[3:]
@@ -256,7 +258,7 @@ def documents(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield line, _json(path, line, text)
 
 
-def _json(path: Path, line: int, text: str) -> dict[str, Any]:
+def _json(path: Path, line: int, text: str) -> JsonObject:
     def constant(name: str) -> None:
         raise ValueError(f"{name} is not JSON")
 
@@ -291,7 +293,7 @@ def _json(path: Path, line: int, text: str) -> dict[str, Any]:
     return doc
 
 
-def _deeper_than(doc: Any, limit: int) -> bool:
+def _deeper_than(doc: JsonValue, limit: int) -> bool:
     """Whether ``doc`` nests arrays/objects more than ``limit`` levels (iteratively)."""
     stack = [(doc, 1)] if isinstance(doc, dict | list) else []
     while stack:

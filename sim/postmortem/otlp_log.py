@@ -49,11 +49,12 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 
+from sim.fields import JsonObject
 from sim.postmortem.log import (
     NODES,
     LogError,
@@ -74,6 +75,15 @@ from sim.postmortem.otlp_files import (
 from sim.postmortem.otlp_nodes import NodesFile, Span, span_fleet
 from traces.errors import TraceError
 from traces.validate import MAX_TOKENS, ReadContext
+
+if TYPE_CHECKING:  # the optional `otlp` extra, imported where a log is read
+    from collections.abc import Iterable
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
 
 __all__ = ["SPAN_SUFFIXES", "is_otlp_log", "load_otlp_log"]
 STATUS_CODE_ERROR: Final = 2
@@ -97,6 +107,9 @@ class Attribute:
     required: bool
     meaning: str
 
+
+AttrValue: TypeAlias = str | int | float | list[str]
+"""An attribute's value as read: a ``string``, ``int``, ``double`` or ``string array``."""
 
 _LATENCY: Final = "checked (seconds, 0 to 86,400), not replayed"
 ATTRIBUTES: Final[dict[str, Attribute]] = {
@@ -227,7 +240,7 @@ def _read_spans(path: Path) -> list[Span]:
     return spans
 
 
-def _drop_ids(doc: dict[str, Any]) -> None:
+def _drop_ids(doc: JsonObject) -> None:
     """Remove the hex span/trace ids (OTLP JSON's, not protobuf JSON's encoding); what is
     not a list of objects where one is due is left for the protobuf parser to refuse."""
     for rs in _objects(doc, "resourceSpans"):
@@ -240,13 +253,13 @@ def _drop_ids(doc: dict[str, Any]) -> None:
                     link.pop("spanId", None)
 
 
-def _objects(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+def _objects(doc: JsonObject, key: str) -> list[JsonObject]:
     """The objects of the list ``doc[key]`` (none where it is no list)."""
     items = doc.get(key)
     return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
 
 
-def _spans_of(message: Any, where: tuple[Path, int]) -> list[Span]:
+def _spans_of(message: ExportTraceServiceRequest, where: tuple[Path, int]) -> list[Span]:
     out = []
     for rs in message.resource_spans:
         res = _attributes(rs.resource.attributes, RESOURCE_ATTRIBUTES, where, "resource ")
@@ -258,7 +271,7 @@ def _spans_of(message: Any, where: tuple[Path, int]) -> list[Span]:
     return out
 
 
-def _span(span: Any, where: tuple[Path, int], node: str, instance: str) -> Span:
+def _span(span: OtlpSpan, where: tuple[Path, int], node: str, instance: str) -> Span:
     path, line = where
     start, end = int(span.start_time_unix_nano), int(span.end_time_unix_nano)
     if start <= 0:
@@ -291,22 +304,28 @@ def _span(span: Any, where: tuple[Path, int], node: str, instance: str) -> Span:
         start,
         end,
         str(attrs["gen_ai.request.id"]),
-        int(attrs["gen_ai.usage.prompt_tokens"]),
-        int(attrs["gen_ai.usage.completion_tokens"]),
+        _int(attrs, "gen_ai.usage.prompt_tokens"),
+        _int(attrs, "gen_ai.usage.completion_tokens"),
         status,
         node,
         instance,
     )
 
 
+def _int(attrs: dict[str, AttrValue], name: str) -> int:
+    value = attrs[name]
+    assert isinstance(value, int)  # _value checked its kind (an "int" of ATTRIBUTES)
+    return value
+
+
 def _attributes(
-    kvs: Any, table: dict[str, Attribute], where: tuple[Path, int], what: str
-) -> dict[str, Any]:
+    kvs: Iterable[KeyValue], table: dict[str, Attribute], where: tuple[Path, int], what: str
+) -> dict[str, AttrValue]:
     """The values of ``table``'s attributes among ``kvs``, checked for kind; a key given
     twice (any key) must have the same value both times."""
     path, line = where
-    found: dict[str, Any] = {}
-    seen: dict[str, Any] = {}
+    found: dict[str, AttrValue] = {}
+    seen: dict[str, AnyValue] = {}
     for kv in kvs:
         spec = table.get(kv.key)
         value = None if spec is None else _value(kv, spec, where, what)
@@ -318,7 +337,7 @@ def _attributes(
                 field=kv.key,
                 expected="each attribute key once",
             )
-        if spec is not None:
+        if value is not None:  # an attribute of the table
             found.setdefault(kv.key, value)
     for name, spec in table.items():
         if spec.required and name not in found:
@@ -332,7 +351,7 @@ def _attributes(
     return found
 
 
-def _value(kv: Any, spec: Attribute, where: tuple[Path, int], what: str) -> Any:
+def _value(kv: KeyValue, spec: Attribute, where: tuple[Path, int], what: str) -> AttrValue:
     """The value of attribute ``kv``, checked to be of ``spec``'s kind (a string: not
     blank)."""
     path, line = where
@@ -351,8 +370,8 @@ def _value(kv: Any, spec: Attribute, where: tuple[Path, int], what: str) -> Any:
         )
     if got == "array_value":
         return [v.string_value for v in items]
-    value = getattr(kv.value, want)
-    if got == "string_value" and not value.strip():
+    value: AttrValue = getattr(kv.value, want)
+    if isinstance(value, str) and not value.strip():  # a string_value
         raise LogError(
             path, f"{what}attribute is blank", line=line, field=kv.key,
             expected="a non-empty stringValue", written=value,
@@ -360,12 +379,12 @@ def _value(kv: Any, spec: Attribute, where: tuple[Path, int], what: str) -> Any:
     return value
 
 
-def _check_ranges(attrs: dict[str, Any], where: tuple[Path, int]) -> None:
+def _check_ranges(attrs: dict[str, AttrValue], where: tuple[Path, int]) -> None:
     """Token counts within [low, MAX_TOKENS]; latencies finite, 0 to MAX_SPAN_DURATION_S."""
     path, line = where
     for name in ("gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens"):
         low = 1 if name.endswith("prompt_tokens") else 0
-        if not low <= attrs[name] <= MAX_TOKENS:
+        if not low <= _int(attrs, name) <= MAX_TOKENS:
             raise LogError(
                 path, "out of range", line=line, field=name,
                 expected=f"a whole number from {low} to {MAX_TOKENS:,} (2^40, "
@@ -375,6 +394,7 @@ def _check_ranges(attrs: dict[str, Any], where: tuple[Path, int]) -> None:
         value = attrs.get(name)
         if spec.kind != "double" or value is None:
             continue
+        assert isinstance(value, float)  # _value checked its kind
         if not (math.isfinite(value) and 0 <= value <= MAX_SPAN_DURATION_S):
             raise LogError(
                 path, "out of range", line=line, field=name,

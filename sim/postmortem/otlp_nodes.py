@@ -62,7 +62,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from sim.postmortem.log import LogError
 from sim.postmortem.nodes import DEFAULT_POOL, Fleet, NodeEvent, fleet_of
@@ -101,10 +101,18 @@ class NodesFile:
     pools: dict[str, str]
 
 
-def _span_error(span: Span, message: str, *, as_written: bool = True, **kw: Any) -> LogError:
+def _span_error(
+    span: Span,
+    message: str,
+    *,
+    as_written: bool = True,
+    field: str | None = None,
+    expected: str | None = None,
+    got: object = None,
+) -> LogError:
     """``span``'s one-line error (``as_written``: unused, as :meth:`ReadContext.error`'s)."""
     path, line = span.where
-    return LogError(path, message, line=line, **kw)
+    return LogError(path, message, line=line, field=field, expected=expected, got=got)
 
 
 def _inferred(span: Span, t_s: float, event: str, detail: str, field: str) -> NodeEvent:

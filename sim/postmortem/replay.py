@@ -60,6 +60,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from policies.routing.base import Router, RouteRequest, RouterView, least, outstanding, up_indices
+from sim.fields import JsonObject, JsonValue
 from sim.fleet.fleet import NodeAction
 from sim.postmortem.baseline import Change, agreement, policy_changes
 from sim.postmortem.log import PostmortemLog
@@ -226,21 +227,23 @@ def recorded_routes(log: PostmortemLog, rmap: ReplicaMap) -> dict[int, int]:
 
 
 # -- scenarios ------------------------------------------------------------------------------
-def _pools(template: FleetConfig | None, log: PostmortemLog, rmap: ReplicaMap) -> list[Any]:
+def _pools(template: FleetConfig | None, log: PostmortemLog, rmap: ReplicaMap) -> list[JsonValue]:
     by_name = {p.name: p for p in template.pools} if template is not None else {}
     first = template.pools[0] if template is not None else None
-    pools = []
+    pools: list[JsonValue] = []
     for name in rmap.pools:
         like = by_name.get(name, first)
-        uptimes = [float(log.initial_uptime_s[r]) for r in rmap.initial if log.pools[r] == name]
-        pool: dict[str, Any] = {"name": name, "count": len(uptimes), "initial_uptime_s": uptimes}
+        uptimes: list[JsonValue] = [
+            float(log.initial_uptime_s[r]) for r in rmap.initial if log.pools[r] == name
+        ]
+        pool: JsonObject = {"name": name, "count": len(uptimes), "initial_uptime_s": uptimes}
         if like is not None:
             pool |= like.model_dump(include={"hardware", "allocator", "usd_per_gpu_hour"})
         pools.append(pool)
     return pools
 
 
-def _with_fleet(scenario: Scenario, fleet: dict[str, Any], name: str) -> Scenario:
+def _with_fleet(scenario: Scenario, fleet: JsonObject, name: str) -> Scenario:
     source = f"{scenario.name} (postmortem fleet)"
     try:
         config = FleetConfig.model_validate(fleet)
@@ -250,22 +253,24 @@ def _with_fleet(scenario: Scenario, fleet: dict[str, Any], name: str) -> Scenari
     return scenario.model_copy(update=update | {"initial_uptime_s": 0.0})
 
 
-def _mean_repair_s(log: PostmortemLog, fleet: FleetConfig | None) -> dict[str, Any] | None:
+def _mean_repair_s(log: PostmortemLog, fleet: FleetConfig | None) -> float | None:
+    """The log's mean repair time (its recoveries' down time less the model's load and
+    warm-up), or None where the log has no recovery."""
     gaps = [s.down_s for s in node_steps(log) if s.kind == "recover"]
     if not gaps:
         return None
     life = fleet.lifecycle if fleet is not None else LifecycleConfig()
-    return {"mean_s": max(0.0, float(np.mean(gaps)) - life.load.mean_s - life.warmup_s)}
+    return max(0.0, float(np.mean(gaps)) - life.load.mean_s - life.warmup_s)
 
 
 def replay_scenario(base: Scenario, log: PostmortemLog, rmap: ReplicaMap) -> Scenario:
     old = base.fleet
-    fleet: dict[str, Any] = old.model_dump(exclude={"pools", "faults", "scale_pool"}) if old else {}
+    fleet: JsonObject = old.model_dump(exclude={"pools", "faults", "scale_pool"}) if old else {}
     initial = len(rmap.initial)
-    faults: dict[str, Any] = {"mtbf_s": None}
-    repair = _mean_repair_s(log, old)
-    if repair is not None:
-        faults["mttr"] = repair
+    faults: JsonObject = {"mtbf_s": None}
+    repair_s = _mean_repair_s(log, old)
+    if repair_s is not None:
+        faults["mttr"] = {"mean_s": repair_s}
     fleet |= {
         "pools": _pools(old, log, rmap),
         "restart": {"kind": "none"},
@@ -279,21 +284,30 @@ def replay_scenario(base: Scenario, log: PostmortemLog, rmap: ReplicaMap) -> Sce
 
 def counterfactual_scenario(cf: Scenario, log: PostmortemLog, rmap: ReplicaMap) -> Scenario:
     old = cf.fleet
-    fleet: dict[str, Any] = old.model_dump(exclude={"pools", "scale_pool"}) if old else {}
+    fleet: JsonObject = old.model_dump(exclude={"pools", "scale_pool"}) if old else {}
     initial = len(rmap.initial)
     headroom = old.ceiling - old.floor if old else 0
-    router = dict(fleet.get("router", {"kind": "least_outstanding"}))
+    written = fleet.get("router", {"kind": "least_outstanding"})
+    assert isinstance(written, dict)  # FleetConfig dumps its router as a mapping
+    router = dict(written)
     if router.get("kind") == "length_pools":
-        kept = [i for i in router.get("long_replicas", [0]) if i < initial]
+        long = router.get("long_replicas", [0])
+        assert isinstance(long, list)  # LengthPoolsConfig.long_replicas: a list of ints
+        kept: list[JsonValue] = [i for i in long if isinstance(i, int) and i < initial]
         router["long_replicas"] = kept or [0]
     fleet |= {
         "pools": _pools(old, log, rmap),
         "router": router,
         "min_replicas": initial,
         "max_replicas": min(MAX_NODES, max(1, initial + headroom)),
-        "faults": {**fleet.get("faults", {}), "mtbf_s": None},
+        "faults": {**_mapping(fleet.get("faults", {})), "mtbf_s": None},
     }
     return _with_fleet(cf, fleet, cf.name)
+
+
+def _mapping(value: JsonValue) -> JsonObject:
+    assert isinstance(value, dict)  # FleetConfig dumps each block as a mapping
+    return value
 
 
 # -- runs --------------------------------------------------------------------------------------

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
 from sim.errors import short, validation_lines
-from sim.fields import strict_json
+from sim.fields import JsonObject, strict_json
 from sim.scenario import bounds
 from sim.scenario.errors import ScenarioError, ScenarioWarning
 from sim.scenario.yaml_loader import LocatedDict
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from sim.scenario.schema import Scenario, WorkloadConfig
 
 
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+def _merge(base: JsonObject, override: JsonObject) -> JsonObject:
     """``base`` with ``override``'s fields written over it, nested mappings merged
     field by field -- except a mapping that names another ``kind`` than the one it
     overrides: that is a different block (``lengths: {kind: empirical, path: ...}`` over
@@ -65,9 +65,9 @@ def check_workload(w: WorkloadConfig, written: object = None) -> None:
         arrival_spec(w, block.get("arrival"))
 
 
-def _spec_data(w: WorkloadConfig, overrides: dict[str, Any] | None) -> dict[str, Any]:
+def _spec_data(w: WorkloadConfig, overrides: JsonObject | None) -> JsonObject:
     """The preset's fields (if any) with ``overrides`` (the ``synth`` mapping) over them."""
-    data: dict[str, Any] = {}
+    data: JsonObject = {}
     if w.preset is not None:
         if w.preset not in synth.PRESETS:
             raise ScenarioError(

@@ -30,7 +30,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypeAlias, TypeVar
 
 from sim.results.io import RunResult
 from sim.results.runfolder import read_summary
@@ -40,6 +40,9 @@ from sim.scenario.schema import Scenario
 from sim.scenario.workload import load_workload
 from sim.sweep.spec import Task
 from traces.atomic import atomic_path
+
+if TYPE_CHECKING:  # the optional `dist` extra, imported where a scheduler is given
+    from dask.distributed import Client
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,22 @@ class Outcome:
 
 Progress = Callable[[int, int, int, int], None]
 """``progress(done, running, failed, total)`` after every change."""
+
+Simulated: TypeAlias = tuple[Summary, RunResult | None]
+"""What a worker sends back (:func:`simulate_task`): the summary, and the result when
+this process is to write it."""
+
+Ended: TypeAlias = tuple[Task, Summary | None, RunResult | None, str | None]
+"""A task as it ends: the summary, the result to write here (or None), the error."""
+
+
+class TaskFuture(Protocol):
+    """A submitted :func:`simulate_task`: a process pool's or a Dask cluster's future."""
+
+    def result(self) -> Simulated: ...
+
+
+F = TypeVar("F", bound=TaskFuture)
 
 
 def run_dir(out: Path, task: Task) -> Path:
@@ -95,7 +114,7 @@ def kept_runs(out: Path) -> int:
         return 0
 
 
-def simulate_task(scenario: Scenario, out_dir: str | None) -> tuple[Summary, Any]:
+def simulate_task(scenario: Scenario, out_dir: str | None) -> Simulated:
     """A worker's job: load the workload, simulate, write the run to ``out_dir`` (then
     return only the summary) or return the result for the caller to write."""
     with warnings.catch_warnings():
@@ -137,7 +156,7 @@ class Executor(AbstractContextManager["Executor"]):
         self.scheduler = scheduler
         self._stack = ExitStack()
         self._pool: ProcessPoolExecutor | None = None
-        self._client: Any = None
+        self._client: Client | None = None
 
     def __enter__(self) -> Executor:
         if self.scheduler is not None:
@@ -195,10 +214,10 @@ class Executor(AbstractContextManager["Executor"]):
             report()
         return [replace(outcomes[t.id], task=t) for t in tasks]
 
-    def _results(self, tasks: list[Task]) -> Iterator[tuple[Task, Summary | None, Any, str | None]]:
+    def _results(self, tasks: list[Task]) -> Iterator[Ended]:
         """(task, summary, result to write or None, error) as each task ends."""
         if self._client is not None:
-            yield from self._dask(tasks)
+            yield from self._dask(self._client, tasks)
         elif self._pool is not None:
             futures = {
                 self._pool.submit(simulate_task, t.scenario, str(run_dir(self.out, t))): t
@@ -214,22 +233,18 @@ class Executor(AbstractContextManager["Executor"]):
                 else:
                     yield task, summary, None, None
 
-    def _dask(self, tasks: list[Task]) -> Iterator[tuple[Task, Summary | None, Any, str | None]]:
+    def _dask(self, client: Client, tasks: list[Task]) -> Iterator[Ended]:
         from dask.distributed import as_completed as dask_completed
 
-        futures = {
-            self._client.submit(
-                simulate_task, t.scenario, None, key=f"fragsim-{t.id}", pure=False
-            ): t
+        futures: dict[TaskFuture, Task] = {
+            client.submit(simulate_task, t.scenario, None, key=f"fragsim-{t.id}", pure=False): t
             for t in tasks
         }
         if futures:
             yield from _collect(futures, dask_completed(list(futures)))
 
 
-def _collect(
-    futures: dict[Any, Task], done: Iterable[Any]
-) -> Iterator[tuple[Task, Summary | None, Any, str | None]]:
+def _collect(futures: dict[F, Task], done: Iterable[F]) -> Iterator[Ended]:
     for future in done:
         task = futures[future]
         try:

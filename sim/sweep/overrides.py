@@ -23,9 +23,9 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
-from typing import Any
 
 from sim.errors import short
+from sim.fields import JsonObject, JsonValue
 from sim.scenario.schema import Scenario, ScenarioError, parse_scenario
 
 
@@ -33,12 +33,12 @@ class OverrideError(ValueError):
     """An override whose path does not lead anywhere in the scenario mapping."""
 
 
-def set_path(data: dict[str, Any], path: str, value: Any) -> None:
+def set_path(data: JsonObject, path: str, value: JsonValue) -> None:
     """Write ``value`` at the dotted ``path`` of ``data`` (in place; rules above)."""
     keys = path.split(".")
     if not path or any(not k for k in keys):
         raise OverrideError(f"{path!r} is not a dotted field path (a.b.c)")
-    node: Any = data
+    node: JsonValue = data
     for depth, key in enumerate(keys):
         where = ".".join(keys[: depth + 1])
         last = depth == len(keys) - 1
@@ -71,7 +71,9 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
             raise OverrideError(f"{where}: {parent} is {short(node)}, not a mapping or list")
 
 
-def apply_overrides(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+def apply_overrides(
+    base: Mapping[str, JsonValue], overrides: Mapping[str, JsonValue]
+) -> JsonObject:
     """A deep copy of ``base`` with every override written in, in the order given."""
     data = copy.deepcopy(dict(base))
     for path, value in overrides.items():
@@ -79,20 +81,22 @@ def apply_overrides(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> di
     return data
 
 
-def describe(overrides: Mapping[str, Any]) -> str:
+def describe(overrides: Mapping[str, JsonValue]) -> str:
     """``allocator.kind=paged, fleet.pools.0.count=4`` (``base`` when empty)."""
     if not overrides:
         return "base"
     return ", ".join(f"{k}={_text(v)}" for k, v in overrides.items())
 
 
-def _text(value: Any) -> str:
+def _text(value: JsonValue) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def build_scenario(base: Mapping[str, Any], overrides: Mapping[str, Any], source: str) -> Scenario:
+def build_scenario(
+    base: Mapping[str, JsonValue], overrides: Mapping[str, JsonValue], source: str
+) -> Scenario:
     """The scenario ``base`` + ``overrides`` names, validated; a ScenarioError whose
     lines each read ``SOURCE: override PATH=VALUE: field F: ...`` (every override of
     the point when the field is not one of them)."""
@@ -116,7 +120,7 @@ def build_scenario(base: Mapping[str, Any], overrides: Mapping[str, Any], source
 _MARK = "<sweep-override>"
 
 
-def _culprit(source: str, overrides: Mapping[str, Any], line: str) -> str:
+def _culprit(source: str, overrides: Mapping[str, JsonValue], line: str) -> str:
     """The override(s) a message line is about: those whose path the field starts with
     (or that start with the field); all of the point's when none does."""
     field = line.removeprefix("field ").split(":", 1)[0] if line.startswith("field ") else ""

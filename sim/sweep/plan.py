@@ -29,18 +29,20 @@ import json
 import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
+from sim.fields import JsonObject, JsonValue
 from sim.scenario.schema import ScenarioError
 from sim.sweep.execute import Executor, Outcome, Progress
 from sim.sweep.slo import Slo
 from sim.sweep.spec import Task, point_tasks
-from sim.sweep.summary import ci95, metrics, param_value, runs_frame
+from sim.sweep.summary import Cell, ci95, metrics, param_value, runs_frame
 
 COUNT = "fleet.pools.0.count"
 Search = Generator[int, bool, "int | None"]
+Axes = Sequence[tuple[str, list[JsonValue]]]
+"""The ``--vary`` options: each a dotted path and the values to try there, in order."""
 
 MAX_PLAN_RUNS = 10_000
 """The most simulation runs a plan may need -- its variants x the replica counts its
@@ -73,7 +75,7 @@ def replica_search(lo: int, hi: int) -> Search:
     return good
 
 
-def as_fleet(base: dict[str, Any], source: str) -> dict[str, Any]:
+def as_fleet(base: JsonObject, source: str) -> JsonObject:
     """``base`` as a fleet scenario (a single replica becomes a one-pool fleet)."""
     if base.get("fleet") is not None:
         return base
@@ -83,20 +85,21 @@ def as_fleet(base: dict[str, Any], source: str) -> dict[str, Any]:
             f"restart with fleet.restart (give the scenario a fleet block)"
         )
     data = {k: v for k, v in base.items() if k != "initial_uptime_s"}
-    pool: dict[str, Any] = {"count": 1}
+    pool: JsonObject = {"count": 1}
     if base.get("initial_uptime_s"):
         pool["initial_uptime_s"] = base["initial_uptime_s"]
     data["fleet"] = {"pools": [pool]}
     return data
 
 
-def count_overrides(base: dict[str, Any], n: int, autoscale: bool) -> dict[str, Any]:
+def count_overrides(base: JsonObject, n: int, autoscale: bool) -> JsonObject:
     """The overrides that give the fleet ``n`` replicas in pool 0."""
     if not autoscale:
         return {COUNT: n, "fleet.min_replicas": n, "fleet.max_replicas": n}
-    out: dict[str, Any] = {COUNT: n, "fleet.min_replicas": n}
-    ceiling = base["fleet"].get("max_replicas")
-    if ceiling is not None and ceiling < n:
+    out: JsonObject = {COUNT: n, "fleet.min_replicas": n}
+    fleet = base["fleet"]  # a mapping: as_fleet made one, the schema validated it
+    ceiling = fleet.get("max_replicas") if isinstance(fleet, dict) else None
+    if isinstance(ceiling, int) and ceiling < n:
         out["fleet.max_replicas"] = n
     return out
 
@@ -123,11 +126,11 @@ def _keys(path: str) -> tuple[str, ...]:
     return tuple(str(int(k)) if k.isdigit() else k for k in path.strip().split("."))
 
 
-def _value_key(value: Any) -> str:
+def _value_key(value: JsonValue) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def check_axes(vary: Sequence[tuple[str, list[Any]]], *, autoscale: bool) -> None:
+def check_axes(vary: Axes, *, autoscale: bool) -> None:
     """Refuse (PlanError) ``--vary`` axes a plan cannot search, before anything else:
     a path the plan sets itself (the replica count ``fleet.pools.0.count``,
     ``fleet.min_replicas``, and ``fleet.max_replicas`` without ``--autoscale``: the
@@ -168,9 +171,7 @@ def check_axes(vary: Sequence[tuple[str, list[Any]]], *, autoscale: bool) -> Non
             given.add(key)
 
 
-def check_plan_size(
-    vary: Sequence[tuple[str, list[Any]]], *, lo: int, hi: int, replications: int
-) -> int:
+def check_plan_size(vary: Axes, *, lo: int, hi: int, replications: int) -> int:
     """The most simulation runs the plan may need (variants x :func:`most_evaluated` x
     replications), counted without listing the variants; PlanError past
     :data:`MAX_PLAN_RUNS`."""
@@ -187,21 +188,21 @@ def check_plan_size(
     return most
 
 
-def variants(vary: Sequence[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
+def variants(vary: Axes) -> list[JsonObject]:
     """The cartesian product of the ``--vary`` options (one empty variant without)."""
     paths = [p for p, _ in vary]
     return [dict(zip(paths, c, strict=True)) for c in itertools.product(*(v for _, v in vary))]
 
 
 def check_plan(
-    base: dict[str, Any],
-    vary: Sequence[tuple[str, list[Any]]],
+    base: JsonObject,
+    vary: Axes,
     *,
     lo: int,
     hi: int,
     autoscale: bool,
     source: str,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Validate every variant at the extreme counts ``lo`` and ``hi`` (ScenarioError
     naming the override and the field: a ``--vary`` path or value that is wrong), before
     anything is run or written; returns ``base`` as a fleet (:func:`as_fleet`)."""
@@ -227,9 +228,9 @@ class PlanResult:
 
 
 def plan(
-    base: dict[str, Any],
+    base: JsonObject,
     slos: Sequence[Slo],
-    vary: Sequence[tuple[str, list[Any]]],
+    vary: Axes,
     executor: Executor,
     *,
     lo: int = 1,
@@ -288,7 +289,7 @@ def _metric(outcomes: list[Outcome], column: str) -> list[float]:
 
 
 def _plan_frame(
-    points: list[dict[str, Any]],
+    points: list[JsonObject],
     params: list[str],
     answers: dict[int, int | None],
     evaluated: dict[int, int],
@@ -298,7 +299,7 @@ def _plan_frame(
     rows = []
     for i, variant in enumerate(points):
         n = answers[i]
-        row: dict[str, Any] = {p: param_value(variant[p]) for p in params}
+        row: dict[str, Cell] = {p: param_value(variant[p]) for p in params}
         row["meets_slos"] = n is not None
         row["replicas"] = n
         row["evaluated"] = evaluated[i]
@@ -324,7 +325,7 @@ def _plan_frame(
 
 
 def _points_frame(
-    points: list[dict[str, Any]],
+    points: list[JsonObject],
     params: list[str],
     order: list[tuple[int, int]],
     cache: dict[tuple[int, int], tuple[bool, list[Outcome]]],
@@ -333,7 +334,7 @@ def _points_frame(
     rows = []
     for i, n in order:
         met, got = cache[(i, n)]
-        row: dict[str, Any] = {p: param_value(points[i][p]) for p in params}
+        row: dict[str, Cell] = {p: param_value(points[i][p]) for p in params}
         row.update({"replicas": n, "met": met, "runs": len(got)})
         row["failed_runs"] = sum(o.summary is None for o in got)
         for slo in slos:

@@ -30,12 +30,12 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sim.errors import clip, validation_lines
+from sim.fields import JsonObject, JsonValue
 from sim.scenario.builtin import resolve_scenario
 from sim.scenario.schema import Scenario, ScenarioError, _rebase_paths, load_scenario
 from sim.scenario.yaml_loader import load_yaml, yaml_error_line
@@ -51,14 +51,14 @@ class SweepFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    base: str | dict[str, Any] = Field(
+    base: str | JsonObject = Field(
         description="The base scenario: a built-in name, a path relative to the sweep "
         "file, or an inline scenario mapping."
     )
-    grid: dict[str, list[Any]] = Field(
+    grid: dict[str, list[JsonValue]] = Field(
         default_factory=dict, description="Dotted field path -> values (cartesian product)."
     )
-    list_: list[dict[str, Any]] = Field(
+    list_: list[JsonObject] = Field(
         default_factory=list, alias="list", description="Explicit override points."
     )
     replications: int = Field(1, ge=1, le=1000, description="Seeds per point.")
@@ -71,7 +71,7 @@ class Task:
     id: str
     point: int
     replication: int
-    params: dict[str, Any] = field(hash=False)
+    params: JsonObject = field(hash=False)
     scenario: Scenario = field(hash=False)
     key: str
     """SHA-256 of the scenario's canonical JSON (written as the run's sweep key)."""
@@ -85,7 +85,7 @@ class Sweep:
     tasks: list[Task]
 
 
-def load_base(base: str | dict[str, Any], folder: Path, source: str) -> dict[str, Any]:
+def load_base(base: str | JsonObject, folder: Path, source: str) -> JsonObject:
     """The base scenario as a mapping: what its file wrote (paths rebased), not filled
     in with defaults, so an override of a block's ``kind`` sees only written fields."""
     if isinstance(base, dict):
@@ -103,7 +103,7 @@ def scenario_key(scenario: Scenario) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def slug(params: dict[str, Any]) -> str:
+def slug(params: JsonObject) -> str:
     """A file-name-safe slug of the override values (``paged_4``), at most 48 chars."""
     parts = []
     for path, value in params.items():
@@ -114,8 +114,8 @@ def slug(params: dict[str, Any]) -> str:
 
 
 def expand(
-    base: dict[str, Any],
-    points: list[dict[str, Any]],
+    base: JsonObject,
+    points: list[JsonObject],
     replications: int,
     source: str,
 ) -> Sweep:
@@ -136,7 +136,7 @@ def expand(
 
 
 def point_tasks(
-    base: dict[str, Any], point: dict[str, Any], index: int, replications: int, source: str
+    base: JsonObject, point: JsonObject, index: int, replications: int, source: str
 ) -> list[Task]:
     """The replications of one point, validated (seeds: the point's seed + 0, 1, ...)."""
     scenario = build_scenario(base, point, source)
@@ -150,7 +150,7 @@ def point_tasks(
     return tasks
 
 
-def grid_points(grid: dict[str, list[Any]], listed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def grid_points(grid: dict[str, list[JsonValue]], listed: list[JsonObject]) -> list[JsonObject]:
     """Each listed point (or one empty point) x the grid's cartesian product."""
     combos = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
     out = []

@@ -14,12 +14,13 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from sim.fields import JsonValue
 from sim.results.compare import compare_row
 from sim.results.summary_model import Summary
 from sim.sweep.execute import Outcome
@@ -50,6 +51,9 @@ METRICS: tuple[str, ...] = (
 )
 """The metrics of a run, in column order: ``compare_row``'s and a few more."""
 
+Cell: TypeAlias = str | int | float | bool | None
+"""A value of a table's cell (a Parquet column holds one of these kinds)."""
+
 
 def metrics(summary: Summary) -> dict[str, float]:
     """A run's metrics (:data:`METRICS`) from its summary; NaN where it has none (a
@@ -65,7 +69,7 @@ def metrics(summary: Summary) -> dict[str, float]:
     return {m: math.nan if row[m] is None else float(row[m]) for m in METRICS}
 
 
-def param_value(value: Any) -> Any:
+def param_value(value: JsonValue) -> Cell:
     """A parameter as a table cell: scalars as they are, mappings and lists as JSON."""
     if isinstance(value, dict | list):
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
@@ -95,7 +99,7 @@ def runs_frame(outcomes: Sequence[Outcome], params: Sequence[str]) -> pd.DataFra
     rows = []
     for o in sorted(outcomes, key=lambda o: (o.task.point, o.task.replication)):
         t = o.task
-        row: dict[str, Any] = {
+        row: dict[str, Cell] = {
             "id": t.id,
             "point": t.point,
             "replication": t.replication,
@@ -133,7 +137,7 @@ def summary_frame(runs: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
     for _, group in runs.groupby("point", sort=True):
         first = group.iloc[0]
         ok = group[group["status"] == "ok"]
-        row: dict[str, Any] = {"point": int(group["point"].iloc[0])}
+        row: dict[str, Cell] = {"point": int(group["point"].iloc[0])}
         row.update({p: first[p] for p in params})
         row["replications"] = len(ok)
         row["failed_runs"] = len(group) - len(ok)

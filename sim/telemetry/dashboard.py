@@ -30,12 +30,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sim.results.seed_alerts import AlertThresholds
 from sim.telemetry import dashboard_parts as parts
 from sim.telemetry.dashboard_parts import SELECTOR
 from sim.telemetry.openmetrics import DEFAULT_ORIGIN_S
+
+if TYPE_CHECKING:  # the optional `grafana` extra, imported where a dashboard is built
+    from grafana_foundation_sdk.builders import timeseries
+    from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
+
+    from sim.telemetry.dashboard_parts import Panel
 
 DASHBOARD_UID = "fragsim-fleet"
 """The dashboard's uid: importing it again replaces the same dashboard."""
@@ -66,7 +72,7 @@ def instant(unix_s: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-def _summary_row(options: DashboardOptions) -> list[Any]:
+def _summary_row(options: DashboardOptions) -> list[Panel]:
     t = options.thresholds
     failures = (
         parts.stat_panel(
@@ -124,7 +130,7 @@ def _summary_row(options: DashboardOptions) -> list[Any]:
     return [failures, lowest, active]
 
 
-def _memory_row(options: DashboardOptions) -> list[Any]:
+def _memory_row(options: DashboardOptions) -> list[Panel]:
     from grafana_foundation_sdk.builders.common import GraphThresholdsStyleConfig
     from grafana_foundation_sdk.models.common import GraphTresholdsStyleMode
 
@@ -174,7 +180,7 @@ def _memory_row(options: DashboardOptions) -> list[Any]:
     return [memory, ratio]
 
 
-def _failure_row(options: DashboardOptions) -> list[Any]:
+def _failure_row(options: DashboardOptions) -> list[Panel]:
     from grafana_foundation_sdk.builders.common import GraphThresholdsStyleConfig
     from grafana_foundation_sdk.models.common import GraphDrawStyle, GraphTresholdsStyleMode
 
@@ -235,7 +241,7 @@ def _failure_row(options: DashboardOptions) -> list[Any]:
     return [failures, uptime, correlation, _states_panel(options)]
 
 
-def _states_panel(options: DashboardOptions) -> Any:
+def _states_panel(options: DashboardOptions) -> timeseries.Panel:
     from grafana_foundation_sdk.builders.common import StackingConfig
     from grafana_foundation_sdk.models.common import StackingMode
 
@@ -256,7 +262,7 @@ def _states_panel(options: DashboardOptions) -> Any:
     )
 
 
-def _alert_row(options: DashboardOptions) -> list[Any]:
+def _alert_row(options: DashboardOptions) -> list[Panel]:
     from grafana_foundation_sdk.builders import statetimeline
     from grafana_foundation_sdk.models.common import VisibilityMode
 
@@ -312,7 +318,7 @@ def _alert_row(options: DashboardOptions) -> list[Any]:
     return [firing, counts]
 
 
-def build_dashboard(options: DashboardOptions) -> Any:
+def build_dashboard(options: DashboardOptions) -> DashboardModel:
     """The dashboard as the SDK's model (``grafana_foundation_sdk.models.dashboard
     .Dashboard``), panels numbered 1, 2, ... top to bottom; raises ``ImportError``
     where the SDK is not installed."""
@@ -344,7 +350,7 @@ def build_dashboard(options: DashboardOptions) -> Any:
         .variables(parts.variables())
         .annotation(firing)
     )
-    rows: list[tuple[str, list[Any]]] = [
+    rows: list[tuple[str, list[Panel]]] = [
         ("Summary over the range", _summary_row(options)),
         ("KV memory per replica", _memory_row(options)),
         ("Failures, uptime and replicas", _failure_row(options)),

@@ -5,7 +5,21 @@ importing this module needs no SDK."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:  # the optional `grafana` extra: imported by each builder when called
+    from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, timeseries
+    from grafana_foundation_sdk.builders.common import VizLegendOptions
+    from grafana_foundation_sdk.builders.dashboard import FieldColor, ThresholdsConfig
+    from grafana_foundation_sdk.cog.builder import Builder
+    from grafana_foundation_sdk.models.dashboard import (
+        DataSourceRef,
+        DynamicConfigValue,
+        VariableModel,
+    )
+
+    Panel: TypeAlias = stat.Panel | timeseries.Panel | statetimeline.Panel
+    """A panel of the dashboard's rows (each numbered by its ``id`` when placed)."""
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 """Every query's data source: the ``datasource`` variable."""
@@ -19,14 +33,14 @@ def seconds(value_s: float) -> str:
     return f"{whole + (whole < value_s)}s"
 
 
-def source() -> Any:
+def source() -> DataSourceRef:
     """:data:`DATASOURCE` as the SDK's reference."""
     from grafana_foundation_sdk.models.dashboard import DataSourceRef
 
     return DataSourceRef(type_val=DATASOURCE["type"], uid=DATASOURCE["uid"])
 
 
-def query(expr: str, legend: str, ref_id: str) -> Any:
+def query(expr: str, legend: str, ref_id: str) -> prometheus.Dataquery:
     from grafana_foundation_sdk.builders import prometheus
 
     return (
@@ -39,14 +53,14 @@ def query(expr: str, legend: str, ref_id: str) -> Any:
     )
 
 
-def dashed() -> Any:
+def dashed() -> DynamicConfigValue:
     """A field override: dashed lines (the second query of a panel)."""
     from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
     return DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})
 
 
-def thresholds(steps: list[tuple[float | None, str]]) -> Any:
+def thresholds(steps: list[tuple[float | None, str]]) -> ThresholdsConfig:
     from grafana_foundation_sdk.builders.dashboard import ThresholdsConfig
     from grafana_foundation_sdk.models.dashboard import Threshold, ThresholdsMode
 
@@ -57,7 +71,7 @@ def thresholds(steps: list[tuple[float | None, str]]) -> Any:
     )
 
 
-def legend() -> Any:
+def legend() -> VizLegendOptions:
     from grafana_foundation_sdk.builders.common import VizLegendOptions
     from grafana_foundation_sdk.models.common import LegendDisplayMode, LegendPlacement
 
@@ -69,7 +83,7 @@ def legend() -> Any:
     )
 
 
-def timeseries_panel(title: str, description: str, unit: str, step_s: float) -> Any:
+def timeseries_panel(title: str, description: str, unit: str, step_s: float) -> timeseries.Panel:
     """A half-width time series panel over :data:`DATASOURCE`, its minimum step
     ``step_s``, legend below, tooltip of every series."""
     from grafana_foundation_sdk.builders import timeseries
@@ -91,7 +105,7 @@ def timeseries_panel(title: str, description: str, unit: str, step_s: float) -> 
     )
 
 
-def stat_panel(title: str, description: str, unit: str, calc: str, step_s: float) -> Any:
+def stat_panel(title: str, description: str, unit: str, calc: str, step_s: float) -> stat.Panel:
     """A third-width stat panel over :data:`DATASOURCE` showing the ``calc`` reduction
     (Grafana's name: ``lastNotNull``, ``min``, ``max``) of its one series."""
     from grafana_foundation_sdk.builders import stat
@@ -110,14 +124,14 @@ def stat_panel(title: str, description: str, unit: str, calc: str, step_s: float
     )
 
 
-def fixed_red() -> Any:
+def fixed_red() -> FieldColor:
     from grafana_foundation_sdk.builders.dashboard import FieldColor
     from grafana_foundation_sdk.models.dashboard import FieldColorModeId
 
     return FieldColor().mode(FieldColorModeId.FIXED).fixed_color("red")
 
 
-def variables() -> list[Any]:
+def variables() -> list[Builder[VariableModel]]:
     """``datasource`` (any Prometheus), ``pool`` and ``replica`` (label values over the
     time range, multi-valued, "All" = ``.*``)."""
     from grafana_foundation_sdk.builders.dashboard import DatasourceVariable, QueryVariable

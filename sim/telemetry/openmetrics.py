@@ -69,7 +69,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -296,7 +296,9 @@ def _fleet_family(out: TextIO, fleet: Path, origin_s: float) -> None:
                 )
 
 
-def _per_replica(column: str, factor: Callable[[int], int]) -> Callable[[dict[str, Any]], Any]:
+def _per_replica(
+    column: str, factor: Callable[[int], int]
+) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
     """A batch's ``column`` times each row's replica's ``factor``."""
 
     def values(batch: dict[str, np.ndarray]) -> np.ndarray:

@@ -66,7 +66,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, NotRequired, TypeAlias, TypedDict
 
 import yaml
 
@@ -254,23 +254,46 @@ def _description(
     }[spec.name]
 
 
+AlertRule = TypedDict(
+    "AlertRule",
+    {
+        "alert": str,
+        "expr": str,
+        "for": NotRequired[str],  # a duration; absent: fires at the first evaluation
+        "labels": dict[str, str],
+        "annotations": dict[str, str],
+    },
+)
+"""One alerting rule of the rules file, keys in the order written."""
+
+
+class RuleGroup(TypedDict):
+    """A rule group: evaluated together every ``interval``."""
+
+    name: str
+    interval: str
+    rules: list[AlertRule]
+
+
+RulesFile: TypeAlias = dict[str, list[RuleGroup]]
+"""A Prometheus rules file: ``{"groups": [...]}``."""
+
+
 def alert_rules(
     thresholds: AlertThresholds = DEFAULT_THRESHOLDS,
     scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
     trend_window_s: float = DEFAULT_TREND_WINDOW_S,
     options: RuleOptions = DEFAULT_OPTIONS,
-) -> dict[str, Any]:
-    """The rules file as a mapping: one group ``fragsim`` evaluated every scrape, one
-    rule per alert of :data:`~sim.telemetry.alerts.ALERTS` (module docstring)."""
+) -> RulesFile:
+    """The rules file: one group ``fragsim`` evaluated every scrape, one rule per alert
+    of :data:`~sim.telemetry.alerts.ALERTS` (module docstring)."""
     exprs = expressions(thresholds, scrape_interval_s, trend_window_s, options)
     timing = options.rule_timing()
-    rules = []
+    rules: list[AlertRule] = []
     for spec in ALERTS:
-        rule: dict[str, Any] = {"alert": spec.name, "expr": exprs[spec.name]}
-        if timing.hold_s(spec.name) > 0:  # none: fires at the first evaluation
-            rule["for"] = duration(timing.hold_s(spec.name))
-        rule["labels"] = {"severity": SEVERITIES[spec.severity]}
-        rule["annotations"] = {
+        name, expr = spec.name, exprs[spec.name]
+        labels = {"severity": SEVERITIES[spec.severity]}
+        annotations = {
             "summary": spec.summary,
             "description": _description(
                 spec, thresholds, trend_window_s, options, scrape_interval_s
@@ -278,18 +301,28 @@ def alert_rules(
             "runbook_url": options.runbook_url.replace("{alert}", spec.name),
             "response": spec.response,
         }
+        hold_s = timing.hold_s(spec.name)
+        if hold_s > 0:
+            rule: AlertRule = {
+                "alert": name,
+                "expr": expr,
+                "for": duration(hold_s),
+                "labels": labels,
+                "annotations": annotations,
+            }
+        else:  # no hold: fires at the first evaluation
+            rule = {"alert": name, "expr": expr, "labels": labels, "annotations": annotations}
         rules.append(rule)
-    return {
-        "groups": [{"name": "fragsim", "interval": duration(scrape_interval_s), "rules": rules}]
-    }
+    group: RuleGroup = {"name": "fragsim", "interval": duration(scrape_interval_s), "rules": rules}
+    return {"groups": [group]}
 
 
-def rules_yaml(rules: dict[str, Any], options: RuleOptions = DEFAULT_OPTIONS) -> str:
+def rules_yaml(rules: RulesFile, options: RuleOptions = DEFAULT_OPTIONS) -> str:
     """The rules mapping as YAML text (keys in the order given, block style), under a
     comment naming the metrics the nodes must export."""
     label = options.instance_label
     head = [f"# fragsim: the fleet seed's alerts. Each node must export (label {label}):"]
-    used = " ".join(str(r["expr"]) for g in rules["groups"] for r in g["rules"])
+    used = " ".join(r["expr"] for g in rules["groups"] for r in g["rules"])
     for _, name, kind, text in METRICS:
         shown = VLLM_METRICS.get(name, name) if options.metrics == "vllm" else name
         if shown == VLLM_METRICS["fragsim_kv_used_tokens"]:
@@ -307,7 +340,7 @@ def rules_yaml(rules: dict[str, Any], options: RuleOptions = DEFAULT_OPTIONS) ->
     return "\n".join(head) + "\n" + body
 
 
-def write_rules(path: str | Path, rules: dict[str, Any]) -> None:
+def write_rules(path: str | Path, rules: RulesFile) -> None:
     """Write the rules file atomically (:func:`traces.atomic.atomic_path`: nothing
     half-written; raises ``traces.TraceError`` naming ``path`` when it cannot)."""
     with atomic_path(path) as tmp:

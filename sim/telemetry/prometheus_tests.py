@@ -32,7 +32,7 @@ number` for the values rendered here (ratios and rho in [-1, 1]).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import yaml
@@ -49,7 +49,7 @@ from sim.telemetry.alerts import (
     uptime_correlation,
 )
 from sim.telemetry.openmetrics import number, pool_of
-from sim.telemetry.prometheus import METRIC, RuleOptions, duration
+from sim.telemetry.prometheus import METRIC, RuleOptions, RulesFile, duration
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,12 +64,41 @@ RHO = METRIC["node_uptime_vs_fragmentation_correlation"]
 FAILURE_RULE = FRAGMENTATION_FAILURE.name
 
 
+class InputSeries(TypedDict):
+    """A series of a test: ``name{labels}`` and its values, one per interval (``_``: none)."""
+
+    series: str
+    values: str
+
+
+class ExpectedAlert(TypedDict):
+    exp_labels: dict[str, str]
+    exp_annotations: dict[str, str]
+
+
+class AlertCheck(TypedDict):
+    """The alerts of one rule firing at ``eval_time`` (none: an empty list)."""
+
+    eval_time: str
+    alertname: str
+    exp_alerts: list[ExpectedAlert]
+
+
+class RuleTest(TypedDict):
+    """One test of a promtool test file: its series and the checks at its instants."""
+
+    name: str
+    interval: str
+    input_series: list[InputSeries]
+    alert_rule_test: list[AlertCheck]
+
+
 def _render(text: str, label: str, replica: int, value: float | None) -> str:
     text = text.replace(f"{{{{ $labels.{label} }}}}", str(replica))
     return text if value is None else text.replace("{{ $value }}", number(value))
 
 
-def _series(name: str, labels: dict[str, str], values: list[float | None]) -> dict[str, str]:
+def _series(name: str, labels: dict[str, str], values: list[float | None]) -> InputSeries:
     inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
     text = " ".join("_" if v is None else number(float(v)) for v in values)
     return {"series": f"{name}{{{inner}}}", "values": text}
@@ -89,7 +118,7 @@ def _episodes(held: Held, n: int) -> list[tuple[int, int | None, int]]:
 
 
 def rule_tests(
-    rules: dict[str, Any],
+    rules: RulesFile,
     timeseries: pd.DataFrame,
     events: pd.DataFrame,
     summary: Summary,
@@ -97,7 +126,7 @@ def rule_tests(
     scrape_interval_s: float,
     trend_window_s: float,
     options: RuleOptions,
-) -> tuple[list[dict[str, Any]], list[str]]:
+) -> tuple[list[RuleTest], list[str]]:
     """The ``tests`` list of a promtool test file for ``rules`` (module docstring) and
     the names of the rules the run never fires (with data throughout: no test)."""
     times = scrape_times(timeseries, scrape_interval_s)
@@ -112,7 +141,7 @@ def rule_tests(
         name: {"fired", "suppressed"} if "for" in rule else {"fired"}
         for name, rule in by_name.items()
     }
-    tests: list[dict[str, Any]] = []
+    tests: list[RuleTest] = []
     for replica in sorted(set(timeseries["replica"].tolist())):
         if not any(todo.values()):
             break
@@ -161,9 +190,9 @@ def rule_tests(
                 marks = [start - 1, start, end - 1, end]
                 if fired is not None:
                     marks += [fired - 1, fired]
-                checks = []
+                checks: list[AlertCheck] = []
                 for k in sorted({k for k in marks if k0 <= k <= end}):
-                    expected = []
+                    expected: list[ExpectedAlert] = []
                     if held.firing[k]:
                         shown = float(value[k]) if gauge else None
                         annotations = {
@@ -199,7 +228,7 @@ def _seconds(text: str) -> float:
 
 
 def tests_file(
-    rule_file: str, tests: list[dict[str, Any]], untested: list[str], scrape_interval_s: float
+    rule_file: str, tests: list[RuleTest], untested: list[str], scrape_interval_s: float
 ) -> str:
     """The promtool test file's YAML text."""
     head = "# fragsim: promtool test rules for the exported alerts, generated from a run."
