@@ -290,8 +290,9 @@ def _natural(texts: Sequence[str]) -> int:
     return max((len(line) for t in texts for line in t.split("\n")), default=0)
 
 
-_PIECE = re.compile(r"[^_]*_+|[^_]+")
-"""An identifier's pieces, each ending after its underscores: where a cell may wrap."""
+_PIECE = re.compile(r"[^_/#,=]*[_/#,=]+|[^_/#,=]+")
+"""An identifier's (or a path's, a link's, a ``--vary`` list's) pieces, each ending after
+its underscores, slashes, ``#``, commas or ``=``: where a cell may wrap."""
 
 
 def _pieces(word: str) -> list[str]:
@@ -415,7 +416,13 @@ def _print_rich(
     groups = column_groups(natural, narrowest, width, keys)
     tty = sys.stdout.isatty()  # styled; else plain text without trailing blanks
     buf = io.StringIO()
-    console = Console(file=sys.stdout if tty else buf, width=width, highlight=False)
+    widest = max(
+        _table_width(fit_widths([natural[i] for i in g], [narrowest[i] for i in g], width))
+        for g in groups
+    )
+    # A table that cannot fit even at its narrowest is printed wider, never re-wrapped
+    # by rich inside the words it was laid out not to break.
+    console = Console(file=sys.stdout if tty else buf, width=max(width, widest), highlight=False)
     for k, group in enumerate(groups):
         name = title
         if len(groups) > 1:

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from sim.cli.output import Cell, TableData, column_groups, print_table, print_tables
+from sim.cli.output import Cell, TableData, column_groups, print_table, print_tables, wrap_cell
 from sim.cli.progress import elapsed_text, progress, sim_time_amounts
 
 RUNS = [f"seed-postmortem-variant-{i}" for i in range(5)]
@@ -58,6 +58,28 @@ def test_fitting_table_is_one_table(capsys: pytest.CaptureFixture[str]) -> None:
     out = printed(capsys, "t", ["a", "b"], [["x", 1], ["y", 2_000]], width=80)
     assert "columns" not in out and "2,000" in out
     assert all(line == line.rstrip() for line in out.splitlines())
+
+
+def test_prose_with_links_wraps_inside_the_width_and_is_not_rewrapped(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A long key column beside prose holding a path, a link and a ``--vary`` list: the
+    prose wraps after ``/``, ``#``, ``,`` and ``=`` to fit 80 columns, and each printed
+    line is one of the lines it was laid out in (rich does not fold them again)."""
+    key = "seed-bimodal-offload-documents-host"
+    prose = (
+        "Compare the managers with --vary allocator.kind=paged,hybrid_kv,split_pools,"
+        "window_pools (docs/allocators.md#kv-managers-for-hybrid-models). " * 3
+    )
+    out = printed(
+        capsys, "built-in scenarios", ["name", "what it models"], [(key, prose)], width=80
+    )
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    cells = [line.split("│")[2] for line in lines if line.startswith("│")]
+    width = len(cells[0]) - 2  # the column's text width, inside its padding
+    assert [c.strip() for c in cells] == wrap_cell(prose, width).split("\n")
+    assert width < 60 and all(len(c.strip()) > 3 for c in cells)
 
 
 def test_column_groups() -> None:
