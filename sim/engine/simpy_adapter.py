@@ -14,6 +14,16 @@ What is relied on, and why:
   before ordinary events at its time), and :func:`process_in_place` runs an event's
   callbacks at once, as ``Environment.step`` would, when it would be the very next event
   processed anyway.
+* ``Environment.schedule`` puts an event at ``now + delay``, which is not always the
+  float asked for (``now + (t - now) != t`` for some ``t``): :func:`schedule_at` pushes
+  ``(time, priority, next event id, event)`` on the heap itself, so an event is
+  processed at exactly the instant it is due (:class:`Call`: a fleet's arrivals, client
+  retries and replicas' decisions). Priorities are plain ints compared in the heap's
+  keys: :data:`LATE` (2) is processed after every ``NORMAL`` (1) event at its time.
+* ``Environment.step`` pops the heap's head, takes its ``callbacks`` and calls them, then
+  raises if the event failed (``_ok`` false): an event needs no more than these. A
+  cancelled :class:`Call` left in the heap is popped unprocessed by
+  :func:`live_horizon_s` when it is the head (it would do nothing when processed).
 * ``Environment._eid`` counts the events ever scheduled: the benchmarks divide it by the
   requests (:func:`events_processed`).
 * ``Environment._queue.clear()`` drops the pending events of a finished run, whose
@@ -22,7 +32,9 @@ What is relied on, and why:
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections.abc import Callable
 from typing import Any
 
 import simpy
@@ -30,6 +42,11 @@ from simpy.events import EventPriority
 
 Queue = list[tuple[float, EventPriority, int, simpy.Event]]
 """SimPy 4's event heap: ``(time, priority, event id, event)`` entries."""
+
+
+LATE = EventPriority(2)
+"""A priority processed after every ``URGENT`` and ``NORMAL`` event at its time (a fleet's
+replicas decide after everything else at an instant)."""
 
 
 def queue_of(env: simpy.Environment) -> Queue:
@@ -49,6 +66,20 @@ def due_now(env: simpy.Environment) -> bool:
     return bool(queue) and queue[0][0] <= env.now
 
 
+def live_horizon_s(queue: Queue) -> float:
+    """When the next event that will do anything is (inf: none): :func:`horizon_s`, after
+    popping cancelled :class:`Call` events off the head (processed, they would do
+    nothing; popped here, they neither lower the horizon nor cost a step)."""
+    while queue:
+        entry = queue[0]
+        event = entry[3]
+        if type(event) is Call and event.fn is None:
+            heapq.heappop(queue)
+            continue
+        return entry[0]
+    return math.inf
+
+
 def mark_succeeded(event: simpy.Event, value: Any = None) -> None:
     """Set ``event`` triggered with ``value`` (what ``Event.succeed`` sets) without
     scheduling it."""
@@ -63,6 +94,46 @@ def schedule_succeeded(
     (``simpy.events.URGENT`` or ``NORMAL``): a timeout of another priority."""
     mark_succeeded(event)
     env.schedule(event, priority, delay_s)
+
+
+def schedule_at(
+    env: simpy.Environment, event: simpy.Event, priority: EventPriority, time_s: float
+) -> None:
+    """``event`` triggered now and processed at exactly ``time_s`` (not before
+    ``env.now``) at ``priority``, after the events already queued with the same time and
+    priority: ``Environment.schedule`` without rounding ``time_s`` through a delay."""
+    assert time_s >= env.now, "an event scheduled in the past"
+    mark_succeeded(event)
+    heapq.heappush(env._queue, (time_s, priority, next(env._eid), event))
+
+
+class Call(simpy.Event):
+    """``fn()`` at exactly ``time_s`` (:func:`schedule_at`, at ``priority``) unless
+    :meth:`cancel` is called first: one SimPy event and one call, no process. Among
+    events of one time and priority, calls run in the order they were made."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        time_s: float,
+        priority: EventPriority,
+        fn: Callable[[], None],
+    ) -> None:
+        self.env = env
+        self.callbacks = [self._run]
+        self.fn: Callable[[], None] | None = fn
+        schedule_at(env, self, priority, time_s)
+
+    def cancel(self) -> None:
+        """Do nothing when due (its entry stays in the heap until then, or until
+        :func:`live_horizon_s` pops it)."""
+        self.fn = None
+
+    def _run(self, _event: simpy.Event) -> None:
+        fn = self.fn
+        if fn is not None:
+            self.fn = None
+            fn()
 
 
 def process_in_place(event: simpy.Event) -> None:
