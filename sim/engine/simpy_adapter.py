@@ -24,8 +24,12 @@ What is relied on, and why:
   raises if the event failed (``_ok`` false): an event needs no more than these. A
   cancelled :class:`Call` left in the heap is popped unprocessed by
   :func:`live_horizon_s` when it is the head (it would do nothing when processed).
+* ``Environment._now`` is the current time, which ``step`` sets to the popped event's:
+  :func:`advance_to` sets it so for an event run in place (it would have been the next
+  one popped), and :class:`Call` checks it is not scheduled in the past.
 * ``Environment._eid`` counts the events ever scheduled: the benchmarks divide it by the
-  requests (:func:`events_processed`).
+  requests (:func:`events_processed`; an event run in place counts, with its id taken
+  by :func:`reserve_eid`).
 * ``Environment._queue.clear()`` drops the pending events of a finished run, whose
   suspended generators hold the environment (:func:`drop_pending`).
 """
@@ -40,8 +44,9 @@ from typing import Any
 import simpy
 from simpy.events import EventPriority
 
-Queue = list[tuple[float, EventPriority, int, simpy.Event]]
-"""SimPy 4's event heap: ``(time, priority, event id, event)`` entries."""
+Queue = list[tuple[float, EventPriority, int, Any]]
+"""SimPy 4's event heap: ``(time, priority, event id, event)`` entries (a ``simpy.Event``
+or a :class:`Call`)."""
 
 
 LATE = EventPriority(2)
@@ -107,10 +112,13 @@ def schedule_at(
     heapq.heappush(env._queue, (time_s, priority, next(env._eid), event))
 
 
-class Call(simpy.Event):
-    """``fn()`` at exactly ``time_s`` (:func:`schedule_at`, at ``priority``) unless
-    :meth:`cancel` is called first: one SimPy event and one call, no process. Among
-    events of one time and priority, calls run in the order they were made."""
+class Call:
+    """``fn()`` at exactly ``time_s`` (as :func:`schedule_at` puts an event, at
+    ``priority``) unless :meth:`cancel` is called first: one heap entry and one call, no
+    process. Among entries of one time and priority, calls run in the order they were
+    made (or, given an ``eid`` from :func:`reserve_eid`, in the place of that id). Not a ``simpy.Event``: ``Environment.step`` reads no more of an event than its
+    ``callbacks`` and ``_ok`` (the module docstring), and a plain class of three fields
+    is several times cheaper to make (a compiled one has no ``__dict__``)."""
 
     def __init__(
         self,
@@ -118,22 +126,43 @@ class Call(simpy.Event):
         time_s: float,
         priority: EventPriority,
         fn: Callable[[], None],
+        eid: int = -1,
     ) -> None:
-        self.env = env
-        self.callbacks = [self._run]
+        assert time_s >= env._now, "an event scheduled in the past"
         self.fn: Callable[[], None] | None = fn
-        schedule_at(env, self, priority, time_s)
+        self.callbacks: list[Callable[[Call], None]] | None = [self._run]
+        self._ok = True
+        if eid < 0:
+            eid = next(env._eid)
+        queue: Queue = env._queue
+        heapq.heappush(queue, (time_s, priority, eid, self))
 
     def cancel(self) -> None:
         """Do nothing when due (its entry stays in the heap until then, or until
         :func:`live_horizon_s` pops it)."""
         self.fn = None
 
-    def _run(self, _event: simpy.Event) -> None:
+    def _run(self, _event: Call) -> None:
         fn = self.fn
         if fn is not None:
             self.fn = None
             fn()
+
+
+def reserve_eid(env: simpy.Environment) -> int:
+    """An event id taken now, for an event made later that must sort among events of its
+    time and priority as if it had been made now (:class:`Call`'s ``eid``)."""
+    eid: int = next(env._eid)
+    return eid
+
+
+def advance_to(env: simpy.Environment, time_s: float) -> None:
+    """Move ``env.now`` to ``time_s``, as ``Environment.step`` does for the event it
+    processes next: the caller has checked that no live event comes first
+    (``time_s < live_horizon_s``) and runs that event's work in place, saving its trip
+    through the heap."""
+    assert env._now <= time_s < live_horizon_s(env._queue), "not the next event"
+    env._now = time_s
 
 
 def process_in_place(event: simpy.Event) -> None:

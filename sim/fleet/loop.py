@@ -28,6 +28,7 @@ the fleet apply it (``Fleet.apply``) after it, before the next event.
 # fragsim: compiled
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -35,7 +36,7 @@ import simpy
 from simpy.events import URGENT
 
 from sim.engine.batch import Group
-from sim.engine.simpy_adapter import Call
+from sim.engine.simpy_adapter import Call, advance_to, live_horizon_s, queue_of, reserve_eid
 from sim.simulate.columns import GroupColumns
 from sim.simulate.records import Records
 
@@ -56,6 +57,7 @@ class Arrivals:
         self, env: simpy.Environment, columns: GroupColumns, records: Records, route: Route
     ) -> None:
         self.env = env
+        self.queue = queue_of(env)
         self.columns = columns
         self.records = records
         self.route = route
@@ -86,16 +88,29 @@ class Arrivals:
         return self.chunk[i - self.chunk_start]
 
     def _due(self) -> None:
-        """The requests arriving now, routed after the next arrival time's event is made
-        (so a retry set now for that time comes after it)."""
-        now_s = self._next().arrival_s
-        due: list[tuple[int, Group]] = []
-        while self.i < self.n:
-            g = self._next()
-            if g.arrival_s != now_s:
-                Call(self.env, g.arrival_s, URGENT, self._due)
-                break
-            due.append((self.i, g))
-            self.i += 1
-        for row, g in due:
-            self.route(row, g)
+        """The requests arriving now, routed; then the next arrival time's event, sorted
+        as if made before they were routed (a client retry set now for that instant
+        comes after it). When that event would be the very next one processed (no live
+        event comes before it), it is run here instead (``advance_to``)."""
+        env, queue = self.env, self.queue
+        while True:
+            now_s = self._next().arrival_s
+            due: list[tuple[int, Group]] = []
+            next_s = math.inf
+            while self.i < self.n:
+                g = self._next()
+                if g.arrival_s != now_s:
+                    next_s = g.arrival_s
+                    break
+                due.append((self.i, g))
+                self.i += 1
+            eid = reserve_eid(env) if next_s < math.inf else -1
+            for row, g in due:
+                self.route(row, g)
+            if next_s == math.inf:
+                return
+            if next_s < live_horizon_s(queue):
+                advance_to(env, next_s)
+                continue
+            Call(env, next_s, URGENT, self._due, eid)
+            return
