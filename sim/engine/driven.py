@@ -47,7 +47,7 @@ import simpy
 
 from sim.engine.batch import Group, Step
 from sim.engine.replica import Replica, RestartMode
-from sim.engine.simpy_adapter import LATE, Call, live_horizon_s, queue_of
+from sim.engine.simpy_adapter import LATE, Call, live_horizon_s, now_of, queue_of
 
 
 @dataclass(slots=True)
@@ -97,7 +97,7 @@ class Driven:
         self._queue = queue_of(replica.env)
 
     def clock_s(self) -> float:
-        return float(self.env.now)
+        return now_of(self.env)
 
     def next_arrival_s(self) -> float:
         """Requests come from the owner at its instants: none is known ahead."""
@@ -123,7 +123,7 @@ class Driven:
     def submit(self, group: Group, next_arrival_s: float) -> None:
         """A request arrives now; ``next_arrival_s`` is ignored (a routed request wakes
         only the replica it goes to)."""
-        now = float(self.env.now)
+        now = now_of(self.env)
         self.replica.sched.submit(group, now)
         self._wake_at(now)
 
@@ -135,7 +135,7 @@ class Driven:
 
     def restart_requested(self, changed: bool) -> None:
         """The replica decides at its next step boundary."""
-        self._wake_at(float(self.env.now))
+        self._wake_at(now_of(self.env))
 
     def _wake_at(self, now: float) -> None:
         """Something for the replica to decide came at ``now``: an idle replica decides
@@ -292,7 +292,7 @@ class Driven:
     def _back_up_now(self, _event: simpy.Event) -> None:
         """The downtime is over (a SimPy callback, at ``env.now``): back up, with a
         fresh allocator; decide now (nothing waits: no request was routed here)."""
-        now = float(self.replica.env.now)
+        now = now_of(self.env)
         self._down = False
         self.replica._come_back(now)
         self._schedule(now)

@@ -24,9 +24,10 @@ What is relied on, and why:
   raises if the event failed (``_ok`` false): an event needs no more than these. A
   cancelled :class:`Call` left in the heap is popped unprocessed by
   :func:`live_horizon_s` when it is the head (it would do nothing when processed).
-* ``Environment._now`` is the current time, which ``step`` sets to the popped event's:
-  :func:`advance_to` sets it so for an event run in place (it would have been the next
-  one popped), and :class:`Call` checks it is not scheduled in the past.
+* ``Environment._now`` is the current time, which ``step`` sets to the popped event's
+  and the ``now`` property returns: :func:`now_of` reads it without the property's
+  Python call, :func:`advance_to` sets it for an event run in place (it would have been
+  the next one popped), and :class:`Call` checks it is not scheduled in the past.
 * ``Environment._eid`` counts the events ever scheduled: the benchmarks divide it by the
   requests (:func:`events_processed`; an event run in place counts, with its id taken
   by :func:`reserve_eid`).
@@ -116,9 +117,12 @@ class Call:
     """``fn()`` at exactly ``time_s`` (as :func:`schedule_at` puts an event, at
     ``priority``) unless :meth:`cancel` is called first: one heap entry and one call, no
     process. Among entries of one time and priority, calls run in the order they were
-    made (or, given an ``eid`` from :func:`reserve_eid`, in the place of that id). Not a ``simpy.Event``: ``Environment.step`` reads no more of an event than its
-    ``callbacks`` and ``_ok`` (the module docstring), and a plain class of three fields
-    is several times cheaper to make (a compiled one has no ``__dict__``)."""
+    made (or, given an ``eid`` from :func:`reserve_eid`, in the place of that id). Not a
+    ``simpy.Event``: ``Environment.step`` reads no more of an event than its
+    ``callbacks`` (iterated, then set to None) and ``_ok`` (the module docstring), so a
+    plain class of three fields does, several times cheaper to make (compiled, it has no
+    ``__dict__``). Its ``callbacks`` are one shared tuple (:func:`_fire` reads the event
+    it is given): nothing may add to them."""
 
     def __init__(
         self,
@@ -130,7 +134,7 @@ class Call:
     ) -> None:
         assert time_s >= env._now, "an event scheduled in the past"
         self.fn: Callable[[], None] | None = fn
-        self.callbacks: list[Callable[[Call], None]] | None = [self._run]
+        self.callbacks: tuple[Callable[[Call], None], ...] | None = _FIRE
         self._ok = True
         if eid < 0:
             eid = next(env._eid)
@@ -142,11 +146,22 @@ class Call:
         :func:`live_horizon_s` pops it)."""
         self.fn = None
 
-    def _run(self, _event: Call) -> None:
-        fn = self.fn
-        if fn is not None:
-            self.fn = None
-            fn()
+
+def _fire(call: Call) -> None:
+    """A :class:`Call`'s one callback: its ``fn`` (once), unless cancelled."""
+    fn = call.fn
+    if fn is not None:
+        call.fn = None
+        fn()
+
+
+_FIRE: tuple[Callable[[Call], None], ...] = (_fire,)
+
+
+def now_of(env: simpy.Environment) -> float:
+    """``env.now`` as a float, without its Python property call (read several times
+    per request from compiled code)."""
+    return float(env._now)
 
 
 def reserve_eid(env: simpy.Environment) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -31,7 +32,7 @@ from sim.engine.driven import Decision, Driven
 from sim.engine.events import ArrivalTimer
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica, RestartMode
-from sim.engine.simpy_adapter import Call
+from sim.engine.simpy_adapter import Call, now_of
 from sim.fleet.lifecycle import Lifecycle
 from sim.fleet.loop import ARRIVAL_CHUNK, Arrivals
 from sim.fleet.node import Node
@@ -130,7 +131,7 @@ class Fleet:
         self.out_of_range = [OutOfRange.for_model(part.latency) for part in parts]
         """Per pool, the steps its replicas simulated outside its latency model's
         validity range (None: a model valid everywhere): the run's count."""
-        self.views = RouteViews(lambda: float(env.now), config.router_refresh_s)
+        self.views = RouteViews(partial(now_of, env), config.router_refresh_s)
         self.first_replica = np.full(len(columns), -1, dtype=np.int32)
         self.route_kind: dict[int, str] = {}
         """request id -> how its last placement was made, where not ``routed``."""
@@ -197,7 +198,7 @@ class Fleet:
     @property
     def now_s(self) -> float:
         """The run's one clock: ``env.now``."""
-        return float(self.env.now)
+        return now_of(self.env)
 
     def at(self, time_s: float, fn: Callable[[], None]) -> Call:
         """``fn()`` at exactly ``time_s`` (not before now), as an ordinary SimPy event:
@@ -229,12 +230,6 @@ class Fleet:
                     due_s = g.arrival_s
                 next_s = chunk[j + 1].arrival_s if j < last else after_s
                 self.first_replica[start + j] = self.route(g, next_s, "routed")
-
-    def _fast_arrivals(self) -> Arrivals:
-        def route(row: int, g: Group) -> None:
-            self.first_replica[row] = self.route(g, math.inf, "routed")
-
-        return Arrivals(self.env, self.columns, self.records, route)
 
     def _request(self, g: Group) -> RouteRequest:
         session = self.sessions.get(g.request_id) if self.sessions is not None else None
@@ -373,7 +368,7 @@ class Fleet:
     def processes(self, sampler: Generator[simpy.Event, Any, None]) -> list[Any]:
         """Arrivals, the run's sampler, the policies' ticks and the script, in that
         order (``sim.simulate.driver.Traffic``)."""
-        out = [self.arrivals() if self.exact else self._fast_arrivals().process(), sampler]
+        out = [self.arrivals() if self.exact else Arrivals(self).process(), sampler]
         if self.config.restart.kind != "none":
             out.append(self.restart_ticks())
         if self.config.autoscaler.kind != "none":

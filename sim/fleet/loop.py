@@ -29,39 +29,35 @@ the fleet apply it (``Fleet.apply``) after it, before the next event.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator
-from typing import Any
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
 
 import simpy
 from simpy.events import URGENT
 
 from sim.engine.batch import Group
 from sim.engine.simpy_adapter import Call, advance_to, live_horizon_s, queue_of, reserve_eid
-from sim.simulate.columns import GroupColumns
-from sim.simulate.records import Records
+
+if TYPE_CHECKING:
+    from sim.fleet.fleet import Fleet
 
 ARRIVAL_CHUNK = 65_536
 """Requests made into Groups at a time as their arrivals come."""
 
-Route = Callable[[int, Group], None]
-"""``route(row, group)``: place the request of trace row ``row`` now."""
-
 
 class Arrivals:
     """The trace's arrivals on SimPy: one ``URGENT`` event per distinct arrival time, at
-    exactly that time, routing every request arriving then in trace order. Requests are
-    made into Groups a chunk at a time (only requests in flight, and the chunk's not yet
-    arrived, are objects)."""
+    exactly that time, routing every request arriving then in trace order
+    (``Fleet.route``). Requests are made into Groups a chunk at a time (only requests in
+    flight, and the chunk's not yet arrived, are objects)."""
 
-    def __init__(
-        self, env: simpy.Environment, columns: GroupColumns, records: Records, route: Route
-    ) -> None:
-        self.env = env
-        self.queue = queue_of(env)
-        self.columns = columns
-        self.records = records
-        self.route = route
-        self.n = len(columns)
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.env = fleet.env
+        self.queue = queue_of(fleet.env)
+        self.columns = fleet.columns
+        self.records = fleet.records
+        self.n = len(fleet.columns)
         self.i = 0
         """The next arrival's row."""
         self.chunk: list[Group] = []
@@ -92,23 +88,21 @@ class Arrivals:
         as if made before they were routed (a client retry set now for that instant
         comes after it). When that event would be the very next one processed (no live
         event comes before it), it is run here instead (``advance_to``)."""
-        env, queue = self.env, self.queue
+        env, queue, fleet = self.env, self.queue, self.fleet
+        first = fleet.first_replica
         while True:
-            now_s = self._next().arrival_s
-            due: list[tuple[int, Group]] = []
-            next_s = math.inf
-            while self.i < self.n:
+            eid = reserve_eid(env)
+            g = self._next()
+            now_s = g.arrival_s
+            while True:
+                first[self.i] = fleet.route(g, math.inf, "routed")
+                self.i += 1
+                if self.i >= self.n:
+                    return
                 g = self._next()
                 if g.arrival_s != now_s:
-                    next_s = g.arrival_s
                     break
-                due.append((self.i, g))
-                self.i += 1
-            eid = reserve_eid(env) if next_s < math.inf else -1
-            for row, g in due:
-                self.route(row, g)
-            if next_s == math.inf:
-                return
+            next_s = g.arrival_s
             if next_s < live_horizon_s(queue):
                 advance_to(env, next_s)
                 continue
