@@ -20,17 +20,19 @@ What is relied on, and why:
   processed at exactly the instant it is due (:class:`Call`: a fleet's arrivals, client
   retries and replicas' decisions). Priorities are plain ints compared in the heap's
   keys: :data:`LATE` (2) is processed after every ``NORMAL`` (1) event at its time.
-* ``Environment.step`` pops the heap's head, takes its ``callbacks`` and calls them, then
-  raises if the event failed (``_ok`` false): an event needs no more than these. A
+* ``Environment.step`` pops the heap's head, sets ``_now`` to its time, takes its
+  ``callbacks`` (setting them to None) and calls each with the event, then raises if
+  the event failed (``_ok`` false): an event needs no more than these, and a
+  :class:`Call` that ``step`` runs does the same for the calls right after it in the
+  heap, in the heap's order, handing back to ``step`` at the first other event. A
   cancelled :class:`Call` left in the heap is popped unprocessed by
   :func:`live_horizon_s` when it is the head (it would do nothing when processed).
 * ``Environment._now`` is the current time, which ``step`` sets to the popped event's
   and the ``now`` property returns: :func:`now_of` reads it without the property's
-  Python call, :func:`advance_to` sets it for an event run in place (it would have been
-  the next one popped), and :class:`Call` checks it is not scheduled in the past.
+  Python call, a :class:`Call` that runs the calls after it in place sets it as
+  ``step`` would, and :class:`Call` checks it is not scheduled in the past.
 * ``Environment._eid`` counts the events ever scheduled: the benchmarks divide it by the
-  requests (:func:`events_processed`; an event run in place counts, with its id taken
-  by :func:`reserve_eid`).
+  requests (:func:`events_processed`: calls run in place count).
 * ``Environment._queue.clear()`` drops the pending events of a finished run, whose
   suspended generators hold the environment (:func:`drop_pending`).
 """
@@ -120,7 +122,7 @@ class Call:
     made (or, given an ``eid`` from :func:`reserve_eid`, in the place of that id). Not a
     ``simpy.Event``: ``Environment.step`` reads no more of an event than its
     ``callbacks`` (iterated, then set to None) and ``_ok`` (the module docstring), so a
-    plain class of three fields does, several times cheaper to make (compiled, it has no
+    plain class of four fields does, several times cheaper to make (compiled, it has no
     ``__dict__``). Its ``callbacks`` are one shared tuple (:func:`_fire` reads the event
     it is given): nothing may add to them."""
 
@@ -133,6 +135,7 @@ class Call:
         eid: int = -1,
     ) -> None:
         assert time_s >= env._now, "an event scheduled in the past"
+        self.env = env
         self.fn: Callable[[], None] | None = fn
         self.callbacks: tuple[Callable[[Call], None], ...] | None = _FIRE
         self._ok = True
@@ -148,11 +151,28 @@ class Call:
 
 
 def _fire(call: Call) -> None:
-    """A :class:`Call`'s one callback: its ``fn`` (once), unless cancelled."""
-    fn = call.fn
-    if fn is not None:
-        call.fn = None
-        fn()
+    """A :class:`Call`'s one callback (``Environment.step`` popped it): its ``fn``, unless
+    cancelled; then, while the heap's next event is a Call too, that one is popped and
+    run here, as ``step`` would (``env.now`` set to its time, its callbacks taken), so a
+    run of calls costs no Python frame of SimPy's per call. Any other event at the head
+    goes back to ``step``."""
+    env = call.env
+    queue: Queue = env._queue
+    while True:
+        fn = call.fn
+        if fn is not None:
+            call.fn = None
+            fn()
+        if not queue:
+            return
+        entry = queue[0]
+        after = entry[3]
+        if type(after) is not Call:
+            return
+        heapq.heappop(queue)
+        env._now = entry[0]
+        after.callbacks = None
+        call = after
 
 
 _FIRE: tuple[Callable[[Call], None], ...] = (_fire,)
@@ -169,15 +189,6 @@ def reserve_eid(env: simpy.Environment) -> int:
     time and priority as if it had been made now (:class:`Call`'s ``eid``)."""
     eid: int = next(env._eid)
     return eid
-
-
-def advance_to(env: simpy.Environment, time_s: float) -> None:
-    """Move ``env.now`` to ``time_s``, as ``Environment.step`` does for the event it
-    processes next: the caller has checked that no live event comes first
-    (``time_s < live_horizon_s``) and runs that event's work in place, saving its trip
-    through the heap."""
-    assert env._now <= time_s < live_horizon_s(env._queue), "not the next event"
-    env._now = time_s
 
 
 def process_in_place(event: simpy.Event) -> None:

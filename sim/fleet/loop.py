@@ -36,7 +36,7 @@ import simpy
 from simpy.events import URGENT
 
 from sim.engine.batch import Group
-from sim.engine.simpy_adapter import Call, advance_to, live_horizon_s, queue_of, reserve_eid
+from sim.engine.simpy_adapter import Call, reserve_eid
 
 if TYPE_CHECKING:
     from sim.fleet.fleet import Fleet
@@ -54,7 +54,6 @@ class Arrivals:
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
         self.env = fleet.env
-        self.queue = queue_of(fleet.env)
         self.columns = fleet.columns
         self.records = fleet.records
         self.n = len(fleet.columns)
@@ -86,25 +85,18 @@ class Arrivals:
     def _due(self) -> None:
         """The requests arriving now, routed; then the next arrival time's event, sorted
         as if made before they were routed (a client retry set now for that instant
-        comes after it). When that event would be the very next one processed (no live
-        event comes before it), it is run here instead (``advance_to``)."""
-        env, queue, fleet = self.env, self.queue, self.fleet
+        comes after it)."""
+        env, fleet = self.env, self.fleet
         first = fleet.first_replica
+        eid = reserve_eid(env)
+        g = self._next()
+        now_s = g.arrival_s
         while True:
-            eid = reserve_eid(env)
+            first[self.i] = fleet.route(g, math.inf, "routed")
+            self.i += 1
+            if self.i >= self.n:
+                return
             g = self._next()
-            now_s = g.arrival_s
-            while True:
-                first[self.i] = fleet.route(g, math.inf, "routed")
-                self.i += 1
-                if self.i >= self.n:
-                    return
-                g = self._next()
-                if g.arrival_s != now_s:
-                    break
-            next_s = g.arrival_s
-            if next_s < live_horizon_s(queue):
-                advance_to(env, next_s)
-                continue
-            Call(env, next_s, URGENT, self._due, eid)
-            return
+            if g.arrival_s != now_s:
+                break
+        Call(env, g.arrival_s, URGENT, self._due, eid)

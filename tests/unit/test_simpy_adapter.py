@@ -140,3 +140,27 @@ def test_a_plain_event_without_callbacks_at_the_head_is_not_skipped() -> None:
     env = simpy.Environment()
     schedule_at(env, simpy.Event(env), NORMAL, 1.0)
     assert live_horizon_s(queue_of(env)) == 1.0
+
+
+def test_calls_after_a_call_run_in_place_in_heap_order_each_at_its_own_time() -> None:
+    env = simpy.Environment()
+    log: list[tuple[str, float]] = []
+    steps = 0
+    step = env.step
+
+    def counted_step() -> None:
+        nonlocal steps
+        steps += 1
+        step()
+
+    env.step = counted_step  # type: ignore[method-assign]
+    Call(env, 1.0, NORMAL, lambda: log.append(("a", env.now)))
+    Call(env, 1.5, LATE, lambda: log.append(("b", env.now)))
+    timer = env.timeout(2.0)  # another event: the chain hands back to step before it
+    assert timer.callbacks is not None
+    timer.callbacks.append(lambda _: log.append(("timeout", env.now)))
+    Call(env, 2.0, NORMAL, lambda: log.append(("c", env.now)))  # after the timeout (made later)
+    Call(env, 2.0, URGENT, lambda: log.append(("d", env.now)))  # before it (URGENT)
+    env.run()
+    assert log == [("a", 1.0), ("b", 1.5), ("d", 2.0), ("timeout", 2.0), ("c", 2.0)]
+    assert steps == 4  # a (b and d in place), the timeout, c, and the empty heap's
