@@ -8,10 +8,12 @@ draining, down, gone) are :class:`sim.fleet.lifecycle.Lifecycle`'s.
 
 One clock, ``env.now``, and one loop, SimPy's, in both modes: exact mode's replicas are
 SimPy processes; fast mode's arrivals, client retries and replicas' decisions are SimPy
-events at exactly their instants (``sim.fleet.loop``). Order at one instant: requests
-arriving then are routed first (URGENT events, as a single replica queues its arrivals
-before anything else happens), then samples and policy ticks, then the replicas step. Every random draw comes from a stream seeded by
-(scenario seed, replica id, purpose), so the same scenario gives the same bytes.
+events at exactly their instants (``sim.fleet.loop``); :meth:`Fleet.at` puts any other
+callback on that loop at an exact instant. Order at one instant: requests arriving then
+are routed first (URGENT events, as a single replica queues its arrivals before anything
+else happens), then samples and policy ticks, then the replicas step. Every random draw
+comes from a stream seeded by (scenario seed, replica id, purpose), so the same scenario
+gives the same bytes.
 """
 
 from __future__ import annotations
@@ -204,8 +206,9 @@ class Fleet:
         """``fn()`` at exactly ``time_s`` (not before now), as an ordinary SimPy event:
         after the arrivals and client retries of that instant, before the replicas'
         decisions; among such calls and timers of one instant, in the order they were
-        made. Returns its event (``cancel()`` voids it). A replica's state changed by
-        ``fn`` is the owner's to report (a submit wakes the replica itself)."""
+        made. Returns its event (``cancel()`` voids it). Fast and exact mode alike:
+        ``fn`` may submit to a replica (``Replica.submit`` wakes it) or change a node's
+        life through :attr:`life`; it must not call a replica's decision itself."""
         return Call(self.env, time_s, NORMAL, fn)
 
     # -- arrivals and routing -------------------------------------------------------------

@@ -13,6 +13,7 @@ from support.fast_exact import assert_frames_match, assert_same_values, run_mode
 from support.fleet import comparable, evenly, fleet_data, run_fleet_data, synthetic_fleet_data
 from support.latency import calibration_document
 
+import sim.fleet.fleet
 import sim.runner
 from sim.engine.simpy_adapter import events_processed
 from sim.runner import run
@@ -156,3 +157,31 @@ def test_a_fast_fleet_runs_on_simpy_alone_one_event_per_arrival_retry_and_decisi
     assert len(df) > 500 and retries > 50
     own = df["arrival_s"].nunique() + retries + result.summary.engine.wakeups
     assert own <= events_processed(env) <= own + len(df) + retries + 4 * samples + 50
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+def test_fleet_at_calls_back_at_the_exact_instant_after_arrivals_before_decisions(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Fleet.at(t_s, fn)``: ``fn`` runs with ``env.now == t_s`` exactly, after the
+    requests arriving at ``t_s`` are routed and before any replica decides on them; a
+    cancelled call never runs."""
+    seen: list[tuple[float, int, int]] = []
+    original = sim.fleet.fleet.Fleet.processes
+
+    def processes(fleet: sim.fleet.fleet.Fleet, sampler: Any) -> list[Any]:
+        def look() -> None:
+            replica = fleet.nodes[int(fleet.first_replica[2])].replica
+            assert replica is not None
+            seen.append((fleet.now_s, int(fleet.first_replica[2]), replica.view.waiting_requests))
+
+        fleet.at(2.0, look)  # request 2 arrives at 2.0, to an idle replica
+        fleet.at(2.0 + 1e-9 / 3, lambda: seen.append((fleet.now_s, -1, -1)))
+        fleet.at(3.0, lambda: seen.append((fleet.now_s, -2, -2))).cancel()
+        return original(fleet, sampler)
+
+    monkeypatch.setattr(sim.fleet.fleet.Fleet, "processes", processes)
+    result = run_fleet_data(fleet_data(mode=mode), evenly(5, 1.0))
+    assert (result.requests["status"] == "ok").all()
+    replica = seen[0][1]
+    assert seen == [(2.0, replica, 1), (2.0 + 1e-9 / 3, -1, -1)] and replica >= 0
