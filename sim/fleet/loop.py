@@ -14,11 +14,12 @@
 
 So SimPy's key ``(time, priority, event id)`` gives the order at one instant (as exact
 mode's): arrivals and retries first -- between the two, the one whose event was made
-first (an arrival's is made when the previous distinct arrival time is processed, before
-its requests are routed; a retry's after the decision or refusal it answers; so on equal
-times the arrival wins); then the slow processes' events; then replicas' decisions, in
-the order they were scheduled. A request costs its routing and its replica's decisions:
-a few SimPy events (docs/layout.md measures them).
+first (an arrival's sorts as made when the previous distinct arrival time is processed,
+before that instant's requests are routed; a retry's is made after the decision or
+refusal it answers; so on equal times the arrival wins); then the slow processes'
+events; then replicas' decisions, in the order they were scheduled. A request costs its
+routing and its replica's decisions: about three SimPy events, most of them run in place
+by the call before them (``sim.engine.simpy_adapter``; docs/layout.md measures them).
 
 A decision never calls back into the fleet: it returns what it made
 (``sim.engine.driven.Decision``: client retries, a restart's boundary) and its event has
