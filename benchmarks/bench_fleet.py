@@ -15,9 +15,11 @@ issue's benchmark), through the public path ``parse_scenario`` -> ``load_workloa
   case. Each ``fleet.azure_day_x16`` line then says ``ratio_to_single_replica``: its
   simulated requests per wall-second over the reference's (measured in the same
   ``make bench`` run, on each side's best CPU seconds, so a noisy machine does not
-  decide it; the median wall ratio is beside it). Targets (issue 18): >= 0.7
-  with ``least_outstanding``, >= 0.5 with ``least_kv_usage``, on the quick and the full
-  case; SimPy events per request <= 0.3; the full day's peak RSS <= 4 GiB.
+  decide it; the median wall ratio is beside it). Targets (issue 27): >= 0.8
+  with ``least_outstanding``, >= 0.6 with ``least_kv_usage``, on the quick and the full
+  case; the full day's peak RSS <= 4 GiB. SimPy events per request are reported, not
+  bounded: SimPy's loop is the fleet's one loop, and each arrival time, client retry
+  and replica decision is an event (``sim.fleet.loop``; an arrival run in place counts).
 - ``fleet.seed_postmortem``: the built-in ``seed-postmortem`` scenario (six days), load
   and run; target under 60 s of wall time. Skipped, saying so, while that scenario is
   not part of the build measured.
@@ -54,9 +56,8 @@ from sim.results.summary_model import Summary
 
 ROUTER_TARGETS = {"least_outstanding": 100_000, "least_kv_usage": 50_000}
 """Simulated requests per wall-second the full ``fleet.azure_day_x16`` must reach."""
-RATIO_TARGETS = {"least_outstanding": 0.7, "least_kv_usage": 0.5}
+RATIO_TARGETS = {"least_outstanding": 0.8, "least_kv_usage": 0.6}
 """``fleet.azure_day_x16`` over the single replica at the same per-replica load."""
-EVENTS_PER_REQUEST_TARGET = 0.3
 PEAK_RSS_TARGET_MIB = 4096
 POSTMORTEM = "seed-postmortem"
 POSTMORTEM_TARGET_WALL_S = 60.0
@@ -240,8 +241,8 @@ def _child(case: str, router: str, quick: bool, repeats: int) -> None:
 
 def with_ratio(line: dict[str, Any], reference: dict[str, Any] | None) -> dict[str, Any]:
     """A ``fleet.azure_day_x16`` line with its ratio to the single-replica reference
-    measured in the same run, and whether the ratio and events-per-request targets are
-    met (``targets_met`` also holds the absolute ones on the full case)."""
+    measured in the same run, and whether the ratio target is met (``targets_met`` also
+    holds the absolute ones on the full case)."""
     if reference is None or "requests_per_wall_s" not in reference:
         return line
     if "requests_per_wall_s" not in line:
@@ -252,8 +253,7 @@ def with_ratio(line: dict[str, Any], reference: dict[str, Any] | None) -> dict[s
     ratio = line["requests_per_cpu_s_best"] / reference["requests_per_cpu_s_best"]
     wall_ratio = line["requests_per_wall_s"] / reference["requests_per_wall_s"]
     target = RATIO_TARGETS[line["router"]]
-    events = line["simpy_events_per_request"]
-    met = ratio >= target and events <= EVENTS_PER_REQUEST_TARGET
+    met = ratio >= target
     return {
         **line,
         "single_reference_requests_per_cpu_s_best": reference["requests_per_cpu_s_best"],
@@ -261,7 +261,6 @@ def with_ratio(line: dict[str, Any], reference: dict[str, Any] | None) -> dict[s
         "ratio_to_single_replica": ratio,
         "ratio_to_single_replica_wall": wall_ratio,
         "target_ratio": target,
-        "target_simpy_events_per_request": EVENTS_PER_REQUEST_TARGET,
         "targets_met": met and line.get("target_met", True),
     }
 

@@ -1,10 +1,10 @@
-"""A replica's driver in fast mode with no SimPy process: its owner's loop advances it
-(``sim.fleet.loop``), one *decision* at a time, in time order with everything else the
-owner schedules. The macro-step contract of DESIGN.md, applied from outside: the
-replica's state between decisions is a real step in progress or a planned run of decode
-steps (``RunPlan``); a reader sees it at the owner's current instant (``observe``:
-completed steps of a run applied, a step begun inside it); the replica is brought
-further only when its next decision falls due.
+"""A replica's driver in fast mode with no SimPy process of its own: its next decision is
+one SimPy event (a :class:`~sim.engine.simpy_adapter.Call` at exactly the decision's
+instant, priority ``LATE``), and the replica is brought further only when it fires. The
+macro-step contract of DESIGN.md, applied from outside: the replica's state between
+decisions is a real step in progress or a planned run of decode steps (``RunPlan``); a
+reader sees it at ``env.now`` (``observe``: completed steps of a run applied, a step
+begun inside it).
 
 Decisions (:meth:`Driven.decide`, at :attr:`Driven.next_decision_s`):
 
@@ -16,44 +16,44 @@ Decisions (:meth:`Driven.decide`, at :attr:`Driven.next_decision_s`):
   timer, as exact mode's, after which the replica decides again);
 * an idle replica's next release of retained memory.
 
-A request submitted at the owner's instant ``t`` waits in the queue: an idle replica
-decides at ``t``; one inside a planned run decides at the end of the step in progress
-(at ``t`` when ``t`` is a step boundary of the run), as a woken process replica does;
-one inside a real step decides at its end. A restart request does the same.
+A request submitted at ``t`` (``env.now``) waits in the queue: an idle replica decides at
+``t``; one inside a planned run decides at the end of the step in progress (at ``t`` when
+``t`` is a step boundary of the run), as a woken process replica does; one inside a real
+step decides at its end. A restart request does the same. Moving a decision earlier
+cancels its event (:meth:`Call.cancel`) and makes a new one: the cancelled one stays in
+SimPy's heap until it is due or reaches the heap's head, where
+:func:`~sim.engine.simpy_adapter.live_horizon_s` pops it, so it never lowers the
+horizon.
 
-Order at one instant, kept by the owner's loop: requests arriving then are queued first,
-then other processes act (samples, policies), then replicas decide; among replicas, in
-the order their decisions were scheduled. The steps, allocator calls and samples are
-those of exact mode; step end times are sums over different cut points, so times equal
-exact mode's up to float rounding.
+Order at one instant: requests arriving then are queued first (their events are
+``URGENT``), then other processes act (samples, policies: ``NORMAL``), then replicas
+decide (``LATE``); among replicas, in the order their decisions were scheduled (SimPy's
+event ids). A decision runs ahead up to the next live event of the heap
+(:meth:`horizon_s`): nobody can read or submit to the replica before it. The steps,
+allocator calls and samples are those of exact mode; step end times are sums over
+different cut points, so times equal exact mode's up to float rounding.
 
-The owner's loop must run a decision that may take the replica down at ``env.now``
-(:attr:`Driven.needs_env_time`): the owner applies it (``Decision``: its lifecycle
-moves on) and the replica's downtime starts, on SimPy timers set from ``env.now``.
+A decision never calls its owner from inside: it returns what it made (:class:`Decision`)
+and the event hands that to the owner's ``apply`` after it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import simpy
 
 from sim.engine.batch import Group, Step
 from sim.engine.replica import Replica, RestartMode
-
-
-class Clock:
-    """The owner's current instant (at or after ``env.now``), shared with its replicas."""
-
-    def __init__(self, now_s: float) -> None:
-        self.now_s = now_s
+from sim.engine.simpy_adapter import LATE, Call, live_horizon_s, now_of, queue_of
 
 
 @dataclass(slots=True)
 class Decision:
-    """What a decision hands its owner's loop to apply after it (the replica never calls
-    its owner from inside a decision):
+    """What a decision hands its owner to apply after it (the replica never calls its
+    owner from inside a decision):
 
     * ``retries``: requests refused here whose clients try again, as ``(due time, time
       the retry was set, group)`` in the order they were refused;
@@ -70,168 +70,77 @@ class Decision:
     handoffs: list[tuple[float, Group]] = field(default_factory=list)
 
 
-class Agenda:
-    """The replicas' next decisions: a binary heap with one entry per replica (its
-    latest schedule), ordered by ``(time, tie)``, ties broken by the order they were
-    scheduled. Rescheduling moves the replica's entry (no stale entries to skip), and
-    keys are compared as plain floats and ints (no tuples)."""
-
-    def __init__(self) -> None:
-        self._times: list[float] = []
-        self._ties: list[int] = []
-        self._items: list[Driven] = []
-        self._tie = 0
-
-    def push(self, time_s: float, replica: Driven) -> None:
-        """(Re)schedule ``replica``'s next decision at ``time_s`` (finite)."""
-        tie = self._tie
-        self._tie += 1
-        i = replica.agenda_index
-        if i < 0:
-            i = len(self._items)
-            self._times.append(time_s)
-            self._ties.append(tie)
-            self._items.append(replica)
-            replica.agenda_index = i
-            self._up(i)
-            return
-        old_s = self._times[i]
-        self._times[i] = time_s
-        self._ties[i] = tie  # a later tie: the key grew unless the time fell
-        if time_s < old_s:
-            self._up(i)
-        else:
-            self._down(i)
-
-    def discard(self, replica: Driven) -> None:
-        """``replica`` has no decision scheduled (any entry of it removed)."""
-        if replica.agenda_index >= 0:
-            self._remove_at(replica.agenda_index)
-
-    def next_s(self) -> float:
-        """When the next decision is due (inf: none)."""
-        return self._times[0] if self._items else math.inf
-
-    def pop(self) -> Driven:
-        """The replica whose decision is next, taken off the agenda (call after
-        :meth:`next_s`)."""
-        replica = self._items[0]
-        self._remove_at(0)
-        return replica
-
-    def _less(self, i: int, j: int) -> bool:
-        ti, tj = self._times[i], self._times[j]
-        return ti < tj or (ti == tj and self._ties[i] < self._ties[j])
-
-    def _swap(self, i: int, j: int) -> None:
-        times, ties, items = self._times, self._ties, self._items
-        times[i], times[j] = times[j], times[i]
-        ties[i], ties[j] = ties[j], ties[i]
-        items[i], items[j] = items[j], items[i]
-        items[i].agenda_index = i
-        items[j].agenda_index = j
-
-    def _up(self, i: int) -> None:
-        while i > 0:
-            parent = (i - 1) >> 1
-            if not self._less(i, parent):
-                return
-            self._swap(i, parent)
-            i = parent
-
-    def _down(self, i: int) -> None:
-        n = len(self._items)
-        while True:
-            child = 2 * i + 1
-            if child >= n:
-                return
-            if child + 1 < n and self._less(child + 1, child):
-                child += 1
-            if not self._less(child, i):
-                return
-            self._swap(i, child)
-            i = child
-
-    def _remove_at(self, i: int) -> None:
-        self._items[i].agenda_index = -1
-        last = len(self._items) - 1
-        if i != last:
-            self._times[i] = self._times[last]
-            self._ties[i] = self._ties[last]
-            moved = self._items[last]
-            self._items[i] = moved
-            moved.agenda_index = i
-        self._times.pop()
-        self._ties.pop()
-        self._items.pop()
-        if i < last:
-            self._up(i)
-            self._down(i)
+Apply = Callable[["Driven", Decision], None]
+"""The owner's ``apply(driven, decision)``: what a decision handed back, applied after it."""
 
 
 class Driven:
-    """A replica's driver (``sim.engine.replica.Driver``) when its owner's loop advances
-    it (see the module docstring): built with the owner's ``clock`` and ``agenda`` and
-    given to a fast-mode :class:`~sim.engine.replica.Replica` as its ``driver``."""
+    """A replica's driver (``sim.engine.replica.Driver``) woken by one SimPy event at its
+    next decision (see the module docstring): built with its owner's ``apply`` and given
+    to a fast-mode :class:`~sim.engine.replica.Replica` as its ``driver``."""
 
-    def __init__(self, clock: Clock, agenda: Agenda) -> None:
-        self.clock = clock
-        self.agenda = agenda
-        self.agenda_index = -1
-        """Where the replica's entry is in its agenda's heap (-1: none)."""
+    def __init__(self, apply: Apply) -> None:
+        self._apply = apply
         self.next_decision_s = math.inf
+        self._wake: Call | None = None
+        """The event of the next decision (None: none scheduled)."""
         self._step: Step | None = None
         """The real step in progress (it ends at ``next_decision_s``)."""
         self._down = False
         """Down for a restart's downtime (back at ``next_decision_s``)."""
         self._horizon = -math.inf
-        """While deciding: the owner's next item other than this replica's decisions,
-        lowered by the client retries the decision makes (-inf outside a decision:
-        nothing is applied ahead of the clock)."""
+        """While deciding: the next live event of the heap, lowered by the client retries
+        the decision makes (-inf outside a decision: nothing is applied ahead of
+        ``env.now``)."""
         self._decision: Decision | None = None
         """What the decision in progress hands back (None: nothing so far)."""
 
     def attach(self, replica: Replica) -> None:
-        """No process: the owner's loop advances the replica."""
+        """No process: the replica's decisions are events of its environment."""
         self.replica = replica
+        self.env = replica.env
+        self._queue = queue_of(replica.env)
 
     def clock_s(self) -> float:
-        return self.clock.now_s
+        return now_of(self.env)
 
     def next_arrival_s(self) -> float:
         """Requests come from the owner at its instants: none is known ahead."""
         return math.inf
 
-    @property
-    def needs_env_time(self) -> bool:
-        """Whether the next decision may change the replica's life (a restart is due:
-        the owner runs it at ``env.now``)."""
-        return self.replica._restart is not None
-
     def _schedule(self, time_s: float) -> None:
+        """The next decision is at ``time_s`` (inf: none): its event replaces any other."""
         self.next_decision_s = time_s
-        if time_s < math.inf:
-            self.agenda.push(time_s, self)
-        else:
-            self.agenda.discard(self)
+        wake = self._wake
+        if wake is not None:
+            wake.cancel()
+        self._wake = Call(self.env, time_s, LATE, self._due) if time_s < math.inf else None
+
+    def _due(self) -> None:
+        """The decision's event fired (at ``next_decision_s``): decide, then hand what
+        the decision made to the owner."""
+        self._wake = None
+        decision = self.decide(live_horizon_s(self._queue))
+        if decision is not None:
+            self._apply(self, decision)
 
     # -- inputs -----------------------------------------------------------------------
     def submit(self, group: Group, next_arrival_s: float) -> None:
-        """A request arrives at the owner's instant; ``next_arrival_s`` is ignored (a
-        routed request wakes only the replica it goes to)."""
-        now = self.clock.now_s
+        """A request arrives now; ``next_arrival_s`` is ignored (a routed request wakes
+        only the replica it goes to)."""
+        now = now_of(self.env)
         self.replica.sched.submit(group, now)
         self._wake_at(now)
 
     def feed(self, groups: list[Group]) -> None:
-        raise ValueError("a driven replica's requests come from its owner's loop (submit)")
+        raise ValueError("a driven replica's requests come from its owner (submit)")
 
     def queue_due(self) -> None:
         """Nothing held: the owner submits each request at its instant."""
 
     def restart_requested(self, changed: bool) -> None:
         """The replica decides at its next step boundary."""
-        self._wake_at(self.clock.now_s)
+        self._wake_at(now_of(self.env))
 
     def _wake_at(self, now: float) -> None:
         """Something for the replica to decide came at ``now``: an idle replica decides
@@ -253,7 +162,7 @@ class Driven:
             self._schedule(plan.end_s(target))
 
     def horizon_s(self) -> float:
-        """The owner's next item other than this replica's own decisions (given to
+        """The next live event other than this replica's decision (given to
         :meth:`decide`, lowered by its client retries): a step or a run that ends before
         it is applied at once (nobody can read or submit to the replica in between); one
         that does not is left in progress."""
@@ -287,10 +196,10 @@ class Driven:
 
     # -- decisions --------------------------------------------------------------------
     def decide(self, horizon_s: float) -> Decision | None:
-        """The decision due at :attr:`next_decision_s` (the owner's clock is there),
-        and every later one of this replica that falls before ``horizon_s`` (the
-        owner's next item other than this replica's decisions). Returns what the owner
-        must apply (None: nothing)."""
+        """The decision due at :attr:`next_decision_s` (``env.now`` is there), and every
+        later one of this replica that falls before ``horizon_s`` (the next event that
+        may read or reach the replica). Returns what the owner must apply (None:
+        nothing)."""
         self._horizon = horizon_s
         self._decide()
         self._horizon = -math.inf
@@ -362,7 +271,8 @@ class Driven:
                 return
             end_s = t + r._step_time_s(step) + step.stall_s
             if end_s >= self._horizon or r._restart is not None:
-                # (A restart due: its boundary must be decided at ``env.now``.)
+                # (A restart due: its boundary is decided at its own event, where its
+                # downtime's timers start.)
                 self._step = step
                 self._schedule(end_s)
                 return
@@ -399,11 +309,11 @@ class Driven:
     def _back_up_now(self, _event: simpy.Event) -> None:
         """The downtime is over (a SimPy callback, at ``env.now``): back up, with a
         fresh allocator; decide now (nothing waits: no request was routed here)."""
-        now = float(self.replica.env.now)
+        now = now_of(self.env)
         self._down = False
         self.replica._come_back(now)
         self._schedule(now)
 
     def close(self) -> None:
         self._step = None
-        self.agenda.discard(self)
+        self._schedule(math.inf)

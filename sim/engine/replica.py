@@ -1,8 +1,8 @@
 """One serving replica: a Scheduler over an Allocator, timed by a LatencyModel, with
 uptime and restarts, composed with the *driver* that advances its time
 (:class:`Driver`): a SimPy process of its own (``sim.engine.process``: exact mode, one
-event per step; fast mode, closed-form runs of decode steps) or its owner's loop
-(``sim.engine.driven``: a fast fleet's replica, one decision at a time). The replica
+event per step; fast mode, closed-form runs of decode steps) or one SimPy event per
+decision (``sim.engine.driven``: a fast fleet's replica, one decision at a time). The replica
 holds the state and the step mechanics every driver shares (a run of decode steps
 planned or applied, a restart's boundary, coming back); the driver decides when they
 happen. Both process modes make the same allocator calls in the same order and sample
@@ -35,7 +35,7 @@ holds goes to its outlet's ``on_lost`` (its clients see an error)."""
 
 class Driver(Protocol):
     """What advances a replica's time (the module docstring): a SimPy process of its own
-    (``sim.engine.process``) or its owner's loop (``sim.engine.driven.Driven``). The
+    (``sim.engine.process``) or one event per decision (``sim.engine.driven.Driven``). The
     replica calls these; the driver calls the replica's step mechanics."""
 
     def attach(self, replica: Replica) -> None:
@@ -44,7 +44,7 @@ class Driver(Protocol):
         ...
 
     def clock_s(self) -> float:
-        """The time observers read the replica at (``env.now``, or the owner's clock)."""
+        """The time observers read the replica at: ``env.now``, the run's one clock."""
         ...
 
     def horizon_s(self) -> float:

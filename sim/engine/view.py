@@ -3,7 +3,7 @@ and autoscalers (the fleet's deciders read replicas only through it; they never 
 
 A view only reads: it never moves the replica forward. It shows the replica as of its
 last state change or catch-up: request counts change only at the replica's decisions, so
-they are current whenever its owner's loop is between decisions; memory fields inside a
+they are current between the replica's decisions; memory fields inside a
 fast-mode run of decode steps are current once the owner has brought the replica to now
 (``Replica.observe``: the decode steps completed by then applied). The owner does that
 where a decider reads memory (``sim.fleet.routeviews``: at each refresh, for a router

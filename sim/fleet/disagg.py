@@ -229,11 +229,8 @@ class Disagg:
 
     def handed_off(self, done_s: float, phase: Group) -> None:
         """``phase`` ended its prefill at ``done_s`` (at or after the fleet's instant):
-        its hand-off is tried at that instant (a SimPy event)."""
-        env = self.fleet.env
-        at = env.timeout(max(0.0, done_s - env.now))
-        assert at.callbacks is not None
-        at.callbacks.append(lambda _: self._start(phase))
+        its hand-off is tried at that instant (:meth:`Fleet.at`)."""
+        self.fleet.at(done_s, lambda: self._start(phase))
 
     def _start(self, phase: Group) -> None:
         rid = phase.request_id

@@ -9,31 +9,38 @@ fleet's hand-offs, prefill to decode replica, are :class:`sim.fleet.disagg.Disag
 fleet routes a request's prefill phase, hands a prefill's end to it (``apply``; at once in
 exact mode) and ends a phase's request through it.
 
-Order at one instant: requests arriving then are routed first (URGENT timers, as a
-single replica queues its arrivals before anything else happens), then samples and
-policy ticks, then the replicas step. Every random draw comes from a stream seeded by
-(scenario seed, replica id, purpose), so the same scenario gives the same bytes.
+One clock, ``env.now``, and one loop, SimPy's, in both modes: exact mode's replicas are
+SimPy processes; fast mode's arrivals, client retries and replicas' decisions are SimPy
+events at exactly their instants (``sim.fleet.loop``); :meth:`Fleet.at` puts any other
+callback on that loop at an exact instant. Order at one instant: requests arriving then
+are routed first (URGENT events, as a single replica queues its arrivals before anything
+else happens), then samples and policy ticks, then the replicas step. Every random draw
+comes from a stream seeded by (scenario seed, replica id, purpose), so the same scenario
+gives the same bytes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL, URGENT
 
 from policies.routing.base import NO_REQUEST, Router, RouteRequest
 from sim.engine.batch import ClientRetry, Group, SchedEvent, Status
-from sim.engine.driven import Agenda, Clock, Decision, Driven
+from sim.engine.driven import Decision, Driven
 from sim.engine.events import ArrivalTimer
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica, RestartMode
 from sim.fleet.disagg import Disagg, linked_parts
+from sim.engine.simpy_adapter import Call, now_of
 from sim.fleet.lifecycle import Lifecycle
-from sim.fleet.loop import ARRIVAL_CHUNK, Retries, drive
+from sim.fleet.loop import ARRIVAL_CHUNK, Arrivals
 from sim.fleet.node import Node
 from sim.fleet.routeviews import AbsentView, RouteViews
 from sim.latency.base import OutOfRange
@@ -137,16 +144,7 @@ class Fleet:
         self.out_of_range = [OutOfRange.for_model(part.latency) for part in parts]
         """Per pool, the steps its replicas simulated outside its latency model's
         validity range (None: a model valid everywhere): the run's count."""
-        self.clock = Clock(env.now)
-        """The fleet's instant: its loop's (fast mode runs ahead of ``env.now`` up to the
-        next SimPy event), ``env.now`` in exact mode."""
-        self.agenda = Agenda()
-        """Fast mode: the replicas' next decisions (``sim.engine.driven``)."""
-        self.retries = Retries()
-        """Fast mode: client retries due, in the order their timers would fire."""
-        clock = self.clock
-        now_s = (lambda: float(env.now)) if exact else (lambda: clock.now_s)
-        self.views = RouteViews(now_s, config.router_refresh_s)
+        self.views = RouteViews(partial(now_of, env), config.router_refresh_s)
         self.first_replica = np.full(len(columns), -1, dtype=np.int32)
         self.route_kind: dict[int, str] = {}
         """request id -> how its last placement was made, where not ``routed``."""
@@ -193,7 +191,7 @@ class Fleet:
     def make_replica(self, node: Node, initial_uptime_s: float) -> Replica:
         part = self.parts[node.pool_index]
         alloc, spec = part.allocator, part.spec
-        driven = None if self.exact else Driven(self.clock, self.agenda)
+        driven = None if self.exact else Driven(self.apply)
         replica = Replica(
             self.env,
             node.replica_id,
@@ -217,13 +215,22 @@ class Fleet:
 
     @property
     def now_s(self) -> float:
-        """The fleet's instant (:attr:`clock`; ``env.now`` in exact mode)."""
-        return float(self.env.now) if self.exact else self.clock.now_s
+        """The run's one clock: ``env.now``."""
+        return now_of(self.env)
+
+    def at(self, time_s: float, fn: Callable[[], None]) -> Call:
+        """``fn()`` at exactly ``time_s`` (not before now), as an ordinary SimPy event:
+        after the arrivals and client retries of that instant, before the replicas'
+        decisions; among such calls and timers of one instant, in the order they were
+        made. Returns its event (``cancel()`` voids it). Fast and exact mode alike:
+        ``fn`` may submit to a replica (``Replica.submit`` wakes it) or change a node's
+        life through :attr:`life`; it must not call a replica's decision itself."""
+        return Call(self.env, time_s, NORMAL, fn)
 
     # -- arrivals and routing -------------------------------------------------------------
     def arrivals(self) -> Generator[simpy.Event, Any, None]:
         """Exact mode: an arrival event per distinct arrival time, each request routed
-        at its own (fast mode: :func:`sim.fleet.loop.drive`)."""
+        at its own (fast mode: :class:`sim.fleet.loop.Arrivals`)."""
         env, columns, records = self.env, self.columns, self.records
         n = len(columns)
         due_s = env.now
@@ -295,15 +302,16 @@ class Fleet:
         timer.callbacks.append(lambda _: self.retry_now(g, replica_id))
 
     def apply(self, driven: Driven, decision: Decision) -> None:
-        """Fast mode: what a replica's decision handed back, applied by the loop after
-        it (``sim.fleet.loop``): its clients' retries (pinned to it unless re-routed),
-        its prefills' hand-offs (a disaggregated fleet, ``sim.fleet.disagg``), then a
-        restart's boundary -- the node's lifecycle moves on (its queue may go
-        back to the router), the replica goes down, the requests it lost see errors."""
+        """Fast mode: what a replica's decision handed back, applied after it by its
+        event (``sim.engine.driven``): its clients' retries (each an URGENT event at its
+        due time, pinned to the replica unless re-routed), its prefills' hand-offs (a
+        disaggregated fleet, ``sim.fleet.disagg``), then a restart's boundary -- the
+        node's lifecycle moves on (its queue may go back to the router), the replica
+        goes down, the requests it lost see errors."""
         replica = driven.replica
         replica_id = replica.replica_id
-        for due_s, set_s, g in decision.retries:
-            self.retries.add(due_s, set_s, g, replica_id)
+        for due_s, _set_s, g in decision.retries:
+            self._retry_at(due_s, g, replica_id)
         if self.disagg is not None:
             for done_s, g in decision.handoffs:
                 self.disagg.handed_off(done_s, g)
@@ -314,6 +322,10 @@ class Fleet:
         lost = driven.go_down(mode, downtime_s)
         if lost:
             self.lost(replica, lost)
+
+    def _retry_at(self, due_s: float, g: Group, replica_id: int) -> None:
+        """Fast mode: ``g``'s client retries at exactly ``due_s`` (:meth:`retry_now`)."""
+        Call(self.env, due_s, URGENT, lambda: self.retry_now(g, replica_id))
 
     def retry_now(self, g: Group, replica_id: int) -> None:
         """A client's retry of ``g`` arrives now: back to ``replica_id`` (pinned) while
@@ -349,7 +361,7 @@ class Fleet:
         now = self.now_s
         if delay_s is not None:
             if not self.exact:
-                self.retries.add(now + delay_s, now, g, -1)
+                self._retry_at(now + delay_s, g, -1)
                 return
             timer = ArrivalTimer(self.env, delay_s)
             assert timer.callbacks is not None
@@ -391,7 +403,7 @@ class Fleet:
     def processes(self, sampler: Generator[simpy.Event, Any, None]) -> list[Any]:
         """Arrivals, the run's sampler, the policies' ticks and the script, in that
         order (``sim.simulate.driver.Traffic``)."""
-        out = [self.arrivals() if self.exact else drive(self), sampler]
+        out = [self.arrivals() if self.exact else Arrivals(self).process(), sampler]
         if self.config.restart.kind != "none":
             out.append(self.restart_ticks())
         if self.config.autoscaler.kind != "none":

@@ -13,6 +13,7 @@ from support.fast_exact import assert_frames_match, assert_same_values, run_mode
 from support.fleet import comparable, evenly, fleet_data, run_fleet_data, synthetic_fleet_data
 from support.latency import calibration_document
 
+import sim.fleet.fleet
 import sim.runner
 from sim.engine.simpy_adapter import events_processed
 from sim.runner import run
@@ -132,10 +133,13 @@ def test_a_fleet_of_one_pool_names_it_at_the_top_as_a_single_replica_does() -> N
     }
 
 
-def test_a_fast_fleet_spends_no_simpy_event_per_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fast mode: the fleet's loop routes arrivals and advances replicas without SimPy
-    events (its replicas have no process); the events that remain are samples, policy
-    ticks and lifecycle timers, whatever the number of requests."""
+def test_a_fast_fleet_runs_on_simpy_alone_one_event_per_arrival_retry_and_decision(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fast mode: SimPy's loop is the fleet's one loop: each distinct arrival time, each
+    client retry and each replica decision is one SimPy event; besides them only samples,
+    policy ticks, lifecycle timers and decisions moved earlier (at most one per request
+    routed or retried) reach the heap."""
     envs: list[simpy.Environment] = []
 
     class Kept(simpy.Environment):
@@ -149,6 +153,35 @@ def test_a_fast_fleet_spends_no_simpy_event_per_request(monkeypatch: pytest.Monk
     result = run(parse_scenario(data), df)
     (env,) = envs
     samples = result.summary.engine.end_s / data["metrics"]["sample_interval_s"]
-    assert len(df) > 500
-    assert events_processed(env) < 4 * samples + 50
-    assert result.summary.engine.wakeups > len(df)  # decisions, not events
+    retries = int(result.requests["retries"].sum())
+    assert len(df) > 500 and retries > 50
+    own = df["arrival_s"].nunique() + retries + result.summary.engine.wakeups
+    assert own <= events_processed(env) <= own + len(df) + retries + 4 * samples + 50
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+def test_fleet_at_calls_back_at_the_exact_instant_after_arrivals_before_decisions(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Fleet.at(t_s, fn)``: ``fn`` runs with ``env.now == t_s`` exactly, after the
+    requests arriving at ``t_s`` are routed and before any replica decides on them; a
+    cancelled call never runs."""
+    seen: list[tuple[float, int, int]] = []
+    original = sim.fleet.fleet.Fleet.processes
+
+    def processes(fleet: sim.fleet.fleet.Fleet, sampler: Any) -> list[Any]:
+        def look() -> None:
+            replica = fleet.nodes[int(fleet.first_replica[2])].replica
+            assert replica is not None
+            seen.append((fleet.now_s, int(fleet.first_replica[2]), replica.view.waiting_requests))
+
+        fleet.at(2.0, look)  # request 2 arrives at 2.0, to an idle replica
+        fleet.at(2.0 + 1e-9 / 3, lambda: seen.append((fleet.now_s, -1, -1)))
+        fleet.at(3.0, lambda: seen.append((fleet.now_s, -2, -2))).cancel()
+        return original(fleet, sampler)
+
+    monkeypatch.setattr(sim.fleet.fleet.Fleet, "processes", processes)
+    result = run_fleet_data(fleet_data(mode=mode), evenly(5, 1.0))
+    assert (result.requests["status"] == "ok").all()
+    replica = seen[0][1]
+    assert seen == [(2.0, replica, 1), (2.0 + 1e-9 / 3, -1, -1)] and replica >= 0
