@@ -37,8 +37,8 @@ from sim.engine.driven import Decision, Driven
 from sim.engine.events import ArrivalTimer
 from sim.engine.recorder import Recorder
 from sim.engine.replica import Replica, RestartMode
-from sim.fleet.disagg import Disagg, linked_parts
 from sim.engine.simpy_adapter import Call, now_of
+from sim.fleet.disagg import Disagg, linked_parts
 from sim.fleet.lifecycle import Lifecycle
 from sim.fleet.loop import ARRIVAL_CHUNK, Arrivals
 from sim.fleet.node import Node
