@@ -12,6 +12,7 @@ import pandas as pd
 
 from policies.allocators.base import LayerKindSpec, PoolSpec
 from policies.allocators.config import AllocatorConfig, PagedConfig
+from sim.engine.offload import TierStore
 from sim.engine.scheduler import SchedulerConfig
 from sim.latency.calibrated import MAX_STEP_S
 from sim.latency.models import LatencyModel
@@ -34,10 +35,15 @@ class Parts:
     """The GPU's price (``sim.models.hardware``'s table, or an inline GPU's)."""
 
 
-def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Parts:
+def build_parts(
+    scenario: Scenario,
+    requests: pd.DataFrame | None = None,
+    shared_stores: dict[str, tuple[int, TierStore]] | None = None,
+) -> Parts:
     """Resolve the hardware budget, the scheduler, the latency model and the allocator
     (one is built to check it fits the pool). ``requests`` lets the allocator adopt the
-    trace's prefix-hash block size. Raises ScenarioError naming the field (a calibration
+    trace's prefix-hash block size; ``shared_stores``: the run's shared offload stores
+    (``kv_offload.tiers[].shared``), one dict for all its pools. Raises ScenarioError naming the field (a calibration
     file's errors name ``latency.path`` and the file)."""
     hw = scenario.hardware
     allocator = scenario.allocator
@@ -68,7 +74,10 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
         hash_block = offload_hash_block(allocator, requests, scenario.kv_offload.chunk_tokens)
         try:
             offload = scenario.kv_offload.build(
-                budget.replica_kv_bytes_per_token, model.max_seq_tokens, hash_block
+                budget.replica_kv_bytes_per_token,
+                model.max_seq_tokens,
+                hash_block,
+                {} if shared_stores is None else shared_stores,
             )
         except ValueError as e:
             raise ScenarioError(str(e)) from None
@@ -197,6 +206,7 @@ def run_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> list[
     fleet = scenario.fleet
     if fleet is None:
         return [build_parts(scenario, requests)]
+    shared: dict[str, tuple[int, TierStore]] = {}  # one shared offload store per run
     out = []
     for i, pool in enumerate(fleet.pools):
         update: dict[str, Any] = {}
@@ -213,7 +223,7 @@ def run_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> list[
             raise ScenarioError(f"field {where}: {e}".splitlines()[0]) from None
         variant = scenario.model_copy(update=update) if update else scenario
         try:
-            out.append(build_parts(variant, requests))
+            out.append(build_parts(variant, requests, shared))
         except ScenarioError as e:
             raise ScenarioError(f"{where}: {e}") from None
     return out
