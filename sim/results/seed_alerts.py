@@ -20,6 +20,11 @@ Two counts go with an alert and must not be confused:
   windows, are one), a firing an episode that held the rule's ``for:``
   (:mod:`sim.telemetry.alert_states`).
 
+A run with KV offload tiers (``kv_offload``) has one more alert per tier kind,
+:data:`TIER_ALERTS` (``offload_<kind>_tier_fragmentation``), defined here beside the
+seed's and carried by the same outputs; :func:`alerts_for` gives a run's list. A run
+without tiers has exactly the seed's four.
+
 The correlation statistic is one, everywhere: Spearman's rank correlation rho of
 (uptime since the last restart, fragmentation ``1 - largest_contiguous_free_block_ratio``),
 :func:`spearman_rho`. The seed asks whether fragmentation is *monotonically* increasing
