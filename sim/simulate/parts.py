@@ -207,6 +207,14 @@ def run_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> list[
     if fleet is None:
         return [build_parts(scenario, requests)]
     shared: dict[str, tuple[int, TierStore]] = {}  # one shared offload store per run
+    if scenario.mode == "fast" and scenario.kv_offload is not None:
+        # the schema refuses this; a mode set past it (model_copy) is refused here
+        for i, tier in enumerate(scenario.kv_offload.tiers):
+            if tier.shared:
+                raise ScenarioError(
+                    f"field kv_offload.tiers.{i}.shared: a shared store needs mode: exact "
+                    "(fast mode runs replicas ahead of each other)"
+                )
     out = []
     for i, pool in enumerate(fleet.pools):
         update: dict[str, Any] = {}

@@ -131,3 +131,10 @@ def test_a_fleet_shares_one_store_in_exact_mode() -> None:
     # one store of the three replicas' memory finds a document any of them stored
     tier_own, tier_shared = own.summary.offload.tiers[0], shared.summary.offload.tiers[0]  # type: ignore[union-attr]
     assert tier_shared.hits > tier_own.hits
+
+
+def test_fast_mode_set_past_the_schema_is_refused_before_simulating() -> None:
+    """``fragsim run --mode fast`` sets the mode on a parsed scenario (no validation)."""
+    scenario = parse_scenario(_fleet(True)).model_copy(update={"mode": "fast"})
+    with pytest.raises(ScenarioError, match=r"field kv_offload.tiers.0.shared: a shared store"):
+        run(scenario)
