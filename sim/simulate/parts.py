@@ -43,8 +43,8 @@ def build_parts(
     """Resolve the hardware budget, the scheduler, the latency model and the allocator
     (one is built to check it fits the pool). ``requests`` lets the allocator adopt the
     trace's prefix-hash block size; ``shared_stores``: the run's shared offload stores
-    (``kv_offload.tiers[].shared``), one dict for all its pools. Raises ScenarioError naming the field (a calibration
-    file's errors name ``latency.path`` and the file)."""
+    (``kv_offload.tiers[].shared``), one dict for all its pools. Raises ScenarioError
+    naming the field (a calibration file's errors name ``latency.path`` and the file)."""
     hw = scenario.hardware
     allocator = scenario.allocator
     if requests is not None:
@@ -202,7 +202,9 @@ def run_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> list[
     """What a run builds before simulating, one :class:`Parts` per pool: for one replica
     (no ``fleet`` block) the scenario's own; for a fleet, each pool's: the scenario's
     hardware and allocator with the pool's overrides (errors name ``fleet.pools[i]``).
-    ``requests``: as for :func:`build_parts`."""
+    ``requests``: as for :func:`build_parts`. A shared offload store
+    (``kv_offload.tiers[].shared``) is built here, once for all pools, and holds the
+    run's objects: these parts serve one run (a shared store needs ``mode: exact``)."""
     fleet = scenario.fleet
     if fleet is None:
         return [build_parts(scenario, requests)]
