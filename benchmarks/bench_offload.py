@@ -1,6 +1,6 @@
 """What a KV offload tier costs per simulated request (issue 30).
 
-Two cases, each through the public path ``parse_scenario`` -> ``load_workload`` ->
+Three cases, each through the public path ``parse_scenario`` -> ``load_workload`` ->
 ``run``:
 
 - ``offload.docs_fleet``: the built-in ``seed-docs-offload-host`` (four best-fit
@@ -16,7 +16,13 @@ Two cases, each through the public path ``parse_scenario`` -> ``load_workload`` 
   10 hot prompts, half cycling over 30 cold ones: hits and evictions both):
   microseconds per load + store pair.
 
-``--quick`` shrinks the fleet's hour ten-fold; ``--repeats N`` (default 3).
+- ``offload.shared_store``: the same fleet with a best-fit remote tier (12.5 GB/s, 1
+  ms) in place of the host tier: 256 GiB per replica in fast and in exact mode, and one
+  shared store of 1 TiB (``shared: true``, exact mode only): wall-seconds of each
+  (median) and microseconds per simulated request. A shared store's price is exact
+  mode's, the first two runs' difference.
+
+``--quick`` shrinks the fleets' hour ten-fold; ``--repeats N`` (default 3).
 Run: ``python -m benchmarks bench_offload``.
 """
 
@@ -75,6 +81,47 @@ def docs_fleet(quick: bool, repeats: int) -> dict[str, Any]:
     }
 
 
+def _remote(quick: bool, mode: str, shared: bool) -> Any:
+    data = builtin_data(HOST)
+    if quick:
+        synth = dict(data["workload"]["synth"])  # type: ignore[index]
+        synth["duration_s"] = synth["duration_s"] / 10
+        data["workload"] = {**data["workload"], "synth": synth}  # type: ignore[dict-item]
+    data["mode"] = mode
+    remote = {"kind": "remote", "bandwidth_gb_per_s": 12.5, "latency_s": 0.001}
+    remote |= {"allocator": {"kind": "best_fit"}, "shared": shared}
+    remote["capacity_gib"] = 1024 if shared else 256
+    data["kv_offload"] = {**data["kv_offload"], "tiers": [remote]}  # type: ignore[dict-item]
+    return parse_scenario(data)
+
+
+def shared_store(quick: bool, repeats: int) -> dict[str, Any]:
+    cases = {
+        "per_replica_fast": _remote(quick, "fast", False),
+        "per_replica_exact": _remote(quick, "exact", False),
+        "shared_exact": _remote(quick, "exact", True),
+    }
+    requests = {name: load_workload(s) for name, s in cases.items()}
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    hits: dict[str, int] = {}
+    n = 0
+    for _ in range(repeats):
+        for name, scenario in cases.items():
+            t0 = time.perf_counter()
+            result = run(scenario, requests[name])
+            times[name].append(time.perf_counter() - t0)
+            n = result.summary.requests.total
+            assert result.summary.offload is not None
+            hits[name] = result.summary.offload.tiers[0].hits
+    out: dict[str, Any] = {"bench": "offload.shared_store", "requests": n}
+    for name in cases:
+        median_s = statistics.median(times[name])
+        out[f"{name}_s"] = round(median_s, 4)
+        out[f"{name}_us_per_request"] = round(median_s / n * 1e6, 2)
+        out[f"{name}_hits"] = hits[name]
+    return out | {"repeats": repeats}
+
+
 def tier_ops(repeats: int) -> dict[str, Any]:
     bpt = 524_288  # llama-2-7b
     prompt = 20_000
@@ -120,8 +167,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    for line in (docs_fleet(args.quick, args.repeats), tier_ops(args.repeats)):
-        print(json.dumps({**line, "build": engine_build()}), flush=True)
+    for case in (
+        lambda: docs_fleet(args.quick, args.repeats),
+        lambda: tier_ops(args.repeats),
+        lambda: shared_store(args.quick, args.repeats),
+    ):
+        print(json.dumps({**case(), "build": engine_build()}), flush=True)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from sim.latency.base import OutOfRange
 from sim.results.frames import PREFIX_CACHE_COLUMNS, frame
 from sim.results.io import RunResult, undefined_as_null
 from sim.results.offload_summary import offload_summary
-from sim.results.seed_alerts import ALERTS, THRESHOLD_FIELDS
+from sim.results.seed_alerts import THRESHOLD_FIELDS, alerts_for
 from sim.results.summary import summarize, with_firings
 from sim.results.summary_model import Summary
 from sim.scenario import bounds
@@ -44,6 +44,7 @@ from sim.telemetry.alerts import (
     diagnose_failures,
     episode_counts,
     evaluate_alerts,
+    tier_kinds,
 )
 
 if TYPE_CHECKING:
@@ -128,9 +129,9 @@ def fleet_result(
         "scrape_interval_s": scrape_s,
         "trend_window_s": trend_s,
         "thresholds": {name: getattr(thresholds, name) for name in THRESHOLD_FIELDS},
-        **DEFAULT_TIMING.recorded(),
+        **DEFAULT_TIMING.recorded(tier_kinds(ts_df)),
     }
-    held = {spec.name: DEFAULT_TIMING.hold_s(spec.name) for spec in ALERTS}
+    held = {spec.name: DEFAULT_TIMING.hold_s(spec.name) for spec in alerts_for(tier_kinds(ts_df))}
     summary["alerts"] = with_firings(summary["alerts"], episode_counts(alerts), thresholds, held)
     return RunResult(req_df, ts_df, ev_df, typed(summary), fleet=fleet_df, alerts=alerts)
 

@@ -71,6 +71,7 @@ BUILD_INDEPENDENT: frozenset[str] = frozenset(
         "e2e/test_hostile_round3_writers.py",
         "e2e/test_postmortem_otlp.py",
         "e2e/test_prometheus.py",
+        "e2e/test_prometheus_tiers.py",
         "e2e/test_readme_recipes.py",
         "e2e/test_report_browser.py",
         "e2e/test_run_faults.py",

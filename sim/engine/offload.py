@@ -48,8 +48,15 @@ The semantics are vLLM v1's offloading connector's (vLLM 0.33:
   the serving process); a ``remote`` tier (a separate store service) keeps its objects.
   Counters run on across restarts.
 
-Every tier is the replica's own: a remote store shared by a fleet's replicas is not
-modelled (each replica has its own remote tier).
+* **A shared remote store** (``shared: true`` on the ``remote`` tier): one
+  :class:`TierStore` (one allocator, one LRU, one chunk index) behind every replica's
+  remote tier, as Mooncake's store or LMCache's remote backend serve a whole fleet: a
+  prefix one replica stored is a hit on any other. Each replica keeps its own counters
+  (its loads, and the evictions, refusals and bytes its own stores caused), so sums
+  over replicas count each event once; every replica reports the one store's pool.
+  Accesses must come in time order, so it needs ``mode: exact`` (fast mode runs
+  replicas ahead of each other: one could read another's future stores); the scenario
+  refuses it in fast mode.
 """
 
 from __future__ import annotations
@@ -82,6 +89,9 @@ class TierSpec:
     make_allocator: Callable[[], Allocator]
     """A fresh allocator of ``capacity_tokens`` slots (a restart builds a new one)."""
     persists_across_restart: bool
+    shared_store: TierStore | None = None
+    """The one store every replica's tier of this spec uses (``shared: true``, a
+    fleet-wide remote store; built once per run); None: each replica builds its own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,40 +128,30 @@ def chunk_keys(
     return out
 
 
-class Tier:
-    """One tier's objects, their chunks, its allocator and its counters."""
+class TierStore:
+    """One tier's memory: its allocator, its objects in LRU order, the chunk index and
+    the books of the tokens written into it (written = held + evicted + lost). A
+    replica's :class:`Tier` has its own store; a shared remote store (``shared``) is
+    one store behind every replica's tier of that kind."""
 
-    def __init__(self, spec: TierSpec, chunk_tokens: int, kv_bytes_per_token: int) -> None:
-        self.spec = spec
+    def __init__(self, make_allocator: Callable[[], Allocator], chunk_tokens: int) -> None:
+        self.make_allocator = make_allocator
         self.chunk_tokens = chunk_tokens
-        self.kv_bytes_per_token = kv_bytes_per_token
-        self.allocator = spec.make_allocator()
+        self.allocator = make_allocator()
         self.objects: OrderedDict[int, list[ChunkKey]] = OrderedDict()
         """Object id -> its chunks, least recently used first (O(1) touch and evict)."""
         self.where: dict[ChunkKey, int] = {}
         """Chunk -> the object holding it."""
         self.held_tokens = 0
-        self.lost_tokens = 0
-        """Tokens a restart dropped (the tier's books: written = held + evicted + lost)."""
-        self._next_id = 0
-        self.hits = 0
-        self.misses = 0
-        self.hit_tokens = 0
-        self.evictions = 0
         self.evicted_tokens = 0
-        self.store_refusals = 0
-        self.bytes_down = 0
-        """Bytes written into this tier (stores and promotions)."""
-        self.bytes_up = 0
-        """Bytes loaded from this tier toward the GPU."""
-        self.load_s = 0.0
-        """Time its loads added to steps (the TTFT they cost)."""
+        self.lost_tokens = 0
+        """Tokens a restart dropped (see the class docstring's books)."""
+        self._next_id = 0
 
     def clear(self) -> None:
-        """Forget every object with a fresh allocator (a restart of a tier that does
-        not persist); what it held counts as lost (``lost_tokens``), not evicted."""
+        """Forget every object with a fresh allocator; what it held counts as lost."""
         self.lost_tokens += self.held_tokens
-        self.allocator = self.spec.make_allocator()
+        self.allocator = self.make_allocator()
         self.objects.clear()
         self.where.clear()
         self.held_tokens = 0
@@ -159,25 +159,26 @@ class Tier:
     def touch(self, object_id: int) -> None:
         self.objects.move_to_end(object_id)
 
-    def put(self, keys: list[ChunkKey]) -> bool:
+    def put(self, keys: list[ChunkKey]) -> tuple[bool, int]:
         """Store ``keys`` (none present) as one object, evicting LRU objects until the
-        allocator places it; False (counted) when it cannot fit even in an empty tier."""
+        allocator places it: (placed, objects evicted); not placed when it cannot fit
+        even in an empty store."""
         tokens = len(keys) * self.chunk_tokens
         alloc = self.allocator
         oid = self._next_id
+        evicted = 0
         while alloc.allocate(oid, tokens, reserve_tokens=tokens) is None:
             if not self.objects:
-                self.store_refusals += 1
-                return False
+                return False, evicted
             self._evict_lru()
+            evicted += 1
         self._next_id += 1
         self.objects[oid] = keys
         where = self.where
         for key in keys:
             where[key] = oid
         self.held_tokens += tokens
-        self.bytes_down += tokens * self.kv_bytes_per_token
-        return True
+        return True, evicted
 
     def _evict_lru(self) -> None:
         oid, keys = self.objects.popitem(last=False)
@@ -188,7 +189,79 @@ class Tier:
         tokens = len(keys) * self.chunk_tokens
         self.held_tokens -= tokens
         self.evicted_tokens += tokens
-        self.evictions += 1
+
+
+class Tier:
+    """One replica's tier: its store (its own, or the fleet's shared one) and this
+    replica's counters of what it did there (its loads, and the stores, evictions and
+    refusals its own puts caused), so that summing a counter over replicas counts
+    each event once, shared store or not."""
+
+    def __init__(
+        self,
+        spec: TierSpec,
+        chunk_tokens: int,
+        kv_bytes_per_token: int,
+        store: TierStore | None = None,
+    ) -> None:
+        self.spec = spec
+        self.chunk_tokens = chunk_tokens
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.store = TierStore(spec.make_allocator, chunk_tokens) if store is None else store
+        self.hits = 0
+        self.misses = 0
+        self.hit_tokens = 0
+        self.evictions = 0
+        self.store_refusals = 0
+        self.bytes_down = 0
+        """Bytes this replica wrote into the tier (stores and promotions)."""
+        self.bytes_up = 0
+        """Bytes loaded from this tier toward the GPU."""
+        self.load_s = 0.0
+        """Time its loads added to steps (the TTFT they cost)."""
+
+    @property
+    def allocator(self) -> Allocator:
+        return self.store.allocator
+
+    @property
+    def objects(self) -> OrderedDict[int, list[ChunkKey]]:
+        return self.store.objects
+
+    @property
+    def where(self) -> dict[ChunkKey, int]:
+        return self.store.where
+
+    @property
+    def held_tokens(self) -> int:
+        return self.store.held_tokens
+
+    @property
+    def evicted_tokens(self) -> int:
+        return self.store.evicted_tokens
+
+    @property
+    def lost_tokens(self) -> int:
+        return self.store.lost_tokens
+
+    def clear(self) -> None:
+        """Forget every object (a restart of a tier that does not persist; a shared
+        store always persists: it is a remote service)."""
+        self.store.clear()
+
+    def touch(self, object_id: int) -> None:
+        self.store.objects.move_to_end(object_id)
+
+    def put(self, keys: list[ChunkKey]) -> bool:
+        """Store ``keys`` (none present) as one object (:meth:`TierStore.put`),
+        counting this replica's evictions, bytes and refusals; False when refused."""
+        placed, evicted = self.store.put(keys)
+        self.evictions += evicted
+        if not placed:
+            self.store_refusals += 1
+            return False
+        self.bytes_down += len(keys) * self.chunk_tokens * self.kv_bytes_per_token
+        return True
 
 
 class OffloadTiers:
@@ -198,7 +271,9 @@ class OffloadTiers:
     def __init__(self, spec: OffloadSpec) -> None:
         self.spec = spec
         self.chunk_tokens = spec.chunk_tokens
-        self.tiers = [Tier(t, spec.chunk_tokens, spec.kv_bytes_per_token) for t in spec.tiers]
+        self.tiers = [
+            Tier(t, spec.chunk_tokens, spec.kv_bytes_per_token, t.shared_store) for t in spec.tiers
+        ]
         self.loaded_requests = 0
         """Admissions that loaded at least one token from a tier."""
         self.offers: OrderedDict[ChunkKey, int] = OrderedDict()
@@ -229,7 +304,7 @@ class OffloadTiers:
         for key in keys:
             found = -1
             for i, tier in enumerate(tiers):
-                oid = tier.where.get(key)
+                oid = tier.store.where.get(key)
                 if oid is not None:
                     tier.touch(oid)
                     found = i

@@ -20,6 +20,11 @@ Two counts go with an alert and must not be confused:
   windows, are one), a firing an episode that held the rule's ``for:``
   (:mod:`sim.telemetry.alert_states`).
 
+A run with KV offload tiers (``kv_offload``) has one more alert per tier kind,
+:data:`TIER_ALERTS` (``offload_<kind>_tier_fragmentation``), defined here beside the
+seed's and carried by the same outputs; :func:`alerts_for` gives a run's list. A run
+without tiers has exactly the seed's four.
+
 The correlation statistic is one, everywhere: Spearman's rank correlation rho of
 (uptime since the last restart, fragmentation ``1 - largest_contiguous_free_block_ratio``),
 :func:`spearman_rho`. The seed asks whether fragmentation is *monotonically* increasing
@@ -36,6 +41,8 @@ from typing import Literal
 
 import numpy as np
 from scipy.stats import rankdata
+
+from sim.results.offload_summary import TIER_KINDS
 
 Severity = Literal["high", "medium"]
 
@@ -103,11 +110,57 @@ ALERTS: tuple[AlertSpec, ...] = (
 )
 """Every alert, in the order outputs list them."""
 
-BY_NAME = {spec.name: spec for spec in ALERTS}
+
+def _tier_alert(kind: str) -> AlertSpec:
+    return AlertSpec(
+        f"offload_{kind}_tier_fragmentation",
+        "medium",
+        f"The {kind} KV tier is fragmented while much of it is free",
+        f"Give the {kind} tier a paged allocator (fixed-size chunks, as vLLM's CPU tier): "
+        "its contiguous allocator evicts and refuses objects its free memory would hold; "
+        "more tier capacity does not remove the fragmentation",
+    )
+
+
+TIER_ALERTS: tuple[AlertSpec, ...] = tuple(_tier_alert(kind) for kind in TIER_KINDS)
+"""One alert per KV offload tier kind (``kv_offload``), in
+:data:`~sim.results.offload_summary.TIER_KINDS` order: the tier's
+``largest_contiguous_free_block_ratio`` below ``ratio_alert`` while its free share
+exceeds ``high_free_share`` (Mooncake's store refuses puts at 70-85 % utilisation with
+15-30 % free, kvcache-ai/Mooncake issue 4258). A run, a rules file or a log has them only
+for the tier kinds it has: a run without tiers is as before."""
+
+TIER_ALERT = dict(zip(TIER_KINDS, TIER_ALERTS, strict=True))
+"""Tier kind -> its alert."""
+
+ALL_ALERTS: tuple[AlertSpec, ...] = ALERTS + TIER_ALERTS
+"""The seed's alerts, then the tiers'."""
+
+BY_NAME = {spec.name: spec for spec in ALL_ALERTS}
+
+
+def tier_of(spec: AlertSpec) -> str | None:
+    """The tier kind a tier alert reads; None for the seed's alerts."""
+    return next((kind for kind, tier in TIER_ALERT.items() if tier is spec), None)
+
+
+def alerts_for(tier_kinds: tuple[str, ...] | list[str] = ()) -> tuple[AlertSpec, ...]:
+    """The alerts of a run with these tier kinds: the seed's, then one per kind present
+    (in :data:`TIER_KINDS` order)."""
+    unknown = set(tier_kinds) - set(TIER_KINDS)
+    if unknown:
+        raise ValueError(f"not tier kinds: {sorted(unknown)}")
+    return ALERTS + tuple(TIER_ALERT[k] for k in TIER_KINDS if k in tier_kinds)
 
 
 def condition(spec: AlertSpec, th: AlertThresholds) -> str:
     """The alert's condition in one line, with the thresholds in force."""
+    kind = tier_of(spec)
+    if kind is not None:
+        return (
+            f"{kind} tier: largest_contiguous_free_block_ratio < {th.ratio_alert:g} "
+            f"while free > {th.high_free_share:.0%}"
+        )
     return {
         FRAGMENTATION_FAILURE.name: (
             f"allocation failure while free KV memory > {th.high_free_share:.0%}"

@@ -37,7 +37,7 @@ from scipy import stats as sps
 
 from sim.results.labels import WASTE_LABELS
 from sim.results.seed_alerts import (
-    ALERTS,
+    ALL_ALERTS,
     BY_NAME,
     FRAGMENTATION_FAILURE,
     HIGH_FRAGMENTATION,
@@ -47,6 +47,7 @@ from sim.results.seed_alerts import (
     condition,
 )
 from sim.results.summary_model import Summary
+from sim.results.tier_alerts import tier_alert_entries
 
 __all__ = ["AlertThresholds", "alert_lines", "summarize", "with_firings"]
 
@@ -143,6 +144,7 @@ def summarize(
         "requests_with_hits": int((cached > 0).sum()),
     }
     summary["alerts"] = _alerts(fails, high, periodic, thresholds)
+    summary["alerts"] += tier_alert_entries(periodic, thresholds)
     return _clean(summary)
 
 
@@ -227,14 +229,14 @@ def with_firings(
     (``episodes``: alert -> the episodes its condition held at a scrape, and those that
     held its ``for:`` and fired, in the alert log; 0 where it never did), and an entry
     for an alert whose condition held in the log although its run-wide condition did not
-    (the uptime correlation over one window, not the whole run); in :data:`ALERTS`
+    (the uptime correlation over one window, not the whole run); in :data:`ALL_ALERTS`
     order."""
     unknown = set(episodes) - set(BY_NAME)
     if unknown:
         raise ValueError(f"not alerts of the seed: {sorted(unknown)}")
     have = {a["alert"]: a for a in alerts}
     out = []
-    for spec in ALERTS:
+    for spec in ALL_ALERTS:
         found = have.get(spec.name)
         held, fired = (int(n) for n in episodes.get(spec.name, (0, 0)))
         if found is None and held:

@@ -253,7 +253,7 @@ class Alert(Section):
     matching_failures: Count | None = None
     """Allocation failures meeting the condition (the failure alert only)."""
     matching_samples: Count | None = None
-    """Periodic samples meeting the condition (the two ratio alerts only)."""
+    """Periodic samples meeting the condition (the ratio alerts and the tier alerts)."""
     first_time_s: Seconds | None = None
     """The first failure or sample meeting it."""
     replicas: list[Replica] | None = None

@@ -37,7 +37,7 @@ from pydantic import (
 from policies.allocators.base import PoolSpec
 from policies.allocators.config import AllocatorConfig, PagedConfig
 from policies.allocators.registry import ALLOCATORS, parse_allocator
-from sim.engine.offload import OffloadSpec, TierSpec
+from sim.engine.offload import OffloadSpec, TierSpec, TierStore
 from sim.errors import validation_lines
 from sim.fields import MAX_BYTES_PER_S, Count, Number
 
@@ -70,6 +70,11 @@ class TierConfig(_Strict):
     latency_s: Number = Field(ge=0, le=60, description="Fixed cost of one load, seconds.")
     allocator: SerializeAsAny[AllocatorConfig] | None = Field(
         None, description="The tier's allocator: {kind: ...}; default: paged chunks."
+    )
+    shared: bool = Field(
+        False,
+        description="remote only: one store shared by every replica of the fleet "
+        "(mode: exact); false: each replica has its own.",
     )
 
     @field_validator("allocator", mode="before")
@@ -112,6 +117,15 @@ class TierConfig(_Strict):
             raise ValueError("give exactly one of capacity_bytes and capacity_gib")
         return self
 
+    @model_validator(mode="after")
+    def _shared_remote(self) -> TierConfig:
+        if self.shared and self.kind != "remote":
+            raise ValueError(
+                f"shared: a {self.kind} tier is the replica's own memory; only a remote "
+                "store is shared by a fleet's replicas"
+            )
+        return self
+
     @property
     def bytes(self) -> int:
         if self.capacity_bytes is not None:
@@ -147,11 +161,17 @@ class OffloadConfig(_Strict):
         return self
 
     def build(
-        self, kv_bytes_per_token: int, max_seq_tokens: int, hash_block_tokens: int
+        self,
+        kv_bytes_per_token: int,
+        max_seq_tokens: int,
+        hash_block_tokens: int,
+        shared: dict[str, tuple[int, TierStore]] | None = None,
     ) -> OffloadSpec:
-        """The engine's spec for a replica of ``kv_bytes_per_token``. Raises ValueError
-        naming the field of a tier that cannot hold one chunk or whose allocator
-        cannot be built."""
+        """The engine's spec for a replica of ``kv_bytes_per_token``. ``shared``: the
+        run's shared stores by tier kind, with the KV bytes per token they were built
+        for (one dict per run, filled at its first pool; None: no sharing). Raises
+        ValueError naming the field of a tier that cannot hold one chunk, whose
+        allocator cannot be built, or that is shared by pools of other KV sizes."""
         tiers = []
         for i, tier in enumerate(self.tiers):
             capacity_tokens = tier.bytes // kv_bytes_per_token
@@ -173,6 +193,18 @@ class OffloadConfig(_Strict):
                 config.build(spec)
             except ValueError as e:
                 raise ValueError(f"field {where}.allocator: {e}") from None
+            store = None
+            if tier.shared and shared is not None:
+                make = _factory(config, spec)
+                bpt, store = shared.setdefault(
+                    tier.kind, (kv_bytes_per_token, TierStore(make, self.chunk_tokens))
+                )
+                if bpt != kv_bytes_per_token:
+                    raise ValueError(
+                        f"field {where}.shared: one store holds one model's KV; this pool's "
+                        f"replicas have {kv_bytes_per_token:,} KV bytes per token, another "
+                        f"pool's {bpt:,}"
+                    )
             tiers.append(
                 TierSpec(
                     kind=tier.kind,
@@ -181,6 +213,7 @@ class OffloadConfig(_Strict):
                     latency_s=tier.latency_s,
                     make_allocator=_factory(config, spec),
                     persists_across_restart=tier.kind == "remote",
+                    shared_store=store,
                 )
             )
         return OffloadSpec(

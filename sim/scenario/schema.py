@@ -302,6 +302,14 @@ class Scenario(_Strict):
                 "kv_offload with scheduler.allocate_per_chunk is not modelled: a tier "
                 "load places the whole prompt at admission"
             )
+        if self.kv_offload is not None and self.mode == "fast":
+            for i, tier in enumerate(self.kv_offload.tiers):
+                if tier.shared:
+                    raise ValueError(
+                        f"kv_offload.tiers.{i}.shared needs mode: exact: fast mode runs "
+                        "replicas ahead of each other, so one could read another's "
+                        "future stores from a shared store"
+                    )
         return self
 
     @model_validator(mode="after")

@@ -12,6 +12,7 @@ import pandas as pd
 
 from policies.allocators.base import LayerKindSpec, PoolSpec
 from policies.allocators.config import AllocatorConfig, PagedConfig
+from sim.engine.offload import TierStore
 from sim.engine.scheduler import SchedulerConfig
 from sim.latency.calibrated import MAX_STEP_S
 from sim.latency.models import LatencyModel
@@ -34,11 +35,16 @@ class Parts:
     """The GPU's price (``sim.models.hardware``'s table, or an inline GPU's)."""
 
 
-def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Parts:
+def build_parts(
+    scenario: Scenario,
+    requests: pd.DataFrame | None = None,
+    shared_stores: dict[str, tuple[int, TierStore]] | None = None,
+) -> Parts:
     """Resolve the hardware budget, the scheduler, the latency model and the allocator
     (one is built to check it fits the pool). ``requests`` lets the allocator adopt the
-    trace's prefix-hash block size. Raises ScenarioError naming the field (a calibration
-    file's errors name ``latency.path`` and the file)."""
+    trace's prefix-hash block size; ``shared_stores``: the run's shared offload stores
+    (``kv_offload.tiers[].shared``), one dict for all its pools. Raises ScenarioError
+    naming the field (a calibration file's errors name ``latency.path`` and the file)."""
     hw = scenario.hardware
     allocator = scenario.allocator
     if requests is not None:
@@ -68,7 +74,10 @@ def build_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> Par
         hash_block = offload_hash_block(allocator, requests, scenario.kv_offload.chunk_tokens)
         try:
             offload = scenario.kv_offload.build(
-                budget.replica_kv_bytes_per_token, model.max_seq_tokens, hash_block
+                budget.replica_kv_bytes_per_token,
+                model.max_seq_tokens,
+                hash_block,
+                {} if shared_stores is None else shared_stores,
             )
         except ValueError as e:
             raise ScenarioError(str(e)) from None
@@ -193,10 +202,21 @@ def run_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> list[
     """What a run builds before simulating, one :class:`Parts` per pool: for one replica
     (no ``fleet`` block) the scenario's own; for a fleet, each pool's: the scenario's
     hardware and allocator with the pool's overrides (errors name ``fleet.pools[i]``).
-    ``requests``: as for :func:`build_parts`."""
+    ``requests``: as for :func:`build_parts`. A shared offload store
+    (``kv_offload.tiers[].shared``) is built here, once for all pools, and holds the
+    run's objects: these parts serve one run (a shared store needs ``mode: exact``)."""
     fleet = scenario.fleet
     if fleet is None:
         return [build_parts(scenario, requests)]
+    shared: dict[str, tuple[int, TierStore]] = {}  # one shared offload store per run
+    if scenario.mode == "fast" and scenario.kv_offload is not None:
+        # the schema refuses this; a mode set past it (model_copy) is refused here
+        for i, tier in enumerate(scenario.kv_offload.tiers):
+            if tier.shared:
+                raise ScenarioError(
+                    f"field kv_offload.tiers.{i}.shared: a shared store needs mode: exact "
+                    "(fast mode runs replicas ahead of each other)"
+                )
     out = []
     for i, pool in enumerate(fleet.pools):
         update: dict[str, Any] = {}
@@ -213,7 +233,7 @@ def run_parts(scenario: Scenario, requests: pd.DataFrame | None = None) -> list[
             raise ScenarioError(f"field {where}: {e}".splitlines()[0]) from None
         variant = scenario.model_copy(update=update) if update else scenario
         try:
-            out.append(build_parts(variant, requests))
+            out.append(build_parts(variant, requests, shared))
         except ScenarioError as e:
             raise ScenarioError(f"{where}: {e}") from None
     return out

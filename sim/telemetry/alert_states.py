@@ -41,11 +41,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.results.seed_alerts import (
-    ALERTS,
+    ALL_ALERTS,
     FRAGMENTATION_FAILURE,
     HIGH_FRAGMENTATION,
     SEVERE_FRAGMENTATION,
+    TIER_ALERTS,
     UPTIME_CORRELATION,
+    alerts_for,
 )
 
 SHIPPED_FOR_S: Mapping[str, float] = {
@@ -53,11 +55,14 @@ SHIPPED_FOR_S: Mapping[str, float] = {
     SEVERE_FRAGMENTATION.name: 0.0,
     HIGH_FRAGMENTATION.name: 30.0,
     UPTIME_CORRELATION.name: 30.0,
+    **{spec.name: 30.0 for spec in TIER_ALERTS},
 }
 """Each rule's ``for:`` as shipped (docs/alerts.md says why, with what it fires on the
 seed's runs): a failure is an event and a severe reading asks for a restart before
 allocations fail (no hold); the medium warnings ask for a scheduled restart, so a
-condition seen at one scrape only does not raise them: it must hold at two in a row."""
+condition seen at one scrape only does not raise them: it must hold at two in a row.
+The tier alerts are medium warnings too (a tier's fragmentation costs evictions and
+refusals, not failed requests)."""
 DEFAULT_FAILURE_WINDOW_S = 300.0
 """The failure rule's ``increase()`` range unless two scrape intervals are longer."""
 
@@ -71,7 +76,7 @@ class RuleTiming:
     failure_window_s: float = DEFAULT_FAILURE_WINDOW_S
 
     def __post_init__(self) -> None:
-        unknown = set(self.for_s) - {spec.name for spec in ALERTS}
+        unknown = set(self.for_s) - {spec.name for spec in ALL_ALERTS}
         if unknown:
             raise ValueError(f"not alerts of the seed: {sorted(unknown)}")
         for name, value in self.for_s.items():
@@ -86,11 +91,12 @@ class RuleTiming:
         """The failure rule's range: at least two scrape intervals (two samples)."""
         return max(self.failure_window_s, 2 * scrape_interval_s)
 
-    def recorded(self) -> dict[str, object]:
+    def recorded(self, tier_kinds: tuple[str, ...] = ()) -> dict[str, object]:
         """As a run's summary records it (``fleet.alerts``: ``for_s``, by alert in the
-        order of :data:`~sim.results.seed_alerts.ALERTS`, and ``failure_window_s``)."""
+        order of :func:`~sim.results.seed_alerts.alerts_for` the run's tier kinds, and
+        ``failure_window_s``)."""
         return {
-            "for_s": {spec.name: self.hold_s(spec.name) for spec in ALERTS},
+            "for_s": {spec.name: self.hold_s(spec.name) for spec in alerts_for(tier_kinds)},
             "failure_window_s": float(self.failure_window_s),
         }
 
@@ -101,7 +107,7 @@ DEFAULT_TIMING = RuleTiming()
 def with_gauge_hold(timing: RuleTiming, for_s: float) -> RuleTiming:
     """``timing`` with every gauge rule's ``for:`` set to ``for_s`` (``--for``; the
     failure rule, an event, keeps its own)."""
-    held = {spec.name: for_s for spec in ALERTS if spec is not FRAGMENTATION_FAILURE}
+    held = {spec.name: for_s for spec in ALL_ALERTS if spec is not FRAGMENTATION_FAILURE}
     held[FRAGMENTATION_FAILURE.name] = timing.hold_s(FRAGMENTATION_FAILURE.name)
     return RuleTiming(held, timing.failure_window_s)
 

@@ -40,6 +40,11 @@ from the scenario's ``metrics``: :class:`~sim.results.seed_alerts.AlertThreshold
   name: PromQL has no ranks; ``fragsim export openmetrics`` writes that gauge with
   :func:`uptime_correlation` at every scrape with data (:mod:`sim.telemetry.openmetrics`).
   Value: rho.
+* ``offload_<kind>_tier_fragmentation`` (medium; only in runs with that KV offload
+  tier, ``kv_offload``): the tier's scraped ``largest_contiguous_free_block_ratio`` <
+  ``ratio_alert`` while its free share (``free_bytes / capacity_bytes``) >
+  ``high_free_share``: the tier's allocator cannot place an object that its free memory
+  would hold (Mooncake's store refusing at 15-30 % free). Value: the tier's ratio.
 
 Log. Each rule's condition at each scrape goes through Prometheus's states with the
 rule's ``for:`` (:mod:`sim.telemetry.alert_states`): per episode (a stretch of scrapes
@@ -59,11 +64,14 @@ import math
 import numpy as np
 import pandas as pd
 
+from sim.results.offload_summary import TIER_KINDS
+from sim.results.seed_alerts import ALERTS as ALERTS  # re-exported: the seed's alerts
 from sim.results.seed_alerts import (
-    ALERTS,
+    BY_NAME,
     FRAGMENTATION_FAILURE,
     HIGH_FRAGMENTATION,
     SEVERE_FRAGMENTATION,
+    TIER_ALERT,
     UPTIME_CORRELATION,
     AlertThresholds,
     spearman_rho,
@@ -111,18 +119,34 @@ def scrape_times(timeseries: pd.DataFrame, scrape_interval_s: float) -> np.ndarr
     return start + scrape_interval_s * np.arange(count)
 
 
+TIER_GAUGES = ("largest_contiguous_free_block_ratio", "free_bytes", "capacity_bytes")
+"""A tier's gauges its alert reads (``offload_<kind>_<gauge>`` columns)."""
+
+
+def tier_column(kind: str, gauge: str) -> str:
+    """The timeseries column of a tier's gauge (``sim.engine.offload_record``)."""
+    return f"offload_{kind}_{gauge}"
+
+
+def tier_kinds(timeseries: pd.DataFrame) -> tuple[str, ...]:
+    """The tier kinds whose columns the run's timeseries has (none: a run without
+    ``kv_offload``), in :data:`~sim.results.offload_summary.TIER_KINDS` order."""
+    return tuple(k for k in TIER_KINDS if tier_column(k, TIER_GAUGES[0]) in timeseries.columns)
+
+
 def scraped(timeseries: pd.DataFrame, times: np.ndarray, replica: int) -> pd.DataFrame:
     """What one replica reports at each scrape instant: ``ratio`` and ``uptime_s`` of
-    its latest periodic sample at or before it, ``has_data`` false where it has none
-    (see the module docstring); one row per instant."""
+    its latest periodic sample at or before it (and each tier's :data:`TIER_GAUGES`,
+    under their column names, where the run has tiers), ``has_data`` false where it has
+    none (see the module docstring); one row per instant."""
     ts = timeseries[timeseries["replica"] == replica]
     periodic = ts[ts["trigger"] == "periodic"].sort_values("time_s", kind="stable")
     grid = pd.DataFrame({"time_s": times})
+    tiers = [tier_column(k, g) for k in tier_kinds(timeseries) for g in TIER_GAUGES]
+    gauges = ["time_s", "up", "uptime_s", "largest_contiguous_free_block_ratio", *tiers]
     got = pd.merge_asof(
         grid,
-        periodic[["time_s", "up", "uptime_s", "largest_contiguous_free_block_ratio"]].rename(
-            columns={"time_s": "sample_s"}
-        ),
+        periodic[gauges].rename(columns={"time_s": "sample_s"}),
         left_on="time_s",
         right_on="sample_s",
         direction="backward",
@@ -137,8 +161,25 @@ def scraped(timeseries: pd.DataFrame, times: np.ndarray, replica: int) -> pd.Dat
             "has_data": has_data,
             "ratio": got["largest_contiguous_free_block_ratio"].to_numpy(dtype=float),
             "uptime_s": got["uptime_s"].to_numpy(dtype=float),
+            **{name: got[name].to_numpy(dtype=float) for name in tiers},
         }
     )
+
+
+def tier_condition(
+    scrapes: pd.DataFrame, kind: str, thresholds: AlertThresholds
+) -> tuple[np.ndarray, np.ndarray]:
+    """A tier alert's (condition, value) at each scrape (:func:`scraped`'s rows): the
+    tier's ratio < ``ratio_alert`` while its free share (free / capacity bytes) >
+    ``high_free_share``, where the replica has data; value: the ratio. A NaN ratio
+    (the tier full) or a replica without the tier (NaN columns) never holds it."""
+    ratio = scrapes[tier_column(kind, "largest_contiguous_free_block_ratio")].to_numpy()
+    free = scrapes[tier_column(kind, "free_bytes")].to_numpy()
+    capacity = scrapes[tier_column(kind, "capacity_bytes")].to_numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        high_free = free / capacity > thresholds.high_free_share
+        held = scrapes["has_data"].to_numpy() & (ratio < thresholds.ratio_alert) & high_free
+    return held, ratio
 
 
 def high_free_failures(
@@ -219,7 +260,8 @@ def conditions(
     timing: RuleTiming = DEFAULT_TIMING,
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per alert: (condition, value) at each scrape instant for one replica (before
-    ``for:``: :func:`sim.telemetry.alert_states.hold` applies it)."""
+    ``for:``: :func:`sim.telemetry.alert_states.hold` applies it); the seed's alerts,
+    then a tier alert per tier kind of the run (:func:`tier_condition`)."""
     s = scraped(timeseries, times, replica)
     has = s["has_data"].to_numpy()
     ratio = s["ratio"].to_numpy()
@@ -235,12 +277,15 @@ def conditions(
         level = has & (1.0 - ratio > 1.0 - thresholds.ratio_alert) & (uptime >= trend_window_s)
         rho = uptime_correlation(s, window, level | np.concatenate([[False], level[:-1]]))
         trend = level & (rho >= thresholds.uptime_rho_alert)
-        return {
+        found = {
             FRAGMENTATION_FAILURE.name: (failed, failed_value),
             SEVERE_FRAGMENTATION.name: (has & (ratio < thresholds.ratio_severe), ratio),
             HIGH_FRAGMENTATION.name: (has & (ratio < thresholds.ratio_alert), ratio),
             UPTIME_CORRELATION.name: (trend, rho),
         }
+    for kind in tier_kinds(timeseries):
+        found[TIER_ALERT[kind].name] = tier_condition(s, kind, thresholds)
+    return found
 
 
 def evaluate_alerts(
@@ -254,11 +299,11 @@ def evaluate_alerts(
 ) -> pd.DataFrame:
     """The alert log of a run (columns :data:`ALERT_COLUMNS`, module docstring): each
     episode's ``pending``, ``firing`` and ``resolved`` rows; sorted by time, replica,
-    the order of :data:`ALERTS`, then :data:`STATES`. Same frames in, same log out."""
+    the order of :func:`conditions`, then :data:`STATES`. Same frames in, same log out."""
     times = scrape_times(timeseries, scrape_interval_s)
     rows: list[dict[str, object]] = []
     replicas = sorted(set(timeseries["replica"].tolist()) | set(events["replica"].tolist()))
-    specs = {spec.name: spec for spec in ALERTS}
+    specs = BY_NAME
     for replica in replicas:
         found = conditions(
             timeseries,

@@ -33,8 +33,10 @@ from typing import TYPE_CHECKING, TextIO
 import numpy as np
 import pyarrow.parquet as pq
 
+from sim.results.offload_summary import TIER_KINDS
+from sim.results.seed_alerts import TIER_ALERTS
 from sim.telemetry.alert_states import DEFAULT_TIMING, RuleTiming
-from sim.telemetry.alerts import evaluate_alerts, scrape_times
+from sim.telemetry.alerts import TIER_GAUGES, evaluate_alerts, scrape_times, tier_column
 from sim.telemetry.openmetrics_format import escape, number, stamp, timestamps_ms
 
 if TYPE_CHECKING:
@@ -52,6 +54,7 @@ POOL_LABELLED = (
     "severe_fragmentation",
     "high_fragmentation_approaching_threshold",
     "node_uptime_vs_fragmentation_correlation",
+    *(spec.name for spec in TIER_ALERTS),
 )
 """The rules whose result carries the gauges' ``pool`` label (the failure rule's sum
 keeps ``replica`` only)."""
@@ -120,7 +123,11 @@ def write_alert_families(
     """Evaluate the run's alerts and write both families whole (module docstring)."""
     columns = ["time_s", "replica", "trigger", "up", "uptime_s"]
     columns.append("largest_contiguous_free_block_ratio")
-    timeseries = pq.read_table(run_dir / "timeseries.parquet", columns=columns).to_pandas()
+    path = run_dir / "timeseries.parquet"
+    present = set(pq.read_schema(path).names)
+    tiers = [tier_column(k, g) for k in TIER_KINDS for g in TIER_GAUGES]
+    columns += [name for name in tiers if name in present]  # a run with tiers: their alerts
+    timeseries = pq.read_table(path, columns=columns).to_pandas()
     timeseries["trigger"] = timeseries["trigger"].astype(str)
     events = pq.read_table(
         run_dir / "events.parquet", columns=["time_s", "replica", "kind", "free_share"]

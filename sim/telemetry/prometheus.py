@@ -58,6 +58,12 @@ interval; labels ``severity`` ``critical`` (the seed's ``high``) or ``warning``
   ``avg_over_time`` / ``stddev_over_time`` could compute only Pearson's r, a second
   statistic beside the summary's and the reports'.
 
+* a run with KV offload tiers (``kv_offload``) adds one rule per tier kind,
+  ``offload_<kind>_tier_fragmentation``: ``fragsim_offload_<kind>_largest_contiguous_free_block_ratio
+  < ratio_alert and (fragsim_offload_<kind>_free_bytes / fragsim_offload_<kind>_capacity_bytes)
+  > high_free_share``, ``for: 30s`` (:func:`tier_expression`); other rules files are as
+  before.
+
 ``fragsim alerts show`` and a run's ``alerts.parquet`` apply the same ``for:`` and
 window (:mod:`sim.telemetry.alert_states`): they fire where these rules fire.
 """
@@ -70,10 +76,10 @@ from typing import Literal, NotRequired, TypeAlias, TypedDict
 
 import yaml
 
-from sim.results.seed_alerts import AlertSpec, AlertThresholds
+from sim.results.offload_summary import TIER_KINDS
+from sim.results.seed_alerts import AlertSpec, AlertThresholds, alerts_for, tier_of
 from sim.telemetry.alert_states import DEFAULT_TIMING, RuleTiming, with_gauge_hold
 from sim.telemetry.alerts import (
-    ALERTS,
     DEFAULT_SCRAPE_INTERVAL_S,
     DEFAULT_THRESHOLDS,
     DEFAULT_TREND_WINDOW_S,
@@ -124,6 +130,42 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
 lists it as a table)."""
 
 METRIC = {column: name for column, name, _, _ in METRICS}
+
+
+def tier_metrics(kind: str) -> tuple[tuple[str, str, str, str], ...]:
+    """:data:`METRICS`' rows of a KV offload tier's gauges its alert reads
+    (``fragsim export openmetrics`` writes them: :mod:`sim.telemetry.openmetrics_offload`)."""
+    return (
+        (
+            f"offload_{kind}_largest_contiguous_free_block_ratio",
+            f"fragsim_offload_{kind}_largest_contiguous_free_block_ratio",
+            "gauge",
+            f"{kind} tier: largest free extent / total free tier memory (NaN when full).",
+        ),
+        (
+            f"offload_{kind}_free_bytes",
+            f"fragsim_offload_{kind}_free_bytes",
+            "gauge",
+            f"{kind} tier: free memory, bytes.",
+        ),
+        (
+            f"offload_{kind}_capacity_bytes",
+            f"fragsim_offload_{kind}_capacity_bytes",
+            "gauge",
+            f"{kind} tier: capacity, bytes.",
+        ),
+    )
+
+
+def tier_expression(kind: str, thresholds: AlertThresholds) -> str:
+    """A tier alert's PromQL: the tier's ratio below ``ratio_alert`` while its free share
+    exceeds ``high_free_share`` (:func:`sim.telemetry.alerts.tier_condition`)."""
+    ratio, free, capacity = (name for _, name, _, _ in tier_metrics(kind))
+    return (
+        f"{ratio} < {_number(thresholds.ratio_alert)}"
+        f" and ({free} / {capacity}) > {_number(thresholds.high_free_share)}"
+    )
+
 
 VLLM_METRICS: dict[str, str] = {
     "fragsim_kv_used_tokens": "vllm:gpu_cache_usage_perc",
@@ -227,6 +269,14 @@ def _description(
     scrape_interval_s: float,
 ) -> str:
     node = f"Replica {{{{ $labels.{options.instance_label} }}}}"
+    kind = tier_of(spec)
+    if kind is not None:
+        return (
+            f"{node}: the {kind} KV tier's largest_contiguous_free_block_ratio is "
+            f"{{{{ $value }}}} (< {th.ratio_alert:g}) while more than "
+            f"{th.high_free_share * 100:g}% of the tier is free: its allocator evicts and "
+            "refuses objects its free memory would hold."
+        )
     window = duration(options.rule_timing().window_s(scrape_interval_s))
     failure = (
         f"{node}: preempted while less than {1 - th.high_free_share:g} of KV cache was in "
@@ -284,13 +334,20 @@ def alert_rules(
     scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
     trend_window_s: float = DEFAULT_TREND_WINDOW_S,
     options: RuleOptions = DEFAULT_OPTIONS,
+    tier_kinds: tuple[str, ...] = (),
 ) -> RulesFile:
     """The rules file: one group ``fragsim`` evaluated every scrape, one rule per alert
-    of :data:`~sim.telemetry.alerts.ALERTS` (module docstring)."""
+    of :func:`~sim.results.seed_alerts.alerts_for` ``tier_kinds`` (the seed's, then one
+    per KV offload tier kind: module docstring)."""
     exprs = expressions(thresholds, scrape_interval_s, trend_window_s, options)
+    exprs |= {
+        spec.name: tier_expression(kind, thresholds)
+        for spec in alerts_for(tier_kinds)
+        if (kind := tier_of(spec)) is not None
+    }
     timing = options.rule_timing()
     rules: list[AlertRule] = []
-    for spec in ALERTS:
+    for spec in alerts_for(tier_kinds):
         name, expr = spec.name, exprs[spec.name]
         labels = {"severity": SEVERITIES[spec.severity]}
         annotations = {
@@ -323,7 +380,8 @@ def rules_yaml(rules: RulesFile, options: RuleOptions = DEFAULT_OPTIONS) -> str:
     label = options.instance_label
     head = [f"# fragsim: the fleet seed's alerts. Each node must export (label {label}):"]
     used = " ".join(r["expr"] for g in rules["groups"] for r in g["rules"])
-    for _, name, kind, text in METRICS:
+    tiers = tuple(row for tier in TIER_KINDS for row in tier_metrics(tier))
+    for _, name, kind, text in METRICS + tiers:
         shown = VLLM_METRICS.get(name, name) if options.metrics == "vllm" else name
         if shown == VLLM_METRICS["fragsim_kv_used_tokens"]:
             text = "KV-cache usage, a share of capacity (0 to 1)."

@@ -16,6 +16,7 @@ labels, its severity and its annotations rendered with the value then) at ``s - 
 ``s``, ``f - 1``, ``f``, ``r - 1`` and ``r`` (those in the test's range):
 
 * a gauge rule's test starts at ``k0 = s - 2``, with data at every scrape of the test;
+  a tier rule's series are the tier's ratio, free and capacity bytes;
   the uptime rule's series are the ratio, the uptime and the correlation gauge as
   ``fragsim export openmetrics`` writes it (:func:`sim.telemetry.alerts.uptime_correlation`
   at every scrape with data: the function that evaluates the alert);
@@ -45,11 +46,12 @@ from sim.telemetry.alerts import (
     high_free_failures,
     scrape_times,
     scraped,
+    tier_kinds,
     trend_window_scrapes,
     uptime_correlation,
 )
 from sim.telemetry.openmetrics import number, pool_of
-from sim.telemetry.prometheus import METRIC, RuleOptions, RulesFile, duration
+from sim.telemetry.prometheus import METRIC, RuleOptions, RulesFile, duration, tier_metrics
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -165,6 +167,11 @@ def rule_tests(
             RATIO: s["ratio"].to_numpy(),
             UPTIME: s["uptime_s"].to_numpy(),
             RHO: uptime_correlation(s, window, has),  # as fragsim export openmetrics writes it
+            **{
+                name: s[column].to_numpy()
+                for kind in tier_kinds(timeseries)
+                for column, name, _, _ in tier_metrics(kind)
+            },
         }
         for name, rule in by_name.items():
             if not todo[name]:

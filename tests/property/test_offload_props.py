@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.allocators import KV_BYTES_PER_TOKEN, check_pool, registry_configs
 
-from sim.engine.offload import OffloadTiers
+from sim.engine.offload import OffloadTiers, TierStore
 from sim.scenario.offload import KV_MANAGERS, OffloadConfig
 
 CHUNK = 16
@@ -101,3 +101,52 @@ def test_tiers_keep_their_books(
             t.restart()
         _check(t)
         assert len(t.offers) <= 50
+
+
+@given(
+    allocator=st.sampled_from(TIER_KINDS),
+    capacity_chunks=st.integers(16, 48),
+    steps=st.lists(st.tuples(st.integers(0, 2), ops.map(lambda s: s[:1])), max_size=40),
+)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_shared_store_keeps_its_books_across_replicas(
+    allocator: dict[str, Any],
+    capacity_chunks: int,
+    steps: list[tuple[int, list[tuple[str, int, int, int]]]],
+) -> None:
+    """Three replicas' stores, loads and restarts on one shared remote store: its
+    allocator holds exactly its objects, and the bytes the replicas wrote, summed, are
+    the tokens it holds or evicted (a remote store loses nothing to a restart)."""
+    tier = {
+        "kind": "remote",
+        "capacity_bytes": capacity_chunks * CHUNK * KV_BYTES_PER_TOKEN,
+        "bandwidth_gb_per_s": 10.0,
+        "latency_s": 0.001,
+        "allocator": allocator,
+        "shared": True,
+    }
+    config = OffloadConfig.model_validate({"chunk_tokens": CHUNK, "tiers": [tier]})
+    shared: dict[str, tuple[int, TierStore]] = {}
+    replicas = [
+        OffloadTiers(config.build(KV_BYTES_PER_TOKEN, 4096, CHUNK, shared)) for _ in range(3)
+    ]
+    store = shared["remote"][1]
+    for replica, one in steps:
+        t = replicas[replica]
+        for op, family, tokens, cached in one:
+            hashes = _hashes(family, tokens)
+            if op == "store":
+                t.store(hashes, tokens)
+            elif op == "load":
+                t.load(hashes, min(cached, tokens - 1), tokens - 1)
+            else:
+                t.restart()
+        s = check_pool(store.allocator)
+        assert (
+            s.used_tokens
+            == store.held_tokens
+            == sum(len(keys) * CHUNK for keys in store.objects.values())
+        )
+        assert store.where == {key: oid for oid, keys in store.objects.items() for key in keys}
+        written = sum(r.tiers[0].bytes_down for r in replicas) // KV_BYTES_PER_TOKEN
+        assert written == store.held_tokens + store.evicted_tokens and store.lost_tokens == 0

@@ -34,9 +34,9 @@ from sim.cli.progress import progress
 from sim.errors import clip, os_error_line
 from sim.results.io import FILES
 from sim.results.runfolder import RunFolderError, read_result, read_run
-from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds
+from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds, alerts_for
 from sim.results.summary_model import Summary
-from sim.telemetry.alerts import ALERTS, diagnose_failures, evaluate_alerts
+from sim.telemetry.alerts import diagnose_failures, evaluate_alerts, tier_kinds
 from sim.telemetry.prometheus import INSTANCE_LABELS, RuleOptions, alert_rules, duration, rules_yaml
 from sim.telemetry.prometheus_tests import rule_tests, tests_file
 from traces import TraceError
@@ -65,6 +65,19 @@ def _thresholds(scenario: Path | None) -> AlertThresholds:
         "sim.cli.bodies.scenario_thresholds:thresholds", scenario=scenario
     )
     return chosen
+
+
+def _tier_kinds(scenario: Path | None, summary: Summary | None) -> tuple[str, ...]:
+    """The KV offload tier kinds whose alerts the rules file gets: ``--scenario``'s
+    tiers, else the ``--run``'s (its summary's ``offload``), else none."""
+    if scenario is not None:
+        kinds: tuple[str, ...] = lazy.call(
+            "sim.cli.bodies.scenario_thresholds:tier_kinds", scenario=scenario
+        )
+        return kinds
+    if summary is None or summary.offload is None:
+        return ()
+    return tuple(tier.kind for tier in summary.offload.tiers)
 
 
 def _write(path: Path, write: Callable[[Path], object]) -> None:
@@ -146,7 +159,8 @@ def export_rules(
     thresholds = _thresholds(scenario)
     if scenario is None:  # the --run's, where it records them
         thresholds = _recorded(summary) or thresholds
-    rules = alert_rules(thresholds, scrape_s, window_s, options)
+    kinds = _tier_kinds(scenario, summary)
+    rules = alert_rules(thresholds, scrape_s, window_s, options, kinds)
     text = rules_yaml(rules, options)
     tests_text = None
     if tests is not None and run_dir is not None:
@@ -155,7 +169,7 @@ def export_rules(
         )
     files = {out: text} if tests is None or tests_text is None else {out: text, tests: tests_text}
     _write_together(files)
-    typer.echo(f"wrote {len(ALERTS)} alerting rules to {out}")
+    typer.echo(f"wrote {len(alerts_for(kinds))} alerting rules to {out}")
     if tests is not None and tests_text is not None:
         typer.echo(f"wrote promtool tests to {tests}")
     if note is not None:
@@ -288,12 +302,13 @@ def show(
         shown = log if all_rows or limit is None else log.head(limit)
         print_transitions(shown, f"{title} ({len(shown):,} of {len(log):,} transitions)", fmt)
     else:
-        shown_alerts = [(a.name, str(a.severity), timing.hold_s(a.name)) for a in ALERTS]
+        run_alerts = alerts_for(tier_kinds(ts))
+        shown_alerts = [(a.name, str(a.severity), timing.hold_s(a.name)) for a in run_alerts]
         print_alert_summary(log, shown_alerts, title, fmt)
     if fmt in ("table", "markdown"):
         if not (all_rows or limit is not None):
             echo_prose(HELD_NOTE, fmt=fmt)
-        for spec in ALERTS:
+        for spec in alerts_for(tier_kinds(ts)):
             if (log["alert"] == spec.name).any():
                 echo_prose(f"{spec.name}: {spec.response}", fmt=fmt)
         echo_prose(_diagnosis_line(diagnosis, thresholds.high_free_share, pd), fmt=fmt)
