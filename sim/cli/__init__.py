@@ -267,7 +267,7 @@ def _notes_as_lines() -> Iterator[None]:
     time; other warnings are shown as before."""
     previous = warnings.showwarning
 
-    def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
         if issubclass(category, RunFolderNote):
             typer.echo(f"note: {message}", err=True)
         else:
