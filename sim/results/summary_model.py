@@ -31,10 +31,9 @@ recorded them lacks (a pool's replicas, allocator, KV sizes and latency model;
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import model_validator
 
+from sim.fields import JsonObject
 from sim.results.summary_fleet import Disagg, Fleet, FleetAlerts, Pool
 from sim.results.summary_sections import (
     MAX_AMOUNT,
@@ -128,7 +127,7 @@ class Summary(Section):
         return self
 
     @classmethod
-    def from_json_dict(cls, data: dict[str, Any]) -> Summary:
+    def from_json_dict(cls, data: JsonObject) -> Summary:
         """The summary a JSON object holds (``pydantic.ValidationError`` when no run could
         have written it; :func:`sim.results.summary_check.parse_summary` says it in one
         line)."""

@@ -7,11 +7,11 @@ module docstring of :mod:`sim.results.summary_model`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.fields import MAX_COUNT, MAX_SECONDS, MAX_TOKENS
+from sim.fields import MAX_COUNT, MAX_SECONDS, MAX_TOKENS, JsonObject
 
 MIN_SCRAPE_INTERVAL_S = 1.0
 """``sim.cli.alert_times.MIN_SCRAPE_INTERVAL_S`` (a test holds them equal)."""
@@ -50,7 +50,7 @@ class Section(BaseModel):
         strict=True, extra="allow", frozen=True, use_attribute_docstrings=True
     )
 
-    def to_json_dict(self) -> dict[str, Any]:
+    def to_json_dict(self) -> JsonObject:
         """The JSON object, holding exactly the keys the run (or the file) set."""
         return self.model_dump(mode="python", exclude_unset=True)
 
