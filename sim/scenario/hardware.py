@@ -171,11 +171,11 @@ def _check_model_name(name: str) -> None:
         )
 
 
-def _preset_or_inline(value: Any) -> str:
+def _preset_or_inline(value: object) -> str:
     return "preset" if isinstance(value, str) else "inline"
 
 
-def _model_branch(value: Any) -> str:
+def _model_branch(value: object) -> str:
     if isinstance(value, str):
         return "preset"
     if isinstance(value, ModelConfigFile) or (
@@ -202,7 +202,7 @@ KV_CAPACITY_FIELDS = ("kv_capacity_tokens", "num_gpu_blocks", "gpu_kv_cache_toke
 """The :class:`HardwareConfig` fields that set the KV capacity directly (one at most)."""
 
 
-def merge_hardware(base: Mapping[str, Any], pool: Mapping[str, Any]) -> dict[str, Any]:
+def merge_hardware(base: Mapping[str, object], pool: Mapping[str, object]) -> dict[str, object]:
     """A fleet pool's ``hardware`` over the scenario's: the pool's keys win, and a pool
     giving one of :data:`KV_CAPACITY_FIELDS` replaces the scenario's (they exclude each
     other)."""
