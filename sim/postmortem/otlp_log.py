@@ -54,14 +54,8 @@ import numpy as np
 import pyarrow as pa
 
 from sim.fields import JsonObject
-from sim.postmortem.log import (
-    NODES,
-    LogError,
-    PostmortemLog,
-    index_requests,
-    node_times,
-    read_table,
-)
+from sim.postmortem.log import NODES, LogError, node_times, read_table
+from sim.postmortem.log_requests import PostmortemLog, index_requests
 from sim.postmortem.nodes import Fleet, node_events, node_pools
 from sim.postmortem.otlp_attributes import (
     ATTRIBUTES,
