@@ -117,6 +117,8 @@ COMMANDS: dict[str, Lazy] = {
 summary is the first sentence of the command's own help (a test holds them equal)."""
 
 
+# A command, a group, a context and a formatter are click's objects, typed ``Any`` here:
+# typer 0.29 vendors click privately (``typer._click``), so no public name types them.
 def load_command(name: str) -> Any:
     """The click command of :data:`COMMANDS` ``name``, built from its module."""
     obj = lazy.resolve(COMMANDS[name].target)
