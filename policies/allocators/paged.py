@@ -15,17 +15,11 @@ request is freed. A request's hits are its leading cached blocks up to the first
 A block whose reference count falls to zero stays cached and reusable (counted in
 ``free_tokens`` and ``cached_free_tokens``) until it is evicted.
 
-Free-block queue. Like vLLM's ``FreeKVCacheBlockQueue`` there is one queue of free
-blocks, cached or not, in the order they were freed; allocation takes blocks from its
-head (least recently freed first), evicting a cached block's hash when it takes one.
-A request's blocks are freed tail first, so its prefix blocks are evicted last (with
+Free-block queue (``policies.allocators.paged_pool``, with the prefix cache's maps): one
+queue of free blocks, cached or not, in the order they were freed, taken from its head
+(least recently freed first, evicting a cached block's key), never-used blocks first. A
+request's blocks are freed tail first, so its prefix blocks are evicted last (with
 ``reuse_uncached_first``, as vLLM 0.33, freed uncached blocks go to the head instead).
-Blocks never used yet sit before everything else (vLLM's queue starts with all). The
-queue is an ``OrderedDict`` because a prefix hit must remove a cached block from the
-middle in O(1) while keeping LRU order (vLLM uses a doubly linked list for the same
-reason); its entries are either one cached block (key = block id >= 0) or a *run* of
-anonymous free blocks (key < 0, value = block count), so the hot path without prefix
-hashes touches O(1) entries per operation instead of one per block.
 
 Block identity. Only blocks that need it have an id: prefix-cached blocks and blocks
 shared by a fork. A request's table is ``named_blocks`` (ids, always the leading part)
@@ -49,7 +43,6 @@ Invariants (checked by the property tests; owned blocks include the reservoir)::
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 
 from policies.allocators.base import (
@@ -60,13 +53,8 @@ from policies.allocators.base import (
     blocks_for,
     classify,
 )
-from policies.allocators.paged_keys import (
-    BlockKey,
-    generated_block_keys,
-    key_fill_tokens,
-    leading_hits,
-    prompt_block_keys,
-)
+from policies.allocators.paged_keys import key_fill_tokens, leading_hits
+from policies.allocators.paged_pool import PagedBlockPool
 from policies.allocators.pooled import PooledAllocator
 
 
@@ -113,27 +101,25 @@ class PagedAllocator(PooledAllocator):
                 f"{block_size_tokens}-token block"
             )
         self._bt = block_size_tokens
-        self._hash_bt = hash_block_tokens or block_size_tokens
         self._prefix_caching = prefix_caching
-        self._cache_partial = cache_partial_block
         self._cache_generated = cache_generated_blocks
         self._reuse_uncached_first = reuse_uncached_first
         self._seqs: dict[int, _Seq] = {}
-        # anonymous free blocks ahead of the whole queue: never-used blocks, and blocks
-        # freed while the queue was empty (order among anonymous blocks is irrelevant)
-        self._head_free_blocks = self.num_blocks
-        self._free_blocks = self.num_blocks  # head + queued (runs + cached)
+        self._pool = PagedBlockPool(
+            self.num_blocks,
+            block_tokens=block_size_tokens,
+            hash_block_tokens=hash_block_tokens or block_size_tokens,
+            cache_partial_block=cache_partial_block,
+            cache_generated_blocks=cache_generated_blocks,
+        )
+        self._free_blocks = self.num_blocks  # the pool's head + queued (runs + cached)
         self._refusal: tuple[int, int] | None = None  # (need, free) tokens, built lazily
-        self._queue: OrderedDict[int, int] = OrderedDict()
-        self._next_run_key = -1
         self._next_block_id = 0
         self._ref: dict[int, int] = {}  # owned named block -> refcount (>= 1)
-        self._key_of: dict[int, BlockKey] = {}  # cached block -> its key
-        self._cache: dict[BlockKey, int] = {}  # key -> cached block
+        self._key_of = self._pool.key_of  # cached block -> its key (the pool's map)
         self._owned_blocks = 0  # live requests' blocks + the growth reservoir
         self._used_tokens = 0
         self._shared_blocks = 0
-        self._cached_free_blocks = 0
         self._copied_tokens = 0
 
     # -- the operations -------------------------------------------------------------
@@ -221,20 +207,19 @@ class PagedAllocator(PooledAllocator):
             self._owned_blocks -= 1
             self._used_tokens -= last_fill if (i == len(named) - 1 and not s.anon) else bt
             if b in self._key_of:
-                self._queue[b] = 0
+                self._pool.push_cached(b)
                 self._free_blocks += 1
-                self._cached_free_blocks += 1
             else:
                 self._release_uncached(1)
 
     def _release_uncached(self, n: int) -> None:
         """``n`` freed blocks nothing can hit: reused last (the queue tail) or, with
         ``reuse_uncached_first`` (vLLM 0.33), first (the head), so cached blocks stay."""
+        self._free_blocks += n
         if self._reuse_uncached_first:
-            self._head_free_blocks += n
-            self._free_blocks += n
+            self._pool.head_free_blocks += n
         else:
-            self._push_run(n)
+            self._pool.push_run(n)
 
     # -- reading ----------------------------------------------------------------------
     def stats(self) -> AllocStats:
@@ -248,7 +233,7 @@ class PagedAllocator(PooledAllocator):
             free_tokens=free,
             largest_free_extent_tokens=free,
             free_extent_count=1 if free else 0,
-            cached_free_tokens=self._cached_free_blocks * bt,
+            cached_free_tokens=self._pool.cached_free_blocks * bt,
             copied_tokens_total=self._copied_tokens,
         )
 
@@ -287,7 +272,7 @@ class PagedAllocator(PooledAllocator):
         if not (prefix_hashes and self._prefix_caching):
             return 0
         return sum(
-            key_fill_tokens(k, self._bt) for k, _ in self._hits(tokens, prefix_hashes, owner)
+            key_fill_tokens(k, self._bt) for k, _ in self._pool.hits(tokens, prefix_hashes, owner)
         )
 
     def allocate_chunk(
@@ -330,7 +315,7 @@ class PagedAllocator(PooledAllocator):
         need = -(-tokens // self._bt)
         if prefix_hashes and self._prefix_caching:
             ref = self._ref
-            for _, b in self._hits(tokens, prefix_hashes, owner, max_hit_tokens):
+            for _, b in self._pool.hits(tokens, prefix_hashes, owner, max_hit_tokens):
                 need -= b in ref  # a hit in use takes nothing from the free queue
         need_tokens = need * self._bt + keep_free_tokens
         if need_tokens <= self._free_blocks * self._bt:
@@ -431,7 +416,7 @@ class PagedAllocator(PooledAllocator):
             self._used_tokens += fill
         elif action == 2:  # sole owner writes into its cached partial block
             assert s.named is not None
-            del self._cache[self._key_of.pop(s.named[-1])]
+            self._pool.uncache(s.named[-1])
         s.anon += need
         s.blocks += need
         s.held += tokens
@@ -453,46 +438,11 @@ class PagedAllocator(PooledAllocator):
         return True
 
     def _draw_free_blocks(self, n: int) -> None:
-        """Take ``n`` blocks (caller checked ``n <= free``) from the queue head into the
-        owned ones: the anonymous head blocks first, then least recently freed, evicting
-        cached blocks."""
+        """Take ``n`` blocks (caller checked ``n <= free``) from the pool's queue head into
+        the owned ones (see :meth:`PagedBlockPool.draw`)."""
         self._free_blocks -= n
         self._owned_blocks += n
-        fresh = self._head_free_blocks
-        if fresh:
-            if fresh >= n:
-                self._head_free_blocks = fresh - n
-                return
-            self._head_free_blocks = 0
-            n -= fresh
-        queue = self._queue
-        while n:
-            key, count = next(iter(queue.items()))
-            if key < 0:  # a run of anonymous blocks
-                if count > n:
-                    queue[key] = count - n
-                    return
-                del queue[key]
-                n -= count
-            else:  # a cached block: evict it
-                del queue[key]
-                del self._cache[self._key_of.pop(key)]
-                self._cached_free_blocks -= 1
-                n -= 1
-
-    def _push_run(self, n: int) -> None:
-        """Append ``n`` anonymous free blocks to the queue tail (merging with a tail run)."""
-        self._free_blocks += n
-        queue = self._queue
-        if not queue:
-            self._head_free_blocks += n
-            return
-        tail = next(reversed(queue))
-        if tail < 0:
-            queue[tail] += n
-            return
-        queue[self._next_run_key] = n
-        self._next_run_key -= 1
+        self._pool.draw(n)
 
     def _name_anon_blocks(self, s: _Seq) -> list[int]:
         """Give the request's private blocks ids (refcount 1) so they can be shared."""
@@ -507,29 +457,14 @@ class PagedAllocator(PooledAllocator):
         s.named = named
         return named
 
-    def _block_keys(self, tokens: int, hashes: Sequence[int], owner: int = -1) -> list[BlockKey]:
-        bt = self._bt
-        keys = prompt_block_keys(tokens, hashes, bt, self._hash_bt, self._cache_partial)
-        if owner >= 0 and self._cache_generated and len(keys) == len(hashes):
-            keys += generated_block_keys(owner, len(keys), tokens // bt)  # its own blocks
-        return keys
-
     def _cache_full_blocks(self, s: _Seq, tokens: int, hashes: Sequence[int], owner: int) -> None:
         """Name the request's blocks and cache its full ones among its first ``tokens``
         (unless a block of equal content is cached already)."""
-        keys = self._block_keys(tokens, hashes, owner)
+        pool = self._pool
+        keys = pool.block_keys(tokens, hashes, owner)
         named = self._name_anon_blocks(s)
-        cache, key_of = self._cache, self._key_of
         for key, b in zip(keys, named, strict=False):
-            if key not in cache and b not in key_of:
-                cache[key] = b
-                key_of[b] = key
-
-    def _hits(
-        self, tokens: int, hashes: Sequence[int], owner: int = -1, max_hit_tokens: int = -1
-    ) -> list[tuple[BlockKey, int]]:
-        keys = self._block_keys(tokens, hashes, owner)
-        return leading_hits(keys, self._cache, self._bt, max_hit_tokens)
+            pool.enter(key, b)
 
     def _allocate_with_prefix(
         self,
@@ -541,11 +476,11 @@ class PagedAllocator(PooledAllocator):
     ) -> Allocation | None:
         bt = self._bt
         need = blocks_for(tokens, bt)
-        keys = self._block_keys(tokens, hashes, owner)
+        pool = self._pool
+        keys = pool.block_keys(tokens, hashes, owner)
         ref = self._ref
-        hits = [b for _, b in leading_hits(keys, self._cache, self._bt, max_hit_tokens)]
+        hits = [b for _, b in leading_hits(keys, pool.cache, bt, max_hit_tokens)]
         revive = sum(b not in ref for b in hits)
-        cache = self._cache
         new = need - len(hits)
         if new + revive > self._free_blocks:  # revived hits leave the free pool too
             self._refuse((new + revive) * bt)
@@ -556,9 +491,8 @@ class PagedAllocator(PooledAllocator):
             cached_tokens += fill
             r = ref.get(b, 0)
             if r == 0:  # revive a cached free block
-                del self._queue[b]
+                pool.revive(b)
                 self._free_blocks -= 1
-                self._cached_free_blocks -= 1
                 self._owned_blocks += 1
                 self._used_tokens += fill
             elif r == 1:
@@ -572,8 +506,6 @@ class PagedAllocator(PooledAllocator):
             self._next_block_id += 1
             ref[b] = 1
             named.append(b)
-            if key not in cache:
-                cache[key] = b
-                self._key_of[b] = key
+            pool.enter(key, b)
         self._seqs[request_id] = _Seq(tokens, need, need - len(named), named)
         return Allocation(request_id, need * bt, cached_tokens=cached_tokens)

@@ -117,6 +117,8 @@ COMMANDS: dict[str, Lazy] = {
 summary is the first sentence of the command's own help (a test holds them equal)."""
 
 
+# A command, a group, a context and a formatter are click's objects, typed ``Any`` here:
+# typer 0.29 vendors click privately (``typer._click``), so no public name types them.
 def load_command(name: str) -> Any:
     """The click command of :data:`COMMANDS` ``name``, built from its module."""
     obj = lazy.resolve(COMMANDS[name].target)
@@ -267,7 +269,7 @@ def _notes_as_lines() -> Iterator[None]:
     time; other warnings are shown as before."""
     previous = warnings.showwarning
 
-    def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
         if issubclass(category, RunFolderNote):
             typer.echo(f"note: {message}", err=True)
         else:

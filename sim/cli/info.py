@@ -13,7 +13,7 @@ from policies.allocators.registry import ALLOCATORS
 from sim.cli.common import fail
 from sim.cli.output import Cell, FormatOption, TableData, echo_prose, print_tables
 from sim.errors import MAX_MESSAGE, clip, short
-from sim.models.hardware import GPU_PRICE_SOURCE, GPUS, MODELS, kv_bytes_per_token
+from sim.models.hardware import GPU_PRICE_SOURCE, GPUS, MODELS, ModelSpec, kv_bytes_per_token
 from sim.models.presets import shipped_model, shipped_names
 from sim.scenario.hardware import HardwareConfig
 
@@ -145,7 +145,7 @@ def print_presets(fmt: str) -> None:
         )
 
 
-def shipped_specs() -> list[Any]:
+def shipped_specs() -> list[ModelSpec]:
     """The shipped config.json presets as the engine sees them (sim/models/configs)."""
     return [shipped_model(name).to_spec() for name in shipped_names()]
 
@@ -177,7 +177,7 @@ def allocators_command(fmt: FormatOption = "table") -> None:
         for name, field in cls.model_fields.items():
             if name == "kind":
                 continue
-            default: Any = field.default
+            default: object = field.default
             params.append(f"{name}={default!r}")
         doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
         rows.append((kind, "\n".join(params) or "—", doc))

@@ -245,7 +245,7 @@ def _plain(value: object) -> object:
     return value
 
 
-def _records(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> list[dict[str, Any]]:
+def _records(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> list[dict[str, object]]:
     return [{c: cell_value(v) for c, v in zip(columns, row, strict=True)} for row in rows]
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 import yaml
@@ -28,6 +28,7 @@ from sim.cli.sweep import (
     SchedulerOption,
     WorkersOption,
 )
+from sim.fields import JsonValue
 
 
 def parse_range(text: str) -> tuple[int, int]:
@@ -44,7 +45,7 @@ def parse_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
-def parse_vary(text: str) -> tuple[str, list[Any]]:
+def parse_vary(text: str) -> tuple[str, list[JsonValue]]:
     """``PATH=V1,V2,...``; each value read as YAML (``4`` a number, ``true`` a flag)."""
     path, sep, values = text.partition("=")
     path = path.strip()

@@ -35,11 +35,12 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from sim.latency.base import LatencyModel
 from sim.latency.calibrated import LATENCY_FORMAT, CalibratedLatency, fit_calibrated_latency
 from sim.postmortem.otlp_files import check_regular, documents, span_entries
 from sim.runner import run
-from sim.scenario.schema import ScenarioError
-from sim.simulate.parts import build_parts
+from sim.scenario.schema import Scenario, ScenarioError
+from sim.simulate.parts import Parts, build_parts
 
 MIN_SPANS = 50
 """The fewest ok spans a fit accepts (a fifth of them are held out)."""
@@ -127,13 +128,13 @@ def _row(span: Any, node: str, f: Path, line: int) -> list[tuple[str, int, int, 
 class Replay:
     """The scenario's parts and each node's requests (canonical frames)."""
 
-    scenario: Any
-    parts: Any
+    scenario: Scenario
+    parts: Parts
     frames: list[pd.DataFrame]
     observed: pd.DataFrame
     """The spans' rows in replay order, with ``held_out`` (bool)."""
 
-    def predict(self, latency: Any) -> tuple[np.ndarray, np.ndarray]:
+    def predict(self, latency: LatencyModel) -> tuple[np.ndarray, np.ndarray]:
         """(TTFT, e2e) of every observed row, replayed under ``latency``; NaN where a
         request did not finish."""
         parts = [dataclasses.replace(self.parts, latency=latency)]
@@ -148,7 +149,7 @@ class Replay:
         return np.concatenate(ttft), np.concatenate(e2e)
 
 
-def prepare(scenario: Any, spans: pd.DataFrame) -> Replay:
+def prepare(scenario: Scenario, spans: pd.DataFrame) -> Replay:
     """Check the scenario can replay the spans (SpanFitError) and build the frames."""
     if scenario.fleet is not None:
         raise SpanFitError(
@@ -264,7 +265,7 @@ def solve_linear(
 
 
 def fit_from_spans(
-    scenario: Any, spans: pd.DataFrame, *, source: str = "", max_evaluations: int = 100
+    scenario: Scenario, spans: pd.DataFrame, *, source: str = "", max_evaluations: int = 100
 ) -> SpanFit:
     """Fit (module docstring); deterministic for the same spans and scenario."""
     replay = prepare(scenario, spans)

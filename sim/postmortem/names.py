@@ -21,7 +21,7 @@ from sim.postmortem.log import PostmortemLog
 from sim.results.io import RunResult
 
 if TYPE_CHECKING:
-    from sim.postmortem.replay import ReplicaMap
+    from sim.postmortem.script import ReplicaMap
 
 NO_REPLICA = "-"
 """The replica name of a request no node took (refused by the router)."""

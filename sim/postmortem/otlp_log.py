@@ -16,7 +16,7 @@ protobuf's base64, and the log does not use them. A folder may also hold ``nodes
 ``nodes.parquet`` (the CSV log's nodes format, :mod:`sim.postmortem.log`; its
 ``timestamp`` column, where used, has the same origin as the spans).
 
-Every span is one attempt (:data:`ATTRIBUTES` maps the attribute names; other
+Every span is one attempt (:data:`sim.postmortem.otlp_attributes.ATTRIBUTES` maps the attribute names; other
 attributes and spans' names are ignored, but no attribute key may be given twice with
 different values). Its arrival is its start time in seconds from
 the log start, the earliest span start. Spans sharing ``gen_ai.request.id`` are the
@@ -46,24 +46,24 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import pyarrow as pa
 
 from sim.fields import JsonObject
-from sim.postmortem.log import (
-    NODES,
-    LogError,
-    PostmortemLog,
-    index_requests,
-    node_times,
-    read_table,
-)
+from sim.postmortem.log import NODES, LogError, node_times, read_table
+from sim.postmortem.log_requests import PostmortemLog, index_requests
 from sim.postmortem.nodes import Fleet, node_events, node_pools
+from sim.postmortem.otlp_attributes import (
+    ATTRIBUTES,
+    RESOURCE_ATTRIBUTES,
+    AttrValue,
+    int_attribute,
+    read_attributes,
+)
 from sim.postmortem.otlp_files import (
     SPAN_SUFFIXES,
     check_regular,
@@ -77,12 +77,9 @@ from traces.errors import TraceError
 from traces.validate import MAX_TOKENS, ReadContext
 
 if TYPE_CHECKING:  # the optional `otlp` extra, imported where a log is read
-    from collections.abc import Iterable
-
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
-    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
     from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
 
 __all__ = ["SPAN_SUFFIXES", "is_otlp_log", "load_otlp_log"]
@@ -96,60 +93,6 @@ MAX_LOG_SPAN_S: Final = 30 * 86_400.0
 TIMED_OUT: Final = ("timeout", "timed-out")
 
 
-@dataclass(frozen=True)
-class Attribute:
-    """One attribute the reader uses: its OTLP value kind, whether a span (or resource)
-    must carry it, and what it becomes in the log."""
-
-    kind: str
-    """``string``, ``int``, ``double`` or ``string array`` (``stringValue``,
-    ``intValue``, ``doubleValue``, ``arrayValue`` of ``stringValue``)."""
-    required: bool
-    meaning: str
-
-
-AttrValue: TypeAlias = str | int | float | list[str]
-"""An attribute's value as read: a ``string``, ``int``, ``double`` or ``string array``."""
-
-_LATENCY: Final = "checked (seconds, 0 to 86,400), not replayed"
-ATTRIBUTES: Final[dict[str, Attribute]] = {
-    "gen_ai.request.id": Attribute(
-        "string", True, "`request_id` (spans sharing it: attempts of one request)"
-    ),
-    "gen_ai.usage.prompt_tokens": Attribute("int", True, "`prompt_tokens` (1 to 2^40)"),
-    "gen_ai.usage.completion_tokens": Attribute("int", True, "`output_tokens` (0 to 2^40)"),
-    "gen_ai.latency.time_in_queue": Attribute("double", False, _LATENCY),
-    "gen_ai.latency.time_to_first_token": Attribute("double", False, _LATENCY),
-    "gen_ai.latency.e2e": Attribute("double", False, _LATENCY),
-    "gen_ai.response.finish_reasons": Attribute("string array", False, "checked, not replayed"),
-    "error.type": Attribute("string", False, "`status` failed (timed-out for `timeout`)"),
-}
-"""Span attribute -> how it is read (the table in docs/postmortem.md)."""
-RESOURCE_ATTRIBUTES: Final[dict[str, Attribute]] = {
-    "service.instance.id": Attribute(
-        "string",
-        True,
-        "the instance (a new one on a node: a restart); the node without the two below",
-    ),
-    "k8s.pod.name": Attribute("string", False, "`replica` (the node), first choice"),
-    "host.name": Attribute("string", False, "`replica` (the node) without a pod name"),
-}
-"""Resource attribute -> how it is read."""
-_ONEOF: Final = {
-    "string": "string_value",
-    "int": "int_value",
-    "double": "double_value",
-    "string array": "array_value",
-}
-_JSON_NAME: Final = {
-    "string_value": "stringValue",
-    "int_value": "intValue",
-    "double_value": "doubleValue",
-    "array_value": "arrayValue",
-    "bool_value": "boolValue",
-    "kvlist_value": "kvlistValue",
-    "bytes_value": "bytesValue",
-}
 _IDS: Final = ("traceId", "spanId", "parentSpanId")
 
 
@@ -262,7 +205,7 @@ def _objects(doc: JsonObject, key: str) -> list[JsonObject]:
 def _spans_of(message: ExportTraceServiceRequest, where: tuple[Path, int]) -> list[Span]:
     out = []
     for rs in message.resource_spans:
-        res = _attributes(rs.resource.attributes, RESOURCE_ATTRIBUTES, where, "resource ")
+        res = read_attributes(rs.resource.attributes, RESOURCE_ATTRIBUTES, where, "resource ")
         instance = str(res["service.instance.id"])
         node = str(res.get("k8s.pod.name") or res.get("host.name") or instance)
         for ss in rs.scope_spans:
@@ -294,7 +237,7 @@ def _span(span: OtlpSpan, where: tuple[Path, int], node: str, instance: str) -> 
             path, "unknown status code", line=line, field="status.code",
             expected=f"one of {shown}", got=code,
         )  # fmt: skip
-    attrs = _attributes(span.attributes, ATTRIBUTES, where, "span ")
+    attrs = read_attributes(span.attributes, ATTRIBUTES, where, "span ")
     _check_ranges(attrs, where)
     error = attrs.get("error.type")
     failed = code == STATUS_CODE_ERROR or error is not None
@@ -304,79 +247,12 @@ def _span(span: OtlpSpan, where: tuple[Path, int], node: str, instance: str) -> 
         start,
         end,
         str(attrs["gen_ai.request.id"]),
-        _int(attrs, "gen_ai.usage.prompt_tokens"),
-        _int(attrs, "gen_ai.usage.completion_tokens"),
+        int_attribute(attrs, "gen_ai.usage.prompt_tokens"),
+        int_attribute(attrs, "gen_ai.usage.completion_tokens"),
         status,
         node,
         instance,
     )
-
-
-def _int(attrs: dict[str, AttrValue], name: str) -> int:
-    value = attrs[name]
-    assert isinstance(value, int)  # _value checked its kind (an "int" of ATTRIBUTES)
-    return value
-
-
-def _attributes(
-    kvs: Iterable[KeyValue], table: dict[str, Attribute], where: tuple[Path, int], what: str
-) -> dict[str, AttrValue]:
-    """The values of ``table``'s attributes among ``kvs``, checked for kind; a key given
-    twice (any key) must have the same value both times."""
-    path, line = where
-    found: dict[str, AttrValue] = {}
-    seen: dict[str, AnyValue] = {}
-    for kv in kvs:
-        spec = table.get(kv.key)
-        value = None if spec is None else _value(kv, spec, where, what)
-        if seen.setdefault(kv.key, kv.value) != kv.value:
-            raise LogError(
-                path,
-                f"{what}attribute given twice with different values",
-                line=line,
-                field=kv.key,
-                expected="each attribute key once",
-            )
-        if value is not None:  # an attribute of the table
-            found.setdefault(kv.key, value)
-    for name, spec in table.items():
-        if spec.required and name not in found:
-            raise LogError(
-                path,
-                f"{what}attribute missing",
-                line=line,
-                field=name,
-                expected=f"an attribute with {_JSON_NAME[_ONEOF[spec.kind]]}",
-            )
-    return found
-
-
-def _value(kv: KeyValue, spec: Attribute, where: tuple[Path, int], what: str) -> AttrValue:
-    """The value of attribute ``kv``, checked to be of ``spec``'s kind (a string: not
-    blank)."""
-    path, line = where
-    got = kv.value.WhichOneof("value")
-    want = _ONEOF[spec.kind]
-    items = list(kv.value.array_value.values) if got == "array_value" else []
-    if got != want or any(v.WhichOneof("value") != "string_value" for v in items):
-        shown = _JSON_NAME.get(got or "", "no value")
-        raise LogError(
-            path,
-            f"{what}attribute of the wrong type",
-            line=line,
-            field=kv.key,
-            expected=f"{_JSON_NAME[want]}" + (" of stringValue" if items else ""),
-            written=shown if got != want else "arrayValue with a non-string value",
-        )
-    if got == "array_value":
-        return [v.string_value for v in items]
-    value: AttrValue = getattr(kv.value, want)
-    if isinstance(value, str) and not value.strip():  # a string_value
-        raise LogError(
-            path, f"{what}attribute is blank", line=line, field=kv.key,
-            expected="a non-empty stringValue", written=value,
-        )  # fmt: skip
-    return value
 
 
 def _check_ranges(attrs: dict[str, AttrValue], where: tuple[Path, int]) -> None:
@@ -384,7 +260,7 @@ def _check_ranges(attrs: dict[str, AttrValue], where: tuple[Path, int]) -> None:
     path, line = where
     for name in ("gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens"):
         low = 1 if name.endswith("prompt_tokens") else 0
-        if not low <= _int(attrs, name) <= MAX_TOKENS:
+        if not low <= int_attribute(attrs, name) <= MAX_TOKENS:
             raise LogError(
                 path, "out of range", line=line, field=name,
                 expected=f"a whole number from {low} to {MAX_TOKENS:,} (2^40, "

@@ -108,7 +108,7 @@ def formatted(column: str, value: Any) -> str:
     return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
-def _number(v: Any) -> float:
+def _number(v: float | None) -> float:
     return math.nan if v is None else float(v)
 
 

@@ -5,11 +5,10 @@ fleet.pools.0: expected an object, got a string``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import ValidationError
 
 from sim.errors import clip, short
+from sim.fields import JsonObject
 from sim.results.folder_errors import RunFolderError
 from sim.results.summary_model import Summary
 
@@ -18,7 +17,7 @@ SECTIONS = ("requests", "throughput", "latency_s", "failures", "memory", "alerts
 all says so rather than naming a field deep inside)."""
 
 
-def parse_summary(data: dict[str, Any], shown: str) -> Summary:
+def parse_summary(data: JsonObject, shown: str) -> Summary:
     """``data`` (read from the file named ``shown``) as the typed summary, unless no run
     could have written it (:mod:`sim.results.summary_model`): one
     :class:`RunFolderError` line naming the field."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -25,14 +24,14 @@ JSON_NAMES: dict[object, str] = {
 """Python's types as JSON names them."""
 
 
-def _models(annotation: Any) -> list[type[BaseModel]]:
+def _models(annotation: object) -> list[type[BaseModel]]:
     """The models inside ``annotation`` (``Pool`` in ``list[Pool] | None``)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     return [m for arg in typing.get_args(annotation) for m in _models(arg)]
 
 
-def _type_name(annotation: Any) -> str:
+def _type_name(annotation: object) -> str:
     """A field's type as a reader of the JSON sees it."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return "object"

@@ -21,7 +21,7 @@ Defaults and where they come from (docs/fleet.md, "Nodes and their lifecycle"):
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import (
     BaseModel,
@@ -40,13 +40,13 @@ from policies.restart.config import NoRestartConfig, RestartConfig
 from policies.restart.registry import parse_restart
 from policies.routing.config import LeastOutstandingConfig, LengthPoolsConfig, RouterConfig
 from policies.routing.registry import parse_router
-from sim.fields import MAX_SECONDS, Count, Flag, Number
+from sim.fields import MAX_SECONDS, Count, Flag, JsonObject, Number
 
 MAX_NODES = 4096
 """Nodes in a fleet, all pools together, at any time (also the autoscaler's ceiling)."""
 
 
-def _mapping(value: Any) -> Any:
+def _mapping(value: object) -> JsonObject:
     """A policy block must be a ``{kind: ...}`` mapping."""
     if not isinstance(value, dict):
         raise ValueError("expected a mapping with a 'kind'")
@@ -114,7 +114,7 @@ class PoolConfig(_Strict):
 
     name: str = Field("default", min_length=1, max_length=64, description="Pool label.")
     count: Count = Field(1, ge=0, le=MAX_NODES, description="Replicas at t = 0.")
-    hardware: dict[str, Any] | None = Field(
+    hardware: JsonObject | None = Field(
         None,
         description="Overrides of the scenario's hardware block for this pool "
         "(model, gpu, tensor_parallel, ...).",
@@ -142,7 +142,7 @@ class PoolConfig(_Strict):
 
     @field_validator("allocator", mode="before")
     @classmethod
-    def _allocator(cls, value: Any) -> AllocatorConfig | None:
+    def _allocator(cls, value: object) -> AllocatorConfig | None:
         if value is None or isinstance(value, AllocatorConfig):
             return value
         return parse_allocator(_mapping(value))
@@ -264,17 +264,17 @@ class FleetConfig(_Strict):
     # the fleet builds its policies from it); errors name the kind and the field.
     @field_validator("router", mode="before")
     @classmethod
-    def _router(cls, value: Any) -> RouterConfig:
+    def _router(cls, value: object) -> RouterConfig:
         return value if isinstance(value, RouterConfig) else parse_router(_mapping(value))
 
     @field_validator("restart", mode="before")
     @classmethod
-    def _restart(cls, value: Any) -> RestartConfig:
+    def _restart(cls, value: object) -> RestartConfig:
         return value if isinstance(value, RestartConfig) else parse_restart(_mapping(value))
 
     @field_validator("autoscaler", mode="before")
     @classmethod
-    def _autoscaler(cls, value: Any) -> AutoscalerConfig:
+    def _autoscaler(cls, value: object) -> AutoscalerConfig:
         if isinstance(value, AutoscalerConfig):
             return value
         return parse_autoscaler(_mapping(value))

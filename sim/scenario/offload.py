@@ -22,7 +22,8 @@ fixed chunks (``paged`` with ``block_size_tokens: chunk_tokens``), as vLLM's CPU
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Literal
 
 from pydantic import (
     BaseModel,
@@ -34,7 +35,7 @@ from pydantic import (
     model_validator,
 )
 
-from policies.allocators.base import PoolSpec
+from policies.allocators.base import Allocator, PoolSpec
 from policies.allocators.config import AllocatorConfig, PagedConfig
 from policies.allocators.registry import ALLOCATORS, parse_allocator
 from sim.engine.offload import OffloadSpec, TierSpec, TierStore
@@ -79,7 +80,7 @@ class TierConfig(_Strict):
 
     @field_validator("allocator", mode="before")
     @classmethod
-    def _allocator(cls, value: Any) -> AllocatorConfig | None:
+    def _allocator(cls, value: object) -> AllocatorConfig | None:
         if value is None or isinstance(value, AllocatorConfig):
             return value
         if not isinstance(value, dict):
@@ -230,7 +231,7 @@ def _tier_allocator(config: AllocatorConfig | None, chunk_tokens: int) -> Alloca
     """The tier's policy with the settings objects that never grow need (module doc)."""
     if config is None:
         return PagedConfig(block_size_tokens=chunk_tokens, prefix_caching=False)
-    update: dict[str, Any] = {}
+    update: dict[str, object] = {}
     if "initial_extra_tokens" in type(config).model_fields and (
         "initial_extra_tokens" not in config.model_fields_set
     ):
@@ -240,5 +241,5 @@ def _tier_allocator(config: AllocatorConfig | None, chunk_tokens: int) -> Alloca
     return config.model_copy(update=update) if update else config
 
 
-def _factory(config: AllocatorConfig, spec: PoolSpec) -> Any:
+def _factory(config: AllocatorConfig, spec: PoolSpec) -> Callable[[], Allocator]:
     return lambda: config.build(spec)

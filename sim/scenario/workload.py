@@ -25,7 +25,8 @@ from traces.bounds import BoundError
 from traces.formats import FORMATS, detect_format
 
 if TYPE_CHECKING:
-    from sim.scenario.schema import Scenario, WorkloadConfig
+    from sim.scenario.options import WorkloadConfig
+    from sim.scenario.schema import Scenario
 
 
 def _merge(base: JsonObject, override: JsonObject) -> JsonObject:

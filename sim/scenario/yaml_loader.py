@@ -44,6 +44,7 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 from sim.errors import short
+from sim.fields import JsonValue
 
 MAX_EXPANDED_VALUES = 100_000
 """Values a document may stand for with every alias expanded (a scenario has ~50)."""
@@ -252,7 +253,7 @@ def yaml_error_line(error: yaml.YAMLError, text: str) -> str:
     return f"not valid YAML: {problem[:200]}{where}"
 
 
-def load_yaml(text: str, *, written: bool = False, located: bool = False) -> Any:
+def load_yaml(text: str, *, written: bool = False, located: bool = False) -> JsonValue:
     """The one document in ``text``; ``yaml.YAMLError`` (with a mark) when it breaks a
     bound of this module or is not YAML. With ``written``, numbers are
     :class:`WrittenInt` / :class:`WrittenFloat` (their ``repr`` is the file's text); with

@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("opentelemetry.proto", reason="the otlp extra (opentelemetry-proto)")
 
 from sim.postmortem.log import LogError
-from sim.postmortem.otlp_log import ATTRIBUTES, RESOURCE_ATTRIBUTES, is_otlp_log, load_otlp_log
+from sim.postmortem.otlp_attributes import ATTRIBUTES, RESOURCE_ATTRIBUTES
+from sim.postmortem.otlp_log import is_otlp_log, load_otlp_log
 
 T0 = 1_767_225_600_000_000_000
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "postmortem.md"

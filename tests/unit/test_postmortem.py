@@ -16,18 +16,20 @@ from policies.routing.config import LengthPoolsConfig
 from sim.fleet.fleet import NodeAction
 from sim.postmortem.log import PostmortemLog, load_postmortem_log
 from sim.postmortem.names import NO_REPLICA, counterfactual_names, replica_table
+from sim.postmortem.record import postmortem_record
 from sim.postmortem.replay import (
-    RecordedRouter,
     Replay,
-    build_replica_map,
     counterfactual_scenario,
-    counterfactual_script,
-    postmortem_record,
-    recorded_routes,
     replay,
     replay_scenario,
-    replay_script,
     run_counterfactual,
+)
+from sim.postmortem.script import (
+    RecordedRouter,
+    build_replica_map,
+    counterfactual_script,
+    recorded_routes,
+    replay_script,
 )
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "postmortem"

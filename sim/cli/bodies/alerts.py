@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,14 @@ from sim.results.runfolder import RunFolderError, read_result, read_run
 from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds, alerts_for
 from sim.results.summary_model import Summary
 from sim.telemetry.alerts import diagnose_failures, evaluate_alerts, tier_kinds
-from sim.telemetry.prometheus import INSTANCE_LABELS, RuleOptions, alert_rules, duration, rules_yaml
+from sim.telemetry.prometheus import (
+    INSTANCE_LABELS,
+    RuleOptions,
+    RulesFile,
+    alert_rules,
+    duration,
+    rules_yaml,
+)
 from sim.telemetry.prometheus_tests import rule_tests, tests_file
 from traces import TraceError
 from traces.atomic import atomic_path, check_distinct, staged
@@ -199,12 +206,12 @@ def _run_summary(run_dir: Path | None) -> tuple[Summary | None, Path]:
 
 
 def _rule_tests(
-    rules: dict[str, Any],
+    rules: RulesFile,
     run_dir: Path,
     tests: Path,
     out: Path,
     thresholds: AlertThresholds,
-    options: Any,
+    options: RuleOptions,
 ) -> Callable[[float, float], str]:
     """The promtool test file's text for ``rules`` from the run in ``run_dir``
     (:mod:`sim.telemetry.prometheus_tests`), once given the scrape interval and window."""
@@ -311,7 +318,7 @@ def show(
         for spec in alerts_for(tier_kinds(ts)):
             if (log["alert"] == spec.name).any():
                 echo_prose(f"{spec.name}: {spec.response}", fmt=fmt)
-        echo_prose(_diagnosis_line(diagnosis, thresholds.high_free_share, pd), fmt=fmt)
+        echo_prose(_diagnosis_line(diagnosis, thresholds.high_free_share), fmt=fmt)
         if not all_rows and len(log) > (limit or 0):
             echo_prose(
                 f"{len(log):,} transitions: --all or --limit N lists them, -o FILE writes "
@@ -324,7 +331,7 @@ def show(
         typer.echo(note, err=True)
 
 
-def _diagnosis_line(diagnosis: Any, high_free_share: float, pd: Any) -> str:
+def _diagnosis_line(diagnosis: pd.DataFrame, high_free_share: float) -> str:
     counts = pd.Series(diagnosis["diagnosis"]).value_counts().sort_index()
     shown = ", ".join(f"{name}: {n:,}" for name, n in counts.items())
     high = int(diagnosis["at_high_free_memory"].sum())
@@ -380,7 +387,7 @@ def print_transitions(log: pd.DataFrame, title: str, fmt: str) -> None:
     if machine:
         columns = ["time_s", *columns]
     rows = []
-    records: list[dict[Any, Any]] = log.to_dict("records")
+    records: list[dict[Hashable, Any]] = log.to_dict("records")
     for row in records:
         cells: list[object] = [
             row["time"],

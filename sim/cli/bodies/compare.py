@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import typer
@@ -23,8 +23,11 @@ from sim.results.compare import compare_frame, delta_text, formatted, with_delta
 from sim.results.io import FILES, check_owned_folder
 from sim.results.runfolder import RunFolderError, read_summary
 from sim.results.summary_model import Summary
-from traces.atomic import staged
+from traces.atomic import Outputs, staged
 from traces.errors import TraceError
+
+if TYPE_CHECKING:  # the runs' body is loaded by name, only when scenarios are run
+    from sim.cli.bodies.compare_runs import Prepared
 
 SUMMARY = "summary.json"
 
@@ -43,7 +46,7 @@ def compare(
     """The work of ``sim.cli.compare.compare_command``, on the options it parsed."""
     folders = {i: p for i, p in enumerate(runs) if _run_folder(p, report=not no_report)}
     scenarios = {i: p for i, p in enumerate(runs) if i not in folders}
-    prepared: dict[int, Any] = (  # every scenario loaded and checked before anything runs
+    prepared: dict[int, Prepared] = (  # every scenario loaded and checked before anything runs
         lazy.call("sim.cli.bodies.compare_runs:prepare_all", paths=scenarios, seed=seed)
         if scenarios
         else {}
@@ -133,7 +136,7 @@ def check_run_name(name: str, source: Path) -> None:
         )
 
 
-def _stage(outputs: Any, out: Path) -> Path:
+def _stage(outputs: Outputs, out: Path) -> Path:
     """The hidden sibling of ``out`` the comparison is written into (one ``error:`` line
     when ``out`` may not be replaced or its folder refuses a new one)."""
     try:
@@ -156,7 +159,7 @@ def _write_report(run_dirs: list[Path], names: list[str], stage: Path, out: Path
     return out / "report.html"
 
 
-def _commit(outputs: Any, out: Path) -> None:
+def _commit(outputs: Outputs, out: Path) -> None:
     """Swap the complete comparison in (Ctrl-C after it says it was written)."""
     try:
         outputs.commit(on_commit=lambda: interrupt.note_written(clip(str(out))))

@@ -9,28 +9,38 @@ from __future__ import annotations
 
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
+import pandas as pd
 import typer
 
 from sim.cli.bodies.run import prepare, simulate
 from sim.cli.common import fail
 from sim.cli.progress import progress
 from sim.errors import clip
+from sim.results.io import RunResult
 from sim.results.summary_model import Summary
 from sim.runner import run
 from sim.scenario.schema import Scenario, ScenarioError
 from sim.scenario.workload import load_workload
+from sim.simulate.parts import Parts
+
+Prepared: TypeAlias = tuple[Scenario, pd.DataFrame, list[Parts], Path]
+"""``sim.cli.bodies.run.prepare``'s (scenario, requests, parts, source)."""
 
 
-def prepare_all(*, paths: dict[int, Path], seed: int | None) -> dict[int, Any]:
+def prepare_all(*, paths: dict[int, Path], seed: int | None) -> dict[int, Prepared]:
     """Each scenario by its RUN index: ``sim.cli.bodies.run.prepare``'s (scenario,
     requests, parts, source), in the order given (the first that fails is the error)."""
     return {i: prepare(p, seed=seed) for i, p in paths.items()}
 
 
 def simulate_all(
-    *, to_run: list[tuple[int, Scenario, Path]], prepared: dict[int, Any], quiet: bool, jobs: int
+    *,
+    to_run: list[tuple[int, Scenario, Path]],
+    prepared: dict[int, Prepared],
+    quiet: bool,
+    jobs: int,
 ) -> dict[int, Summary]:
     """Run the scenarios (``to_run``: RUN index, scenario, folder to write), one after the
     other or ``jobs`` at once; each written to its folder. Returns their summaries."""
@@ -50,7 +60,7 @@ def simulate_all(
     return _simulate_pool(to_run, quiet=quiet, jobs=jobs)
 
 
-def _write_run(result: Any, folder: Path) -> None:
+def _write_run(result: RunResult, folder: Path) -> None:
     """A run into the staged comparison (a new folder there: nothing to replace)."""
     try:
         result.write(folder)

@@ -15,7 +15,6 @@ is one ``error: ...`` line and exit status 2; the file is written atomically.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -33,8 +32,9 @@ SDK_MISSING = (
 )
 
 
-def _run_options(run_dir: Path) -> dict[str, Any]:
-    """The span, scrape interval and thresholds of the run in ``run_dir``."""
+def _run_options(run_dir: Path, origin_s: float) -> DashboardOptions:
+    """The dashboard at ``origin_s`` for the span, scrape interval and thresholds of the
+    run in ``run_dir``."""
     try:
         folder = check_run_folder(run_dir)
         summary = read_summary(folder / "summary.json")
@@ -46,19 +46,20 @@ def _run_options(run_dir: Path) -> dict[str, Any]:
     recorded = run_thresholds(summary) or {}
     thresholds = AlertThresholds(**{k: v for k, v in recorded.items() if k in THRESHOLD_FIELDS})
     # a run shorter than a scrape still gets a range that shows its one sample
-    return {
-        "span_s": max(float(span_s), scrape_s),
-        "scrape_interval_s": scrape_s,
-        "thresholds": thresholds,
-    }
+    return DashboardOptions(
+        origin_s=origin_s,
+        span_s=max(float(span_s), scrape_s),
+        scrape_interval_s=scrape_s,
+        thresholds=thresholds,
+    )
 
 
 def write_dashboard(out: Path, run_dir: Path | None, origin_s: float) -> None:
     """Write the dashboard for ``run_dir`` (None: no run) at ``origin_s`` to ``out``
     (module docstring), then ``wrote FILE`` on stderr."""
-    chosen = {} if run_dir is None else _run_options(run_dir)
+    chosen = DashboardOptions(origin_s) if run_dir is None else _run_options(run_dir, origin_s)
     try:
-        text = dashboard_json(DashboardOptions(origin_s=origin_s, **chosen))
+        text = dashboard_json(chosen)
     except ImportError:
         raise fail(SDK_MISSING) from None
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import typer
@@ -18,6 +17,7 @@ from sim.cli.bodies.sweep import check_sweep_dir, note_kept, param_cell, variant
 from sim.cli.common import fail
 from sim.cli.output import Cell, echo_prose, print_table
 from sim.cli.plan import parse_range, parse_vary
+from sim.cli.progress import Progress as ProgressDisplay
 from sim.cli.progress import progress
 from sim.errors import clip
 from sim.scenario.schema import ScenarioError
@@ -119,7 +119,9 @@ def _at_most(done: float, total: float | None) -> str:
     return f"{done:,.0f} of {'at most ' if done < total else ''}{total:,.0f}"
 
 
-def counting_executor(out: Path, workers: int | None, scheduler: str | None, p: Any) -> Executor:
+def counting_executor(
+    out: Path, workers: int | None, scheduler: str | None, p: ProgressDisplay
+) -> Executor:
     """An executor whose every run of tasks reports to ``p`` the runs done over the
     whole search (the search calls it once per round of replica counts)."""
 

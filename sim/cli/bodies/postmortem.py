@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import pandas as pd
 import typer
@@ -21,20 +21,21 @@ from sim.cli.output import Cell, TableData, print_tables
 from sim.cli.postmortem import DEFAULT_COUNTERFACTUALS
 from sim.cli.progress import progress, sim_time_amounts
 from sim.errors import clip
-from sim.postmortem.baseline import BASELINE, REPLAY, change_text, ranked
-from sim.postmortem.log import LogError, load_postmortem_log
-from sim.postmortem.matching import MatchReport, failures_by_replica
+from sim.postmortem.baseline import BASELINE, REPLAY, Change, change_text, ranked
+from sim.postmortem.log import LogError, PostmortemLog, load_postmortem_log
+from sim.postmortem.matching import MatchReport, Rule, failures_by_replica
 from sim.postmortem.otlp_log import is_otlp_log, load_otlp_log
+from sim.postmortem.record import PostmortemRecord, postmortem_record
 from sim.postmortem.replay import (
+    Progress,
     Replay,
     changes_against,
     match_run,
-    postmortem_record,
     replay,
     run_counterfactual,
 )
 from sim.results.compare import compare_frame, usd
-from sim.results.io import check_owned_folder, undefined_as_null
+from sim.results.io import RunResult, check_owned_folder, undefined_as_null
 from sim.scenario.schema import Scenario, ScenarioError, load_scenario
 from traces.atomic import staged
 from traces.errors import TraceError
@@ -110,16 +111,16 @@ def _simulate(
     base: Scenario,
     cfs: list[Scenario],
     names: list[str],
-    log: Any,
-    rule: Any,
+    log: PostmortemLog,
+    rule: Rule,
     tolerance_s: float,
     quiet: bool,
-) -> tuple[Replay, list[Any]]:
+) -> tuple[Replay, list[RunResult]]:
     """The replay, then (with counterfactuals) the modelled baseline and each
     counterfactual, with progress on stderr in simulated time over all runs
     (:mod:`sim.cli.progress`). The runs after the replay: the baseline first."""
     span_s = max(1.0, float(log.requests["arrival_s"].max()))
-    runs: list[Any] = []
+    runs: list[RunResult] = []
     todo = [(base, "baseline"), *zip(cfs, names, strict=True)] if cfs else []
     label = f"postmortem ({1 + len(todo)} runs)"
     total_s = span_s * (1 + len(todo))
@@ -127,7 +128,7 @@ def _simulate(
         label, total_s, what="simulated time", amounts=sim_time_amounts, quiet=quiet
     ) as p:
 
-        def at(k: int, name: str) -> Any:
+        def at(k: int, name: str) -> Progress:
             note = f"{name} ({k + 1} of {1 + len(todo)})"
             p.update(k * span_s, note=note)
             return lambda now_s, end_s: p.update(k * span_s + min(now_s, span_s))
@@ -142,10 +143,10 @@ def _simulate(
 def _write_all(
     out: Path,
     done: Replay,
-    runs: list[Any],
+    runs: list[RunResult],
     names: list[str],
-    changes: dict[str, Any],
-    record: dict[str, Any],
+    changes: dict[str, list[Change]],
+    record: PostmortemRecord,
     *,
     report: bool,
 ) -> pd.DataFrame:
@@ -226,7 +227,7 @@ def _score(value: float | None) -> Cell:
     return Cell(value, "—" if value is None else f"{value:.2f}")
 
 
-def _tables(done: Replay, frame: pd.DataFrame, record: dict[str, Any]) -> list[TableData]:
+def _tables(done: Replay, frame: pd.DataFrame, record: PostmortemRecord) -> list[TableData]:
     tables = [_match_table(done.match, done.router), _node_table(done.match, fmt="table")]
     if len(frame) > 1:
         table = ranked(frame)
@@ -234,11 +235,11 @@ def _tables(done: Replay, frame: pd.DataFrame, record: dict[str, Any]) -> list[T
     return tables
 
 
-def _agreement_table(record: dict[str, Any]) -> TableData:
+def _agreement_table(record: PostmortemRecord) -> TableData:
     """How the modelled baseline models the log, beside the replay (``agreement`` of
     ``postmortem.json``)."""
     rows = [
-        [r["measure"], *(_value(r[k], r["measure"]) for k in ("log", "replay", "baseline"))]
+        [r["measure"], *(_value(v, r["measure"]) for v in (r["log"], r["replay"], r["baseline"]))]
         for r in record["agreement"]
     ]
     return TableData(

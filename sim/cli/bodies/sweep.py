@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import typer
@@ -156,13 +155,13 @@ def variant_columns(params: list[str]) -> list[str]:
     return [param_label(p) for p in params] or ["variant"]
 
 
-def param_cell(value: Any) -> Any:
+def param_cell(value: object) -> str | int | float | bool:
     """A parameter's value as a cell: numbers and text as they are, the rest (a list of
     pools) as its text."""
     return value if isinstance(value, str | int | float | bool) else str(value)
 
 
-def _runs(row: Any) -> str:
+def _runs(row: pd.Series) -> str:
     failed = int(row["failed_runs"])
     return f"{int(row['replications'])}" + (f" ({failed} failed)" if failed else "")
 

@@ -22,10 +22,10 @@ from sim.cli.output import Cell, Format, TableData, print_tables
 from sim.errors import clip as _clip
 from sim.errors import short as _short
 from sim.errors import validation_lines
-from sim.fields import MAX_SEED
+from sim.fields import MAX_SEED, JsonValue
 from sim.scenario.yaml_loader import load_yaml
 from traces import TraceError, TraceWarning
-from traces.arrivals import PoissonArrival
+from traces.arrivals import ArrivalSpec, PoissonArrival
 from traces.bounds import BoundError
 from traces.synth import PRESETS, SynthSpec, generate
 
@@ -96,7 +96,7 @@ def _check_seed(source: object, seed: int) -> None:
 
 def _arrivals(
     file: Path, format: str | None, rate: float | None, seed: int | None
-) -> tuple[Any, int]:
+) -> tuple[ArrivalSpec | None, int]:
     """The arrival process and seed for ``file``: checked and used for a length-only
     file; for a file with its own arrival times, (None, 0), and one warning if the user
     gave ``--rate`` or ``--seed``."""
@@ -228,7 +228,7 @@ def convert(
     typer.echo(f"wrote {rows:,} requests to {dst}")
 
 
-def _load_spec_data(path: Path) -> Any:
+def _load_spec_data(path: Path) -> JsonValue:
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -252,7 +252,7 @@ def _load_spec_data(path: Path) -> Any:
         raise SpecError([f"{path}: not valid YAML: {problem}{at}"]) from None
 
 
-def _spec(source: str) -> Any:
+def _spec(source: str) -> SynthSpec:
     """A preset's spec, or the SynthSpec in a YAML/JSON file (optionally under a
     ``workload:`` key); errors are :class:`SpecError` lines naming the file."""
     if source in PRESETS:
@@ -282,11 +282,11 @@ def _spec(source: str) -> Any:
 
 def _override(
     source: str,
-    spec: Any,
+    spec: SynthSpec,
     rate: float | None,
     duration_s: float | None,
     num_requests: int | None,
-) -> Any:
+) -> SynthSpec:
     """``spec`` with the command-line overrides applied; errors name ``source`` (the
     preset or spec file) and the option."""
     if rate is None and duration_s is None and num_requests is None:
