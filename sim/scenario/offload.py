@@ -30,17 +30,15 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializeAsAny,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from policies.allocators.base import Allocator, PoolSpec
 from policies.allocators.config import AllocatorConfig, PagedConfig
-from policies.allocators.registry import ALLOCATORS, parse_allocator
 from sim.engine.offload import OffloadSpec, TierSpec, TierStore
-from sim.errors import validation_lines
 from sim.fields import MAX_BYTES_PER_S, Count, Number
+from sim.scenario.allocator_field import allocator_from
 
 GIB = 1 << 30
 MAX_TIER_BYTES = 1 << 56
@@ -83,29 +81,14 @@ class TierConfig(_Strict):
     def _allocator(cls, value: object) -> AllocatorConfig | None:
         if value is None or isinstance(value, AllocatorConfig):
             return value
-        if not isinstance(value, dict):
-            raise ValueError(f"expected a mapping with a 'kind' (one of {', '.join(ALLOCATORS)})")
-        if value.get("kind") in KV_MANAGERS:
+        if isinstance(value, dict) and value.get("kind") in KV_MANAGERS:
             raise ValueError(
                 f"{value['kind']} is a KV manager (it splits memory by layer kind); a "
                 "tier takes a single-pool policy such as best_fit, buddy or paged"
             )
-        try:
-            config = parse_allocator(value)  # a missing kind: its did-you-mean
-        except ValidationError as e:  # as the scenario's allocator says it
-            raise ValueError(
-                "; ".join(
-                    line.removeprefix("allocator: ")
-                    for line in validation_lines(
-                        "allocator",
-                        e,
-                        value,
-                        prefix=str(value["kind"]),
-                        model=ALLOCATORS.get(value["kind"]),
-                    )
-                )
-            ) from None
-        if isinstance(config, PagedConfig) and value.get("prefix_caching") is True:
+        config = allocator_from(value)  # a missing kind: its did-you-mean
+        asked_caching = isinstance(value, dict) and value.get("prefix_caching") is True
+        if isinstance(config, PagedConfig) and asked_caching:
             raise ValueError(
                 "prefix_caching: a tier keeps no prefix cache of its own (its chunk index "
                 "is its cache); leave prefix_caching out"

@@ -27,6 +27,7 @@ from policies.allocators.registry import ALLOCATORS, parse_allocator
 from sim.errors import clip, short, validation_lines
 from sim.fields import MAX_SECONDS, MAX_SEED, Count, JsonObject, Number, strict_json
 from sim.latency.config import LatencyConfig, RooflineLatencyConfig
+from sim.scenario.allocator_field import allocator_from
 from sim.scenario.builtin import builtin_names, resolve_scenario
 from sim.scenario.errors import ScenarioError
 from sim.scenario.errors import ScenarioWarning as ScenarioWarning  # re-exported
@@ -110,25 +111,7 @@ class Scenario(Strict):
     @field_validator("allocator", mode="before")
     @classmethod
     def _allocator(cls, value: object) -> AllocatorConfig:
-        if isinstance(value, AllocatorConfig):
-            return value
-        if not isinstance(value, dict):
-            raise ValueError(f"expected a mapping with a 'kind' (one of {', '.join(ALLOCATORS)})")
-        try:
-            return parse_allocator(value)
-        except ValidationError as e:
-            raise ValueError(
-                "; ".join(
-                    line.removeprefix("allocator: ")
-                    for line in validation_lines(
-                        "allocator",
-                        e,
-                        value,
-                        prefix=str(value["kind"]),
-                        model=ALLOCATORS.get(value["kind"]),
-                    )
-                )
-            ) from None
+        return allocator_from(value)
 
 
 def _check_disaggregated(scenario: Scenario) -> None:
