@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from support.prometheus import ALERTING_FLEET, PROMTOOL, get_json, promtool, serve
+from support.prometheus import ALERTING_FLEET, PROMTOOL, get_json, promtool, scrape_instants, serve
 from support.runfolder import stub_summary
 from typer.testing import CliRunner
 
@@ -233,24 +233,6 @@ def _key(metric: dict[str, str]) -> tuple[str, ...]:
     return tuple(metric.get(k, "") for k in ("replica", "alertname", "alertstate"))
 
 
-def _instants(rows: pd.DataFrame, opening: str, last_s: float) -> list[float]:
-    """The 30 s scrape instants one alert is in a state on one replica, from its
-    alerts.parquet rows (in time order): from each ``opening`` row (``pending``: the
-    condition held; ``firing``) to its episode's ``resolved`` row, exclusive, or to the
-    run's last scrape ``last_s``."""
-    instants: list[float] = []
-    on: float | None = None
-    for time_s, state in zip(rows["time_s"], rows["state"], strict=True):
-        if state == opening:
-            on = float(time_s)
-        elif state == "resolved" and on is not None:
-            instants += [30.0 * k for k in range(round(on / 30), round(time_s / 30))]
-            on = None
-    if on is not None:
-        instants += [30.0 * k for k in range(round(on / 30), round(last_s / 30) + 1)]
-    return instants
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package)")
 @pytest.mark.parametrize("which", ["fleet_run", "severe_run"])
@@ -323,11 +305,11 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
             # the rule's expression holds exactly where fragsim says its condition held
             held = {key[0]: t for key, t in over_run(expr).items()}
             assert held == {
-                str(r): _instants(g, "pending", last_s) for r, g in by_replica.items()
+                str(r): scrape_instants(g, "pending", last_s) for r, g in by_replica.items()
             }, name
             for replica, rows in by_replica.items():
-                active = _instants(rows, "pending", last_s)
-                firing = _instants(rows, "firing", last_s)
+                active = scrape_instants(rows, "pending", last_s)
+                firing = scrape_instants(rows, "firing", last_s)
                 pending = sorted(set(active) - set(firing))
                 for state, want in (("firing", firing), ("pending", pending)):
                     got = stored.get((str(replica), name, state), [])
@@ -348,7 +330,9 @@ def test_a_real_prometheus_fires_the_rules_where_fragsim_did(
         )
         answered = over_run(query)
         want_firing = {
-            (str(r), name): _instants(g.sort_values("time_s", kind="stable"), "firing", last_s)
+            (str(r), name): scrape_instants(
+                g.sort_values("time_s", kind="stable"), "firing", last_s
+            )
             for (name, r), g in alerts.groupby(["alert", "replica"])
         }
         assert {k[:2]: v for k, v in answered.items()} == {

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from support.prometheus import PROMETHEUS, PROMTOOL, get_json, promtool, serve
+from support.prometheus import PROMETHEUS, PROMTOOL, get_json, promtool, scrape_instants, serve
 from support.tier_fleet import TIER_FLEET
 from typer.testing import CliRunner
 
@@ -87,21 +87,6 @@ def test_generated_tier_tests_pass_and_fail_on_a_changed_rule(
     assert promtool("test", "rules", str(tests)).returncode != 0
 
 
-def _instants(rows: pd.DataFrame, opening: str, last_s: float) -> list[float]:
-    """The 30 s scrapes from each ``opening`` row to its episode's ``resolved`` row."""
-    instants: list[float] = []
-    on: float | None = None
-    for time_s, state in zip(rows["time_s"], rows["state"], strict=True):
-        if state == opening:
-            on = float(time_s)
-        elif state == "resolved" and on is not None:
-            instants += [30.0 * k for k in range(round(on / 30), round(time_s / 30))]
-            on = None
-    if on is not None:
-        instants += [30.0 * k for k in range(round(on / 30), round(last_s / 30) + 1)]
-    return instants
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package)")
 def test_a_real_prometheus_holds_the_tier_rule_where_fragsim_did(
@@ -122,8 +107,8 @@ def test_a_real_prometheus_holds_the_tier_rule_where_fragsim_did(
     alerts = pd.read_parquet(tier_run / "alerts.parquet")
     ours = alerts[alerts["alert"] == NAME].sort_values("time_s", kind="stable")
     last_s = float(scrape_times(pd.read_parquet(tier_run / "timeseries.parquet"), 30.0)[-1])
-    held_want = _instants(ours, "pending", last_s)
-    firing_want = _instants(ours, "firing", last_s)
+    held_want = scrape_instants(ours, "pending", last_s)
+    firing_want = scrape_instants(ours, "firing", last_s)
     assert firing_want and len(held_want) > len(firing_want)
     with serve(data, config) as base:
         loaded = get_json(base + "/api/v1/rules")["data"]

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
 MISSING = "promtool/prometheus not installed (Debian package prometheus; make test)"
@@ -118,3 +120,18 @@ def query_range(base: str, expr: str, start_s: float, end_s: float, step_s: floa
         raise AssertionError(f"{expr}: {e.read().decode(errors='replace')}") from None
     assert answer["status"] == "success", answer
     return answer["data"]["result"]
+
+
+def scrape_instants(rows: pd.DataFrame, opening: str, last_s: float) -> list[float]:
+    """The 30 s scrapes from each ``opening`` row to its episode's ``resolved`` row."""
+    instants: list[float] = []
+    on: float | None = None
+    for time_s, state in zip(rows["time_s"], rows["state"], strict=True):
+        if state == opening:
+            on = float(time_s)
+        elif state == "resolved" and on is not None:
+            instants += [30.0 * k for k in range(round(on / 30), round(time_s / 30))]
+            on = None
+    if on is not None:
+        instants += [30.0 * k for k in range(round(on / 30), round(last_s / 30) + 1)]
+    return instants
