@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING
 from policies.routing.pd import PrefillDecode
 from sim.engine.batch import Group, Status
 from sim.engine.driven import Driven
+from sim.engine.inbound import InboundKV
 from sim.results.frames import RECORD_FIELDS
 from sim.scenario.errors import ScenarioError
 from sim.scenario.fleet import FleetConfig, KVTransferConfig
@@ -134,12 +135,17 @@ class Disagg:
         self.phases: dict[int, Group] = {}
         """Request id -> its prefill phase in flight (queued, running, or held for a retry)."""
         self.requests: dict[int, Group] = {}
-        """Request id -> the request itself while a prefill phase or a transfer has it."""
+        """Request id -> the request itself while its prefill phase is in flight."""
         self.handoffs: dict[int, Handoff] = {}
         """Request id -> its way through the fleet (every request that reached a prefill)."""
-        self.transfers_started = 0
-        self.transfers_landed = 0
-        self.transfer_times_s: list[float] = []
+        self.inbound: dict[int, InboundKV] = {}
+        """Request id -> its KV handed to a decode replica, until it joins the batch there
+        (or is refused, or dropped)."""
+        self._unsettled: list[tuple[InboundKV, int]] = []
+        """Hand-offs the decode replica has not answered yet (as :meth:`settle` saw them),
+        with the KV tokens the router promised for each."""
+        self.transfers: list[InboundKV] = []
+        """Every transfer started (reserved), in the order :meth:`settle` saw them."""
         self.kv_bytes_total = 0
         self.refusals: Counter[str] = Counter()
         """Refusals by cause."""
@@ -194,7 +200,18 @@ class Disagg:
         end is a hand-off (handed back through ``driven``'s decision in fast mode; at
         once in exact mode); any other end of a phase ends its request with the phase's
         record. True: handled here (the request's record is not the phase's)."""
-        if self.phases.get(group.request_id) is not group:
+        rid = group.request_id
+        kv = self.inbound.get(rid)
+        if kv is not None and kv.group is group:
+            if not kv.refused:  # it had joined the batch: its own end
+                del self.inbound[rid]
+                return False
+            if driven is None:
+                self.handed_off(group.finish_s, group)
+            else:
+                driven.hand_off(group, group.finish_s)
+            return True
+        if self.phases.get(rid) is not group:
             return False
         if group.status == "ok":
             self.handoffs[group.request_id].prefill_replica = replica.replica_id
@@ -229,16 +246,26 @@ class Disagg:
 
     def handed_off(self, done_s: float, phase: Group) -> None:
         """``phase`` ended its prefill at ``done_s`` (at or after the fleet's instant):
-        its hand-off is tried at that instant (a SimPy event)."""
+        its hand-off is tried at that instant (a SimPy event). Also a decode replica's
+        refused reservation of a request's KV (``phase`` is then the request): its fate
+        applies at that instant."""
         env = self.fleet.env
         at = env.timeout(max(0.0, done_s - env.now))
         assert at.callbacks is not None
-        at.callbacks.append(lambda _: self._start(phase))
+        at.callbacks.append(lambda _: self._handed(phase))
+
+    def _handed(self, g: Group) -> None:
+        """What a decision handed back at this instant: a prefill phase's end, or a
+        decode replica's refused reservation."""
+        if self.phases.get(g.request_id) is g:
+            self._start(g)
+        else:
+            self._reservation_refused(g)
 
     def _start(self, phase: Group) -> None:
         rid = phase.request_id
         del self.phases[rid]
-        g = self.requests[rid]
+        g = self.requests.pop(rid)
         for name in PHASE_FIELDS:
             if name not in _PROGRESS or name == "generated_tokens":
                 setattr(g, name, getattr(phase, name))
@@ -254,8 +281,10 @@ class Disagg:
         return g.prompt_tokens + g.num_seqs
 
     def _try_decode(self, g: Group) -> None:
-        """Pick a decode replica for ``g`` now and start its transfer, or refuse."""
+        """Pick a decode replica for ``g`` now and hand it its KV (reserved there at its
+        next step boundary), or refuse."""
         fleet = self.fleet
+        self.settle()
         need = self.need_tokens(g)
         router = self.router
         views = fleet.views.current(router.reads_memory)
@@ -264,35 +293,81 @@ class Disagg:
             self._refused(g, self._cause(need))
             return
         decode_id = views[choice].replica_id
-        kv_bytes = self._kv_bytes(g)
-        transfer_s = self.link.transfer_s(kv_bytes)
-        router.reserve(decode_id, need)
-        record = self.handoffs[g.request_id]
-        record.decode_replica = decode_id
-        record.transfer_s = transfer_s
-        record.kv_transfer_bytes += kv_bytes
-        self.transfers_started += 1
-        self.kv_bytes_total += kv_bytes
-        self.transfer_times_s.append(transfer_s)
-        end = fleet.env.timeout(transfer_s)
-        assert end.callbacks is not None
-        end.callbacks.append(lambda _: self._land(g, decode_id, need))
-
-    def _land(self, g: Group, decode_id: int, need: int) -> None:
-        """The transfer to ``decode_id`` ends now: ``g`` is queued there with its KV."""
-        self.router.release(decode_id, need)
-        node = self.fleet.nodes[decode_id]
-        if not node.routable or node.replica is None:
-            self._refused(g, "decode-down")
-            return
-        self.transfers_landed += 1
-        del self.requests[g.request_id]
-        g.swapped = True  # placed whole, decoding in the step that admits it
+        replica = fleet.nodes[decode_id].replica
+        assert replica is not None, "router chose a decode replica that is not up"
+        router.reserve(decode_id, need)  # until the replica has answered
+        g.swapped = False
         g.seq_ids = []
         g.prefill_left_tokens = 0
         g.held_tokens = g.prompt_tokens + g.generated_tokens - 1
         g.retain_s = 0.0
-        node.replica.submit(g)
+        kv = replica.receive_kv(g, self.link.transfer_s(self._kv_bytes(g)))
+        self.inbound[g.request_id] = kv
+        self._unsettled.append((kv, need))
+
+    def settle(self) -> None:
+        """Fold in what decode replicas answered since (reservations made, refused or
+        dropped): the router's promises released, reserved transfers counted and
+        recorded on their requests (their last transfer, every transfer's bytes)."""
+        keep: list[tuple[InboundKV, int]] = []
+        router = self.router
+        for kv, need in self._unsettled:
+            if not kv.settled:
+                keep.append((kv, need))
+                continue
+            router.release(kv.replica_id, need)
+            if math.isnan(kv.reserved_s):
+                continue
+            kv_bytes = self._kv_bytes(kv.group)
+            record = self.handoffs[kv.group.request_id]
+            record.decode_replica = kv.replica_id
+            record.transfer_s = kv.transfer_s
+            record.kv_transfer_bytes += kv_bytes
+            self.transfers.append(kv)
+            self.kv_bytes_total += kv_bytes
+        self._unsettled = keep
+
+    @property
+    def transfers_started(self) -> int:
+        """Transfers whose blocks a decode replica reserved (after :meth:`settle`)."""
+        return len(self.transfers)
+
+    @property
+    def transfers_landed(self) -> int:
+        """Transfers whose request joined its decode replica's batch."""
+        return sum(1 for kv in self.transfers if not math.isnan(kv.joined_s))
+
+    @property
+    def transfer_times_s(self) -> list[float]:
+        return [kv.transfer_s for kv in self.transfers]
+
+    def _reservation_refused(self, g: Group) -> None:
+        """``g``'s decode replica refused to reserve its KV (at ``g.finish_s``, now): the
+        refusal's fate applies (the request goes on: not ended)."""
+        kv = self.inbound.pop(g.request_id)
+        assert kv.refused and kv.group is g
+        cause = g.status.removeprefix("rejected-")
+        g.status = "unfinished"
+        g.finish_s = math.nan
+        g.seq_ids = []
+        self._refused(g, cause)
+
+    def went_down(self, replica: Replica) -> None:
+        """``replica`` goes down now (before its allocator goes): the KV inbound to it
+        that has not joined its batch is lost with it. A transfer that had started is
+        refused (``decode-down``); one still waiting for its reservation is handed off
+        again at this instant (nothing was refused)."""
+        env = self.fleet.env
+        for kv in replica.take_inbound():
+            g = kv.group
+            del self.inbound[g.request_id]
+            g.seq_ids = []
+            if math.isnan(kv.reserved_s):
+                again = env.timeout(0.0)
+                assert again.callbacks is not None
+                again.callbacks.append(lambda _, g=g: self._try_decode(g))  # type: ignore[misc]
+            else:
+                self._refused(g, "decode-down")
 
     def _cause(self, need: int) -> str:
         """Why no decode replica fits ``need`` tokens now: none is up, one has that much
@@ -331,7 +406,6 @@ class Disagg:
             assert later.callbacks is not None
             later.callbacks.append(lambda _: self._try_decode(g))
             return
-        del self.requests[rid]
         if fate == "recompute":
             fleet.route(g, math.inf, "pd-recompute")
             return
