@@ -12,21 +12,23 @@ are prefill pools and decode pools (``fleet.pools[i].role``). A request goes thr
    a fast fleet's replica hands it back (``sim.engine.driven.Decision.handoffs``, applied in
    ``Fleet.apply``); an exact fleet's outlet hands it over at once. At that instant
    (a SimPy event) the router picks a decode replica that fits the prompt's KV and one
-   token per sequence, and *promises* that room on it for the transfer's length (the
-   router's reservation, ``PrefillDecode.reserve``); the prefill replica keeps the
-   prompt's blocks for the transfer too (its group's retention, freed when the transfer
-   is due to end), as vLLM's ``NixlConnector`` keeps a prefill's blocks until the decode
-   side has read them.
-3. **Transfer.** ``kv_bytes = kv_bytes_per_token x prompt_tokens`` (a replica's bytes per
-   token: every layer, every tensor-parallel GPU; parallel samples share the prompt) over
-   the link: ``latency_s + 8 kv_bytes / (bandwidth_gbps 1e9)`` seconds. Its end is a plain
-   SimPy timeout with a callback at that exact instant (the fleet's loop honours it).
-   A request whose prefill's token is its last (one output token) ends there, with no
-   transfer.
-4. **Decode.** The request lands on the decode replica with its KV (``Group.swapped``:
-   admission places it whole and it decodes in the step that admits it, with no swap
-   stall: a decode pool's ``swap_s_per_token`` is 0, the KV came over the link) and
-   decodes its remaining tokens there; its record (``replica``) is the decode replica's.
+   token per sequence and hands it the KV (``Replica.receive_kv``), promising that room
+   in its own accounting (``PrefillDecode.reserve``) until the replica has answered
+   (:meth:`Disagg.settle`); the prefill replica keeps the prompt's blocks for one
+   transfer's time (its group's retention), as vLLM's ``NixlConnector`` keeps a
+   prefill's blocks until the decode side has read them.
+3. **Reservation and transfer** (``sim.engine.inbound``). At its next step boundary the
+   decode replica allocates the KV's blocks (the prompt, one slot per sequence) in its
+   own allocator -- they are its memory and its fragmentation from then on -- and the
+   transfer starts: ``kv_bytes = kv_bytes_per_token x prompt_tokens`` (a replica's bytes
+   per token: every layer, every tensor-parallel GPU; parallel samples share the
+   prompt) over the link, ``latency_s + 8 kv_bytes / (bandwidth_gbps 1e9)`` seconds. A
+   reservation the allocator refuses is an allocation failure there and the hand-off's
+   refusal (handed back like a prefill's end). A request whose prefill's token is its
+   last (one output token) ends on the prefill replica, with no transfer.
+4. **Decode.** At the decode replica's first step boundary at or after the transfer's
+   end the request joins its batch and decodes in that step (a swap-in with no stall)
+   and its remaining tokens after; its record (``replica``) is the decode replica's.
 
 A refusal (no decode replica fits when the hand-off is tried, or the chosen one went
 down before the KV landed) has a *fate* (``fleet.kv_transfer.on_refusal``): ``retry``
@@ -36,12 +38,14 @@ decode replicas had the free memory but not in one extent, else ``rejected-capac
 the client's own retries apply). After ``max_refusals`` refusals every fate is ``fail``.
 The cause (``fragmentation``, ``capacity``, ``no-decode-replica``, ``decode-down``) is
 recorded per request and counted in the summary; each refusal is an event row
-(``kv-transfer-refused``).
+(``kv-transfer-refused``). A decode replica that goes down (:meth:`Disagg.went_down`)
+refuses the transfers it had reserved (``decode-down``); a hand-off it had not reserved
+yet is handed off again at that instant.
 
-What the model leaves out (docs/disagg.md, "Limits"): the decode replica's promise is
-the router's accounting, not an allocation (the blocks are allocated when the KV lands:
-a landing that does not fit waits in the decode replica's queue as any placement does);
-a refused hand-off's retries do not extend the prefill replica's hold of the KV.
+What the model leaves out (docs/disagg.md, "Limits"): the prefill replica holds the KV
+for one transfer's time from the prefill's end, not until the decode side has read it
+(a reservation waits for the decode replica's step boundary, a refused hand-off's
+retries for their delay).
 """
 
 from __future__ import annotations
