@@ -361,17 +361,21 @@ class Disagg:
         that has not joined its batch is lost with it. A transfer that had started is
         refused (``decode-down``); one still waiting for its reservation is handed off
         again at this instant (nothing was refused)."""
-        env = self.fleet.env
         for kv in replica.take_inbound():
             g = kv.group
             del self.inbound[g.request_id]
             g.seq_ids = []
             if math.isnan(kv.reserved_s):
-                again = env.timeout(0.0)
-                assert again.callbacks is not None
-                again.callbacks.append(lambda _, g=g: self._try_decode(g))  # type: ignore[misc]
+                self._hand_off_again(g)
             else:
                 self._refused(g, "decode-down")
+
+    def _hand_off_again(self, g: Group) -> None:
+        """``g``'s hand-off is tried again at this instant (a SimPy event: after the
+        replica that was chosen has gone down)."""
+        again = self.fleet.env.timeout(0.0)
+        assert again.callbacks is not None
+        again.callbacks.append(lambda _: self._try_decode(g))
 
     def _cause(self, need: int) -> str:
         """Why no decode replica fits ``need`` tokens now: none is up, one has that much
