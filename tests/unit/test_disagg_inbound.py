@@ -12,6 +12,10 @@ import pandas as pd
 from support.fleet import fleet_data, run_fleet_data
 from support.scenarios import request_frame
 
+from sim.fleet.fleet import NodeAction
+from sim.runner import run
+from sim.scenario.schema import parse_scenario
+
 KV_BYTES_PER_TOKEN = 524_288  # llama-2-7b's, the test fleets' model
 
 
@@ -79,3 +83,21 @@ def test_fast_and_exact_mode_agree_when_a_reservation_is_refused() -> None:
     fast, exact = _overcommitted("fast"), _overcommitted("exact")
     pd.testing.assert_frame_equal(fast.requests, exact.requests, check_exact=False, rtol=1e-9)
     pd.testing.assert_frame_equal(fast.timeseries, exact.timeseries, check_exact=False, rtol=1e-9)
+
+
+def test_kv_not_reserved_when_its_decode_replica_dies_is_handed_off_again() -> None:
+    # Decode replicas 1 and 2 each decode a long request; request 2's prefill ends at
+    # 1.0103 s, inside a step of replica 1 (least outstanding, lowest index), which
+    # crashes at 1.0105 s: it dies at that step's end, before reserving request 2's KV,
+    # which goes to replica 2 at that instant -- nothing refused.
+    data = _pd(bandwidth_gbps=None)
+    data["fleet"]["pools"][1]["count"] = 2
+    df = request_frame([0.0, 0.5, 1.0003], [100, 100, 100], [1000, 1000, 20])
+    scenario = parse_scenario(data)
+    r = run(scenario, df, script=[NodeAction(1.0105, "crash", 1)])
+    req = r.requests.set_index("request_id")
+    assert req.loc[0, "status"] == "failed-lost" and req.loc[0, "decode_replica"] == 1
+    assert req.loc[2, "status"] == "ok" and req.loc[2, "transfer_refusals"] == 0
+    assert req.loc[2, "decode_replica"] == 2 and req.loc[2, "replica"] == 2
+    disagg = r.summary.fleet.disagg  # type: ignore[union-attr]
+    assert disagg.refusals == {} and disagg.transfers.started == disagg.transfers.landed == 3
