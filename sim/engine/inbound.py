@@ -41,10 +41,10 @@ from sim.engine.growth import Growth
 from sim.engine.running import RunningBatch
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class InboundKV:
     """One request's KV on its way to this replica (the owner keeps it to read what
-    happened: reserved, joined, refused or dropped)."""
+    happened: reserved, joined, refused or dropped). Compared by identity."""
 
     group: Group
     replica_id: int
