@@ -30,8 +30,8 @@ are prefill pools and decode pools (``fleet.pools[i].role``). A request goes thr
    end the request joins its batch and decodes in that step (a swap-in with no stall)
    and its remaining tokens after; its record (``replica``) is the decode replica's.
 
-A refusal (no decode replica fits when the hand-off is tried, or the chosen one went
-down before the KV landed) has a *fate* (``fleet.kv_transfer.on_refusal``): ``retry``
+A refusal (no decode replica fits when the hand-off is tried, the chosen one's
+allocator refuses the reservation, or it went down before the KV landed) has a *fate* (``fleet.kv_transfer.on_refusal``): ``retry``
 the hand-off after ``retry_delay_s``, ``recompute`` (routed to a prefill replica again,
 its KV dropped) or ``fail`` (the request is refused: ``rejected-fragmentation`` when the
 decode replicas had the free memory but not in one extent, else ``rejected-capacity``;
@@ -105,10 +105,10 @@ class Handoff:
 
 def linked_parts(config: FleetConfig, parts: Sequence[Parts]) -> list[Parts]:
     """The pools' parts with each decode pool's swap-in stall removed
-    (``swap_s_per_token`` 0): a request lands on a decode replica with its KV placed
-    whole, as a swapped-out request comes back, but its bytes came over the link (their
-    time is the transfer's). Swap preemption is refused in a disaggregated fleet, so
-    nothing else reads it."""
+    (``swap_s_per_token`` 0): a request joins a decode replica's batch with its KV placed
+    whole (``sim.engine.inbound``), its bytes came over the link (their time is the
+    transfer's), and no path may charge them a swap-in. Swap preemption is refused in a
+    disaggregated fleet, so nothing else reads it."""
     out = list(parts)
     for i, pool in enumerate(config.pools):
         if pool.role == "decode":
@@ -203,7 +203,9 @@ class Disagg:
         """A group ended on ``replica`` (its outlet's report). A prefill phase's ``ok``
         end is a hand-off (handed back through ``driven``'s decision in fast mode; at
         once in exact mode); any other end of a phase ends its request with the phase's
-        record. True: handled here (the request's record is not the phase's)."""
+        record. A refused reservation on a decode replica (``rejected-*``) is handed back
+        the same way, for its fate; the end of a request that had joined a decode
+        replica's batch is its own. True: handled here (the record is not ``group``'s)."""
         rid = group.request_id
         kv = self.inbound.get(rid)
         if kv is not None and kv.group is group:
