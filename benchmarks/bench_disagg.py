@@ -8,8 +8,8 @@ best-fit replicas, fast mode) run through the public path ``parse_scenario`` ->
   200 Gb/s link. Each says ``wall_per_request_vs_colocated``: its simulation CPU seconds
   per request over the colocated run's (best of ``repeats`` each, measured in the same
   process, so a noisy machine does not decide it), and its SimPy events per request (a
-  P/D request costs two SimPy timeouts, its hand-off and its transfer's end, plus one per
-  refused hand-off retried).
+  P/D request costs one SimPy timeout, its hand-off, plus one per refused hand-off: the
+  decode replica reserves the KV and takes it in at its own step boundaries, no event).
 
 Full case: one simulated day (about 34,600 requests); ``--quick``: two hours.
 

@@ -5,11 +5,12 @@ its prefill ends (:meth:`PrefillDecode.choose_decode`), where its KV will be sen
 
 The router knows which replicas are which (:meth:`PrefillDecode.assign`, by replica id:
 the fleet's pools' roles) and keeps what it has promised each decode replica: the KV
-tokens of transfers in flight to it (:meth:`reserve` at a transfer's start,
-:meth:`release` when it lands). A decode replica *fits* a request when its largest free
-extent, less what is promised to it, holds the request's KV and one more token per
-sequence (the first decode step's growth). None fits: the router refuses (``None``) and
-the fleet applies the refusal's fate (``fleet.kv_transfer.on_refusal``).
+tokens of hand-offs to it that it has not reserved in its own allocator yet
+(:meth:`reserve` at the hand-off, :meth:`release` once the replica has reserved or
+refused them, at its next step boundary). A decode replica *fits* a request when its
+largest free extent, less what is promised to it, holds the request's KV and one more
+token per sequence (the first decode step's growth). None fits: the router refuses
+(``None``) and the fleet applies the refusal's fate (``fleet.kv_transfer.on_refusal``).
 
 In a colocated fleet (no roles assigned) it is least outstanding over every replica.
 
@@ -42,7 +43,7 @@ class PrefillDecode(Router):
         fleet, where the router is least outstanding)."""
         self._decode: frozenset[int] = frozenset()
         self.promised_tokens: dict[int, int] = {}
-        """Decode replica id -> KV tokens of the transfers in flight to it."""
+        """Decode replica id -> KV tokens handed to it and not reserved there yet."""
 
     def assign(self, prefill_ids: Sequence[int], decode_ids: Sequence[int]) -> None:
         """Which replica ids prefill and which decode (the fleet's pools' roles)."""
@@ -74,11 +75,12 @@ class PrefillDecode(Router):
         return min(fits)[1] if fits else None
 
     def reserve(self, replica_id: int, tokens: int) -> None:
-        """A transfer of ``tokens`` of KV to ``replica_id`` starts."""
+        """``tokens`` of KV are handed to ``replica_id`` (reserved there at its next step
+        boundary)."""
         self.promised_tokens[replica_id] = self.promised_tokens.get(replica_id, 0) + tokens
 
     def release(self, replica_id: int, tokens: int) -> None:
-        """A transfer of ``tokens`` to ``replica_id`` landed (or was dropped)."""
+        """``replica_id`` has reserved (or refused, or dropped) ``tokens`` handed to it."""
         left = self.promised_tokens.get(replica_id, 0) - tokens
         assert left >= 0, "released more KV than was promised"
         if left:

@@ -32,6 +32,15 @@ class Admission:
         """KV offload tiers: a placement loads the prefix past the GPU's hits from them."""
         self._next_seq_id = 0
 
+    @property
+    def next_seq_id(self) -> int:
+        """The sequence id the next placement starts at (ids are this allocator's keys)."""
+        return self._next_seq_id
+
+    def take_seq_ids(self, count: int) -> None:
+        """``count`` ids from :attr:`next_seq_id` were placed elsewhere (``sim.engine.inbound``)."""
+        self._next_seq_id += count
+
     def expire(self, now: float) -> None:
         """Requests that waited past ``queue_timeout_s`` end ``timed-out``."""
         batch = self.batch

@@ -62,8 +62,9 @@ class Decision:
       (which returns the requests a ``lose`` restart loses: their clients see errors);
     * ``handoffs``: requests whose prefill ended here, handed to their owner to be
       decoded elsewhere (a disaggregated fleet's prefill replica, ``sim.fleet.disagg``),
-      as ``(time the prefill ended, group)`` in the order they ended; the decision
-      stopped at the first of them (a decision boundary)."""
+      or whose KV reservation was refused here (a decode replica), as ``(time, group)``
+      in the order they came; the decision stopped at the first of them (a decision
+      boundary)."""
 
     retries: list[tuple[float, float, Group]] = field(default_factory=list)
     down: tuple[RestartMode, float] | None = None
@@ -142,6 +143,10 @@ class Driven:
         """The replica decides at its next step boundary."""
         self._wake_at(now_of(self.env))
 
+    def wake(self) -> None:
+        """The replica decides at its next step boundary (KV handed over)."""
+        self._wake_at(self.clock.now_s)
+
     def _wake_at(self, now: float) -> None:
         """Something for the replica to decide came at ``now``: an idle replica decides
         now; inside a planned run, at the end of the step in progress (now, on one of
@@ -183,8 +188,8 @@ class Driven:
             self._horizon = due_s
 
     def hand_off(self, group: Group, done_s: float) -> None:
-        """``group``'s prefill ended at ``done_s`` during a decision (its owner's outlet
-        says so): it is handed back (:class:`Decision`) and the replica stops running
+        """``group``'s prefill ended (or its KV reservation was refused) at ``done_s``
+        during a decision (its owner's outlet says so): it is handed back (:class:`Decision`) and the replica stops running
         ahead there, so that the owner acts on it at that instant."""
         assert self._horizon > -math.inf, "a driven replica hands off only while deciding"
         decision = self._decision

@@ -71,6 +71,10 @@ class _Process:
         if changed:
             self._poke()
 
+    def wake(self) -> None:
+        """An idle replica decides now; a stepping one at its step's end anyway."""
+        self._poke()
+
     def _poke(self) -> None:
         wake = self._wake
         if wake is not None:

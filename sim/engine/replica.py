@@ -20,6 +20,7 @@ import simpy
 
 from policies.allocators.base import Allocator
 from sim.engine.events import RunPlan
+from sim.engine.inbound import InboundKV
 from sim.engine.outlet import ReplicaOutlet
 from sim.engine.process import ExactProcess, FastProcess
 from sim.engine.scheduler import Group, Scheduler, SchedulerConfig, Step
@@ -70,6 +71,11 @@ class Driver(Protocol):
 
     def retry(self, group: Group, delay_s: float) -> None:
         """The scheduler refused ``group``; its client tries again after ``delay_s``."""
+        ...
+
+    def wake(self) -> None:
+        """Something for the replica to decide came now (KV handed over): it decides at
+        its next step boundary (now when idle)."""
         ...
 
     def restart_requested(self, changed: bool) -> None:
@@ -190,6 +196,21 @@ class Replica:
         step: a caller that knows its trace's times makes a routed replica nearly as
         cheap as a fed one. A stale hint (not after the replica's clock) is ignored."""
         self.driver.submit(group, next_arrival_s)
+
+    def receive_kv(self, group: Group, transfer_s: float) -> InboundKV:
+        """A disaggregated fleet hands ``group``'s KV to this replica now: its blocks are
+        reserved at the next step boundary, the transfer runs ``transfer_s`` from there,
+        then it joins the batch (``sim.engine.inbound``). The record says what became
+        of it; a refused reservation is also reported ``on_done`` (``rejected-*``)."""
+        kv = InboundKV(group, self.replica_id, transfer_s, self.now_s)
+        self.sched.inbound.add(kv)
+        self.driver.wake()
+        return kv
+
+    def take_inbound(self) -> list[InboundKV]:
+        """The replica goes down: the KV inbound to it that has not joined its batch,
+        its blocks freed (``Inbound.take_all``)."""
+        return self.sched.inbound.take_all()
 
     def feed(self, groups: list[Group]) -> None:
         """Requests that arrive at their ``arrival_s`` (sorted, not before now), no

@@ -20,7 +20,10 @@ group that finishes ``ok`` with ``min(finish + retain_s, retain_until_s)`` after
 finish leaves the batch without freeing; ``begin_step`` frees the retained allocations
 due by its time first, in due order. A release is a decision like an arrival: fast mode
 cuts its runs at the step boundary at or after ``next_release_s()``, and an idle replica
-wakes then. A restart (``reset_allocator``, ``take_all``) forgets them.
+wakes then. A restart (``reset_allocator``, ``take_all``) forgets them. KV inbound
+from a disaggregated fleet's prefill replica (``sim.engine.inbound``) is reserved and
+joins the batch at step boundaries, after growth and before admission; its landing is a
+decision as a release is.
 
 This module composes steps; the work is split by concern:
 
@@ -61,6 +64,7 @@ from sim.engine.batch import (
     remove_group,
 )
 from sim.engine.growth import Growth
+from sim.engine.inbound import Inbound
 from sim.engine.offload import OffloadTiers
 from sim.engine.running import RunningBatch
 
@@ -95,6 +99,8 @@ class Scheduler:
         self.offload = None if config.offload is None else OffloadTiers(config.offload)
         """The replica's KV offload tiers, if the scenario has any."""
         self.admission = Admission(self.batch, self.growth, self.offload)
+        self.inbound = Inbound(self.batch, self.growth, self.admission)
+        """KV inbound from a disaggregated fleet's prefill replicas (``sim.engine.inbound``)."""
 
     # -- state, read-only for callers ---------------------------------------------------
     @property
@@ -230,7 +236,11 @@ class Scheduler:
         else:
             growth.grow(now, step)
         # As vLLM does: no admission in a step that had to preempt (unless the batch
-        # emptied, which would leave the step with nothing to run).
+        # emptied, which would leave the step with nothing to run). Inbound KV first:
+        # its memory is reserved at this boundary, and held once it has landed.
+        inbound = self.inbound
+        if inbound.active and not (step.preempted and batch.running):
+            inbound.step(now, step)
         if batch.admitting and batch.waiting and not (step.preempted and batch.running):
             self.admission.admit(now, step, growth.load(step)[0], cap)
         decode_seqs, kv_tokens = growth.load(step)
@@ -312,6 +322,8 @@ class Scheduler:
             return 0
         if batch.waiting and batch.admitting and self.admission.possible():
             return 0
+        if self.inbound.active and self.inbound.decision_due():
+            return 0
         return self.growth.steady_steps()
 
     def advance(self, steps: int, *, in_step: bool = False) -> None:
@@ -343,8 +355,12 @@ class Scheduler:
         return self.growth.unsynced_tokens()
 
     def next_release_s(self) -> float:
-        """When the next retained allocation is freed (inf: none will be)."""
-        return self.batch.next_release_s()
+        """When the next retained allocation is freed or inbound KV lands (inf: none
+        will)."""
+        release_s = self.batch.next_release_s()
+        if self.inbound.landing:
+            return min(release_s, self.inbound.next_ready_s())
+        return release_s
 
     def next_timeout_s(self) -> float | None:
         """The earliest time a waiting request times out, if any does."""

@@ -12,36 +12,40 @@ are prefill pools and decode pools (``fleet.pools[i].role``). A request goes thr
    a fast fleet's replica hands it back (``sim.engine.driven.Decision.handoffs``, applied in
    ``Fleet.apply``); an exact fleet's outlet hands it over at once. At that instant
    (a SimPy event) the router picks a decode replica that fits the prompt's KV and one
-   token per sequence, and *promises* that room on it for the transfer's length (the
-   router's reservation, ``PrefillDecode.reserve``); the prefill replica keeps the
-   prompt's blocks for the transfer too (its group's retention, freed when the transfer
-   is due to end), as vLLM's ``NixlConnector`` keeps a prefill's blocks until the decode
-   side has read them.
-3. **Transfer.** ``kv_bytes = kv_bytes_per_token x prompt_tokens`` (a replica's bytes per
-   token: every layer, every tensor-parallel GPU; parallel samples share the prompt) over
-   the link: ``latency_s + 8 kv_bytes / (bandwidth_gbps 1e9)`` seconds. Its end is a plain
-   SimPy timeout with a callback at that exact instant (the fleet's loop honours it).
-   A request whose prefill's token is its last (one output token) ends there, with no
-   transfer.
-4. **Decode.** The request lands on the decode replica with its KV (``Group.swapped``:
-   admission places it whole and it decodes in the step that admits it, with no swap
-   stall: a decode pool's ``swap_s_per_token`` is 0, the KV came over the link) and
-   decodes its remaining tokens there; its record (``replica``) is the decode replica's.
+   token per sequence and hands it the KV (``Replica.receive_kv``), promising that room
+   in its own accounting (``PrefillDecode.reserve``) until the replica has answered
+   (:meth:`Disagg.settle`); the prefill replica keeps the prompt's blocks for one
+   transfer's time (its group's retention), as vLLM's ``NixlConnector`` keeps a
+   prefill's blocks until the decode side has read them.
+3. **Reservation and transfer** (``sim.engine.inbound``). At its next step boundary the
+   decode replica allocates the KV's blocks (the prompt, one slot per sequence) in its
+   own allocator -- they are its memory and its fragmentation from then on -- and the
+   transfer starts: ``kv_bytes = kv_bytes_per_token x prompt_tokens`` (a replica's bytes
+   per token: every layer, every tensor-parallel GPU; parallel samples share the
+   prompt) over the link, ``latency_s + 8 kv_bytes / (bandwidth_gbps 1e9)`` seconds. A
+   reservation the allocator refuses is an allocation failure there and the hand-off's
+   refusal (handed back like a prefill's end). A request whose prefill's token is its
+   last (one output token) ends on the prefill replica, with no transfer.
+4. **Decode.** At the decode replica's first step boundary at or after the transfer's
+   end the request joins its batch and decodes in that step (a swap-in with no stall)
+   and its remaining tokens after; its record (``replica``) is the decode replica's.
 
-A refusal (no decode replica fits when the hand-off is tried, or the chosen one went
-down before the KV landed) has a *fate* (``fleet.kv_transfer.on_refusal``): ``retry``
+A refusal (no decode replica fits when the hand-off is tried, the chosen one's
+allocator refuses the reservation, or it went down before the KV landed) has a *fate* (``fleet.kv_transfer.on_refusal``): ``retry``
 the hand-off after ``retry_delay_s``, ``recompute`` (routed to a prefill replica again,
 its KV dropped) or ``fail`` (the request is refused: ``rejected-fragmentation`` when the
 decode replicas had the free memory but not in one extent, else ``rejected-capacity``;
 the client's own retries apply). After ``max_refusals`` refusals every fate is ``fail``.
 The cause (``fragmentation``, ``capacity``, ``no-decode-replica``, ``decode-down``) is
 recorded per request and counted in the summary; each refusal is an event row
-(``kv-transfer-refused``).
+(``kv-transfer-refused``). A decode replica that goes down (:meth:`Disagg.went_down`)
+refuses the transfers it had reserved (``decode-down``); a hand-off it had not reserved
+yet is handed off again at that instant.
 
-What the model leaves out (docs/disagg.md, "Limits"): the decode replica's promise is
-the router's accounting, not an allocation (the blocks are allocated when the KV lands:
-a landing that does not fit waits in the decode replica's queue as any placement does);
-a refused hand-off's retries do not extend the prefill replica's hold of the KV.
+What the model leaves out (docs/disagg.md, "Limits"): the prefill replica holds the KV
+for one transfer's time from the prefill's end, not until the decode side has read it
+(a reservation waits for the decode replica's step boundary, a refused hand-off's
+retries for their delay).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from typing import TYPE_CHECKING
 from policies.routing.pd import PrefillDecode
 from sim.engine.batch import Group, Status
 from sim.engine.driven import Driven
+from sim.engine.inbound import InboundKV
 from sim.results.frames import RECORD_FIELDS
 from sim.scenario.errors import ScenarioError
 from sim.scenario.fleet import FleetConfig, KVTransferConfig
@@ -100,10 +105,10 @@ class Handoff:
 
 def linked_parts(config: FleetConfig, parts: Sequence[Parts]) -> list[Parts]:
     """The pools' parts with each decode pool's swap-in stall removed
-    (``swap_s_per_token`` 0): a request lands on a decode replica with its KV placed
-    whole, as a swapped-out request comes back, but its bytes came over the link (their
-    time is the transfer's). Swap preemption is refused in a disaggregated fleet, so
-    nothing else reads it."""
+    (``swap_s_per_token`` 0): a request joins a decode replica's batch with its KV placed
+    whole (``sim.engine.inbound``), its bytes came over the link (their time is the
+    transfer's), and no path may charge them a swap-in. Swap preemption is refused in a
+    disaggregated fleet, so nothing else reads it."""
     out = list(parts)
     for i, pool in enumerate(config.pools):
         if pool.role == "decode":
@@ -134,12 +139,17 @@ class Disagg:
         self.phases: dict[int, Group] = {}
         """Request id -> its prefill phase in flight (queued, running, or held for a retry)."""
         self.requests: dict[int, Group] = {}
-        """Request id -> the request itself while a prefill phase or a transfer has it."""
+        """Request id -> the request itself while its prefill phase is in flight."""
         self.handoffs: dict[int, Handoff] = {}
         """Request id -> its way through the fleet (every request that reached a prefill)."""
-        self.transfers_started = 0
-        self.transfers_landed = 0
-        self.transfer_times_s: list[float] = []
+        self.inbound: dict[int, InboundKV] = {}
+        """Request id -> its KV handed to a decode replica, until it joins the batch there
+        (or is refused, or dropped)."""
+        self._unsettled: list[tuple[InboundKV, int]] = []
+        """Hand-offs the decode replica has not answered yet (as :meth:`settle` saw them),
+        with the KV tokens the router promised for each."""
+        self.transfers: list[InboundKV] = []
+        """Every transfer started (reserved), in the order :meth:`settle` saw them."""
         self.kv_bytes_total = 0
         self.refusals: Counter[str] = Counter()
         """Refusals by cause."""
@@ -193,8 +203,21 @@ class Disagg:
         """A group ended on ``replica`` (its outlet's report). A prefill phase's ``ok``
         end is a hand-off (handed back through ``driven``'s decision in fast mode; at
         once in exact mode); any other end of a phase ends its request with the phase's
-        record. True: handled here (the request's record is not the phase's)."""
-        if self.phases.get(group.request_id) is not group:
+        record. A refused reservation on a decode replica (``rejected-*``) is handed back
+        the same way, for its fate; the end of a request that had joined a decode
+        replica's batch is its own. True: handled here (the record is not ``group``'s)."""
+        rid = group.request_id
+        kv = self.inbound.get(rid)
+        if kv is not None and kv.group is group:
+            if not kv.refused:  # it had joined the batch: its own end
+                del self.inbound[rid]
+                return False
+            if driven is None:
+                self.handed_off(group.finish_s, group)
+            else:
+                driven.hand_off(group, group.finish_s)
+            return True
+        if self.phases.get(rid) is not group:
             return False
         if group.status == "ok":
             self.handoffs[group.request_id].prefill_replica = replica.replica_id
@@ -229,13 +252,23 @@ class Disagg:
 
     def handed_off(self, done_s: float, phase: Group) -> None:
         """``phase`` ended its prefill at ``done_s`` (at or after the fleet's instant):
-        its hand-off is tried at that instant (:meth:`Fleet.at`)."""
-        self.fleet.at(done_s, lambda: self._start(phase))
+        its hand-off is tried at that instant (:meth:`Fleet.at`). Also a decode replica's
+        refused reservation of a request's KV (``phase`` is then the request): its fate
+        applies at that instant."""
+        self.fleet.at(done_s, lambda: self._handed(phase))
+
+    def _handed(self, g: Group) -> None:
+        """What a decision handed back at this instant: a prefill phase's end, or a
+        decode replica's refused reservation."""
+        if self.phases.get(g.request_id) is g:
+            self._start(g)
+        else:
+            self._reservation_refused(g)
 
     def _start(self, phase: Group) -> None:
         rid = phase.request_id
         del self.phases[rid]
-        g = self.requests[rid]
+        g = self.requests.pop(rid)
         for name in PHASE_FIELDS:
             if name not in _PROGRESS or name == "generated_tokens":
                 setattr(g, name, getattr(phase, name))
@@ -251,8 +284,10 @@ class Disagg:
         return g.prompt_tokens + g.num_seqs
 
     def _try_decode(self, g: Group) -> None:
-        """Pick a decode replica for ``g`` now and start its transfer, or refuse."""
+        """Pick a decode replica for ``g`` now and hand it its KV (reserved there at its
+        next step boundary), or refuse."""
         fleet = self.fleet
+        self.settle()
         need = self.need_tokens(g)
         router = self.router
         views = fleet.views.current(router.reads_memory)
@@ -261,35 +296,85 @@ class Disagg:
             self._refused(g, self._cause(need))
             return
         decode_id = views[choice].replica_id
-        kv_bytes = self._kv_bytes(g)
-        transfer_s = self.link.transfer_s(kv_bytes)
-        router.reserve(decode_id, need)
-        record = self.handoffs[g.request_id]
-        record.decode_replica = decode_id
-        record.transfer_s = transfer_s
-        record.kv_transfer_bytes += kv_bytes
-        self.transfers_started += 1
-        self.kv_bytes_total += kv_bytes
-        self.transfer_times_s.append(transfer_s)
-        end = fleet.env.timeout(transfer_s)
-        assert end.callbacks is not None
-        end.callbacks.append(lambda _: self._land(g, decode_id, need))
-
-    def _land(self, g: Group, decode_id: int, need: int) -> None:
-        """The transfer to ``decode_id`` ends now: ``g`` is queued there with its KV."""
-        self.router.release(decode_id, need)
-        node = self.fleet.nodes[decode_id]
-        if not node.routable or node.replica is None:
-            self._refused(g, "decode-down")
-            return
-        self.transfers_landed += 1
-        del self.requests[g.request_id]
-        g.swapped = True  # placed whole, decoding in the step that admits it
+        replica = fleet.nodes[decode_id].replica
+        assert replica is not None, "router chose a decode replica that is not up"
+        router.reserve(decode_id, need)  # until the replica has answered
+        g.swapped = False
         g.seq_ids = []
         g.prefill_left_tokens = 0
         g.held_tokens = g.prompt_tokens + g.generated_tokens - 1
         g.retain_s = 0.0
-        node.replica.submit(g)
+        kv = replica.receive_kv(g, self.link.transfer_s(self._kv_bytes(g)))
+        self.inbound[g.request_id] = kv
+        self._unsettled.append((kv, need))
+
+    def settle(self) -> None:
+        """Fold in what decode replicas answered since (reservations made, refused or
+        dropped): the router's promises released, reserved transfers counted and
+        recorded on their requests (their last transfer, every transfer's bytes)."""
+        keep: list[tuple[InboundKV, int]] = []
+        router = self.router
+        for kv, need in self._unsettled:
+            if not kv.settled:
+                keep.append((kv, need))
+                continue
+            router.release(kv.replica_id, need)
+            if math.isnan(kv.reserved_s):
+                continue
+            kv_bytes = self._kv_bytes(kv.group)
+            record = self.handoffs[kv.group.request_id]
+            record.decode_replica = kv.replica_id
+            record.transfer_s = kv.transfer_s
+            record.kv_transfer_bytes += kv_bytes
+            self.transfers.append(kv)
+            self.kv_bytes_total += kv_bytes
+        self._unsettled = keep
+
+    @property
+    def transfers_started(self) -> int:
+        """Transfers whose blocks a decode replica reserved (after :meth:`settle`)."""
+        return len(self.transfers)
+
+    @property
+    def transfers_landed(self) -> int:
+        """Transfers whose request joined its decode replica's batch."""
+        return sum(1 for kv in self.transfers if not math.isnan(kv.joined_s))
+
+    @property
+    def transfer_times_s(self) -> list[float]:
+        return [kv.transfer_s for kv in self.transfers]
+
+    def _reservation_refused(self, g: Group) -> None:
+        """``g``'s decode replica refused to reserve its KV (at ``g.finish_s``, now): the
+        refusal's fate applies (the request goes on: not ended)."""
+        kv = self.inbound.pop(g.request_id)
+        assert kv.refused and kv.group is g
+        cause = g.status.removeprefix("rejected-")
+        g.status = "unfinished"
+        g.finish_s = math.nan
+        g.seq_ids = []
+        self._refused(g, cause)
+
+    def went_down(self, replica: Replica) -> None:
+        """``replica`` goes down now (before its allocator goes): the KV inbound to it
+        that has not joined its batch is lost with it. A transfer that had started is
+        refused (``decode-down``); one still waiting for its reservation is handed off
+        again at this instant (nothing was refused)."""
+        for kv in replica.take_inbound():
+            g = kv.group
+            del self.inbound[g.request_id]
+            g.seq_ids = []
+            if math.isnan(kv.reserved_s):
+                self._hand_off_again(g)
+            else:
+                self._refused(g, "decode-down")
+
+    def _hand_off_again(self, g: Group) -> None:
+        """``g``'s hand-off is tried again at this instant (a SimPy event: after the
+        replica that was chosen has gone down)."""
+        again = self.fleet.env.timeout(0.0)
+        assert again.callbacks is not None
+        again.callbacks.append(lambda _: self._try_decode(g))
 
     def _cause(self, need: int) -> str:
         """Why no decode replica fits ``need`` tokens now: none is up, one has that much
@@ -328,7 +413,6 @@ class Disagg:
             assert later.callbacks is not None
             later.callbacks.append(lambda _: self._try_decode(g))
             return
-        del self.requests[rid]
         if fate == "recompute":
             fleet.route(g, math.inf, "pd-recompute")
             return

@@ -37,6 +37,7 @@ HANDOFF_COLUMNS = (
 
 def with_handoffs(req: pd.DataFrame, disagg: Disagg) -> pd.DataFrame:
     """``req`` (sorted by request id) with :data:`HANDOFF_COLUMNS`, in place."""
+    disagg.settle()
     none = Handoff()
     records = [disagg.handoffs.get(rid, none) for rid in req["request_id"].tolist()]
     for name in HANDOFF_COLUMNS:
@@ -77,6 +78,7 @@ def disagg_summary(
 ) -> dict[str, Any]:
     """The summary's ``fleet.disagg`` section of the run's (timeseries, events, alerts);
     ``roles_by_replica``: each replica's role."""
+    disagg.settle()
     link = disagg.link
     times = np.array(disagg.transfer_times_s, dtype=np.float64)
     return {

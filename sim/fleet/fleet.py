@@ -105,7 +105,7 @@ class _NodeOutlet(RunOutlet):
         self.fleet.lost(replica, groups)
 
     def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
-        self.fleet.life.went_down(self.node, mode, downtime_s)
+        self.fleet.went_down(self.node, replica, mode, downtime_s)
 
 
 class Fleet:
@@ -318,7 +318,7 @@ class Fleet:
         if decision.down is None:
             return
         mode, downtime_s = decision.down
-        self.life.went_down(self.nodes[replica_id], mode, downtime_s)
+        self.went_down(self.nodes[replica_id], replica, mode, downtime_s)
         lost = driven.go_down(mode, downtime_s)
         if lost:
             self.lost(replica, lost)
@@ -326,6 +326,12 @@ class Fleet:
     def _retry_at(self, due_s: float, g: Group, replica_id: int) -> None:
         """Fast mode: ``g``'s client retries at exactly ``due_s`` (:meth:`retry_now`)."""
         Call(self.env, due_s, URGENT, lambda: self.retry_now(g, replica_id))
+    def went_down(self, node: Node, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
+        """``node``'s replica goes down now (its requests not taken yet): the lifecycle
+        moves on, and the KV inbound to it (a disaggregated fleet's) goes elsewhere."""
+        self.life.went_down(node, mode, downtime_s)
+        if self.disagg is not None:
+            self.disagg.went_down(replica)
 
     def retry_now(self, g: Group, replica_id: int) -> None:
         """A client's retry of ``g`` arrives now: back to ``replica_id`` (pinned) while

@@ -108,10 +108,12 @@ class KVLink(Section):
 
 class Transfers(Section):
     started: Count
-    """KV transfers started (a request refused and retried may start more than one)."""
+    """KV transfers started: a decode replica reserved the KV's blocks (a request refused
+    and retried may start more than one)."""
     landed: Count
-    """Transfers whose KV was queued on their decode replica (the rest: in flight at the
-    run's end, or their decode replica went down)."""
+    """Transfers whose request joined its decode replica's batch once the KV had landed
+    (the rest: in flight or waiting for room at the run's end, or their decode replica
+    went down)."""
     kv_bytes: Count
     """KV bytes sent, every transfer together."""
     mean_s: Seconds | None
@@ -143,8 +145,9 @@ class Disagg(Section):
     transfers: Transfers
     """KV transfers."""
     refusals: dict[str, Count]
-    """Hand-offs no decode replica would take, by cause (``fragmentation``,
-    ``capacity``, ``no-decode-replica``, ``decode-down``)."""
+    """Hand-offs refused, by cause (``fragmentation``, ``capacity``: no decode replica
+    fit, or the chosen one could not reserve the KV's blocks; ``no-decode-replica``;
+    ``decode-down``: it went down during the transfer)."""
     fates: dict[str, Count]
     """The same refusals by what they did (``retry``, ``recompute``, ``fail``)."""
     prefill: RoleMemory

@@ -16,8 +16,9 @@ instant ``t_k`` of the run's scrape grid while an alert is active on a replica:
   whole Unix seconds (Go's ``Time.Unix``), at the same instants.
 
 The series labels are those of the rule's expression result: ``replica`` and ``pool``
-for the ratio and uptime rules (the gauges' labels), ``replica`` alone for the failure
-rule (``sum by (replica)``); ``severity`` is the rule's (``critical`` / ``warning``).
+(the gauges' labels; the failure rule sums ``by (replica, pool)``, so that a
+disaggregated fleet's alerts say which pool, prefill or decode); ``severity`` is the
+rule's (``critical`` / ``warning``).
 After an alert resolves its series have no more samples. Prometheus writes a staleness
 marker at the resolving evaluation, which OpenMetrics text cannot carry: an instant
 query in the 5-minute look-back after the last sample still returns it (docs/alerts.md
@@ -51,13 +52,14 @@ FOR_STATE_NAME = "ALERTS_FOR_STATE"
 SEVERITIES = {"high": "critical", "medium": "warning"}
 """``sim.telemetry.prometheus.SEVERITIES`` (a test holds them equal)."""
 POOL_LABELLED = (
+    "fragmentation_driven_allocation_failure",
     "severe_fragmentation",
     "high_fragmentation_approaching_threshold",
     "node_uptime_vs_fragmentation_correlation",
     *(spec.name for spec in TIER_ALERTS),
 )
-"""The rules whose result carries the gauges' ``pool`` label (the failure rule's sum
-keeps ``replica`` only)."""
+"""The rules whose result carries the series' ``pool`` label: every one (the failure
+rule sums ``by (replica, pool)``)."""
 
 
 @dataclass(frozen=True)

@@ -240,7 +240,7 @@ def expressions(
     ratio = METRIC["largest_contiguous_free_block_ratio"]
     uptime = METRIC["uptime_s"]
     window = duration(options.rule_timing().window_s(scrape_interval_s))
-    by = f"sum by ({options.instance_label})"
+    by = f"sum by ({options.instance_label}, pool)"  # a P/D fleet's alerts name their pool
     if options.metrics == "vllm":
         preempted = f"{by} (increase({VLLM_METRICS['fragsim_preemptions_total']}[{window}])) > 0"
         used = VLLM_METRICS["fragsim_kv_used_tokens"]

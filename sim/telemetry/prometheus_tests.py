@@ -193,7 +193,7 @@ def rule_tests(
                 else:
                     cells = [counter[j] if lo <= j <= hi else None for j in range(k0, end + 1)]
                     series = [_series(FAILURE_COUNTER, labels, cells)]
-                    alert_labels = {label: str(replica), "severity": rule["labels"]["severity"]}
+                    alert_labels = {**labels, "severity": rule["labels"]["severity"]}
                 marks = [start - 1, start, end - 1, end]
                 if fired is not None:
                     marks += [fired - 1, fired]

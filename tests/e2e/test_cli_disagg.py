@@ -1,17 +1,21 @@
 """A disaggregated fleet end to end from the command line: ``fragsim run`` writes the
 per-request hand-off columns, the summary's ``fleet.disagg`` and a report that draws
 the two roles apart; ``fragsim compare`` sets it against the colocated fleet; ``fragsim
-plan`` varies the prefill:decode split like any field; ``fragsim export openmetrics``
-labels each series with its pool; a bad P/D block is one line naming the field."""
+plan`` varies the prefill:decode split like any field; the run's table shows the
+transfers and each role's memory; ``fragsim alerts`` (show, the exported rules and their
+promtool tests) and ``fragsim export openmetrics`` label each series and alert with its
+pool; a bad P/D block is one line naming the field."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import yaml
+from support.prometheus import PROMTOOL, promtool
 from typer.testing import CliRunner
 
 from sim.cli import app
@@ -92,3 +96,58 @@ def test_a_bad_kv_link_is_one_line_naming_the_field(tmp_path: Path) -> None:
     assert result.exit_code != 0
     assert "fleet.kv_transfer.bandwidth_gbps" in result.output
     assert not (tmp_path / "o").exists()
+
+
+def test_run_prints_the_transfers_and_each_roles_memory(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["run", str(_scenario(tmp_path, "2p2d")), "-o", str(out), "--no-report"]
+    table = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "P/D: KV transfers started" in table.stdout and "P/D decode: replicas" in table.stdout
+    csv = CliRunner().invoke(app, [*args[:3], str(tmp_path / "csv"), "--no-report", "-f", "csv"])
+    assert csv.exit_code == 0, csv.output
+    rows = dict(line.split(",", 1) for line in csv.stdout.splitlines()[1:] if "," in line)
+    disagg = json.loads((out / "summary.json").read_text())["fleet"]["disagg"]
+    assert int(rows["P/D: KV transfers started"]) == disagg["transfers"]["started"]
+    assert int(rows["P/D / landed"]) == disagg["transfers"]["landed"]
+    for role in ("prefill", "decode"):
+        failures = int(rows[f"P/D {role} / allocation failures"])
+        assert failures == disagg[role]["allocation_failures"]
+    assert disagg["decode"]["allocation_failures"] > 0 == disagg["prefill"]["allocation_failures"]
+
+
+def test_alerts_name_the_pool_they_fire_in_from_show_to_promtool(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    scenario = str(_scenario(tmp_path, "2p2d"))
+    assert CliRunner().invoke(app, ["run", scenario, "-o", str(out), "--no-report"]).exit_code == 0
+    shown = CliRunner().invoke(app, ["alerts", "show", str(out), "-f", "csv"])
+    assert shown.exit_code == 0, shown.output
+    table = pd.read_csv(io.StringIO(shown.stdout))
+    failure = table.set_index("alert").loc["fragmentation_driven_allocation_failure"]
+    assert failure["firings"] > 0 and str(failure["replicas_by_pool"]).startswith("decode ")
+    log = tmp_path / "log.csv"
+    assert CliRunner().invoke(app, ["alerts", "show", str(out), "-o", str(log)]).exit_code == 0
+    transitions = pd.read_csv(log)
+    assert set(transitions["pool"]) == {"decode"}
+    assert (transitions["replica"] >= 2).all()  # replicas 2 and 3 decode
+    rules, tests = tmp_path / "rules.yml", tmp_path / "tests.yml"
+    args = ["alerts", "export", "-o", str(rules), "--tests", str(tests), "--run", str(out)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    assert "sum by (replica, pool)" in rules.read_text()
+    expected = [
+        alert["exp_labels"]
+        for test in yaml.safe_load(tests.read_text())["tests"]
+        for check in test["alert_rule_test"]
+        for alert in check["exp_alerts"]
+    ]
+    assert expected and all(labels["pool"] == "decode" for labels in expected)
+    if PROMTOOL is not None:
+        checked = promtool("test", "rules", str(tests))
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    series = tmp_path / "series.txt"
+    assert (
+        CliRunner().invoke(app, ["export", "openmetrics", str(out), "-o", str(series)]).exit_code
+        == 0
+    )
+    alerts = [line for line in series.read_text().splitlines() if line.startswith("ALERTS{")]
+    assert alerts and all('pool="decode"' in line for line in alerts)

@@ -435,7 +435,8 @@ def test_rule_expressions_use_the_metric_table_and_the_thresholds() -> None:
     assert ex[SEVERE] == "fragsim_largest_contiguous_free_block_ratio < 0.45"
     assert ex[HIGH].endswith("< 0.65")
     assert ex[FAILURE] == (
-        "sum by (replica) (increase(fragsim_allocation_failures_at_high_free_memory_total[5m])) > 0"
+        "sum by (replica, pool) (increase(fragsim_allocation_failures_at_high_free_memory_total[5m]))"
+        " > 0"
     )
     assert ex[UPTIME].startswith("fragsim_node_uptime_vs_fragmentation_correlation >= 0.5 and")
     assert ex[UPTIME].endswith("fragsim_node_uptime_seconds >= 600.0")

@@ -37,6 +37,7 @@ from sim.results.runfolder import RunFolderError, read_result, read_run
 from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds, alerts_for
 from sim.results.summary_model import Summary
 from sim.telemetry.alerts import diagnose_failures, evaluate_alerts, tier_kinds
+from sim.telemetry.openmetrics import pool_of
 from sim.telemetry.prometheus import (
     INSTANCE_LABELS,
     RuleOptions,
@@ -302,6 +303,12 @@ def show(
     log.insert(
         list(log.columns).index("time_s") + 1, "time", [clock_text(t) for t in log["time_s"]]
     )
+    summary = result.summary
+    if summary is not None and summary.fleet is not None and len(summary.fleet.pools) > 1:
+        # Which pool each replica is in (a P/D fleet's prefill and decode), as the
+        # exported rules' alerts label it.
+        pool = pool_of(summary)
+        log.insert(list(log.columns).index("replica") + 1, "pool", log["replica"].map(pool))
     if out is not None:
         _write(out, lambda tmp: log.to_csv(tmp, index=False))
     title = f"alerts over {clip(str(run_dir))}"
@@ -348,9 +355,11 @@ def print_alert_summary(
     log: pd.DataFrame, alerts: list[tuple[str, str, float]], title: str, fmt: str
 ) -> None:
     """One row per alert (every one, in the seed's order): severity, its ``for:``, the
-    episodes its condition held, those that fired, the replicas it fired on, first and
-    last firing (``2d 03:14:05``; seconds in csv/json)."""
+    episodes its condition held, those that fired, the replicas it fired on (and, with a
+    ``pool`` column: how many in each pool, ``decode 2, prefill 1``), first and last
+    firing (``2d 03:14:05``; seconds in csv/json)."""
     machine = fmt in ("csv", "json")
+    pooled = "pool" in log.columns
     rows = []
     for name, severity, hold in alerts:
         mine = log[log["alert"] == name]
@@ -361,17 +370,21 @@ def print_alert_summary(
         last = float(times.max()) if len(times) else None
         row: list[object] = [name, severity, hold if machine else _hold_text(hold), held]
         row += [len(fired), fired["replica"].nunique()]
+        if pooled:
+            per_pool = fired.groupby("pool", sort=True)["replica"].nunique()
+            row.append(", ".join(f"{p} {n}" for p, n in per_pool.items()) or None)
         if machine:
             row += [first, last, *(None if t is None else clock_text(t) for t in (first, last))]
         else:
             row += [None if t is None else Cell(t, clock_text(t)) for t in (first, last)]
         rows.append(row)
     columns = ["alert", "severity"]
+    pools = ["replicas_by_pool" if machine else "by pool"] if pooled else []
     if machine:
-        columns += ["for_s", "condition_episodes", "firings", "replicas"]
+        columns += ["for_s", "condition_episodes", "firings", "replicas", *pools]
         columns += ["first_firing_s", "last_firing_s", "first_firing", "last_firing"]
     else:
-        columns += ["for", "held", "fired", "replicas", "first firing", "last firing"]
+        columns += ["for", "held", "fired", "replicas", *pools, "first firing", "last firing"]
     print_table(title, columns, rows, fmt)
 
 
@@ -381,9 +394,12 @@ def _hold_text(for_s: float) -> str:
 
 def print_transitions(log: pd.DataFrame, title: str, fmt: str) -> None:
     """The alert log's rows: when (``2d 03:14:05``; seconds too in csv/json), on which
-    replica, which alert, pending, firing or resolved, the value then."""
+    replica (and its pool, with a ``pool`` column), which alert, pending, firing or
+    resolved, the value then."""
     machine = fmt in ("csv", "json")
-    columns = ["time", "replica", "alert", "state", "value", "severity"]
+    pooled = "pool" in log.columns
+    columns = ["time", "replica", *(["pool"] if pooled else []), "alert", "state", "value"]
+    columns.append("severity")
     if machine:
         columns = ["time_s", *columns]
     rows = []
@@ -392,6 +408,7 @@ def print_transitions(log: pd.DataFrame, title: str, fmt: str) -> None:
         cells: list[object] = [
             row["time"],
             int(row["replica"]),
+            *([row["pool"]] if pooled else []),
             row["alert"],
             row["state"],
             Cell(float(row["value"]), f"{row['value']:.3g}"),

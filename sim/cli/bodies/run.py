@@ -27,6 +27,7 @@ from sim.cli.common import check_scenario_exists, err, fail, say_written
 from sim.cli.output import Cell, echo_prose, number_cell, print_table
 from sim.cli.progress import progress, sim_time_amounts
 from sim.errors import clip, os_error_line
+from sim.results.disagg_rows import disagg_rows
 from sim.results.io import RunResult
 from sim.results.labels import WASTE_LABELS
 from sim.results.offload_rows import offload_rows
@@ -127,6 +128,8 @@ def _flat_rows(summary: Summary) -> list[tuple[str, object]]:
         rows += offload_rows(summary.offload)
     if summary.fleet is not None:
         rows += _fleet_rows(summary.fleet)
+        if summary.fleet.disagg is not None:
+            rows += disagg_rows(summary.fleet.disagg, _num)
     return rows
 
 
