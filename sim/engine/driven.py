@@ -145,7 +145,7 @@ class Driven:
 
     def wake(self) -> None:
         """The replica decides at its next step boundary (KV handed over)."""
-        self._wake_at(self.clock.now_s)
+        self._wake_at(now_of(self.env))
 
     def _wake_at(self, now: float) -> None:
         """Something for the replica to decide came at ``now``: an idle replica decides

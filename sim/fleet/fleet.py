@@ -326,6 +326,7 @@ class Fleet:
     def _retry_at(self, due_s: float, g: Group, replica_id: int) -> None:
         """Fast mode: ``g``'s client retries at exactly ``due_s`` (:meth:`retry_now`)."""
         Call(self.env, due_s, URGENT, lambda: self.retry_now(g, replica_id))
+
     def went_down(self, node: Node, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
         """``node``'s replica goes down now (its requests not taken yet): the lifecycle
         moves on, and the KV inbound to it (a disaggregated fleet's) goes elsewhere."""

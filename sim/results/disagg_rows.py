@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sim.results.summary_model import Disagg, RoleMemory
+    from sim.results.summary_fleet import Disagg, RoleMemory
 
 Num = Callable[[float | None, str], object]
 """How a number is shown: its value and a format spec to a cell (``None``: a dash)."""
