@@ -111,24 +111,26 @@ def request_frame(groups: list[Group], replicas: list[int]) -> pd.DataFrame:
     groups' record fields, sorted (ended groups are not touched again, so reading them at the end
     equals reading them when they ended).
 
-    One pass over the groups into a numpy record array (a group's fields read together:
-    ~1M groups scattered in memory, a pass per column would fetch each one 13 times),
-    then a stable argsort on the ids."""
+    One pass over the groups into a numpy record array (a group's fields read together),
+    then :func:`records_frame` on its columns. A run's own records are columnar from the
+    start (``sim.simulate.records``)."""
     if not groups:
         return _empty(REQUEST_COLUMNS)
     records = np.fromiter(map(record_of, groups), dtype=REQUEST_RECORD, count=len(groups))
-    return records_frame(records, np.array(replicas, dtype=np.int64))
+    columns = {name: records[name] for name, _ in RECORD_FIELDS}
+    return records_frame(columns, np.array(replicas, dtype=np.int64))
 
 
-def records_frame(records: Any, replicas: Any) -> pd.DataFrame:
-    """The requests table from :data:`REQUEST_RECORD` rows and each row's replica (a
-    numpy array each, one entry per request), sorted by request id (stable)."""
-    if not len(records):
+def records_frame(columns: dict[str, Any], replicas: Any) -> pd.DataFrame:
+    """The requests table from one numpy array per record field (``columns``, by the
+    names of :data:`RECORD_FIELDS`; ``str`` fields as object arrays) and each row's
+    replica, one entry per request, sorted by request id (stable)."""
+    if not len(replicas):
         return _empty(REQUEST_COLUMNS)
-    order = np.argsort(records["request_id"], kind="stable")
+    order = np.argsort(columns["request_id"], kind="stable")
     data: dict[str, Any] = {}
     for name, dtype in REQUEST_FIELDS:
-        column: Any = replicas if name == "replica" else records[name]
+        column: Any = replicas if name == "replica" else columns[name]
         column = column[order]
         if dtype == "str":
             # The dtype pandas infers for these strings, read off the distinct ones.

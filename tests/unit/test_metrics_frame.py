@@ -19,11 +19,11 @@ import pytest
 import sim.runner
 from sim.engine.batch import Group
 from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS, EventTable, Recorder
-from sim.results.frames import REQUEST_COLUMNS, columns_of, frame, request_frame
+from sim.results.frames import RECORD_FIELDS, REQUEST_COLUMNS, columns_of, frame, request_frame
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
 from sim.scenario.workload import load_workload
-from sim.simulate.records import Records
+from sim.simulate.records import STATUSES, RecordColumns, Records
 
 OUTPUTS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "scenarios.md"
 
@@ -167,3 +167,46 @@ def test_a_real_runs_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     pd.testing.assert_frame_equal(result.requests, want, check_exact=True)
     same_as_from_records(recorder.samples)
     same_as_from_records(recorder.events)
+
+
+def test_the_run_records_columns_are_the_request_record_fields() -> None:
+    """The run's columnar records hold one list per record field, by the same names,
+    and the replica: a field added to ``RECORD_FIELDS`` and forgotten there fails."""
+    columns = RecordColumns()
+    g = Group(7, 1.5, 100, 20)
+    g.end("timed-out", 3.0)
+    columns.add(g, 2)
+    want = [name for name, _ in RECORD_FIELDS] + ["replica"]
+    if hasattr(columns, "__dict__"):  # the pure build (a compiled class has no dict)
+        assert list(vars(columns)) == want
+    assert [len(getattr(columns, name)) for name in want] == [1] * len(want)
+    assert STATUSES[columns.status[0]] == "timed-out"
+    assert columns.request_id == [7] and columns.replica == [2]
+
+
+def test_records_frame_of_ends_and_unfinished() -> None:
+    """Ended requests keep their status and replica; those still live at ``close`` are
+    ``unfinished`` on replica -1; the table is sorted by request id; the run is over
+    (``on_all_ended``, once) when every request has ended."""
+    records = Records(3)
+    calls: list[int] = []
+    records.on_all_ended = lambda: calls.append(records.ended)
+    groups = [Group(i, float(i), 10, 5) for i in (2, 0, 1)]
+    records.start_all(groups)
+    groups[0].end("ok", 4.0)
+    records.end(groups[0], 1)
+    groups[2].end("rejected-too-long", 1.0)
+    records.end(groups[2], 0)
+    assert calls == [] and records.last_finish_s == 4.0
+    records.close()
+    df = records.frame()
+    assert df["request_id"].tolist() == [0, 1, 2]
+    assert df["status"].tolist() == ["unfinished", "rejected-too-long", "ok"]
+    assert df["replica"].tolist() == [-1, 0, 1]
+    assert list(df.columns) == list(REQUEST_COLUMNS)
+    full = Records(1)
+    full.on_all_ended = lambda: calls.append(full.ended)
+    full.start(groups[1])
+    groups[1].end("ok", 2.0)
+    full.end(groups[1], 0)
+    assert calls == [1]
