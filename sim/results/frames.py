@@ -71,7 +71,11 @@ def frame(table: Any) -> pd.DataFrame:
         return _empty(names)
     data: dict[str, Any] = {}
     for name, values in zip(names, columns, strict=True):
-        array = _numeric(values)
+        types = set(map(type, values))
+        if types == {str}:
+            data[name] = _strings(name, values)
+            continue
+        array = _numeric(values, types)
         data[name] = _inferred(name, values) if array is None else array
     return pd.DataFrame(data, columns=list(names))
 
@@ -80,17 +84,33 @@ def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame.from_records([], columns=list(columns))
 
 
-def _numeric(values: list[object]) -> Any:
-    """``values`` as a 1-D numpy array when they are all bools, or all ints and floats
-    (the dtypes ``from_records`` infers for those); None otherwise."""
-    types = set(map(type, values))
-    if not (types == {bool} or (types and types <= {int, float})):
+def _numeric(values: list[object], types: set[type]) -> Any:
+    """``values`` (of the ``types``) as a 1-D numpy array when they are all bools, or all
+    ints and floats (the dtypes ``from_records`` infers for those); None otherwise. A
+    column of one type is converted to its dtype directly (no dtype discovery)."""
+    if types == {bool}:
+        return np.array(values, dtype=np.bool_)
+    if types == {float}:
+        return np.array(values, dtype=np.float64)
+    if not types or not types <= {int, float}:
         return None
+    if types == {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:  # beyond int64: what numpy discovers decides, as below
+            pass
     try:
         array = np.array(values)
     except (ValueError, OverflowError):
         return None
     return array if array.ndim == 1 and array.dtype.kind in "bif" else None
+
+
+def _strings(name: str, values: list[object]) -> Any:
+    """A column of only ``str`` values with the dtype ``from_records`` infers for them,
+    read off the distinct values (the inference depends on them only)."""
+    distinct = sorted(set(values), key=str)
+    return pd.Series(values, dtype=_inferred(name, distinct).dtype, name=name)
 
 
 RECORD_FIELDS: tuple[tuple[str, str], ...] = tuple(
