@@ -144,6 +144,7 @@ def summarize(
         for name in WASTE_LABELS
     }
     no_ratio = ratio.dropna().empty
+    correlation = uptime_correlation(periodic)
     kv_waste = (
         {}
         if kv_manager_waste is None
@@ -159,7 +160,7 @@ def summarize(
             if no_ratio
             else finite(float((ratio.dropna() < thresholds.ratio_alert).mean())),
         ),
-        node_uptime_vs_fragmentation_correlation=uptime_correlation(periodic),
+        node_uptime_vs_fragmentation_correlation=correlation,
         **kv_waste,
     )
     prompt_tokens = float(requests["prompt_tokens"].sum())
@@ -192,7 +193,7 @@ def summarize(
             share_of_prompt_tokens=float(cached.sum()) / prompt_tokens if prompt_tokens else 0.0,
             requests_with_hits=int((cached > 0).sum()),
         ),
-        alerts=_alerts(fails, high, periodic, thresholds),
+        alerts=_alerts(fails, high, periodic, correlation, thresholds),
     )
 
 
@@ -218,8 +219,14 @@ def uptime_correlation(periodic: pd.DataFrame) -> UptimeCorrelation:
 
 
 def _alerts(
-    fails: pd.DataFrame, high: pd.DataFrame, periodic: pd.DataFrame, th: AlertThresholds
+    fails: pd.DataFrame,
+    high: pd.DataFrame,
+    periodic: pd.DataFrame,
+    corr: UptimeCorrelation,
+    th: AlertThresholds,
 ) -> list[Alert]:
+    """The seed's alerts whose run-wide condition held; ``corr``: the periodic samples'
+    :func:`uptime_correlation`."""
     alerts: list[Alert] = []
     if len(high):
         alerts.append(
@@ -247,7 +254,6 @@ def _alerts(
                     replicas=sorted(int(r) for r in low["replica"].unique()),
                 )
             )
-    corr = uptime_correlation(periodic)
     rho, p = corr.spearman_rho, corr.p_value
     if rho is not None and p is not None and rho >= th.uptime_rho_alert and p < 0.01:
         valid = periodic.dropna(subset=["largest_contiguous_free_block_ratio"])
