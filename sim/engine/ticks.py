@@ -170,7 +170,7 @@ class DecodeTicks:
         if pooled:
             bt = self.block_tokens
             assert bt is not None
-            q, r = divmod(g.held_base + bt - 1, bt)
+            q, r = _split(g.held_base + bt - 1, bt)
             self._q_sum += n * q
             self._r_hist[r] += n
             self.pooled += n
@@ -189,7 +189,7 @@ class DecodeTicks:
         if g.pooled:
             bt = self.block_tokens
             assert bt is not None
-            q, r = divmod(g.held_base + bt - 1, bt)
+            q, r = _split(g.held_base + bt - 1, bt)
             self._q_sum -= n * q
             self._r_hist[r] -= n
             self.pooled -= n
@@ -215,6 +215,12 @@ class DecodeTicks:
         if need > 0 and not self.reserve(need):
             return "short"
         return "grown"
+
+    def any_due(self) -> bool:
+        """Whether the next step's growth may need the allocator for some member (an
+        entry is due; it may be stale: :meth:`due` drops those)."""
+        heap = self.decisions
+        return bool(heap) and heap[0][0] <= self.tick + 1
 
     def due(self) -> list[Group]:
         """Members whose next step's growth needs the allocator, in admission order
@@ -323,7 +329,8 @@ class DecodeTicks:
         bt = self.block_tokens
         if bt is None or not self.pooled:
             return 0
-        t, s = divmod(tick, bt)
+        t = tick // bt
+        s = tick - t * bt  # divmod(tick, bt), in native ints
         crossed = 0
         if s:
             hist = self._r_hist
@@ -349,6 +356,13 @@ class DecodeTicks:
             if g.tick_id == tick_id:
                 out.append(g)
         return out
+
+
+def _split(value: int, block_tokens: int) -> tuple[int, int]:
+    """``divmod(value, block_tokens)`` in native ints (the compiled build calls the
+    builtin ``divmod`` through Python otherwise)."""
+    q = value // block_tokens
+    return q, value - q * block_tokens
 
 
 def _valid_top(heap: list[tuple[int, int, int, Group]]) -> int | None:
