@@ -21,8 +21,10 @@ Three cases, each through the public path ``parse_scenario`` -> ``load_workload`
   scheduling logic rather than the interpreter's floor: the line's
   ``azure_conv_1d_over_floor`` is ``engine.azure_conv_1d``'s median requests per
   wall-second over the floor's, both measured in this run (issue 27's target: >= 0.4,
-  ``target_ratio``). Measured on the compiled build, quick case, at fc9f992: 135k
-  req/s over 848k = 0.16 on a quiet machine (see the branch's notes for later numbers).
+  ``target_ratio``). Measured on the compiled build, quick case: 135k req/s over 848k
+  = 0.16 at fc9f992 on a quiet machine; 0.22 after the columnar records, the faster
+  frames and the decode ticks' O(B) steady bound (on CPU seconds, best of 11, the
+  machine under load; 0.20 before the engine changes, interleaved).
 - ``engine.bimodal_exact``: the same scenario over a 6-hour window in exact mode and in
   fast mode, in this process: the fast/exact speed ratio and the largest difference of
   per-request finish times between the two.
