@@ -97,8 +97,8 @@ def _numeric(values: list[object], types: set[type]) -> Any:
     if types == {int}:
         try:
             return np.array(values, dtype=np.int64)
-        except OverflowError:  # beyond int64: what numpy discovers decides, as below
-            pass
+        except OverflowError:  # beyond int64 (uint64, objects): pandas' inference decides
+            return None
     try:
         array = np.array(values)
     except (ValueError, OverflowError):

@@ -66,6 +66,8 @@ def hand_table(rows: list[tuple[object, ...]]) -> HandTable:
         [(1 << 40, -0.0, "x", 1.0), (-(1 << 40), math.inf, "y", None)],  # float+None
         [(True, 1, "b", 7), (False, 2, "c", 8)],
         [(True, 1.5, (1, 2), 1 << 70), (2, False, (3,), 5)],  # bool+number; uneven; huge
+        [(1 << 63, math.nan, "", True), (1, math.inf, "é", False)],  # int past int64; strs
+        [(-(1 << 63), 0.25, "z", 1 << 64), (0, -1.0, "z", 2)],  # int64's least; uint64
     ],
 )
 def test_hand_made_rows(rows: list[tuple[object, ...]]) -> None:
