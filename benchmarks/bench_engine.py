@@ -21,10 +21,11 @@ Three cases, each through the public path ``parse_scenario`` -> ``load_workload`
   scheduling logic rather than the interpreter's floor: the line's
   ``azure_conv_1d_over_floor`` is ``engine.azure_conv_1d``'s median requests per
   wall-second over the floor's, both measured in this run (issue 27's target: >= 0.4,
-  ``target_ratio``). Measured on the compiled build, quick case: 135k req/s over 848k
-  = 0.16 at fc9f992 on a quiet machine; 0.22 after the columnar records, the faster
-  frames and the decode ticks' O(B) steady bound (on CPU seconds, best of 11, the
-  machine under load; 0.20 before the engine changes, interleaved).
+  ``target_ratio``). Measured on the compiled build, quick case, 5 repeats, load ~1.4
+  on 2 cores, interleaved: 128-133k req/s over 803-864k = 0.154-0.159 at fc9f992 (135k
+  over 848k = 0.159 on a quiet machine); 147-148k over 791-836k = 0.175-0.188 with
+  columnar compiled request records, one-type frame columns, the decode ticks' O(B)
+  steady bound and the latency model called natively. Still short of 0.4.
 - ``engine.bimodal_exact``: the same scenario over a 6-hour window in exact mode and in
   fast mode, in this process: the fast/exact speed ratio and the largest difference of
   per-request finish times between the two.
