@@ -198,7 +198,7 @@ class Growth:
         the crossing members draw one by one (``_grow_crossing``). False: a step the
         reference path must take (nothing changed)."""
         ticks = self.ticks
-        due = ticks.due()
+        due = ticks.due() if ticks.any_due() else None
         if due:
             if self.allocator.decisions_read_held:
                 return False  # compaction reads held tokens: the reference path syncs

@@ -200,8 +200,9 @@ class Recorder:
 
     # -- what a replica reports -----------------------------------------------------
     def on_event(self, replica: Replica, event: SchedEvent) -> None:
+        now_s, uptime_s = replica.now_s, replica.uptime_s  # read once: the driver's clock
         self.events.add(
-            time_s=replica.now_s,
+            time_s=now_s,
             replica=replica.replica_id,
             kind=event.kind,
             request_id=event.request_id,
@@ -210,13 +211,13 @@ class Recorder:
             largest_free_extent_tokens=event.largest_free_extent_tokens,
             free_share=event.free_tokens / replica.capacity_tokens,
             cause=event.cause,
-            uptime_s=replica.uptime_s,
+            uptime_s=uptime_s,
             detail=event.detail,
         )
         if event.kind != "preemption":
             # Reported from inside the replica's step: its state is current (no
             # observation, which would re-enter the replica).
-            self._sample(replica, "failure", event.pending_tokens)
+            self._sample(replica, "failure", event.pending_tokens, now_s, uptime_s)
 
     def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
         s = replica.allocator.stats()
@@ -236,12 +237,15 @@ class Recorder:
         """Record the replica's pool and batch as of now (``periodic`` or ``final``),
         brought up to now first (``Replica.observe``)."""
         replica.observe()
-        self._sample(replica, trigger, 0)
+        self._sample(replica, trigger, 0, replica.now_s, replica.uptime_s)
 
-    def _sample(self, replica: Replica, trigger: str, pending_tokens: int) -> None:
-        """Record the replica's pool and batch, current now. A failure sample is taken
-        at the failure's event: ``pending_tokens`` is the growth the allocator had not
-        been told of then (``SchedEvent.pending_tokens``)."""
+    def _sample(
+        self, replica: Replica, trigger: str, pending_tokens: int, now_s: float, uptime_s: float
+    ) -> None:
+        """Record the replica's pool and batch, current at ``now_s`` (its uptime then:
+        ``uptime_s``). A failure sample is taken at the failure's event:
+        ``pending_tokens`` is the growth the allocator had not been told of then
+        (``SchedEvent.pending_tokens``)."""
         sched = replica.sched
         alloc = replica.allocator
         # Reservation vs internal fragmentation needs every sequence's reservation: done
@@ -272,11 +276,11 @@ class Recorder:
         cap = s.capacity_tokens
         ratio = s.largest_contiguous_free_block_ratio
         t = self.samples
-        t.time_s.append(replica.now_s)
+        t.time_s.append(now_s)
         t.replica.append(replica.replica_id)
         t.trigger.append(trigger)
         t.up.append(replica.up)
-        t.uptime_s.append(replica.uptime_s)
+        t.uptime_s.append(uptime_s)
         t.capacity_tokens.append(cap)
         t.used_tokens.append(s.used_tokens)
         t.reserved_unused_tokens.append(s.reserved_unused_tokens)

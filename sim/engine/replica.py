@@ -313,15 +313,15 @@ class Replica:
         cut_s = min(cut_s, release_s)
         seqs, kv0 = sched.decode_load()
         kv1 = kv0 + seqs
-        run_s = self._run_s
+        latency = self.latency  # its methods called directly (not the bound ones kept)
         steps = k
         if cut_s < math.inf:
             # The boundary at or after the cut is a decision: run up to it.
             budget_s = cut_s - t
-            m = self._within(seqs, kv1, budget_s, k)
+            m = latency.steps_within_s(seqs, kv1, budget_s, k)
             if m < k:
-                steps = m if run_s(seqs, kv1, m) >= budget_s else m + 1
-        end_s = t + run_s(seqs, kv1, steps)
+                steps = m if latency.decode_run_s(seqs, kv1, m) >= budget_s else m + 1
+        end_s = t + latency.decode_run_s(seqs, kv1, steps)
         if end_s < self.driver.horizon_s():
             if self._out_of_range is not None:
                 self._out_of_range.note_run(seqs, kv1, steps)
@@ -330,7 +330,7 @@ class Replica:
             self.steps_total += steps
             sched.finish_ready(end_s)
             return None
-        return RunPlan(t, seqs, kv1, steps, run_s, self._within)
+        return RunPlan(t, seqs, kv1, steps, self._run_s, self._within)
 
     def _step_time_s(self, step: Step) -> float:
         """The latency model's time for the real step ``step`` (its stall apart),

@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Literal
 
 from policies.allocators.pooled import PooledAllocator, as_pooled
 from sim.engine.batch import admission_order
-from sim.latency.search import last_true
 
 if TYPE_CHECKING:
     from policies.allocators.base import Allocator
@@ -171,7 +170,7 @@ class DecodeTicks:
         if pooled:
             bt = self.block_tokens
             assert bt is not None
-            q, r = divmod(g.held_base + bt - 1, bt)
+            q, r = _split(g.held_base + bt - 1, bt)
             self._q_sum += n * q
             self._r_hist[r] += n
             self.pooled += n
@@ -190,7 +189,7 @@ class DecodeTicks:
         if g.pooled:
             bt = self.block_tokens
             assert bt is not None
-            q, r = divmod(g.held_base + bt - 1, bt)
+            q, r = _split(g.held_base + bt - 1, bt)
             self._q_sum -= n * q
             self._r_hist[r] -= n
             self.pooled -= n
@@ -216,6 +215,12 @@ class DecodeTicks:
         if need > 0 and not self.reserve(need):
             return "short"
         return "grown"
+
+    def any_due(self) -> bool:
+        """Whether the next step's growth may need the allocator for some member (an
+        entry is due; it may be stale: :meth:`due` drops those)."""
+        heap = self.decisions
+        return bool(heap) and heap[0][0] <= self.tick + 1
 
     def due(self) -> list[Group]:
         """Members whose next step's growth needs the allocator, in admission order
@@ -265,12 +270,33 @@ class DecodeTicks:
         pool = self.pool
         assert pool is not None
         free = pool.pool_free_blocks() + self.reserved_blocks
-        t0 = self.tick
+        return max(0, min(k, self.last_tick_within(free) - self.tick))
 
-        def fits(steps: int) -> bool:
-            return self.pooled_blocks(t0 + steps) <= free
+    def last_tick_within(self, blocks: int) -> int:
+        """The largest tick ``T`` with ``H(T) <= blocks`` (pooled members only; ``H``
+        as in the module docstring), in O(B) instead of a bisection over ``H``.
 
-        return last_true(0, k, fits)
+        With ``T = B * a + s`` (``0 <= s < B``), ``H(T) = Q + n * a + C(s)`` where
+        ``C(s)`` -- the members whose ``r_i >= B - s`` -- grows with ``s`` from
+        ``C(0) = 0`` and stays ``<= n``. So the largest ``a`` with ``Q + n * a <= blocks``
+        is the last whole block count, and ``s`` the largest with ``C(s)`` within what
+        is left. Below ``Q`` (nothing fits at any tick) the answer is ``-1``."""
+        bt = self.block_tokens
+        n = self.pooled
+        assert bt is not None and n > 0, "no pooled member"
+        room = blocks - self._q_sum
+        if room < 0:
+            return -1
+        a = room // n
+        left = room - n * a
+        hist = self._r_hist
+        s, crossed = 0, 0
+        while s + 1 < bt:
+            crossed += hist[bt - s - 1]
+            if crossed > left:
+                break
+            s += 1
+        return bt * a + s
 
     def advance(self, grow: int, steps: int) -> None:
         """``grow`` steps begun and ``steps`` ended at once (inside ``steady_steps``)."""
@@ -303,8 +329,13 @@ class DecodeTicks:
         bt = self.block_tokens
         if bt is None or not self.pooled:
             return 0
-        t, s = divmod(tick, bt)
-        crossed = sum(self._r_hist[bt - s :]) if s else 0
+        t = tick // bt
+        s = tick - t * bt  # divmod(tick, bt), in native ints
+        crossed = 0
+        if s:
+            hist = self._r_hist
+            for r in range(bt - s, bt):  # no slice: this runs a few times per step
+                crossed += hist[r]
         return self._q_sum + self.pooled * t + crossed
 
     def next_finish_done(self) -> int | None:
@@ -325,6 +356,13 @@ class DecodeTicks:
             if g.tick_id == tick_id:
                 out.append(g)
         return out
+
+
+def _split(value: int, block_tokens: int) -> tuple[int, int]:
+    """``divmod(value, block_tokens)`` in native ints (the compiled build calls the
+    builtin ``divmod`` through Python otherwise)."""
+    q = value // block_tokens
+    return q, value - q * block_tokens
 
 
 def _valid_top(heap: list[tuple[int, int, int, Group]]) -> int | None:

@@ -81,7 +81,11 @@ def frame(table: Any) -> pd.DataFrame:
         return _empty(names)
     data: dict[str, Any] = {}
     for name, values in zip(names, columns, strict=True):
-        array = _numeric(values)
+        types = set(map(type, values))
+        if types == {str}:
+            data[name] = _strings(name, values)
+            continue
+        array = _numeric(values, types)
         data[name] = _inferred(name, values) if array is None else array
     return pd.DataFrame(data, columns=list(names))
 
@@ -90,17 +94,33 @@ def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame.from_records([], columns=list(columns))
 
 
-def _numeric(values: list[object]) -> Any:
-    """``values`` as a 1-D numpy array when they are all bools, or all ints and floats
-    (the dtypes ``from_records`` infers for those); None otherwise."""
-    types = set(map(type, values))
-    if not (types == {bool} or (types and types <= {int, float})):
+def _numeric(values: list[object], types: set[type]) -> Any:
+    """``values`` (of the ``types``) as a 1-D numpy array when they are all bools, or all
+    ints and floats (the dtypes ``from_records`` infers for those); None otherwise. A
+    column of one type is converted to its dtype directly (no dtype discovery)."""
+    if types == {bool}:
+        return np.array(values, dtype=np.bool_)
+    if types == {float}:
+        return np.array(values, dtype=np.float64)
+    if not types or not types <= {int, float}:
         return None
+    if types == {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:  # beyond int64 (uint64, objects): pandas' inference decides
+            return None
     try:
         array = np.array(values)
     except (ValueError, OverflowError):
         return None
     return array if array.ndim == 1 and array.dtype.kind in "bif" else None
+
+
+def _strings(name: str, values: list[object]) -> Any:
+    """A column of only ``str`` values with the dtype ``from_records`` infers for them,
+    read off the distinct values (the inference depends on them only)."""
+    distinct = sorted(set(values), key=str)
+    return pd.Series(values, dtype=_inferred(name, distinct).dtype, name=name)
 
 
 RECORD_FIELDS: tuple[tuple[str, str], ...] = (
@@ -126,25 +146,37 @@ def request_frame(
     groups' record fields, sorted (ended groups are not touched again, so reading them at the end
     equals reading them when they ended).
 
-    One pass over the groups into a numpy record array (a group's fields read together:
-    ~1M groups scattered in memory, a pass per column would fetch each one 13 times),
-    then a stable argsort on the ids."""
+    One pass over the groups into a numpy record array (a group's fields read together),
+    then :func:`records_frame` on its columns. A run's own records are columnar from the
+    start (``sim.simulate.records``)."""
+    if not groups:
+        return _empty(_columns(prefix_cache))
     records = np.fromiter(map(record_of, groups), dtype=REQUEST_RECORD, count=len(groups))
-    return records_frame(records, np.array(replicas, dtype=np.int64), prefix_cache)
+    columns = {name: records[name] for name, _ in RECORD_FIELDS}
+    return records_frame(columns, np.array(replicas, dtype=np.int64), prefix_cache)
 
 
-def records_frame(records: Any, replicas: Any, prefix_cache: bool = False) -> pd.DataFrame:
-    """The requests table from :data:`REQUEST_RECORD` rows and each row's replica (a
-    numpy array each, one entry per request), sorted by request id (stable); with
+def _fields(prefix_cache: bool) -> tuple[tuple[str, str], ...]:
+    return REQUEST_FIELDS + PREFIX_CACHE_FIELDS if prefix_cache else REQUEST_FIELDS
+
+
+def _columns(prefix_cache: bool) -> tuple[str, ...]:
+    return tuple(name for name, _ in _fields(prefix_cache))
+
+
+def records_frame(
+    columns: dict[str, Any], replicas: Any, prefix_cache: bool = False
+) -> pd.DataFrame:
+    """The requests table from one numpy array per record field (``columns``, by the
+    names of :data:`RECORD_FIELDS`; ``str`` fields as object arrays) and each row's
+    replica, one entry per request, sorted by request id (stable); with
     ``prefix_cache``, :data:`PREFIX_CACHE_FIELDS` too."""
-    fields = REQUEST_FIELDS + PREFIX_CACHE_FIELDS if prefix_cache else REQUEST_FIELDS
-    columns = [name for name, _ in fields]
-    if not len(records):
-        return _empty(tuple(columns))
-    order = np.argsort(records["request_id"], kind="stable")
+    if not len(replicas):
+        return _empty(_columns(prefix_cache))
+    order = np.argsort(columns["request_id"], kind="stable")
     data: dict[str, Any] = {}
-    for name, dtype in fields:
-        column: Any = replicas if name == "replica" else records[name]
+    for name, dtype in _fields(prefix_cache):
+        column: Any = replicas if name == "replica" else columns[name]
         column = column[order]
         if dtype == "str":
             # The dtype pandas infers for these strings, read off the distinct ones.
@@ -153,7 +185,7 @@ def records_frame(records: Any, replicas: Any, prefix_cache: bool = False) -> pd
         data[name] = column
     # The columns are fresh copies owned here: the frame takes them as they are (no
     # second copy into consolidated blocks at a million-request run's memory peak).
-    return pd.DataFrame(data, columns=columns, copy=False)
+    return pd.DataFrame(data, columns=list(_columns(prefix_cache)), copy=False)
 
 
 def _inferred(name: str, values: list[object]) -> pd.Series:

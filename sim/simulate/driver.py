@@ -110,8 +110,7 @@ class SingleReplica:
             out_of_range=self.out_of_range,
         )
         groups = columns.groups(0, len(columns))
-        for g in groups:
-            outlet.records.start(g)
+        outlet.records.start_all(groups)
         self.replica.feed(groups)
 
     def processes(self, sampler: Process) -> list[Process]:
@@ -171,7 +170,7 @@ class Simulated:
             replica.close()
         for process in self.processes:
             process.close()
-        self.records.on_count = None
+        self.records.on_all_ended = None
         drop_pending(self.env)
 
 
@@ -196,15 +195,15 @@ def simulate(
         _sampler(env, recorder, traffic, scenario.metrics.sample_interval_s)
     )
     all_done = env.event()
-    total = len(records.rows)
+    total = records.capacity
 
-    def on_count(done: int) -> None:
-        if done == total and not all_done.triggered:
+    def on_all_ended() -> None:
+        if not all_done.triggered:
             timer = env.timeout(max(0.0, records.last_finish_s - env.now))
             assert timer.callbacks is not None
             timer.callbacks.append(lambda _: _succeed(all_done))
 
-    records.on_count = on_count
+    records.on_all_ended = on_all_ended
     if progress is not None:
         end_hint = scenario.duration_s or max(last_arrival_s, 1.0)  # the run may drain past it
         processes.append(_progress(env, progress, end_hint))

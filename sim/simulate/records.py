@@ -1,39 +1,116 @@
-"""A run's request records, compact: a request's ``Group`` is let go soon after it ends;
-its record fields are copied into a preallocated numpy record array a batch at a time, so
-a run holds objects only for the requests in flight (one ``Group`` alive for the whole
-run costs ~0.7 KB; a record row ~0.1 KB).
+"""A run's request records, compact and columnar: when a request ends for good its
+record fields are appended to one list per column (:class:`RecordColumns`, named as
+``sim.results.frames.RECORD_FIELDS``) and its ``Group`` is let go; a batch at a time the
+lists are copied into preallocated numpy arrays, one per column, so a run holds objects
+only for the requests in flight (one ``Group`` alive for the whole run costs ~0.7 KB; a
+record row ~0.1 KB). Compiled with the engine (``sim/build.py``): one end is a dozen
+list appends, with no tuple, no record object and no object-dtype array per request
+(the status is kept as its index in :data:`STATUSES`).
 
 The run registers each request as it arrives (:meth:`Records.start`; a single replica's
-whole trace at once) and its replica's outlet calls :meth:`Records.end` when it ends for
-good (ok, refused with no retry left, lost, timed out). Requests still queued or running
-when the run stops are recorded ``unfinished`` by :meth:`Records.close`. The frame is the
-one ``sim.results.frames.request_frame`` makes of the same groups. Ends are counted here,
-once: the run stops when every request has ended (``on_count``)."""
+whole trace at once: :meth:`Records.start_all`) and its replica's outlet calls
+:meth:`Records.end` when it ends for good (ok, refused with no retry left, lost, timed
+out). Requests still queued or running when the run stops are recorded ``unfinished`` by
+:meth:`Records.close`. The frame is the one ``sim.results.frames.request_frame`` makes of
+the same groups. Ends are counted here, once: the run stops when every request has
+ended (``on_all_ended``, called once, when the last of the ``capacity`` ends)."""
 
+# fragsim: compiled
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, get_args
 
 import numpy as np
 import pandas as pd
+from mypy_extensions import mypyc_attr
 
-from sim.engine.batch import Group
-from sim.results.frames import REQUEST_RECORD, record_of, records_frame
+from sim.engine.batch import Group, Status
+from sim.results.frames import RECORD_FIELDS, records_frame
 
 FLUSH_ROWS = 65_536
-"""Ended groups kept as objects before their records are copied out in one pass."""
+"""Ended requests' records kept in lists before they are copied into the arrays."""
+
+STATUSES: tuple[str, ...] = get_args(Status)
+"""Every request status, in the order of their codes (the ``status`` column's values)."""
+_STATUS_CODE: dict[str, int] = {status: i for i, status in enumerate(STATUSES)}
 
 
+class RecordColumns:
+    """Ended requests' records not yet copied out: one list per column, each named as
+    the record field it holds (``RECORD_FIELDS``; ``status`` as codes into
+    :data:`STATUSES`). A test holds the names to ``RECORD_FIELDS``."""
+
+    def __init__(self) -> None:
+        self.request_id: list[int] = []
+        self.arrival_s: list[float] = []
+        self.prompt_tokens: list[int] = []
+        self.output_tokens: list[int] = []
+        self.generated_tokens: list[int] = []
+        self.num_seqs: list[int] = []
+        self.admit_s: list[float] = []
+        self.first_token_s: list[float] = []
+        self.finish_s: list[float] = []
+        self.status: list[int] = []
+        self.preemptions: list[int] = []
+        self.retries: list[int] = []
+        self.peak_reserved_tokens: list[int] = []
+        self.cached_tokens: list[int] = []
+        self.prefix_queried_tokens: list[int] = []
+        self.prefix_hit_tokens: list[int] = []
+        self.preempted_queried_tokens: list[int] = []
+        self.preempted_hit_tokens: list[int] = []
+        self.replica: list[int] = []
+        """The replica it ended on (-1: none); not a record field of ``Group``."""
+
+    def add(self, g: Group, replica_id: int) -> None:
+        """Append ``g``'s record (every field of ``RECORD_FIELDS``) and its replica."""
+        self.request_id.append(g.request_id)
+        self.arrival_s.append(g.arrival_s)
+        self.prompt_tokens.append(g.prompt_tokens)
+        self.output_tokens.append(g.output_tokens)
+        self.generated_tokens.append(g.generated_tokens)
+        self.num_seqs.append(g.num_seqs)
+        self.admit_s.append(g.admit_s)
+        self.first_token_s.append(g.first_token_s)
+        self.finish_s.append(g.finish_s)
+        self.status.append(_STATUS_CODE[g.status])
+        self.preemptions.append(g.preemptions)
+        self.retries.append(g.retries)
+        self.peak_reserved_tokens.append(g.peak_reserved_tokens)
+        self.cached_tokens.append(g.cached_tokens)
+        self.prefix_queried_tokens.append(g.prefix_queried_tokens)
+        self.prefix_hit_tokens.append(g.prefix_hit_tokens)
+        self.preempted_queried_tokens.append(g.preempted_queried_tokens)
+        self.preempted_hit_tokens.append(g.preempted_hit_tokens)
+        self.replica.append(replica_id)
+
+    def __len__(self) -> int:
+        return len(self.request_id)
+
+
+def _column_dtype(name: str, dtype: str) -> Any:
+    """The array a column is kept in: its own dtype; ``status`` codes as int8."""
+    return np.int8 if name == "status" else np.dtype(dtype)
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Records:
     """Ended requests' records (at most ``capacity``), and the live ones by id."""
 
     def __init__(self, capacity: int) -> None:
-        self.rows = np.empty(capacity, dtype=REQUEST_RECORD)
+        self.capacity = capacity
+        """How many requests the run has: the run is over when this many have ended."""
+        self.arrays: dict[str, Any] = {
+            name: np.empty(capacity, dtype=_column_dtype(name, dtype))
+            for name, dtype in RECORD_FIELDS
+        }
+        """Each record field's column (``status``: codes into :data:`STATUSES`); the
+        first :attr:`count` entries are filled."""
         self.replicas = np.full(capacity, -1, dtype=np.int64)
         self.count = 0
-        """Records copied into ``rows``."""
-        self._ended: list[Group] = []
-        self._ended_replicas: list[int] = []
+        """Records copied into the arrays."""
+        self._pending = RecordColumns()
         self.live: dict[int, Group] = {}
         """Requests arrived and not ended, by request id (insertion: arrival order)."""
         self.ended = 0
@@ -41,45 +118,52 @@ class Records:
         self.last_finish_s = 0.0
         """When the latest end was (a replica's clock, which may run ahead of the
         environment's)."""
-        self.on_count: Callable[[int], None] | None = None
-        """Called with :attr:`ended` after each end."""
+        self.on_all_ended: Callable[[], None] | None = None
+        """Called once, when the last of the :attr:`capacity` requests has ended."""
 
     def start(self, g: Group) -> None:
         self.live[g.request_id] = g
+
+    def start_all(self, groups: list[Group]) -> None:
+        """:meth:`start` each of ``groups``, in order."""
+        live = self.live
+        for g in groups:
+            live[g.request_id] = g
 
     def end(self, g: Group, replica_id: int) -> None:
         """``g`` ended for good on ``replica_id`` (-1: none) with its status and finish
         time set: counted, and its record kept."""
         del self.live[g.request_id]
-        self._ended.append(g)
-        self._ended_replicas.append(replica_id)
-        if len(self._ended) >= FLUSH_ROWS:
+        pending = self._pending
+        pending.add(g, replica_id)
+        if len(pending) >= FLUSH_ROWS:
             self._flush()
         self.ended += 1
         if g.finish_s > self.last_finish_s:
             self.last_finish_s = g.finish_s
-        if self.on_count is not None:
-            self.on_count(self.ended)
+        if self.ended == self.capacity and self.on_all_ended is not None:
+            self.on_all_ended()
 
     def _flush(self) -> None:
-        """Copy the ended groups' records out (one pass), and let the groups go."""
-        n, k = len(self._ended), self.count
-        self.rows[k : k + n] = np.fromiter(
-            map(record_of, self._ended), dtype=REQUEST_RECORD, count=n
-        )
-        self.replicas[k : k + n] = self._ended_replicas
+        """Copy the pending records into the arrays (one slice per column)."""
+        pending = self._pending
+        n, k = len(pending), self.count
+        if not n:
+            return
+        for name, _ in RECORD_FIELDS:
+            self.arrays[name][k : k + n] = getattr(pending, name)
+        self.replicas[k : k + n] = pending.replica
         self.count = k + n
-        self._ended = []
-        self._ended_replicas = []
+        self._pending = RecordColumns()
 
     def close(self) -> None:
         """Record the requests still queued or running (``unfinished``, replica -1)."""
         self._flush()
-        live = list(self.live.values())
-        self._ended, self._ended_replicas = live, [-1] * len(live)
+        for g in self.live.values():
+            self._pending.add(g, -1)
         self._flush()
         self.live.clear()
-        self.on_count = None
+        self.on_all_ended = None
 
     def frame(self, prefix_cache: bool = False) -> pd.DataFrame:
         """The requests table, sorted by request id (``prefix_cache``: with the prefix
@@ -87,8 +171,10 @@ class Records:
         only copy from then on: a run's memory peak is while its outputs are
         assembled)."""
         n = self.count
-        out = records_frame(self.rows[:n], self.replicas[:n], prefix_cache)
-        self.rows = np.empty(0, dtype=REQUEST_RECORD)
+        columns = {name: array[:n] for name, array in self.arrays.items()}
+        columns["status"] = np.array(STATUSES, dtype=object)[columns["status"]]
+        out = records_frame(columns, self.replicas[:n], prefix_cache)
+        self.arrays = {name: np.empty(0, dtype=a.dtype) for name, a in self.arrays.items()}
         self.replicas = np.empty(0, dtype=np.int64)
         self.count = 0
         return out

@@ -21,6 +21,7 @@ from sim.engine.batch import Group
 from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS, EventTable, Recorder
 from sim.results.frames import (
     PREFIX_CACHE_COLUMNS,
+    RECORD_FIELDS,
     REQUEST_COLUMNS,
     columns_of,
     frame,
@@ -29,7 +30,7 @@ from sim.results.frames import (
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
 from sim.scenario.workload import load_workload
-from sim.simulate.records import Records
+from sim.simulate.records import STATUSES, RecordColumns, Records
 
 OUTPUTS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "scenarios.md"
 
@@ -72,6 +73,8 @@ def hand_table(rows: list[tuple[object, ...]]) -> HandTable:
         [(1 << 40, -0.0, "x", 1.0), (-(1 << 40), math.inf, "y", None)],  # float+None
         [(True, 1, "b", 7), (False, 2, "c", 8)],
         [(True, 1.5, (1, 2), 1 << 70), (2, False, (3,), 5)],  # bool+number; uneven; huge
+        [(1 << 63, math.nan, "", True), (1, math.inf, "é", False)],  # int past int64; strs
+        [(-(1 << 63), 0.25, "z", 1 << 64), (0, -1.0, "z", 2)],  # int64's least; uint64
     ],
 )
 def test_hand_made_rows(rows: list[tuple[object, ...]]) -> None:
@@ -189,3 +192,46 @@ def test_a_real_runs_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     pd.testing.assert_frame_equal(result.requests, want, check_exact=True)
     same_as_from_records(recorder.samples)
     same_as_from_records(recorder.events)
+
+
+def test_the_run_records_columns_are_the_request_record_fields() -> None:
+    """The run's columnar records hold one list per record field, by the same names,
+    and the replica: a field added to ``RECORD_FIELDS`` and forgotten there fails."""
+    columns = RecordColumns()
+    g = Group(7, 1.5, 100, 20)
+    g.end("timed-out", 3.0)
+    columns.add(g, 2)
+    want = [name for name, _ in RECORD_FIELDS] + ["replica"]
+    if hasattr(columns, "__dict__"):  # the pure build (a compiled class has no dict)
+        assert list(vars(columns)) == want
+    assert [len(getattr(columns, name)) for name in want] == [1] * len(want)
+    assert STATUSES[columns.status[0]] == "timed-out"
+    assert columns.request_id == [7] and columns.replica == [2]
+
+
+def test_records_frame_of_ends_and_unfinished() -> None:
+    """Ended requests keep their status and replica; those still live at ``close`` are
+    ``unfinished`` on replica -1; the table is sorted by request id; the run is over
+    (``on_all_ended``, once) when every request has ended."""
+    records = Records(3)
+    calls: list[int] = []
+    records.on_all_ended = lambda: calls.append(records.ended)
+    groups = [Group(i, float(i), 10, 5) for i in (2, 0, 1)]
+    records.start_all(groups)
+    groups[0].end("ok", 4.0)
+    records.end(groups[0], 1)
+    groups[2].end("rejected-too-long", 1.0)
+    records.end(groups[2], 0)
+    assert calls == [] and records.last_finish_s == 4.0
+    records.close()
+    df = records.frame()
+    assert df["request_id"].tolist() == [0, 1, 2]
+    assert df["status"].tolist() == ["unfinished", "rejected-too-long", "ok"]
+    assert df["replica"].tolist() == [-1, 0, 1]
+    assert list(df.columns) == list(REQUEST_COLUMNS)
+    full = Records(1)
+    full.on_all_ended = lambda: calls.append(full.ended)
+    full.start(groups[1])
+    groups[1].end("ok", 2.0)
+    full.end(groups[1], 0)
+    assert calls == [1]

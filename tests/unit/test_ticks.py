@@ -57,6 +57,14 @@ def test_pooled_blocks_and_tokens_match_brute_force(block_tokens: int, forks: bo
         assert ticks.pooled_blocks(tick) == want
     assert ticks.kv_tokens() == sum(g.num_seqs * g.held_tokens for g in groups)
     assert ticks.seqs == sum(g.num_seqs for g in groups)
+    # the last tick within a block budget: the largest T with H(T) <= blocks, by scan
+    h_now = ticks.pooled_blocks(1234)
+    for blocks in [h_now - 1, h_now, *rng.integers(h_now, h_now + 400, 30).tolist()]:
+        tick = 0
+        while ticks.pooled_blocks(tick + 1) <= blocks:
+            tick += 1
+        want_tick = tick if ticks.pooled_blocks(tick) <= blocks else -1
+        assert ticks.last_tick_within(blocks) == want_tick, blocks
 
 
 def test_advance_draws_exactly_the_crossed_blocks_and_leave_hands_them_out() -> None:
