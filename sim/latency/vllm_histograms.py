@@ -24,7 +24,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.latency.prom_dump import E2E, GENERATION, PROMPT, TPOT, TTFT, Key
+from sim.latency.prom_dump import (
+    DECODE,
+    E2E,
+    GENERATION,
+    INFERENCE,
+    PREFILL,
+    PROMPT,
+    QUEUE,
+    TPOT,
+    TTFT,
+    Key,
+)
 from traces.atomic import atomic_path
 
 TTFT_BOUNDS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
@@ -54,6 +65,7 @@ def _observations(requests: pd.DataFrame, max_model_len: int) -> list[tuple[str,
     first = ok["first_token_s"].to_numpy(np.float64)
     finish = ok["finish_s"].to_numpy(np.float64)
     arrival = ok["arrival_s"].to_numpy(np.float64)
+    admit = np.clip(ok["admit_s"].to_numpy(np.float64), arrival, first)
     out_tokens = ok["output_tokens"].to_numpy(np.float64)
     intervals = np.maximum(out_tokens - 1, 0)
     tpot = np.where(intervals > 0, (finish - first) / np.maximum(intervals, 1), 0.0)
@@ -65,6 +77,10 @@ def _observations(requests: pd.DataFrame, max_model_len: int) -> list[tuple[str,
         (PROMPT, tokens, finish, ok["prompt_tokens"].to_numpy(np.float64), ones),
         (GENERATION, tokens, finish, out_tokens, ones),
         (TPOT, TPOT_BOUNDS_S, finish, tpot, intervals),
+        (QUEUE, E2E_BOUNDS_S, finish, admit - arrival, ones),
+        (PREFILL, E2E_BOUNDS_S, finish, first - admit, ones),
+        (DECODE, E2E_BOUNDS_S, finish, finish - first, ones),
+        (INFERENCE, E2E_BOUNDS_S, finish, finish - admit, ones),
     ]
 
 
