@@ -148,7 +148,9 @@ class Replay:
     def phases(self, latency: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(admit, first token, finish) of every observed row less its arrival,
         replayed under ``latency``; NaN where a request did not finish."""
-        admit, ttft, e2e = [], [], []
+        admit: list[np.ndarray] = []
+        ttft: list[np.ndarray] = []
+        e2e: list[np.ndarray] = []
         for frame, res in zip(self.frames, self.requests(latency), strict=True):
             arrival = frame["arrival_s"].to_numpy()
             ok = (res["status"] == "ok").to_numpy()

@@ -312,9 +312,10 @@ def windows_of(series: dict[Key, dict[float, float]], path: str) -> list[Window]
             extra = tpot[w] if tpot is not None else None
             if extra is not None:
                 hists[TPOT] = extra
-            for name, h in phases.items():
-                if h is not None and h[w] is not None:
-                    hists[name] = h[w]
+            for name, phase in phases.items():
+                one = phase[w] if phase is not None else None
+                if one is not None:
+                    hists[name] = one
             windows.append(Window(node, times[w], times[w + 1], hists))
     return windows
 
