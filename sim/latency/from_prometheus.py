@@ -5,17 +5,8 @@ Histograms hold distributions over windows, not requests, so the fit works per w
 (:mod:`sim.latency.prom_dump` reads the dump into each node's windows: the intervals
 between consecutive samples of ``vllm:e2e_request_latency_seconds_count``).
 
-Workload. Each window's finished requests (the e2e histogram's count increase) are
-rebuilt: their prompt and output lengths take the window's
-``vllm:request_prompt_tokens`` / ``vllm:request_generation_tokens`` bucket shares
-exactly (largest remainder), spread within each bucket so their mean is the
-histogram's (:func:`spread`). Each finishes at a seeded uniform time in the window
-(uniform, as a Poisson stream's events are: an even spread smooths the bursts that make
-queues) and arrived its rebuilt e2e earlier. With vLLM v1's phase histograms
-(``vllm:request_queue_time_seconds``, ``_prefill_time_``, ``_decode_time_``) that e2e is
-queue + prefill + decode, the prefill time ranked with the prompt length and the decode
-time with the output length (their pairing with each other is lost: random); without
-them it is the e2e histogram's, ranked with the output length.
+Workload. Each window's finished requests are rebuilt from its histograms
+(:mod:`sim.latency.prom_rebuild` says how).
 
 Fit. The rebuilt requests are replayed through the scenario's replica per node
 (:class:`sim.latency.from_spans.Replay`), :data:`RECONSTRUCTIONS` rebuilds of different
@@ -27,12 +18,15 @@ the phase histograms; else mean e2e, TTFT (the requests whose replayed first tok
 in the window, as vLLM observes TTFT) and, where the dump has it, time per output token.
 
 Bias correction. A rebuild is not the real traffic, and the replay of a rebuild is
-biased (a few percent: pairings and arrival times are guessed). So, once fitted, each
-rebuild's replay under the fitted model is itself written as vLLM's histograms
-(:mod:`sim.latency.vllm_histograms`, the dump's scrape interval), rebuilt the same way and
-replayed again: the ratio of each metric's total over that round trip is the rebuild's
-bias at that model, each prediction is divided by it and the model refitted
-(:data:`CORRECTIONS` rounds). This is indirect inference's correction.
+biased (a few percent: pairings and arrival times are guessed). So, once fitted,
+:data:`ROUND_TRIPS` fresh rebuilds are replayed under the fitted model, written as
+vLLM's histograms (:mod:`sim.latency.vllm_histograms`, the dump's scrape interval),
+rebuilt the same way and replayed again: the ratio of each metric's total over those
+round trips is the rebuild's bias at that model; each prediction is divided by it and
+the model refitted from the first fit (:data:`CORRECTIONS` rounds). This is indirect
+inference's correction. (A line per metric, offset and slope, in place of the ratio
+was tried: the slopes came out near 0.8, the rebuilds' own noise, and the fits were no
+closer.)
 
 Held out: every fifth window per node with at least :data:`MIN_WINDOW_REQUESTS`
 requests (its requests are replayed, not fitted). Reported for TTFT and e2e: the mean
@@ -59,8 +53,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
-from scipy.optimize import brentq
 
 from sim.latency import prom_dump, vllm_histograms
 from sim.latency.calibrated import CalibratedLatency
@@ -68,16 +60,13 @@ from sim.latency.from_spans import Replay, prepare, solve_linear
 from sim.latency.prom_dump import (
     DECODE,
     E2E,
-    GENERATION,
     PREFILL,
-    PROMPT,
-    QUEUE,
     TPOT,
     TTFT,
     DumpError,
-    Histogram,
     Window,
 )
+from sim.latency.prom_rebuild import has_phases, rebuild
 
 MIN_WINDOWS = 10
 """The fewest windows with finished requests a fit accepts (a fifth are held out)."""
@@ -90,111 +79,13 @@ RECONSTRUCTIONS = 4
 """Rebuilds (of different seeds) whose replays are averaged at every step of the fit."""
 CORRECTIONS = 1
 """Rounds of bias correction and refit after the first fit."""
+ROUND_TRIPS = 16
+"""Round trips (histograms of a rebuild's replay, rebuilt and replayed) per correction."""
 QUANTILES = (0.5, 0.9)
 PHASED = (PREFILL, DECODE, E2E)
 """Fitted where the dump has vLLM v1's phase histograms."""
 UNPHASED = (TTFT, E2E, TPOT)
 """Fitted otherwise (TPOT where the dump has it)."""
-
-
-def _shares(counts: np.ndarray, n: int) -> np.ndarray:
-    """Non-cumulative bucket counts scaled to sum to ``n`` (largest remainder)."""
-    per = np.diff(np.concatenate([[0.0], counts]))
-    per = np.maximum(per, 0)
-    if per.sum() <= 0:
-        return np.zeros(len(per), dtype=np.int64)
-    exact = per / per.sum() * n
-    whole = np.floor(exact).astype(np.int64)
-    left = n - int(whole.sum())
-    order = np.argsort(-(exact - whole), kind="stable")
-    whole[order[:left]] += 1
-    return whole
-
-
-def spread(hist: Histogram, n: int, *, integer: bool) -> np.ndarray:
-    """``n`` values with the histogram's bucket shares, evenly spread within each bucket
-    ``(lo, hi]`` as ``lo + (hi - lo) * u**g``, ``g`` chosen so the mean is the
-    histogram's where it can be (else the nearest end); tokens rounded up within the
-    bucket; the ``+Inf`` bucket's values take the rest of the sum. Sorted ascending."""
-    finite = hist.bounds[np.isfinite(hist.bounds)]
-    top = float(finite[-1]) if len(finite) else 1.0
-    lo_list, hi_list, u_list = [], [], []
-    for i, c in enumerate(_shares(hist.counts, n)):
-        if c == 0:
-            continue
-        hi = min(float(hist.bounds[i]), top)
-        lo = min(float(hist.bounds[i - 1]), top) if i > 0 else 0.0
-        lo = lo if hi > lo or i == 0 else top
-        lo_list.append(np.full(c, lo))
-        hi_list.append(np.full(c, hi))
-        u_list.append((np.arange(c) + 0.5) / c)
-    if not lo_list:
-        return np.zeros(0)
-    low, high, u = np.concatenate(lo_list), np.concatenate(hi_list), np.concatenate(u_list)
-
-    def values(log_g: float) -> np.ndarray:
-        v = low + (high - low) * u ** math.exp(log_g)
-        return np.clip(np.ceil(v), np.floor(low) + 1, high) if integer else v
-
-    target = hist.mean()
-    log_g = 0.0
-    if math.isfinite(target):
-        f = lambda x: float(values(x).mean()) - target  # noqa: E731
-        a, b = -4.0, 4.0
-        if f(a) * f(b) < 0:
-            log_g = brentq(f, a, b, xtol=1e-6)
-        else:
-            log_g = a if abs(f(a)) < abs(f(b)) else b
-    out = values(log_g)
-    over = high <= low  # the +Inf bucket, put at the top bound above: give it the rest of the sum
-    if over.any() and math.isfinite(target):
-        rest = (target * len(out) - float(out[~over].sum())) / int(over.sum())
-        out[over] = np.ceil(rest) if integer and rest > top else max(rest, top)
-    return np.sort(out)
-
-
-def _has_phases(w: Window) -> bool:
-    return all(name in w.histograms for name in (QUEUE, PREFILL, DECODE))
-
-
-def rebuild(windows: list[Window], seed: int) -> pd.DataFrame:
-    """The requests of every window (module docstring): ``node``, ``window`` (index
-    into ``windows``), ``arrival_s`` (from the earliest window's start),
-    ``prompt_tokens``, ``output_tokens``; sorted by node, then arrival."""
-    rng = np.random.default_rng(seed)
-    t0 = min(w.start_s for w in windows)
-    frames = []
-    for index, w in enumerate(windows):
-        n, h = w.requests, w.histograms
-        if n == 0:
-            continue
-        prompt = spread(h[PROMPT], n, integer=True)
-        output = spread(h[GENERATION], n, integer=True)  # both ascending
-        if _has_phases(w):
-            pair = rng.permutation(n)  # prompt with output: lost
-            prompt = prompt[pair]
-            e2e = (
-                rng.permutation(spread(h[QUEUE], n, integer=False))
-                + spread(h[PREFILL], n, integer=False)[pair]
-                + spread(h[DECODE], n, integer=False)
-            )
-        else:
-            prompt = rng.permutation(prompt)
-            e2e = spread(h[E2E], n, integer=False)
-        finish = rng.uniform(w.start_s, w.end_s, n)
-        frames.append(
-            pd.DataFrame(
-                {
-                    "node": w.node,
-                    "window": index,
-                    "arrival_s": finish - e2e - t0,
-                    "prompt_tokens": np.maximum(prompt, 1).astype(np.int64),
-                    "output_tokens": np.maximum(output, 1).astype(np.int64),
-                }
-            )
-        )
-    rows = pd.concat(frames, ignore_index=True)
-    return rows.sort_values(["node", "arrival_s"], kind="stable").reset_index(drop=True)
 
 
 def held_out_windows(windows: list[Window]) -> np.ndarray:
@@ -276,20 +167,29 @@ def sample_means(samples: list[Sample], name: str, count: int) -> np.ndarray:
 
 
 def _metrics(windows: list[Window]) -> tuple[str, ...]:
-    if all(_has_phases(w) for w in windows):
+    if all(has_phases(w) for w in windows):
         return PHASED
     return tuple(m for m in UNPHASED if m != TPOT or all(TPOT in w.histograms for w in windows))
 
 
 def correction(
-    replays: list[Replay], latency: Any, metrics: tuple[str, ...], scrape_s: float, seed: int
+    scenario: Any,
+    windows: list[Window],
+    latency: Any,
+    metrics: tuple[str, ...],
+    *,
+    scrape_s: float,
+    seed: int,
+    trips: int = ROUND_TRIPS,
 ) -> dict[str, float]:
     """Per metric: the rebuild's bias at ``latency`` (module docstring), as the ratio of
-    the metric's total replayed from a rebuild of the replay's own histograms to the
-    total those histograms hold."""
+    the metric's total replayed from a rebuild of a replay's own histograms to the total
+    those histograms hold, summed over ``trips`` round trips from fresh rebuilds of
+    ``windows`` (a ratio of totals: one rebuild a trip is as good as several averaged)."""
     replayed = dict.fromkeys(metrics, 0.0)
     held = dict.fromkeys(metrics, 0.0)
-    for k, replay in enumerate(replays):
+    for k in range(trips):
+        replay = prepare(scenario, rebuild(windows, seed + 2000 + k).assign(ttft_s=1.0, e2e_s=1.0))
         series: dict[prom_dump.Key, dict[float, float]] = {}
         for node, frame in zip(_nodes(replay), replay.requests(latency), strict=True):
             if (frame["status"] == "ok").sum() == 0:
@@ -301,16 +201,12 @@ def correction(
                 node=node,
             )
         synthetic = [w for w in prom_dump.windows_of(series, "replay") if w.requests > 0]
-        again = prepare(
-            replay.scenario, rebuild(synthetic, seed + 1000 + k).assign(ttft_s=1.0, e2e_s=1.0)
-        )
-        s = sample(again, latency, synthetic)
+        again = rebuild(synthetic, seed + 3000 + k).assign(ttft_s=1.0, e2e_s=1.0)
+        s = sample(prepare(replay.scenario, again), latency, synthetic)
         for m in metrics:
             n = np.array([w.histograms[m].count if m in w.histograms else 0.0 for w in synthetic])
-            theirs, ours = (
-                observed_means(synthetic, m) * n,
-                sample_means([s], m, len(synthetic)) * n,
-            )
+            theirs = observed_means(synthetic, m) * n
+            ours = sample_means([s], m, len(synthetic)) * n
             ok = np.isfinite(theirs) & np.isfinite(ours)
             held[m] += float(theirs[ok].sum())
             replayed[m] += float(ours[ok].sum())
@@ -330,7 +226,7 @@ class PromFit:
     fitted_windows: int
     requests: int
     correction: dict[str, float]
-    """The last bias correction per fitted metric (1.0: none)."""
+    """The last bias correction per fitted metric: replayed over held (1.0: none)."""
 
 
 def _ape(pred: float, obs: float) -> float:
@@ -421,7 +317,7 @@ def fit_from_prometheus(
     latency, start = None, None
     for _ in range(CORRECTIONS + 1):
         if latency is not None:
-            bias = correction(replays, latency, metrics, scrape_s, seed)
+            bias = correction(scenario, used, latency, metrics, scrape_s=scrape_s, seed=seed)
         latency, n = solve_linear(
             replays[0], residuals_of, max_evaluations=max_evaluations, start=start
         )

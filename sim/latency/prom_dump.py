@@ -19,6 +19,9 @@ Series. Only ``vllm:*`` names are kept. A sample's node is its ``pod`` label, el
 is appended (``pod/engine 1``). Series of one node, name and ``le`` that differ in other
 labels (``model_name``, ``job``, ``finished_reason``) are summed at each timestamp.
 
+Histograms. :data:`NEEDED` must be there for every node; vLLM v1's phase histograms
+(:data:`PHASES`) and TPOT (or ITL) are read where present.
+
 Windows. A node's windows run between consecutive timestamps of its
 ``vllm:e2e_request_latency_seconds_count``; the increment of a counter over a window is
 its difference, or its new value where it fell (a restart: counters reset to 0). A
