@@ -86,6 +86,8 @@ PHASED = (PREFILL, DECODE, E2E)
 """Fitted where the dump has vLLM v1's phase histograms."""
 UNPHASED = (TTFT, E2E, TPOT)
 """Fitted otherwise (TPOT where the dump has it)."""
+LABELS = {TTFT: "TTFT", E2E: "e2e", PREFILL: "prefill", DECODE: "decode", TPOT: "TPOT"}
+"""What the command prints for each fitted metric."""
 
 
 def held_out_windows(windows: list[Window]) -> np.ndarray:

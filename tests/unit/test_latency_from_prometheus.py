@@ -96,7 +96,7 @@ def test_a_dump_of_a_known_model_with_noise_fits_back_within_5_percent(tmp_path:
     assert lines[0].startswith(f"error on {(role == 1).sum()} held-out windows (fitted on ")
     assert lines[1].split() == ["latency", "windows", "mean", "APE", "p50", "APE", "p90", "APE"]
     assert [line.split()[0] for line in lines[2:4]] == ["TTFT", "e2e"]
-    assert lines[4].startswith("rebuild bias corrected: request_prefill_time_seconds x")
+    assert lines[4].startswith("rebuild bias corrected: prefill x")
     assert lines[5].startswith(f"wrote {out}")
     fitted = CalibratedLatency.from_json(out)
     assert fitted.calibration.source["held_out_windows"] == int((role == 1).sum())

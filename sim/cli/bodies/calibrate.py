@@ -12,7 +12,7 @@ import typer
 from sim.cli.common import fail
 from sim.errors import os_error_line
 from sim.latency.calibrated import CalibratedLatency
-from sim.latency.from_prometheus import fit_from_prometheus
+from sim.latency.from_prometheus import LABELS, fit_from_prometheus
 from sim.latency.from_spans import SpanFitError, fit_from_spans, read_span_requests
 from sim.latency.prom_dump import read_windows
 from sim.scenario.schema import Scenario, ScenarioError, load_scenario
@@ -78,11 +78,12 @@ def from_prometheus(*, path: Path, scenario_path: str, out: Path) -> None:
     source = fit.latency.calibration.source
     typer.echo(
         f"error on {held} held-out windows (fitted on {fit.fitted_windows} of "
-        f"{source['windows']} windows, {fit.requests} requests; {fit.evaluations} replays)"
+        f"{source['windows']} windows, {fit.requests} requests; {fit.evaluations} models "
+        f"tried on {source['reconstructions']} rebuilds)"
     )
     typer.echo(f"{'latency':<8} {'windows':>8} {'mean APE':>9} {'p50 APE':>8} {'p90 APE':>8}")
     for name, n, mean, p50, p90 in fit.table:
         typer.echo(f"{name:<8} {n:>8} {mean:>9.1%} {p50:>8.1%} {p90:>8.1%}")
-    bias = ", ".join(f"{m.removeprefix('vllm:')} x{r:.3f}" for m, r in fit.correction.items())
+    bias = ", ".join(f"{LABELS[m]} x{r:.3f}" for m, r in fit.correction.items())
     typer.echo(f"rebuild bias corrected: {bias}")
     _write(fit.latency, out)
