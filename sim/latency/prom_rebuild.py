@@ -123,3 +123,36 @@ def rebuild(windows: list[Window], seed: int) -> pd.DataFrame:
         )
     rows = pd.concat(frames, ignore_index=True)
     return rows.sort_values(["node", "arrival_s"], kind="stable").reset_index(drop=True)
+
+
+def synthesize(windows: list[Window], seed: int) -> pd.DataFrame:
+    """Traffic *like* the dump's, for the fit's bias correction (not a rebuild): each
+    window's requests with the lengths :func:`rebuild` gives them, paired at random,
+    arriving at seeded uniform times in the window moved back by its mean e2e -- a
+    Poisson stream's bursts, placed without looking at any latency. Same columns as
+    :func:`rebuild`."""
+    rng = np.random.default_rng(seed)
+    t0 = min(w.start_s for w in windows)
+    frames = []
+    for index, w in enumerate(windows):
+        n, h = w.requests, w.histograms
+        if n == 0:
+            continue
+        back = h[E2E].mean()
+        frames.append(
+            pd.DataFrame(
+                {
+                    "node": w.node,
+                    "window": index,
+                    "arrival_s": rng.uniform(w.start_s - back, w.end_s - back, n) - t0,
+                    "prompt_tokens": np.maximum(
+                        rng.permutation(spread(h[PROMPT], n, integer=True)), 1
+                    ).astype(np.int64),
+                    "output_tokens": np.maximum(
+                        rng.permutation(spread(h[GENERATION], n, integer=True)), 1
+                    ).astype(np.int64),
+                }
+            )
+        )
+    rows = pd.concat(frames, ignore_index=True)
+    return rows.sort_values(["node", "arrival_s"], kind="stable").reset_index(drop=True)
