@@ -84,5 +84,14 @@ def calibrate_command(
         raise fail(f"fragsim calibrate {flag}: give the replica to replay: -s SCENARIO")
     source = resolve_scenario(scenario)
     check_scenario_exists(source)
-    body = "from_spans" if from_spans is not None else "from_prometheus"
-    lazy.call(f"sim.cli.bodies.calibrate:{body}", path=telemetry, scenario_path=source, out=out)
+    if from_spans is not None:
+        lazy.call(
+            "sim.cli.bodies.calibrate:from_spans", path=telemetry, scenario_path=source, out=out
+        )
+    else:
+        lazy.call(
+            "sim.cli.bodies.calibrate:from_prometheus",
+            path=telemetry,
+            scenario_path=source,
+            out=out,
+        )

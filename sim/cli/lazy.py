@@ -20,6 +20,9 @@ is asked for, torch's ``gpu_backend``): ``tests/unit/test_import_direction.py`` 
 that, and ``tests/unit/test_cli_lazy.py`` that every target named in a front exists and
 takes the arguments passed.
 
+A body may hand over the same way to a part of its work that pulls in much more and is
+not always needed (``alerts``: a scenario's thresholds, only with ``--scenario``).
+
 A front never imports a body (``sim.cli.bodies`` is the layer above ``sim.cli``); a
 body may import fronts and the light helpers (``common``, ``output``, ``progress``).
 """
