@@ -95,6 +95,8 @@ BUILD_INDEPENDENT: frozenset[str] = frozenset(
         "unit/test_dashboard.py",
         "unit/test_import_direction.py",
         "unit/test_cli_lazy.py",
+        "unit/test_latency_prom_dump.py",
+        "unit/test_latency_from_prometheus.py",
         "unit/test_layering.py",
         "unit/test_matching.py",
         "unit/test_openmetrics.py",

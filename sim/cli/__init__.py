@@ -90,7 +90,7 @@ COMMANDS: dict[str, Lazy] = {
     "calibrate": Lazy(
         "sim.cli.calibrate:calibrate_command",
         "Write a fragsim-latency/1 file: steps measured on the device, or a fit to vLLM's "
-        "spans (--from-spans).",
+        "spans (--from-spans) or Prometheus histograms (--from-prometheus).",
     ),
     "validate": Lazy(
         "sim.cli.gpu:validate_command",

@@ -1,6 +1,11 @@
 """``fragsim calibrate``: a ``fragsim-latency/1`` file measured on the device (the GPU
-backend, :mod:`sim.cli.gpu`) or fitted from vLLM's OpenTelemetry spans
-(``--from-spans DIR -s SCENARIO``, :mod:`sim.latency.from_spans`)."""
+backend, :mod:`sim.cli.gpu`) or fitted from vLLM's own telemetry by replaying it through
+a scenario's replica: its OpenTelemetry spans (``--from-spans DIR -s SCENARIO``,
+:mod:`sim.latency.from_spans`) or a Prometheus range dump of its ``vllm:*`` histograms
+(``--from-prometheus DUMP -s SCENARIO``, :mod:`sim.latency.from_prometheus`).
+
+This module is the front (options, the checks made before the fit loads); the fits are
+:mod:`sim.cli.bodies.calibrate`'s (:mod:`sim.cli.lazy`)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from sim.cli import lazy
 from sim.cli.common import check_scenario_exists, fail
 from sim.cli.gpu import (
     DeviceOption,
@@ -19,7 +25,6 @@ from sim.cli.gpu import (
     QuickOption,
 )
 from sim.cli.gpu import calibrate_command as measure
-from sim.errors import os_error_line
 from sim.scenario.builtin import resolve_scenario
 
 
@@ -32,10 +37,21 @@ def calibrate_command(
             help="Fit from vLLM's OTLP JSON spans (a file or folder) instead of measuring.",
         ),
     ] = None,
+    from_prometheus: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-prometheus",
+            help="Fit from a Prometheus range dump of vLLM's vllm:* histograms "
+            "(query_range JSON or text samples; a file or folder) instead of measuring.",
+        ),
+    ] = None,
     scenario: Annotated[
         str | None,
         typer.Option(
-            "--scenario", "-s", help="With --from-spans: the replica to replay (file or built-in)."
+            "--scenario",
+            "-s",
+            help="With --from-spans or --from-prometheus: the replica to replay (file or "
+            "built-in).",
         ),
     ] = None,
     model: ModelOption = "llama-3-8b",
@@ -46,58 +62,36 @@ def calibrate_command(
     kernels: KernelsOption = "auto",
 ) -> None:
     """Write a fragsim-latency/1 file: steps measured on the device, or a fit to vLLM's
-    spans (--from-spans).
+    spans (--from-spans) or Prometheus histograms (--from-prometheus).
 
     --from-spans DIR -s SCENARIO replays each node's spans through SCENARIO's replica,
     fits the linear step-time model to their TTFT and e2e, and prints the error on
-    held-out requests (docs/hardware-latency.md)."""
-    if from_spans is None:
+    held-out requests. --from-prometheus DUMP -s SCENARIO rebuilds each scrape window's
+    requests from the histograms, replays them, fits the model to the windows' latencies
+    and prints the error on held-out windows (docs/hardware-latency.md)."""
+    if from_spans is not None and from_prometheus is not None:
+        raise fail("fragsim calibrate: give --from-spans or --from-prometheus, not both")
+    flag = "--from-spans" if from_spans is not None else "--from-prometheus"
+    telemetry = from_spans if from_spans is not None else from_prometheus
+    if telemetry is None:
         if scenario is not None:
-            raise fail("fragsim calibrate: --scenario is used with --from-spans only")
+            raise fail(
+                "fragsim calibrate: --scenario is used with --from-spans or --from-prometheus only"
+            )
         measure(out, model, layers, device, dtype, quick, kernels)
         return
     if scenario is None:
-        raise fail("fragsim calibrate --from-spans: give the replica to replay: -s SCENARIO")
-    _from_spans(from_spans, scenario, out)
-
-
-def _from_spans(spans_path: Path, scenario_arg: str, out: Path) -> None:
-    from sim.latency.from_spans import SpanFitError, fit_from_spans, read_span_requests
-    from sim.scenario.schema import ScenarioError, load_scenario
-    from traces.errors import TraceError
-
-    source = resolve_scenario(scenario_arg)
+        raise fail(f"fragsim calibrate {flag}: give the replica to replay: -s SCENARIO")
+    source = resolve_scenario(scenario)
     check_scenario_exists(source)
-    try:
-        scenario = load_scenario(source)
-    except ScenarioError as e:
-        raise fail(str(e), source) from None
-    except OSError as e:
-        raise fail(os_error_line(e), source) from None
-    try:
-        spans = read_span_requests(spans_path)
-        fit = fit_from_spans(scenario, spans, source=str(spans_path))
-    except SpanFitError as e:
-        raise fail(f"fragsim calibrate --from-spans: {e}") from None
-    except TraceError as e:  # the span files' own errors name file and line
-        raise fail(str(e)) from None
-    except OSError as e:
-        raise fail(os_error_line(e, str(spans_path))) from None
-    try:
-        fit.latency.to_json(out)
-    except TraceError as e:
-        raise fail(str(e)) from None
-    held = fit.table[0][1]
-    typer.echo(
-        f"error on {held} held-out requests (fitted on {len(spans) - held} of {len(spans)}, "
-        f"{fit.evaluations} replays)"
-    )
-    typer.echo(f"{'latency':<8} {'requests':>8} {'MAPE':>8} {'p90 APE':>8}")
-    for name, n, mape, p90 in fit.table:
-        typer.echo(f"{name:<8} {n:>8} {mape:>8.1%} {p90:>8.1%}")
-    c = fit.latency.calibration.coefficients
-    typer.echo(
-        f"wrote {out} (intercept {c.intercept_s * 1e3:.3g} ms, per prefill token "
-        f"{c.per_prefill_token_s * 1e6:.3g} us, per decode seq {c.per_decode_seq_s * 1e6:.3g} us, "
-        f"per KV token {c.per_kv_token_s * 1e9:.3g} ns)"
-    )
+    if from_spans is not None:
+        lazy.call(
+            "sim.cli.bodies.calibrate:from_spans", path=telemetry, scenario_path=source, out=out
+        )
+    else:
+        lazy.call(
+            "sim.cli.bodies.calibrate:from_prometheus",
+            path=telemetry,
+            scenario_path=source,
+            out=out,
+        )

@@ -134,19 +134,36 @@ class Replay:
     observed: pd.DataFrame
     """The spans' rows in replay order, with ``held_out`` (bool)."""
 
+    def requests(self, latency: LatencyModel) -> list[pd.DataFrame]:
+        """Each node's run under ``latency``: its requests frame (the run's columns),
+        one row per frame row, in the frame's order."""
+        parts = [dataclasses.replace(self.parts, latency=latency)]
+        return [
+            run(self.scenario, frame, parts=parts)
+            .requests.set_index("request_id")
+            .reindex(frame["request_id"])
+            .reset_index()
+            for frame in self.frames
+        ]
+
+    def phases(self, latency: LatencyModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(admit, first token, finish) of every observed row less its arrival,
+        replayed under ``latency``; NaN where a request did not finish."""
+        admit: list[np.ndarray] = []
+        ttft: list[np.ndarray] = []
+        e2e: list[np.ndarray] = []
+        for frame, res in zip(self.frames, self.requests(latency), strict=True):
+            arrival = frame["arrival_s"].to_numpy()
+            ok = (res["status"] == "ok").to_numpy()
+            for out, column in ((admit, "admit_s"), (ttft, "first_token_s"), (e2e, "finish_s")):
+                out.append(np.where(ok, res[column].to_numpy(np.float64) - arrival, np.nan))
+        return np.concatenate(admit), np.concatenate(ttft), np.concatenate(e2e)
+
     def predict(self, latency: LatencyModel) -> tuple[np.ndarray, np.ndarray]:
         """(TTFT, e2e) of every observed row, replayed under ``latency``; NaN where a
         request did not finish."""
-        parts = [dataclasses.replace(self.parts, latency=latency)]
-        ttft, e2e = [], []
-        for frame in self.frames:
-            res = run(self.scenario, frame, parts=parts).requests.set_index("request_id")
-            res = res.reindex(frame["request_id"])
-            arrival = frame["arrival_s"].to_numpy()
-            ok = (res["status"] == "ok").to_numpy()
-            ttft.append(np.where(ok, res["first_token_s"].to_numpy(np.float64) - arrival, np.nan))
-            e2e.append(np.where(ok, res["finish_s"].to_numpy(np.float64) - arrival, np.nan))
-        return np.concatenate(ttft), np.concatenate(e2e)
+        _, ttft, e2e = self.phases(latency)
+        return ttft, e2e
 
 
 def prepare(scenario: Scenario, spans: pd.DataFrame) -> Replay:
@@ -233,18 +250,22 @@ class SpanFit:
     evaluations: int
 
 
-Residuals = Callable[[np.ndarray, np.ndarray], np.ndarray]
-"""(predicted TTFT, predicted e2e) of every observed row -> the residuals to minimise."""
+Residuals = Callable[[CalibratedLatency], np.ndarray]
+"""A candidate step-time model -> the residuals to minimise (it replays what it compares)."""
 
 
 def solve_linear(
-    replay: Replay, residuals: Residuals, *, max_evaluations: int = 100
+    replay: Replay,
+    residuals: Residuals,
+    *,
+    max_evaluations: int = 100,
+    start: CalibratedLatency | None = None,
 ) -> tuple[CalibratedLatency, int]:
-    """The linear step-time model minimising ``residuals`` of the replay's predictions
-    (``scipy.optimize.least_squares``, the four coefficients >= 0, started from
-    :func:`start_coefficients`), and the replays it ran. One fit for spans and
-    Prometheus dumps: each says only what it compares. A non-finite residual (a request
-    the replay did not finish) counts 10."""
+    """The linear step-time model minimising ``residuals`` (``scipy.optimize.least_squares``,
+    the four coefficients >= 0, started from ``start`` or :func:`start_coefficients`;
+    scaled by the latter), and the models it tried. One solver for spans and Prometheus
+    dumps: each says only what it compares. A non-finite residual (a request the replay
+    did not finish) counts 10."""
     c0 = start_coefficients(replay)
     typical = np.array([1.0, 512.0, 16.0, 8192.0])
     scale = np.where(c0 > 0, c0, c0[0] / typical)
@@ -252,9 +273,12 @@ def solve_linear(
 
     def scaled(x: np.ndarray) -> np.ndarray:
         calls[0] += 1
-        r = residuals(*replay.predict(_linear(np.maximum(x, 0) * scale, replay)))
+        r = residuals(_linear(np.maximum(x, 0) * scale, replay))
         return np.where(np.isfinite(r), r, 10.0)
 
+    if start is not None:
+        c = start.calibration.coefficients
+        c0 = np.array([getattr(c, name) for name in COEFFICIENTS])
     x0 = c0 / scale
     x0[0] = max(x0[0], 1e-3)
     solution = least_squares(
@@ -278,7 +302,9 @@ def fit_from_spans(
             [(ttft - o_ttft)[train] / o_ttft[train], (e2e - o_e2e)[train] / o_e2e[train]]
         )
 
-    latency, calls = solve_linear(replay, residuals, max_evaluations=max_evaluations)
+    latency, calls = solve_linear(
+        replay, lambda model: residuals(*replay.predict(model)), max_evaluations=max_evaluations
+    )
     ttft, e2e = replay.predict(latency)
     held = ~train
     table = []

@@ -19,6 +19,9 @@ Series. Only ``vllm:*`` names are kept. A sample's node is its ``pod`` label, el
 is appended (``pod/engine 1``). Series of one node, name and ``le`` that differ in other
 labels (``model_name``, ``job``, ``finished_reason``) are summed at each timestamp.
 
+Histograms. :data:`NEEDED` must be there for every node; vLLM v1's phase histograms
+(:data:`PHASES`) and TPOT (or ITL) are read where present.
+
 Windows. A node's windows run between consecutive timestamps of its
 ``vllm:e2e_request_latency_seconds_count``; the increment of a counter over a window is
 its difference, or its new value where it fell (a restart: counters reset to 0). A
@@ -50,6 +53,14 @@ GENERATION = "vllm:request_generation_tokens"
 TPOT = "vllm:time_per_output_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
 """vLLM's newer name for TPOT's per-token histogram; either is read."""
+QUEUE = "vllm:request_queue_time_seconds"
+PREFILL = "vllm:request_prefill_time_seconds"
+DECODE = "vllm:request_decode_time_seconds"
+INFERENCE = "vllm:request_inference_time_seconds"
+PHASES = (QUEUE, PREFILL, DECODE, INFERENCE)
+"""vLLM v1's per-phase request histograms (observed at finish, ``request_latency``
+buckets): read where the dump has them, and the fit uses them (waiting, scheduled to
+first token, first to last token, scheduled to last token)."""
 NEEDED = (TTFT, E2E, PROMPT, GENERATION)
 """The histograms a fit needs, each as ``_bucket``, ``_sum`` and ``_count``."""
 _NODE_LABELS = ("pod", "instance")
@@ -270,7 +281,11 @@ def _histogram_increases(
 def read_windows(path: str | Path) -> list[Window]:
     """The dump's windows, by node then time (module docstring); DumpError when it has
     no ``vllm:*`` series or lacks one of :data:`NEEDED` (named, with what to query)."""
-    series = read_samples(path)
+    return windows_of(read_samples(path), str(path))
+
+
+def windows_of(series: dict[Key, dict[float, float]], path: str) -> list[Window]:
+    """:func:`read_windows` of samples already read (``path`` names them in errors)."""
     if not series:
         raise DumpError(
             f"{path}: no vllm:* series: export vLLM's histograms, e.g. query "
@@ -291,6 +306,7 @@ def read_windows(path: str | Path) -> list[Window]:
         tpot = _histogram_increases(series, node, TPOT, times) or _histogram_increases(
             series, node, ITL, times
         )
+        phases = {name: _histogram_increases(series, node, name, times) for name in PHASES}
         for w in range(len(times) - 1):
             got = [(name, h[w]) for name, h in per_name.items() if h is not None]
             hists = {name: h for name, h in got if h is not None}
@@ -299,6 +315,10 @@ def read_windows(path: str | Path) -> list[Window]:
             extra = tpot[w] if tpot is not None else None
             if extra is not None:
                 hists[TPOT] = extra
+            for name, phase in phases.items():
+                one = phase[w] if phase is not None else None
+                if one is not None:
+                    hists[name] = one
             windows.append(Window(node, times[w], times[w + 1], hists))
     return windows
 

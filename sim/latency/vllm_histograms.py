@@ -11,6 +11,10 @@ length. What vLLM observes and when: TTFT at the first token, the others when th
 request finishes; vLLM observes every inter-token interval in TPOT, fragsim records
 only a request's first and last token, so each request adds ``output_tokens - 1``
 observations of its mean interval (the histogram's sum is exact, its buckets are not).
+Where the rows have ``admit_s`` (a run's requests do), vLLM v1's phase histograms too, at
+finish with the ``request_latency`` buckets: queue (admitted less arrival), prefill (first
+token less admitted), decode (finish less first token) and inference (finish less
+admitted).
 Only finished (``status == "ok"``) requests are counted. A sample at scrape ``k`` (time
 ``origin_s + k * scrape_interval_s``) counts the observations at or before it.
 """
@@ -24,7 +28,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.latency.prom_dump import E2E, GENERATION, PROMPT, TPOT, TTFT, Key
+from sim.latency.prom_dump import (
+    DECODE,
+    E2E,
+    GENERATION,
+    INFERENCE,
+    PREFILL,
+    PROMPT,
+    QUEUE,
+    TPOT,
+    TTFT,
+    Key,
+)
 from traces.atomic import atomic_path
 
 TTFT_BOUNDS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
@@ -59,12 +74,22 @@ def _observations(requests: pd.DataFrame, max_model_len: int) -> list[tuple[str,
     tpot = np.where(intervals > 0, (finish - first) / np.maximum(intervals, 1), 0.0)
     ones = np.ones(len(ok))
     tokens = token_bounds(max_model_len)
-    return [
+    out = [
         (TTFT, TTFT_BOUNDS_S, first, first - arrival, ones),
         (E2E, E2E_BOUNDS_S, finish, finish - arrival, ones),
         (PROMPT, tokens, finish, ok["prompt_tokens"].to_numpy(np.float64), ones),
         (GENERATION, tokens, finish, out_tokens, ones),
         (TPOT, TPOT_BOUNDS_S, finish, tpot, intervals),
+    ]
+    if "admit_s" not in ok:
+        return out
+    admit = np.clip(ok["admit_s"].to_numpy(np.float64), arrival, first)
+    return [
+        *out,
+        (QUEUE, E2E_BOUNDS_S, finish, admit - arrival, ones),
+        (PREFILL, E2E_BOUNDS_S, finish, first - admit, ones),
+        (DECODE, E2E_BOUNDS_S, finish, finish - first, ones),
+        (INFERENCE, E2E_BOUNDS_S, finish, finish - admit, ones),
     ]
 
 

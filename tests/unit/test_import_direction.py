@@ -53,6 +53,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "sim.latency.from_spans",
         "sim.latency.from_prometheus",
         "sim.latency.prom_dump",
+        "sim.latency.prom_rebuild",
         "sim.latency.vllm_histograms",
     ),
     ("reports", "gpu_backend"),  # plotly figures; the optional `gpu` extra
