@@ -81,12 +81,8 @@ HEAVY = frozenset({"pandas", "numpy", "pyarrow", "scipy", "plotly", "torch"})
 FRONTS, BODIES = "sim.cli", "sim.cli.bodies"
 
 #: Modules of ``sim/cli/`` not yet split into a front and a body: they may still defer
-#: a heavy import into a function. ``calibrate`` is the promfit branch's to split.
-NOT_YET_SPLIT = frozenset(
-    {
-        "sim.cli.calibrate",
-    }
-)
+#: a heavy import into a function (none left: every command is split).
+NOT_YET_SPLIT: frozenset[str] = frozenset()
 
 #: The modules that may import by name (``importlib.import_module``, ``__import__``),
 #: and why: each is the one place for its purpose.
