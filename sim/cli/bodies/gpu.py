@@ -17,6 +17,7 @@ import traces
 from sim.cli.common import fail
 from sim.errors import clip
 from sim.latency.calibrated import CalibratedLatency
+from sim.models.hardware import MODELS
 from traces.atomic import staged
 from traces.errors import TraceError
 
@@ -117,13 +118,19 @@ def validate_replay(
     shape = _shape("validate", cal.model)
     if cal.model == "tiny" and max_seq_tokens is None:
         max_seq_tokens = 4096
+    # No step holds more tokens than the pool: a token budget past the pool (and past
+    # the longest sequence, which the budget must cover without chunked prefill) only
+    # sends the scenario's step-time probe (sim.simulate.parts.check_step_times) to a
+    # step no replay can take -- and a CPU calibration extrapolated there can exceed it.
+    seq_tokens = max_seq_tokens or MODELS[shape.name].max_seq_tokens
+    budget = max(min(8192, kv_capacity_tokens), seq_tokens)
     data = scenario_dict(
         trace,
         calibration,
         shape,
         kv_capacity_tokens=kv_capacity_tokens,
         max_seq_tokens=max_seq_tokens,
-        scheduler={"max_num_seqs": max_num_seqs},
+        scheduler={"max_num_seqs": max_num_seqs, "max_num_batched_tokens": budget},
     )
     try:
         scenario = sim.parse_scenario(data)
