@@ -19,24 +19,24 @@ summary's ``fleet.disagg`` and each pool's ``role``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import pandas as pd
 
 from sim.engine.recorder import KV_WASTE_COLUMNS, EventTable
-from sim.fleet.disagg_outputs import disagg_summary, with_handoff_diagnosis, with_handoffs
+from sim.fleet.disagg_outputs import with_handoff_diagnosis, with_handoffs
+from sim.fleet.fleet_summary import disagg_section, fleet_summary
 from sim.latency.base import OutOfRange
 from sim.results.frames import PREFIX_CACHE_COLUMNS, frame
 from sim.results.io import RunResult
 from sim.results.offload_summary import offload_summary
 from sim.results.seed_alerts import THRESHOLD_FIELDS, alerts_for
-from sim.results.summary import summarize, with_firings
-from sim.results.summary_fleet import Disagg, FleetAlerts, FleetReplicas, Pool
+from sim.results.summary import PoolReport, summarize, with_firings
 from sim.results.summary_fleet import Fleet as FleetSection
+from sim.results.summary_fleet import FleetAlerts
 from sim.results.summary_model import Offload, Summary
-from sim.results.summary_sections import Alert, Engine, LatencyReport, finite
+from sim.results.summary_sections import Alert, Engine, LatencyReport
 from sim.scenario import bounds
 from sim.scenario.schema import Scenario
 from sim.simulate.driver import Simulated
@@ -53,7 +53,6 @@ from sim.telemetry.alerts import (
 if TYPE_CHECKING:
     from policies.routing.base import Router
     from sim.fleet.fleet import Fleet
-    from sim.scenario.fleet import PoolConfig
     from sim.simulate.driver import SingleReplica
 
 
@@ -129,7 +128,7 @@ def fleet_result(
         for_s=held,
         failure_window_s=float(DEFAULT_TIMING.failure_window_s),
     )
-    disagg = _disagg_section(fleet, (ts_df, ev_df, alerts), thresholds.ratio_alert)
+    disagg = disagg_section(fleet, (ts_df, ev_df, alerts), thresholds.ratio_alert)
     section = fleet_summary(fleet, fleet_df, req_df, end_s, pools, router, evaluated, disagg)
     summary = run_summary(
         scenario,
@@ -241,13 +240,6 @@ class _Optional(TypedDict, total=False):
     offload: Offload
 
 
-class _PoolOptional(TypedDict, total=False):
-    """A pool's fields a run writes only when it has them (unset otherwise)."""
-
-    kv_layout: list[str]
-    role: str
-
-
 def prefix_cache_counts(req_df: pd.DataFrame) -> dict[str, int]:
     """vLLM's prefix-cache counters over the run (``PrefixCacheStats``, summed): each
     of the requests table's :data:`~sim.results.frames.PREFIX_CACHE_COLUMNS` summed,
@@ -257,18 +249,6 @@ def prefix_cache_counts(req_df: pd.DataFrame) -> dict[str, int]:
     if PREFIX_CACHE_COLUMNS[0] not in req_df.columns:
         return {}
     return {name.removeprefix("prefix_"): int(req_df[name].sum()) for name in PREFIX_CACHE_COLUMNS}
-
-
-@dataclass(frozen=True, slots=True)
-class PoolReport:
-    """One pool's replicas as the summary describes them (:func:`pool_report`)."""
-
-    allocator: str
-    kv_capacity_tokens: int
-    kv_bytes_per_token: int
-    latency: LatencyReport
-    kv_layout: list[str] | None
-    """A KV manager's memory layout (None: a single-pool policy's, never written)."""
 
 
 def pool_report(scenario: Scenario, part: Parts, out_of_range: OutOfRange | None) -> PoolReport:
@@ -361,18 +341,6 @@ def _with_routes(req: pd.DataFrame, ids: np.ndarray, fleet: Fleet) -> pd.DataFra
     return req
 
 
-def _disagg_section(
-    fleet: Fleet, frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame], ratio_alert: float
-) -> Disagg | None:
-    """A disaggregated fleet's ``fleet.disagg`` of the run's (timeseries, events, alerts)
-    (``sim.fleet.disagg_outputs``); None for a fleet that is not one."""
-    if fleet.disagg is None:
-        return None
-    roles = [p.role for p in fleet.config.pools]
-    by_replica = {n.replica_id: roles[n.pool_index] for n in fleet.nodes}
-    return disagg_summary(fleet.disagg, by_replica, frames, ratio_alert)
-
-
 def _with_diagnosis(req: pd.DataFrame, diagnosis: pd.DataFrame) -> pd.DataFrame:
     """``req`` with the ``diagnosis`` of each failed request (missing for the others),
     added in place: ``req.merge(diagnosis, on="request_id", how="left")`` without a
@@ -380,83 +348,3 @@ def _with_diagnosis(req: pd.DataFrame, diagnosis: pd.DataFrame) -> pd.DataFrame:
     by_id = pd.Series(diagnosis["diagnosis"].to_numpy(), index=diagnosis["request_id"].to_numpy())
     req["diagnosis"] = req["request_id"].map(by_id).astype(diagnosis["diagnosis"].dtype)
     return req
-
-
-def fleet_summary(
-    fleet: Fleet,
-    fleet_df: pd.DataFrame,
-    req: pd.DataFrame,
-    end_s: float,
-    pools: list[PoolReport],
-    router: Router | None,
-    alerts: FleetAlerts,
-    disagg: Disagg | None,
-) -> FleetSection:
-    """The summary's ``fleet`` section; ``pools`` are the pools' reports
-    (:func:`pool_report`: allocator, KV capacity, KV bytes per token, latency model), in
-    pool order; each pool lists its ``replicas``: the initial ones and those the
-    autoscaler (or a postmortem's node events) added to it, by the pool each node was
-    made in, and a disaggregated fleet's pool its ``role``. ``router``: the scenario's
-    router's replacement, if any (a postmortem's recorded routes), named instead;
-    ``alerts``: what ``alerts.parquet`` was evaluated with; ``disagg``: a disaggregated
-    fleet's section (:func:`_disagg_section`)."""
-    config = fleet.config
-    nodes = fleet.nodes
-    hours = sum(n.billed_s(end_s) for n in nodes) / 3600.0
-    cost = sum(n.cost_usd(end_s) for n in nodes)
-    avoidable = [n for n in nodes if n.avoidable]
-    output_tokens = float(req["generated_tokens"].sum()) if len(req) else 0.0
-    replicas = fleet_df["replicas"] if len(fleet_df) else pd.Series([0])
-    optional = {} if disagg is None else {"disagg": disagg}
-    return FleetSection(
-        pools=[
-            _pool(p, [n.replica_id for n in nodes if n.pool_index == i], report, disagg)
-            for i, (p, report) in enumerate(zip(config.pools, pools, strict=True))
-        ],
-        router=config.router.kind if router is None else router.name,
-        restart_policy=config.restart.kind,
-        autoscaler=config.autoscaler.kind,
-        replicas=FleetReplicas(
-            initial=config.initial_replicas,
-            peak=int(replicas.max()),
-            final=int(replicas.iloc[-1]),
-            mean=float(hours * 3600.0 / end_s) if end_s > 0 else float(config.initial_replicas),
-        ),
-        replica_hours=hours,
-        cost_usd=cost,
-        cost_per_million_output_tokens_usd=finite(cost / output_tokens * 1e6)
-        if output_tokens
-        else None,
-        avoidable_replica_hours=sum(n.billed_s(end_s) for n in avoidable) / 3600.0,
-        avoidable_cost_usd=sum(n.cost_usd(end_s) for n in avoidable),
-        restarts=dict(sorted(fleet.restarts_by_cause.items())),
-        crashes=sum(n.crashes_total for n in nodes),
-        scale_ups=fleet.scale_ups,
-        scale_downs=fleet.scale_downs,
-        route_refusals=fleet.route_refusals,
-        alerts=alerts,
-        **optional,
-    )
-
-
-def _pool(
-    config: PoolConfig, replicas: list[int], report: PoolReport, disagg: Disagg | None
-) -> Pool:
-    """One pool's entry of the ``fleet`` section: its name, initial count and
-    ``replicas``, its ``report`` (:func:`pool_report`) and, in a disaggregated fleet
-    (``disagg`` given), its role."""
-    optional = _PoolOptional()
-    if report.kv_layout is not None:
-        optional["kv_layout"] = report.kv_layout
-    if disagg is not None:
-        optional["role"] = config.role
-    return Pool(
-        name=config.name,
-        count=config.count,
-        replicas=replicas,
-        allocator=report.allocator,
-        kv_capacity_tokens=report.kv_capacity_tokens,
-        kv_bytes_per_token=report.kv_bytes_per_token,
-        latency=report.latency,
-        **optional,
-    )

@@ -51,6 +51,7 @@ from sim.results.summary_sections import (
     Alert,
     Failures,
     Latency,
+    LatencyReport,
     Memory,
     Percentiles,
     PrefixCache,
@@ -62,7 +63,7 @@ from sim.results.summary_sections import (
 )
 from sim.results.tier_alerts import tier_alert_entries
 
-__all__ = ["AlertThresholds", "RunStats", "alert_lines", "summarize", "with_firings"]
+__all__ = ["AlertThresholds", "PoolReport", "RunStats", "alert_lines", "summarize", "with_firings"]
 
 SEED_THRESHOLDS = AlertThresholds()
 
@@ -102,6 +103,19 @@ class RunStats:
     memory: Memory
     prefix_cache: PrefixCache
     alerts: list[Alert]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolReport:
+    """One pool's replicas as the summary describes them (``sim.outputs.pool_report``):
+    the run-wide fields of a single pool, and each pool's entry in ``fleet.pools``."""
+
+    allocator: str
+    kv_capacity_tokens: int
+    kv_bytes_per_token: int
+    latency: LatencyReport
+    kv_layout: list[str] | None
+    """A KV manager's memory layout (None: a single-pool policy's, never written)."""
 
 
 def summarize(
