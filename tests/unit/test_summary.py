@@ -13,7 +13,9 @@ import pytest
 
 from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS
 from sim.results.frames import REQUEST_COLUMNS
-from sim.results.summary import AlertThresholds, RunStats, summarize
+from sim.results.seed_alerts import UPTIME_CORRELATION, condition
+from sim.results.summary import AlertThresholds, RunStats, summarize, with_firings
+from sim.results.summary_sections import finite
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
@@ -316,3 +318,62 @@ def test_too_few_samples_raise_no_correlation_alert() -> None:
         requests_frame([{"arrival_s": 0.0}]), _uptime_series(short), NO_EVENTS, end_s=600.0
     )
     assert "node_uptime_vs_fragmentation_correlation" not in alert_names(s)
+
+
+# -- undefined statistics and the keys a run sets --------------------------------------------------
+
+
+def test_an_undefined_statistic_is_none_and_a_defined_one_is_kept() -> None:
+    assert [finite(v) for v in (math.nan, math.inf, -math.inf, None, 0.25)] == [
+        None,
+        None,
+        None,
+        None,
+        0.25,
+    ]
+
+
+def test_a_share_no_sample_defines_is_null_in_the_written_sections() -> None:
+    # every periodic sample lacks the reservation share (NaN): its mean is undefined
+    nan_shares = (0.3, math.nan, 0.1, 0.6)
+    ts = samples_frame([sample(1.0, 0.9, shares=nan_shares), sample(2.0, 0.8, shares=nan_shares)])
+    waste = {"padding": 0.1, "window_reserve": math.nan}
+    s = summarize(
+        requests_frame([{"arrival_s": 0.0}]), ts, NO_EVENTS, end_s=3.0, kv_manager_waste=waste
+    )
+    memory = s.memory.to_json_dict()
+    assert memory["waste_breakdown"]["reservation"] is None
+    assert memory["waste_breakdown"]["token_states"] == pytest.approx(0.3)
+    assert memory["kv_manager_waste"] == {"padding": 0.1, "window_reserve": None}
+    json.dumps(json_of(s), allow_nan=False)
+
+
+def test_optional_keys_are_written_only_when_the_run_has_them() -> None:
+    reqs = requests_frame([{"arrival_s": 0.0}])
+    plain = summarize(reqs, NO_SAMPLES, NO_EVENTS, end_s=1.0)
+    assert "beyond_duration" not in plain.requests.to_json_dict()
+    assert "kv_manager_waste" not in plain.memory.to_json_dict()
+    assert "hit_tokens" not in plain.prefix_cache.to_json_dict()
+    counts = {"queried_tokens": 10, "hit_tokens": 4}
+    s = summarize(reqs, NO_SAMPLES, NO_EVENTS, end_s=1.0, beyond_duration=0, prefix_counts=counts)
+    assert s.requests.to_json_dict()["beyond_duration"] == 0
+    assert s.prefix_cache.to_json_dict().items() >= counts.items()
+    assert "preempted_hit_tokens" not in s.prefix_cache.to_json_dict()
+
+
+def test_firings_add_their_counts_and_nothing_else() -> None:
+    ev = events_frame([event(2.0, "growth_failure", 0.40)])
+    (entry,) = summarize(requests_frame([]), NO_SAMPLES, ev, end_s=3.0).alerts
+    failure, uptime = "fragmentation_driven_allocation_failure", UPTIME_CORRELATION.name
+    fired = with_firings([entry], {failure: (2, 1), uptime: (1, 0)}, AlertThresholds(), {})
+    assert [a.to_json_dict() for a in fired] == [
+        entry.to_json_dict() | {"condition_episodes": 2, "firings": 1},
+        {
+            "alert": uptime,
+            "severity": UPTIME_CORRELATION.severity,
+            "condition": condition(UPTIME_CORRELATION, AlertThresholds()),
+            "condition_episodes": 1,
+            "firings": 0,
+        },
+    ]
+    assert entry.firings is None  # the entry given is left as it was
