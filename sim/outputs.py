@@ -31,7 +31,7 @@ from sim.latency.base import OutOfRange
 from sim.results.frames import PREFIX_CACHE_COLUMNS, frame
 from sim.results.io import RunResult
 from sim.results.offload_summary import offload_summary
-from sim.results.seed_alerts import THRESHOLD_FIELDS, alerts_for
+from sim.results.seed_alerts import THRESHOLD_FIELDS
 from sim.results.summary import PoolReport, summarize, with_firings
 from sim.results.summary_fleet import Fleet as FleetSection
 from sim.results.summary_fleet import FleetAlerts
@@ -120,13 +120,12 @@ def fleet_result(
     fleet_df = pd.DataFrame(fleet.fleet_rows)
     tiers = tier_kinds(ts_df)
     # what alerts.parquet was evaluated with: the exports' defaults (sim.cli.export)
-    held = {spec.name: DEFAULT_TIMING.hold_s(spec.name) for spec in alerts_for(tiers)}
-    evaluated = FleetAlerts(  # as DEFAULT_TIMING.recorded(tiers) says it
+    timing = DEFAULT_TIMING.recorded(tiers)  # each rule's for: and the failure window
+    evaluated = FleetAlerts(
         scrape_interval_s=scrape_s,
         trend_window_s=trend_s,
         thresholds={name: getattr(thresholds, name) for name in THRESHOLD_FIELDS},
-        for_s=held,
-        failure_window_s=float(DEFAULT_TIMING.failure_window_s),
+        **timing,
     )
     disagg = disagg_section(fleet, (ts_df, ev_df, alerts), thresholds.ratio_alert)
     section = fleet_summary(fleet, fleet_df, req_df, end_s, pools, router, evaluated, disagg)
@@ -138,7 +137,7 @@ def fleet_result(
         pools,
         done.engine_counters(),
         fleet=section,
-        firings=(episode_counts(alerts), held),
+        firings=(episode_counts(alerts), timing["for_s"]),
     )
     return RunResult(req_df, ts_df, ev_df, summary, fleet=fleet_df, alerts=alerts)
 
