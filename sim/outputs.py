@@ -19,21 +19,24 @@ summary's ``fleet.disagg`` and each pool's ``role``).
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import pandas as pd
 
 from sim.engine.recorder import KV_WASTE_COLUMNS, EventTable
-from sim.fleet.disagg_outputs import disagg_summary, with_handoff_diagnosis, with_handoffs
+from sim.fleet.disagg_outputs import with_handoff_diagnosis, with_handoffs
+from sim.fleet.fleet_summary import disagg_section, fleet_summary
 from sim.latency.base import OutOfRange
 from sim.results.frames import PREFIX_CACHE_COLUMNS, frame
-from sim.results.io import RunResult, undefined_as_null
+from sim.results.io import RunResult
 from sim.results.offload_summary import offload_summary
-from sim.results.seed_alerts import THRESHOLD_FIELDS, alerts_for
-from sim.results.summary import summarize, with_firings
-from sim.results.summary_model import Summary
+from sim.results.seed_alerts import THRESHOLD_FIELDS
+from sim.results.summary import PoolReport, summarize, with_firings
+from sim.results.summary_fleet import Fleet as FleetSection
+from sim.results.summary_fleet import FleetAlerts
+from sim.results.summary_model import Offload, Summary
+from sim.results.summary_sections import Alert, Engine, LatencyReport
 from sim.scenario import bounds
 from sim.scenario.schema import Scenario
 from sim.simulate.driver import Simulated
@@ -69,7 +72,7 @@ def single_result(
         pools,
         done.engine_counters(),
     )
-    return RunResult(req_df, ts_df, ev_df, typed(summary))
+    return RunResult(req_df, ts_df, ev_df, summary)
 
 
 def fleet_result(
@@ -114,33 +117,29 @@ def fleet_result(
         pool_report(scenario, part, counted)
         for part, counted in zip(parts, fleet.out_of_range, strict=True)
     ]
-    summary = run_summary(
-        scenario, (req_df, ts_df, ev_df), end_s, beyond_duration, pools, done.engine_counters()
-    )
     fleet_df = pd.DataFrame(fleet.fleet_rows)
-    summary["fleet"] = fleet_summary(fleet, fleet_df, req_df, end_s, pools)
-    if fleet.disagg is not None:
-        frames = ts_df, ev_df, alerts
-        _with_disagg(summary["fleet"], fleet, frames, thresholds.ratio_alert)
-    if router is not None:
-        summary["fleet"]["router"] = router.name
+    tiers = tier_kinds(ts_df)
     # what alerts.parquet was evaluated with: the exports' defaults (sim.cli.export)
-    summary["fleet"]["alerts"] = {
-        "scrape_interval_s": scrape_s,
-        "trend_window_s": trend_s,
-        "thresholds": {name: getattr(thresholds, name) for name in THRESHOLD_FIELDS},
-        **DEFAULT_TIMING.recorded(tier_kinds(ts_df)),
-    }
-    held = {spec.name: DEFAULT_TIMING.hold_s(spec.name) for spec in alerts_for(tier_kinds(ts_df))}
-    summary["alerts"] = with_firings(summary["alerts"], episode_counts(alerts), thresholds, held)
-    return RunResult(req_df, ts_df, ev_df, typed(summary), fleet=fleet_df, alerts=alerts)
-
-
-def typed(summary: dict[str, Any]) -> Summary:
-    """The summary assembled here as the typed model (an undefined statistic, NaN or an
-    infinity, as null): what the run's ``summary.json`` holds, checked as any reader
-    checks it, so a run never writes what no reader accepts."""
-    return Summary.from_json_dict(undefined_as_null(summary))
+    timing = DEFAULT_TIMING.recorded(tiers)  # each rule's for: and the failure window
+    evaluated = FleetAlerts(
+        scrape_interval_s=scrape_s,
+        trend_window_s=trend_s,
+        thresholds={name: getattr(thresholds, name) for name in THRESHOLD_FIELDS},
+        **timing,
+    )
+    disagg = disagg_section(fleet, (ts_df, ev_df, alerts), thresholds.ratio_alert)
+    section = fleet_summary(fleet, fleet_df, req_df, end_s, pools, router, evaluated, disagg)
+    summary = run_summary(
+        scenario,
+        (req_df, ts_df, ev_df),
+        end_s,
+        beyond_duration,
+        pools,
+        done.engine_counters(),
+        fleet=section,
+        firings=(episode_counts(alerts), timing["for_s"]),
+    )
+    return RunResult(req_df, ts_df, ev_df, summary, fleet=fleet_df, alerts=alerts)
 
 
 def run_summary(
@@ -148,12 +147,20 @@ def run_summary(
     frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
     end_s: float,
     beyond_duration: int,
-    pools: list[dict[str, Any]],
+    pools: list[PoolReport],
     engine: tuple[int, int],
-) -> dict[str, Any]:
+    *,
+    fleet: FleetSection | None = None,
+    firings: tuple[dict[str, tuple[int, int]], dict[str, float]] | None = None,
+) -> Summary:
     """The summary of a run's (requests, timeseries, events) ending at ``end_s``, with
     the scenario's identity, its pools (:func:`pool_report`, one per pool: one for a
-    single replica) and ``engine`` = (steps, wake-ups) counters.
+    single replica) and ``engine`` = (steps, wake-ups) counters; a fleet's ``fleet``
+    section and its alerts' ``firings`` (the alert log's episodes by alert, and each
+    rule's ``for:``: :func:`sim.results.summary.with_firings`) where it has them. Built
+    as the typed model, section by section: what ``summary.json`` holds, checked as any
+    reader checks it (an undefined statistic is null), so a run never writes what no
+    reader accepts.
 
     ``allocator``, ``kv_capacity_tokens``, ``kv_bytes_per_token`` and ``latency``
     describe the replicas: the pool's values when every pool has the same; otherwise the
@@ -161,40 +168,53 @@ def run_summary(
     token where they differ), and the latency model's kind with the out-of-range steps
     of every pool (each pool's own are in ``fleet.pools``)."""
     req_df, ts_df, ev_df = frames
-    summary = summarize(req_df, ts_df, ev_df, end_s=end_s, thresholds=scenario.metrics.thresholds())
-    if scenario.duration_s is not None:
-        summary["requests"]["beyond_duration"] = beyond_duration
-    kv = kv_manager_waste(ts_df)
-    if kv is not None:
-        summary["memory"]["kv_manager_waste"] = kv
-    summary["prefix_cache"] |= prefix_cache_counts(req_df)
+    thresholds = scenario.metrics.thresholds()
+    stats = summarize(
+        req_df,
+        ts_df,
+        ev_df,
+        end_s=end_s,
+        thresholds=thresholds,
+        beyond_duration=beyond_duration if scenario.duration_s is not None else None,
+        kv_manager_waste=kv_manager_waste(ts_df),
+        prefix_counts=prefix_cache_counts(req_df),
+    )
+    alerts: list[Alert] = stats.alerts
+    if firings is not None:
+        alerts = with_firings(alerts, firings[0], thresholds, firings[1])
+    optional = _Optional()  # sections a run writes only when it has them
+    if fleet is not None:
+        optional["fleet"] = fleet
+    layouts = [p.kv_layout for p in pools if p.kv_layout is not None]
+    if len(pools) == 1 and layouts:
+        optional["kv_layout"] = layouts[0]
     offload = scenario.kv_offload
     if offload is not None:
         tiers = [(t.kind, (t.allocator.kind if t.allocator else "paged")) for t in offload.tiers]
-        section = offload_summary(
-            ts_df, tiers, offload.chunk_tokens, scenario.metrics.thresholds().ratio_alert
-        )
+        section = offload_summary(ts_df, tiers, offload.chunk_tokens, thresholds.ratio_alert)
         if section is not None:
-            summary["offload"] = section
-    layouts = [p["kv_layout"] for p in pools if "kv_layout" in p]
-    if len(pools) == 1 and layouts:
-        summary["kv_layout"] = layouts[0]
-    summary["scenario"] = scenario.name
-    summary["seed"] = scenario.seed
-    kinds = list(dict.fromkeys(p["allocator"] for p in pools))
-    capacities = {p["kv_capacity_tokens"] for p in pools}
-    summary["allocator"] = " + ".join(kinds)
-    summary["kv_capacity_tokens"] = capacities.pop() if len(capacities) == 1 else None
-    per_token = {p["kv_bytes_per_token"] for p in pools}
-    summary["kv_bytes_per_token"] = per_token.pop() if len(per_token) == 1 else None
-    summary["latency"] = _combined_latency([p["latency"] for p in pools])
-    summary["engine"] = {
-        "mode": scenario.mode,
-        "steps": engine[0],
-        "wakeups": engine[1],
-        "end_s": end_s,
-    }
-    return summary
+            optional["offload"] = section
+    kinds = list(dict.fromkeys(p.allocator for p in pools))
+    capacities = {p.kv_capacity_tokens for p in pools}
+    per_token = {p.kv_bytes_per_token for p in pools}
+    return Summary(
+        requests=stats.requests,
+        span_s=stats.span_s,
+        throughput=stats.throughput,
+        latency_s=stats.latency_s,
+        failures=stats.failures,
+        memory=stats.memory,
+        prefix_cache=stats.prefix_cache,
+        alerts=alerts,
+        scenario=scenario.name,
+        seed=scenario.seed,
+        allocator=" + ".join(kinds),
+        kv_capacity_tokens=capacities.pop() if len(capacities) == 1 else None,
+        kv_bytes_per_token=per_token.pop() if len(per_token) == 1 else None,
+        latency=_combined_latency([p.latency for p in pools]),
+        engine=Engine(mode=scenario.mode, steps=engine[0], wakeups=engine[1], end_s=end_s),
+        **optional,
+    )
 
 
 def kv_manager_waste(ts_df: pd.DataFrame) -> dict[str, float] | None:
@@ -211,6 +231,14 @@ def kv_manager_waste(ts_df: pd.DataFrame) -> dict[str, float] | None:
     }
 
 
+class _Optional(TypedDict, total=False):
+    """The summary's sections a run writes only when it has them (unset otherwise)."""
+
+    fleet: FleetSection
+    kv_layout: list[str]
+    offload: Offload
+
+
 def prefix_cache_counts(req_df: pd.DataFrame) -> dict[str, int]:
     """vLLM's prefix-cache counters over the run (``PrefixCacheStats``, summed): each
     of the requests table's :data:`~sim.results.frames.PREFIX_CACHE_COLUMNS` summed,
@@ -222,7 +250,7 @@ def prefix_cache_counts(req_df: pd.DataFrame) -> dict[str, int]:
     return {name.removeprefix("prefix_"): int(req_df[name].sum()) for name in PREFIX_CACHE_COLUMNS}
 
 
-def pool_report(scenario: Scenario, part: Parts, out_of_range: OutOfRange | None) -> dict[str, Any]:
+def pool_report(scenario: Scenario, part: Parts, out_of_range: OutOfRange | None) -> PoolReport:
     """One pool's replicas as the summary describes them: allocator kind (a KV manager's
     layout too, ``kv_layout``), KV capacity
     per replica, KV bytes per token of a replica (all its tensor-parallel GPUs
@@ -230,35 +258,39 @@ def pool_report(scenario: Scenario, part: Parts, out_of_range: OutOfRange | None
     latency model used, and for a model with a validity range the
     steps the run simulated outside it (``out_of_range_calls``: steps, not calls) and
     the first such ``(prefill_tokens, decode_seqs, kv_tokens)``."""
-    latency: dict[str, Any] = {"kind": scenario.latency.kind}
-    if out_of_range is not None:
+    if out_of_range is None:
+        latency = LatencyReport(kind=scenario.latency.kind)
+    else:
         first = out_of_range.first
-        latency["out_of_range_calls"] = int(out_of_range.steps)
-        latency["first_out_of_range"] = None if first is None else [int(v) for v in first]
-    report: dict[str, Any] = {
-        "allocator": part.allocator.kind,
-        "kv_capacity_tokens": part.kv_capacity_tokens,
-        "kv_bytes_per_token": part.spec.kv_bytes_per_token,
-        "latency": latency,
-    }
+        latency = LatencyReport(
+            kind=scenario.latency.kind,
+            out_of_range_calls=int(out_of_range.steps),
+            first_out_of_range=None if first is None else [int(v) for v in first],
+        )
     notes = part.allocator.build(part.spec).layout_notes()
-    if notes:  # a KV manager: how it laid the memory out
-        report["kv_layout"] = list(notes)
-    return report
+    return PoolReport(
+        allocator=part.allocator.kind,
+        kv_capacity_tokens=part.kv_capacity_tokens,
+        kv_bytes_per_token=part.spec.kv_bytes_per_token,
+        latency=latency,
+        kv_layout=list(notes) if notes else None,  # a KV manager: how it laid memory out
+    )
 
 
-def _combined_latency(reports: list[dict[str, Any]]) -> dict[str, Any]:
+def _combined_latency(reports: list[LatencyReport]) -> LatencyReport:
     """The pools' latency reports as one: the same when there is one pool; else the
     kind, the out-of-range steps summed and the first pool's first (in pool order)."""
     if len(reports) == 1:
         return reports[0]
-    out = dict(reports[0])
-    counted = [r for r in reports if "out_of_range_calls" in r]
-    if counted:
-        out["out_of_range_calls"] = sum(r["out_of_range_calls"] for r in counted)
-        firsts = [r["first_out_of_range"] for r in counted if r["first_out_of_range"]]
-        out["first_out_of_range"] = firsts[0] if firsts else None
-    return out
+    counted = [r for r in reports if r.out_of_range_calls is not None]
+    if not counted:
+        return reports[0]
+    firsts = [r.first_out_of_range for r in counted if r.first_out_of_range]
+    return LatencyReport(
+        kind=reports[0].kind,
+        out_of_range_calls=sum(r.out_of_range_calls or 0 for r in counted),
+        first_out_of_range=firsts[0] if firsts else None,
+    )
 
 
 def _with_alerts(events: pd.DataFrame, alerts: pd.DataFrame) -> pd.DataFrame:
@@ -308,22 +340,6 @@ def _with_routes(req: pd.DataFrame, ids: np.ndarray, fleet: Fleet) -> pd.DataFra
     return req
 
 
-def _with_disagg(
-    section: dict[str, Any],
-    fleet: Fleet,
-    frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
-    ratio_alert: float,
-) -> None:
-    """A disaggregated fleet's summary: each pool's role, and ``disagg`` of the run's
-    (timeseries, events, alerts) (``sim.fleet.disagg_outputs``)."""
-    assert fleet.disagg is not None
-    roles = [p.role for p in fleet.config.pools]
-    for pool, role in zip(section["pools"], roles, strict=True):
-        pool["role"] = role
-    by_replica = {n.replica_id: roles[n.pool_index] for n in fleet.nodes}
-    section["disagg"] = disagg_summary(fleet.disagg, by_replica, frames, ratio_alert)
-
-
 def _with_diagnosis(req: pd.DataFrame, diagnosis: pd.DataFrame) -> pd.DataFrame:
     """``req`` with the ``diagnosis`` of each failed request (missing for the others),
     added in place: ``req.merge(diagnosis, on="request_id", how="left")`` without a
@@ -331,56 +347,3 @@ def _with_diagnosis(req: pd.DataFrame, diagnosis: pd.DataFrame) -> pd.DataFrame:
     by_id = pd.Series(diagnosis["diagnosis"].to_numpy(), index=diagnosis["request_id"].to_numpy())
     req["diagnosis"] = req["request_id"].map(by_id).astype(diagnosis["diagnosis"].dtype)
     return req
-
-
-def fleet_summary(
-    fleet: Fleet,
-    fleet_df: pd.DataFrame,
-    req: pd.DataFrame,
-    end_s: float,
-    pools: list[dict[str, Any]],
-) -> dict[str, Any]:
-    """The summary's ``fleet`` section; ``pools`` are the pools' reports
-    (:func:`pool_report`: allocator, KV capacity, KV bytes per token, latency model), in
-    pool order; each pool lists its ``replicas``: the initial ones and those the
-    autoscaler (or a postmortem's node events) added to it, by the pool each node was
-    made in."""
-    config = fleet.config
-    nodes = fleet.nodes
-    hours = sum(n.billed_s(end_s) for n in nodes) / 3600.0
-    cost = sum(n.cost_usd(end_s) for n in nodes)
-    avoidable = [n for n in nodes if n.avoidable]
-    output_tokens = float(req["generated_tokens"].sum()) if len(req) else 0.0
-    replicas = fleet_df["replicas"] if len(fleet_df) else pd.Series([0])
-    return {
-        "pools": [
-            {
-                "name": p.name,
-                "count": p.count,
-                "replicas": [n.replica_id for n in nodes if n.pool_index == i],
-            }
-            | report
-            for i, (p, report) in enumerate(zip(config.pools, pools, strict=True))
-        ],
-        "router": config.router.kind,
-        "restart_policy": config.restart.kind,
-        "autoscaler": config.autoscaler.kind,
-        "replicas": {
-            "initial": config.initial_replicas,
-            "peak": int(replicas.max()),
-            "final": int(replicas.iloc[-1]),
-            "mean": float(hours * 3600.0 / end_s) if end_s > 0 else float(config.initial_replicas),
-        },
-        "replica_hours": hours,
-        "cost_usd": cost,
-        "cost_per_million_output_tokens_usd": cost / output_tokens * 1e6
-        if output_tokens
-        else math.nan,
-        "avoidable_replica_hours": sum(n.billed_s(end_s) for n in avoidable) / 3600.0,
-        "avoidable_cost_usd": sum(n.cost_usd(end_s) for n in avoidable),
-        "restarts": dict(sorted(fleet.restarts_by_cause.items())),
-        "crashes": sum(n.crashes_total for n in nodes),
-        "scale_ups": fleet.scale_ups,
-        "scale_downs": fleet.scale_downs,
-        "route_refusals": fleet.route_refusals,
-    }

@@ -16,12 +16,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from sim.fleet.disagg import Disagg, Handoff
+from sim.results.summary_fleet import Disagg as DisaggSection
+from sim.results.summary_fleet import KVLink, RoleMemory, Transfers
+from sim.results.summary_sections import RatioStats, finite
 
 HANDOFF_COLUMNS = (
     "prefill_replica",
@@ -75,41 +77,42 @@ def disagg_summary(
     roles_by_replica: Mapping[int, str],
     frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
     ratio_alert: float,
-) -> dict[str, Any]:
+) -> DisaggSection:
     """The summary's ``fleet.disagg`` section of the run's (timeseries, events, alerts);
     ``roles_by_replica``: each replica's role."""
     disagg.settle()
     link = disagg.link
     times = np.array(disagg.transfer_times_s, dtype=np.float64)
-    return {
-        "link": {
-            "bandwidth_gbps": None if link.bandwidth_gbps is None else float(link.bandwidth_gbps),
-            "latency_s": float(link.latency_s),
-            "on_refusal": link.on_refusal,
-        },
-        "transfers": {
-            "started": disagg.transfers_started,
-            "landed": disagg.transfers_landed,
-            "kv_bytes": disagg.kv_bytes_total,
-            "mean_s": float(times.mean()) if len(times) else None,
-            "p99_s": float(np.percentile(times, 99)) if len(times) else None,
-        },
-        "refusals": dict(sorted(disagg.refusals.items())),
-        "fates": dict(sorted(disagg.fates.items())),
-        **{
-            role: role_memory(
-                [r for r, x in sorted(roles_by_replica.items()) if x == role], frames, ratio_alert
-            )
-            for role in ("prefill", "decode")
-        },
-    }
+
+    def role(name: str) -> RoleMemory:
+        mine = [r for r, x in sorted(roles_by_replica.items()) if x == name]
+        return role_memory(mine, frames, ratio_alert)
+
+    return DisaggSection(
+        link=KVLink(
+            bandwidth_gbps=None if link.bandwidth_gbps is None else float(link.bandwidth_gbps),
+            latency_s=float(link.latency_s),
+            on_refusal=link.on_refusal,
+        ),
+        transfers=Transfers(
+            started=disagg.transfers_started,
+            landed=disagg.transfers_landed,
+            kv_bytes=disagg.kv_bytes_total,
+            mean_s=finite(float(times.mean())) if len(times) else None,
+            p99_s=finite(float(np.percentile(times, 99))) if len(times) else None,
+        ),
+        refusals=dict(sorted(disagg.refusals.items())),
+        fates=dict(sorted(disagg.fates.items())),
+        prefill=role("prefill"),
+        decode=role("decode"),
+    )
 
 
 def role_memory(
     replicas: list[int],
     frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
     ratio_alert: float,
-) -> dict[str, Any]:
+) -> RoleMemory:
     """One role's memory over the periodic samples of its ``replicas`` up (as the
     summary's ``memory`` is over every replica's), its failures, preemptions and the
     alerts that fired on them."""
@@ -117,21 +120,16 @@ def role_memory(
     ts = timeseries[timeseries["replica"].isin(replicas)]
     periodic = ts[(ts["trigger"] == "periodic") & ts["up"]]
     used = periodic["used_tokens"] / periodic["capacity_tokens"]
-    ratio = periodic["largest_contiguous_free_block_ratio"].dropna()
     ev = events[events["replica"].isin(replicas)]
     mine = alerts[alerts["replica"].isin(replicas) & (alerts["state"] == "firing")]
     fired = mine["alert"].astype(str)
-    return {
-        "replicas": replicas,
-        "mean_used_share": float(used.mean()) if len(used) else None,
-        "largest_contiguous_free_block_ratio": {
-            "min": float(ratio.min()) if len(ratio) else None,
-            "mean": float(ratio.mean()) if len(ratio) else None,
-            "share_of_samples_below_alert": float((ratio < ratio_alert).mean())
-            if len(ratio)
-            else None,
-        },
-        "allocation_failures": int(ev["kind"].isin(["admission_failure", "growth_failure"]).sum()),
-        "preemptions": int((ev["kind"] == "preemption").sum()),
-        "alerts_fired": {str(k): int(v) for k, v in fired.value_counts().sort_index().items()},
-    }
+    return RoleMemory(
+        replicas=replicas,
+        mean_used_share=finite(float(used.mean())) if len(used) else None,
+        largest_contiguous_free_block_ratio=RatioStats.of_samples(
+            periodic["largest_contiguous_free_block_ratio"], ratio_alert
+        ),
+        allocation_failures=int(ev["kind"].isin(["admission_failure", "growth_failure"]).sum()),
+        preemptions=int((ev["kind"] == "preemption").sum()),
+        alerts_fired={str(k): int(v) for k, v in fired.value_counts().sort_index().items()},
+    )

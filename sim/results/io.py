@@ -201,8 +201,8 @@ def summary_json(summary: Summary) -> str:
     """A summary as strict JSON text (sorted keys, two-space indent, a final newline):
     the keys it was built or read with (:meth:`Summary.to_json_dict`). An undefined
     statistic (the mean latency of no finished request, the price per million tokens of
-    a run that generated none) is null in the model already (:func:`undefined_as_null`,
-    applied by the run before building it)."""
+    a run that generated none) is null in the model already (the run builds each
+    section with it as None: ``sim.results.summary_sections.finite``)."""
     return json.dumps(summary.to_json_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 

@@ -7,11 +7,15 @@ module docstring of :mod:`sim.results.summary_model`.
 
 from __future__ import annotations
 
-from typing import Annotated
+import math
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.fields import MAX_COUNT, MAX_SECONDS, MAX_TOKENS, JsonObject
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MIN_SCRAPE_INTERVAL_S = 1.0
 """``sim.cli.alert_times.MIN_SCRAPE_INTERVAL_S`` (a test holds them equal)."""
@@ -40,6 +44,12 @@ Tokens = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
 BytesPerToken = Annotated[int, Field(ge=1, le=MAX_KV_BYTES_PER_TOKEN)]
 Replica = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+def finite(value: float | None) -> float | None:
+    """An undefined statistic (NaN, an infinity) as None: what the summary holds for it
+    (its JSON is strict); a finite value or None as it is."""
+    return value if value is None or math.isfinite(value) else None
 
 
 class Section(BaseModel):
@@ -119,6 +129,19 @@ class RatioStats(Section):
     """Its mean; null as ``min``."""
     share_of_samples_below_alert: Share | None
     """Share of those samples below ``ratio_alert``; null as ``min``."""
+
+    @classmethod
+    def of_samples(cls, ratio: pd.Series, ratio_alert: float) -> RatioStats:
+        """The statistics of the samples' ratios ``ratio`` (NaN: no free memory, left
+        out), the share below ``ratio_alert``; all None with no sample left."""
+        valid = ratio.dropna()
+        if valid.empty:
+            return cls(min=None, mean=None, share_of_samples_below_alert=None)
+        return cls(
+            min=finite(float(valid.min())),
+            mean=finite(float(valid.mean())),
+            share_of_samples_below_alert=finite(float((valid < ratio_alert).mean())),
+        )
 
 
 class UptimeCorrelation(Section):

@@ -7,19 +7,18 @@ either (as the seed's ratio alerts)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
 from sim.results.offload_summary import TIER_KINDS
 from sim.results.seed_alerts import TIER_ALERT, AlertThresholds, condition
+from sim.results.summary_sections import Alert
 
 
-def tier_alert_entries(periodic: pd.DataFrame, th: AlertThresholds) -> list[dict[str, Any]]:
+def tier_alert_entries(periodic: pd.DataFrame, th: AlertThresholds) -> list[Alert]:
     """The summary's alert entries of the tiers (module docstring), in tier-kind order;
     ``periodic``: the run's periodic samples of replicas up, as the ratio alerts read."""
-    out: list[dict[str, Any]] = []
+    out: list[Alert] = []
     for kind in TIER_KINDS:
         ratio_column = f"offload_{kind}_largest_contiguous_free_block_ratio"
         if ratio_column not in periodic.columns:
@@ -34,13 +33,13 @@ def tier_alert_entries(periodic: pd.DataFrame, th: AlertThresholds) -> list[dict
         low = periodic[held]
         spec = TIER_ALERT[kind]
         out.append(
-            {
-                "alert": spec.name,
-                "severity": spec.severity,
-                "condition": condition(spec, th),
-                "matching_samples": int(held.sum()),
-                "first_time_s": float(low["time_s"].min()),
-                "replicas": sorted(int(r) for r in low["replica"].unique()),
-            }
+            Alert(
+                alert=spec.name,
+                severity=spec.severity,
+                condition=condition(spec, th),
+                matching_samples=int(held.sum()),
+                first_time_s=float(low["time_s"].min()),
+                replicas=sorted(int(r) for r in low["replica"].unique()),
+            )
         )
     return out

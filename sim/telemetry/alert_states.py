@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -49,6 +50,14 @@ from sim.results.seed_alerts import (
     UPTIME_CORRELATION,
     alerts_for,
 )
+
+
+class RecordedTiming(TypedDict):
+    """Rule timing as a run's summary records it (``fleet.alerts``'s fields)."""
+
+    for_s: dict[str, float]
+    failure_window_s: float
+
 
 SHIPPED_FOR_S: Mapping[str, float] = {
     FRAGMENTATION_FAILURE.name: 0.0,
@@ -91,14 +100,14 @@ class RuleTiming:
         """The failure rule's range: at least two scrape intervals (two samples)."""
         return max(self.failure_window_s, 2 * scrape_interval_s)
 
-    def recorded(self, tier_kinds: tuple[str, ...] = ()) -> dict[str, object]:
+    def recorded(self, tier_kinds: tuple[str, ...] = ()) -> RecordedTiming:
         """As a run's summary records it (``fleet.alerts``: ``for_s``, by alert in the
         order of :func:`~sim.results.seed_alerts.alerts_for` the run's tier kinds, and
         ``failure_window_s``)."""
-        return {
-            "for_s": {spec.name: self.hold_s(spec.name) for spec in alerts_for(tier_kinds)},
-            "failure_window_s": float(self.failure_window_s),
-        }
+        return RecordedTiming(
+            for_s={spec.name: self.hold_s(spec.name) for spec in alerts_for(tier_kinds)},
+            failure_window_s=float(self.failure_window_s),
+        )
 
 
 DEFAULT_TIMING = RuleTiming()

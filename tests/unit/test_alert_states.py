@@ -145,7 +145,7 @@ def test_timing_is_checked_and_recorded() -> None:
     with pytest.raises(ValueError, match=">= 0"):
         RuleTiming({HIGH: -1.0})
     recorded = RuleTiming().recorded()
-    assert list(recorded["for_s"]) == [spec.name for spec in seed_alerts.ALERTS]  # type: ignore[call-overload]
+    assert list(recorded["for_s"]) == [spec.name for spec in seed_alerts.ALERTS]
     assert recorded["failure_window_s"] == 300.0
     assert with_gauge_hold(RuleTiming(), 30.0).hold_s(FAILURE) == 0.0
     assert RuleTiming().window_s(200.0) == 400.0

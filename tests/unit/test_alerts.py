@@ -279,10 +279,11 @@ def test_the_window_statistic_is_spearman_rho_the_summarys_statistic() -> None:
         want = stats.spearmanr(w["uptime_s"], 1.0 - w["largest_contiguous_free_block_ratio"])
         assert value == pytest.approx(want.statistic)
     # the run-wide number in the summary is the same statistic over every sample
-    corr = summarize(requests([]), ts, NO_EVENTS, end_s=600.0)["memory"][UPTIME]
+    corr = summarize(requests([]), ts, NO_EVENTS, end_s=600.0).memory
+    corr = corr.node_uptime_vs_fragmentation_correlation
     want = stats.spearmanr(ts["uptime_s"], 1.0 - ts["largest_contiguous_free_block_ratio"])
-    assert corr["spearman_rho"] == pytest.approx(want.statistic)
-    assert corr["samples"] == len(ts)
+    assert corr.spearman_rho == pytest.approx(want.statistic)
+    assert corr.samples == len(ts)
 
 
 def test_spearman_rho_matches_scipy_row_by_row_with_ties_and_missing_values() -> None:
@@ -315,7 +316,7 @@ def test_one_name_per_alert_in_the_summary_the_log_and_the_rules() -> None:
     names = [spec.name for spec in seed_alerts.ALERTS]
     assert [spec.name for spec in ALERTS] == names
     summary = summarize(requests([]), ts, ev, end_s=600.0)
-    assert [a["alert"] for a in summary["alerts"]] == names
+    assert [a.alert for a in summary.alerts] == names
     assert set(log_of(ts, ev, trend_window_s=240.0)["alert"]) == set(names)
     (group,) = alert_rules()["groups"]
     assert [r["alert"] for r in group["rules"]] == names
@@ -330,20 +331,21 @@ def test_matching_failures_and_firings_are_two_counts_both_named() -> None:
     log = log_of(ts, ev)
     assert transitions(log, FAILURE) == [(30.0, "firing"), (120.0, "resolved")]
     summary = summarize(requests([]), ts, ev, end_s=150.0)
-    (entry,) = summary["alerts"]
-    assert entry["matching_failures"] == 4 and "count" not in entry
+    (entry,) = summary.alerts
+    assert entry.matching_failures == 4 and "count" not in entry.to_json_dict()
     episodes = {FAILURE: (1, 1), UPTIME: (3, 2)}
-    fired = with_firings(summary["alerts"], episodes, AlertThresholds(), {UPTIME: 120.0})
-    assert [(a["alert"], a["condition_episodes"], a["firings"]) for a in fired] == [
+    fired = with_firings(summary.alerts, episodes, AlertThresholds(), {UPTIME: 120.0})
+    assert [(a.alert, a.condition_episodes, a.firings) for a in fired] == [
         (FAILURE, 1, 1),
         (UPTIME, 3, 2),
     ]
-    assert fired[1]["condition"].startswith("Spearman rho(uptime, 1 - ratio) >= 0.5")
-    (line, uptime_line) = alert_lines(Summary.from_json_dict(stub_summary(alerts=fired)))
+    assert fired[1].condition.startswith("Spearman rho(uptime, 1 - ratio) >= 0.5")
+    written = [a.to_json_dict() for a in fired]
+    (line, uptime_line) = alert_lines(Summary.from_json_dict(stub_summary(alerts=written)))
     assert "4 matching failures; condition held in 1 episode, 1 fired (alerts.parquet)" in line
     assert "matching" not in uptime_line
     assert "condition held in 3 episodes, 2 fired after for: 2m" in uptime_line
-    data = stub_summary(alerts=fired)
+    data = stub_summary(alerts=written)
     data["memory"][UPTIME] = {"spearman_rho": 0.3, "p_value": 0.2, "samples": 20}
     run_wide = Summary.from_json_dict(data)
     assert "Spearman rho 0.30 over the whole run (condition not met)" in alert_lines(run_wide)[1]

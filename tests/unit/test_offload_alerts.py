@@ -92,7 +92,7 @@ def test_a_run_without_tiers_has_no_tier_alert() -> None:
     )
     assert list(found) == [spec.name for spec in seed_alerts.ALERTS]
     assert [r["alert"] for r in alert_rules()["groups"][0]["rules"]] == list(found)
-    assert list(DEFAULT_TIMING.recorded()["for_s"]) == list(found)  # type: ignore[call-overload]
+    assert list(DEFAULT_TIMING.recorded()["for_s"]) == list(found)
     assert tier_alert_entries(frame, AlertThresholds()) == []
 
 

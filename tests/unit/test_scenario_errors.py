@@ -289,7 +289,7 @@ def test_requests_after_the_duration_are_left_out_and_counted(tmp_path: Path) ->
     assert result.summary.requests.beyond_duration == 2
     assert result.summary.requests.total == 3
     assert result.summary.engine.end_s == 10.0
-    assert "beyond_duration" not in sim.run(parse_scenario(data)).summary.requests
+    assert "beyond_duration" not in sim.run(parse_scenario(data)).summary.requests.to_json_dict()
 
 
 def test_empirical_lengths_path_is_relative_to_the_scenario(

@@ -13,7 +13,9 @@ import pytest
 
 from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS
 from sim.results.frames import REQUEST_COLUMNS
-from sim.results.summary import AlertThresholds, summarize
+from sim.results.seed_alerts import UPTIME_CORRELATION, condition
+from sim.results.summary import AlertThresholds, RunStats, summarize, with_firings
+from sim.results.summary_sections import finite
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
@@ -112,8 +114,15 @@ NO_SAMPLES = samples_frame([])
 NO_EVENTS = events_frame([])
 
 
-def alert_names(summary: dict[str, Any]) -> list[str]:
-    return [a["alert"] for a in summary["alerts"]]
+def alert_names(summary: RunStats) -> list[str]:
+    return [a.alert for a in summary.alerts]
+
+
+def json_of(s: RunStats) -> dict[str, Any]:
+    """The sections as the summary writes them."""
+    sections = ("requests", "throughput", "latency_s", "failures", "memory", "prefix_cache")
+    out: dict[str, Any] = {name: getattr(s, name).to_json_dict() for name in sections}
+    return out | {"span_s": s.span_s, "alerts": [a.to_json_dict() for a in s.alerts]}
 
 
 # -- latency and throughput -----------------------------------------------------------------
@@ -127,17 +136,18 @@ def test_latency_percentiles_count_only_served_requests() -> None:
     ]
     rows.append({"arrival_s": 3.0, "status": "rejected-capacity", "finish_s": 3.0})
     s = summarize(requests_frame(rows), NO_SAMPLES, NO_EVENTS, end_s=20.0)
-    ttft = s["latency_s"]["ttft"]
-    assert ttft["p50"] == pytest.approx(np.percentile(ttfts, 50))
-    assert ttft["p90"] == pytest.approx(np.percentile(ttfts, 90))
-    assert ttft["p99"] == pytest.approx(np.percentile(ttfts, 99))
-    assert ttft["mean"] == pytest.approx(0.55)
-    assert s["latency_s"]["tpot"]["p50"] == pytest.approx(0.5 / 5)  # (finish - first) / 5
-    assert s["latency_s"]["e2e"]["p50"] == pytest.approx(0.55 + 0.5)
-    assert s["requests"] == {"total": 11, "by_status": {"ok": 10, "rejected-capacity": 1}}
-    assert s["span_s"] == pytest.approx(20.0)
-    assert s["throughput"]["requests_per_s"] == pytest.approx(10 / 20)
-    assert s["throughput"]["output_tokens_per_s"] == pytest.approx(60 / 20)
+    ttft = s.latency_s.ttft
+    assert ttft.p50 == pytest.approx(np.percentile(ttfts, 50))
+    assert ttft.p90 == pytest.approx(np.percentile(ttfts, 90))
+    assert ttft.p99 == pytest.approx(np.percentile(ttfts, 99))
+    assert ttft.mean == pytest.approx(0.55)
+    assert s.latency_s.tpot.p50 == pytest.approx(0.5 / 5)  # (finish - first) / 5
+    assert s.latency_s.e2e.p50 == pytest.approx(0.55 + 0.5)
+    want = {"total": 11, "by_status": {"ok": 10, "rejected-capacity": 1}}
+    assert s.requests.to_json_dict() == want
+    assert s.span_s == pytest.approx(20.0)
+    assert s.throughput.requests_per_s == pytest.approx(10 / 20)
+    assert s.throughput.output_tokens_per_s == pytest.approx(60 / 20)
 
 
 def test_one_token_outputs_have_no_tpot_and_samples_count_in_throughput() -> None:
@@ -152,22 +162,23 @@ def test_one_token_outputs_have_no_tpot_and_samples_count_in_throughput() -> Non
         },
     ]
     s = summarize(requests_frame(rows), NO_SAMPLES, NO_EVENTS, end_s=4.0)
-    assert s["latency_s"]["tpot"]["p50"] == pytest.approx(0.1)
-    assert s["throughput"]["output_tokens_per_s"] == pytest.approx((1 + 33) / 4.0)
+    assert s.latency_s.tpot.p50 == pytest.approx(0.1)
+    assert s.throughput.output_tokens_per_s == pytest.approx((1 + 33) / 4.0)
 
 
 def test_nothing_served_gives_missing_latencies_and_strict_json() -> None:
     rows = [{"arrival_s": 0.0, "status": "timed-out", "finish_s": 1.0}]
     s = summarize(requests_frame(rows), NO_SAMPLES, NO_EVENTS, end_s=1.0)
-    assert s["latency_s"]["ttft"] == {"p50": None, "p90": None, "p99": None, "mean": None}
-    assert s["memory"]["waste_breakdown"]["token_states"] is None
-    json.dumps(s, allow_nan=False)  # no NaN anywhere
+    want = {"p50": None, "p90": None, "p99": None, "mean": None}
+    assert s.latency_s.ttft.to_json_dict() == want
+    assert s.memory.waste_breakdown["token_states"] is None
+    json.dumps(json_of(s), allow_nan=False)  # no NaN anywhere
 
 
 def test_an_empty_run_summarises() -> None:
     s = summarize(requests_frame([]), NO_SAMPLES, NO_EVENTS, end_s=0.0)
-    assert s["requests"]["total"] == 0 and s["alerts"] == []
-    json.dumps(s, allow_nan=False)
+    assert s.requests.total == 0 and s.alerts == []
+    json.dumps(json_of(s), allow_nan=False)
 
 
 # -- failures and the high-free-memory alert -------------------------------------------------
@@ -185,17 +196,17 @@ def test_failures_at_more_than_a_quarter_free_raise_the_fragmentation_alert() ->
     )
     reqs = requests_frame([{"arrival_s": 0.0, "first_token_s": 0.1, "finish_s": 0.2}])
     s = summarize(reqs, NO_SAMPLES, ev, end_s=10.0)
-    f = s["failures"]
-    assert f["allocation_failures"] == 3
-    assert f["by_cause"] == {"capacity": 1, "fragmentation": 2}
-    assert f["at_high_free_memory"] == 1
-    assert f["at_high_free_memory_by_cause"] == {"fragmentation": 1}  # a cut of the same
-    assert f["allocation_failure_rate_at_high_free_memory"] == pytest.approx(1 / 10)
-    assert f["preemptions"] == 1 and f["restarts"] == 1
-    (alert,) = s["alerts"]
-    assert alert["alert"] == "fragmentation_driven_allocation_failure"
-    assert alert["severity"] == "high" and alert["matching_failures"] == 1
-    assert alert["first_time_s"] == 2.0 and alert["replicas"] == [2]
+    f = s.failures
+    assert f.allocation_failures == 3
+    assert f.by_cause == {"capacity": 1, "fragmentation": 2}
+    assert f.at_high_free_memory == 1
+    assert f.at_high_free_memory_by_cause == {"fragmentation": 1}  # a cut of the same
+    assert f.allocation_failure_rate_at_high_free_memory == pytest.approx(1 / 10)
+    assert f.preemptions == 1 and f.restarts == 1
+    (alert,) = s.alerts
+    assert alert.alert == "fragmentation_driven_allocation_failure"
+    assert alert.severity == "high" and alert.matching_failures == 1
+    assert alert.first_time_s == 2.0 and alert.replicas == [2]
 
 
 def test_the_free_share_threshold_is_configurable() -> None:
@@ -225,17 +236,17 @@ def test_ratio_alerts_read_periodic_samples_of_live_replicas_only() -> None:
     reqs = requests_frame([{"arrival_s": 0.0}])
     s = summarize(reqs, ts, NO_EVENTS, end_s=10.0)
     assert alert_names(s) == ["high_fragmentation_approaching_threshold"]
-    (alert,) = s["alerts"]
-    assert alert["matching_samples"] == 1 and alert["first_time_s"] == 2.0
-    ratio = s["memory"]["largest_contiguous_free_block_ratio"]
-    assert ratio["min"] == pytest.approx(0.55)
-    assert ratio["mean"] == pytest.approx((0.9 + 0.55 + 0.8) / 3)
-    assert ratio["share_of_samples_below_alert"] == pytest.approx(1 / 3)
+    (alert,) = s.alerts
+    assert alert.matching_samples == 1 and alert.first_time_s == 2.0
+    ratio = s.memory.largest_contiguous_free_block_ratio
+    assert ratio.min == pytest.approx(0.55)
+    assert ratio.mean == pytest.approx((0.9 + 0.55 + 0.8) / 3)
+    assert ratio.share_of_samples_below_alert == pytest.approx(1 / 3)
 
     severe = samples_frame([sample(1.0, 0.45), sample(2.0, 0.7)])
     s = summarize(reqs, severe, NO_EVENTS, end_s=10.0)
     assert alert_names(s) == ["severe_fragmentation", "high_fragmentation_approaching_threshold"]
-    assert s["alerts"][0]["severity"] == "high"
+    assert s.alerts[0].severity == "high"
 
 
 def test_waste_breakdown_averages_periodic_samples() -> None:
@@ -247,7 +258,7 @@ def test_waste_breakdown_averages_periodic_samples() -> None:
         ]
     )
     s = summarize(requests_frame([{"arrival_s": 0.0}]), ts, NO_EVENTS, end_s=3.0)
-    waste = s["memory"]["waste_breakdown"]
+    waste = s.memory.waste_breakdown
     assert waste == pytest.approx(
         {
             "token_states": 0.3,
@@ -256,8 +267,8 @@ def test_waste_breakdown_averages_periodic_samples() -> None:
             "external_fragmentation_free": 0.4,
         }
     )
-    assert sum(waste.values()) == pytest.approx(1.0)
-    assert s["memory"]["mean_used_share"] == pytest.approx(0.3)
+    assert sum(v or 0.0 for v in waste.values()) == pytest.approx(1.0)
+    assert s.memory.mean_used_share == pytest.approx(0.3)
 
 
 # -- the uptime correlation alert -----------------------------------------------------------------
@@ -277,14 +288,12 @@ def test_fragmentation_rising_with_uptime_raises_the_correlation_alert() -> None
     s = summarize(
         requests_frame([{"arrival_s": 0.0}]), _uptime_series(cycle * 3, 20), NO_EVENTS, end_s=3600.0
     )
-    alerts = {a["alert"]: a for a in s["alerts"]}
+    alerts = {a.alert: a for a in s.alerts}
     corr = alerts["node_uptime_vs_fragmentation_correlation"]
-    assert (
-        s["memory"]["node_uptime_vs_fragmentation_correlation"]["spearman_rho"]
-        == corr["spearman_rho"]
-    )
-    assert corr["spearman_rho"] > 0.9 and corr["p_value"] < 0.01
-    assert corr["recent_fragmentation_ratio"] > 0.4
+    assert s.memory.node_uptime_vs_fragmentation_correlation.spearman_rho == corr.spearman_rho
+    assert corr.spearman_rho is not None and corr.spearman_rho > 0.9
+    assert corr.p_value is not None and corr.p_value < 0.01
+    assert corr.recent_fragmentation_ratio is not None and corr.recent_fragmentation_ratio > 0.4
 
 
 def test_a_flat_series_raises_no_correlation_alert() -> None:
@@ -309,3 +318,62 @@ def test_too_few_samples_raise_no_correlation_alert() -> None:
         requests_frame([{"arrival_s": 0.0}]), _uptime_series(short), NO_EVENTS, end_s=600.0
     )
     assert "node_uptime_vs_fragmentation_correlation" not in alert_names(s)
+
+
+# -- undefined statistics and the keys a run sets --------------------------------------------------
+
+
+def test_an_undefined_statistic_is_none_and_a_defined_one_is_kept() -> None:
+    assert [finite(v) for v in (math.nan, math.inf, -math.inf, None, 0.25)] == [
+        None,
+        None,
+        None,
+        None,
+        0.25,
+    ]
+
+
+def test_a_share_no_sample_defines_is_null_in_the_written_sections() -> None:
+    # every periodic sample lacks the reservation share (NaN): its mean is undefined
+    nan_shares = (0.3, math.nan, 0.1, 0.6)
+    ts = samples_frame([sample(1.0, 0.9, shares=nan_shares), sample(2.0, 0.8, shares=nan_shares)])
+    waste = {"padding": 0.1, "window_reserve": math.nan}
+    s = summarize(
+        requests_frame([{"arrival_s": 0.0}]), ts, NO_EVENTS, end_s=3.0, kv_manager_waste=waste
+    )
+    memory = s.memory.to_json_dict()
+    assert memory["waste_breakdown"]["reservation"] is None
+    assert memory["waste_breakdown"]["token_states"] == pytest.approx(0.3)
+    assert memory["kv_manager_waste"] == {"padding": 0.1, "window_reserve": None}
+    json.dumps(json_of(s), allow_nan=False)
+
+
+def test_optional_keys_are_written_only_when_the_run_has_them() -> None:
+    reqs = requests_frame([{"arrival_s": 0.0}])
+    plain = summarize(reqs, NO_SAMPLES, NO_EVENTS, end_s=1.0)
+    assert "beyond_duration" not in plain.requests.to_json_dict()
+    assert "kv_manager_waste" not in plain.memory.to_json_dict()
+    assert "hit_tokens" not in plain.prefix_cache.to_json_dict()
+    counts = {"queried_tokens": 10, "hit_tokens": 4}
+    s = summarize(reqs, NO_SAMPLES, NO_EVENTS, end_s=1.0, beyond_duration=0, prefix_counts=counts)
+    assert s.requests.to_json_dict()["beyond_duration"] == 0
+    assert s.prefix_cache.to_json_dict().items() >= counts.items()
+    assert "preempted_hit_tokens" not in s.prefix_cache.to_json_dict()
+
+
+def test_firings_add_their_counts_and_nothing_else() -> None:
+    ev = events_frame([event(2.0, "growth_failure", 0.40)])
+    (entry,) = summarize(requests_frame([]), NO_SAMPLES, ev, end_s=3.0).alerts
+    failure, uptime = "fragmentation_driven_allocation_failure", UPTIME_CORRELATION.name
+    fired = with_firings([entry], {failure: (2, 1), uptime: (1, 0)}, AlertThresholds(), {})
+    assert [a.to_json_dict() for a in fired] == [
+        entry.to_json_dict() | {"condition_episodes": 2, "firings": 1},
+        {
+            "alert": uptime,
+            "severity": UPTIME_CORRELATION.severity,
+            "condition": condition(UPTIME_CORRELATION, AlertThresholds()),
+            "condition_episodes": 1,
+            "firings": 0,
+        },
+    ]
+    assert entry.firings is None  # the entry given is left as it was
