@@ -110,7 +110,7 @@ class SingleReplica:
             out_of_range=self.out_of_range,
         )
         groups = columns.groups(0, len(columns))
-        outlet.records.start_all(groups)
+        outlet.records.keep_all(groups)  # the feed holds them all run
         self.replica.feed(groups)
 
     def processes(self, sampler: Process) -> list[Process]:
