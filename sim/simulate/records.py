@@ -31,6 +31,10 @@ from sim.results.frames import RECORD_FIELDS, records_frame
 
 FLUSH_ROWS = 65_536
 """Ended requests' records kept in lists before they are copied into the arrays."""
+KEPT_COPY_ROWS = 4_096
+"""Kept groups' records made into lists and copied at a time: the lists' boxed numbers
+are freed and their memory reused chunk after chunk (all at once, a run's worth of
+them would be fresh memory, given back after: measured ~7 % slower on the Azure case)."""
 
 STATUSES: tuple[str, ...] = get_args(Status)
 """Every request status, in the order of their codes (the ``status`` column's values)."""
@@ -178,15 +182,20 @@ class Records:
 
     def _flush(self) -> None:
         """Copy the pending records into the arrays (one slice per column); kept ended
-        groups' records first become pending."""
-        pending = self._pending
-        ended = self._kept_ended
+        groups' records first, :data:`KEPT_COPY_ROWS` at a time."""
+        ended, on = self._kept_ended, self._kept_ended_on
         if ended:
-            on = self._kept_ended_on
-            for i in range(len(ended)):
-                pending.add(ended[i], on[i])
-            self._kept_ended = []
-            self._kept_ended_on = []
+            self._kept_ended, self._kept_ended_on = [], []
+            for start in range(0, len(ended), KEPT_COPY_ROWS):
+                pending = self._pending
+                for i in range(start, min(start + KEPT_COPY_ROWS, len(ended))):
+                    pending.add(ended[i], on[i])
+                self._copy_pending()
+        self._copy_pending()
+
+    def _copy_pending(self) -> None:
+        """Copy the pending records into the arrays (one slice per column)."""
+        pending = self._pending
         n, k = len(pending), self.count
         if not n:
             return

@@ -30,7 +30,7 @@ from sim.results.frames import (
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
 from sim.scenario.workload import load_workload
-from sim.simulate.records import STATUSES, RecordColumns, Records
+from sim.simulate.records import KEPT_COPY_ROWS, STATUSES, RecordColumns, Records
 
 OUTPUTS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "scenarios.md"
 
@@ -256,4 +256,23 @@ def test_kept_records_are_the_started_ones_byte_for_byte() -> None:
         assert records.arrays["request_id"][:5].tolist() == [1, 4, 2, 0, 3]
         assert records.replicas[:5].tolist() == [3, 3, 1, -1, -1]
         outs.append({k: a[: records.count].tobytes() for k, a in records.arrays.items()})
+    assert outs[0] == outs[1]
+
+
+def test_kept_records_over_several_copy_chunks_are_the_started_ones() -> None:
+    """Kept ends are copied ``KEPT_COPY_ROWS`` at a time: over several chunks (and an
+    unfinished tail) the arrays are still byte for byte those of started records."""
+    n = 2 * KEPT_COPY_ROWS + 7
+    outs: list[dict[str, bytes]] = []
+    for keep in (False, True):
+        groups = [Group(i, float(i), 10 + i % 13, 5) for i in range(n)]
+        records = Records(n)
+        (records.keep_all if keep else records.start_all)(groups)
+        for g in groups[::-1][: n - 3]:  # ends in reverse arrival order; 3 unfinished
+            g.end("ok", 100.0 - g.arrival_s * 1e-3)
+            records.end(g, g.request_id % 3)
+        records.close()
+        assert records.count == n
+        outs.append({k: a.tobytes() for k, a in records.arrays.items()})
+        outs[-1]["replica"] = records.replicas.tobytes()
     assert outs[0] == outs[1]
