@@ -25,7 +25,13 @@ Three cases, each through the public path ``parse_scenario`` -> ``load_workload`
   on 2 cores, interleaved: 128-133k req/s over 803-864k = 0.154-0.159 at fc9f992 (135k
   over 848k = 0.159 on a quiet machine); 147-148k over 791-836k = 0.175-0.188 with
   columnar compiled request records, one-type frame columns, the decode ticks' O(B)
-  steady bound and the latency model called natively. Still short of 0.4.
+  steady bound and the latency model called natively. Then (load 2-2.5 on 2 cores,
+  interleaved, against the build before): the run's outlet compiled, the driver a
+  native base class and a single replica's records copied from its groups at close
+  (``Records.keep_all``): the minimum CPU time of one run fell 314-340 -> 292 ms, of
+  its simulation 244-256 -> 213 ms, while its outputs rose 36-39 -> 44-45 ms; this
+  line's wall-time ratio could not tell the two builds apart (0.157/0.175 against
+  0.156/0.173). Still short of 0.4.
 - ``engine.bimodal_exact``: the same scenario over a 6-hour window in exact mode and in
   fast mode, in this process: the fast/exact speed ratio and the largest difference of
   per-request finish times between the two.

@@ -28,7 +28,8 @@ from sim.scenario.cost import check_run_cost, within_duration
 from sim.scenario.schema import Scenario, ScenarioWarning
 from sim.scenario.workload import load_workload
 from sim.simulate.columns import group_columns, sessions_of
-from sim.simulate.driver import RunOutlet, SingleReplica, Traffic, simulate
+from sim.simulate.driver import SingleReplica, Traffic, simulate
+from sim.simulate.outlet import RunOutlet
 from sim.simulate.parts import Parts, run_parts
 from sim.simulate.records import Records
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from sim.engine.batch import Group, Step
+from sim.engine.driver import Driver
 from sim.engine.replica import Replica, RestartMode
 from sim.engine.simpy_adapter import LATE, Call, live_horizon_s, now_of, queue_of
 
@@ -75,8 +76,8 @@ Apply = Callable[["Driven", Decision], None]
 """The owner's ``apply(driven, decision)``: what a decision handed back, applied after it."""
 
 
-class Driven:
-    """A replica's driver (``sim.engine.replica.Driver``) woken by one SimPy event at its
+class Driven(Driver):
+    """A replica's driver (``sim.engine.driver.Driver``) woken by one SimPy event at its
     next decision (see the module docstring): built with its owner's ``apply`` and given
     to a fast-mode :class:`~sim.engine.replica.Replica` as its ``driver``."""
 

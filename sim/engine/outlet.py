@@ -17,24 +17,29 @@ Reports, each with the replica that makes it:
   arrived by now.
 """
 
-# fragsim: pure: interpreted owners (the run, the fleet) subclass ReplicaOutlet
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from mypy_extensions import mypyc_attr
 
 if TYPE_CHECKING:
     from sim.engine.batch import Group, SchedEvent
     from sim.engine.replica import Replica, RestartMode
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ReplicaOutlet:
-    """An outlet that records nothing; owners subclass it. Its defaults: no retries
-    taken (clients retry on the replica), and lost requests end ``failed-lost`` at once
-    (reported ``on_done``)."""
+    """An outlet that records nothing; owners subclass it (compiled with the engine, so
+    the run's own outlet is called natively; interpreted owners may subclass it too).
+    Its defaults: no retries taken (clients retry on the replica), and lost requests
+    end ``failed-lost`` at once (reported ``on_done``)."""
 
     takes_retries: bool = False
     """Whether refused requests go to :meth:`on_retry` (the owner's clients retry)
-    instead of waiting on the replica for their retry."""
+    instead of waiting on the replica for their retry. An owner sets it on the instance
+    (in its ``__init__``): the compiled build reads the instance's attribute, never a
+    subclass's class attribute."""
 
     def on_event(self, replica: Replica, event: SchedEvent) -> None:
         """An allocation failure or a preemption on ``replica`` now."""

@@ -1,4 +1,4 @@
-"""A replica's own SimPy process: the drivers (``sim.engine.replica.Driver``) of a single
+"""A replica's own SimPy process: the drivers (``sim.engine.driver.Driver``) of a single
 replica and of an exact-mode fleet's replicas -- :class:`ExactProcess` (one SimPy event
 per step) and :class:`FastProcess` (closed-form runs of decode steps, few events).
 
@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from sim.engine.batch import Group
+from sim.engine.driver import Driver
 from sim.engine.events import Alarm, ArrivalTimer, RunPlan
 from sim.engine.feed import Feed
 from sim.engine.simpy_adapter import horizon_s, queue_of
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from sim.engine.replica import Replica, RestartMode
 
 
-class _Process:
+class _Process(Driver):
     """What both process drivers share: the replica's SimPy process, its alarm, and a
     restart's going down and coming back on SimPy timers."""
 

@@ -1,7 +1,8 @@
 """One serving replica: a Scheduler over an Allocator, timed by a LatencyModel, with
 uptime and restarts, composed with the *driver* that advances its time
-(:class:`Driver`): a SimPy process of its own (``sim.engine.process``: exact mode, one
-event per step; fast mode, closed-form runs of decode steps) or one SimPy event per
+(``sim.engine.driver.Driver``, a native base class): a SimPy process of its own
+(``sim.engine.process``: exact mode, one event per step; fast mode, closed-form runs of
+decode steps) or one SimPy event per
 decision (``sim.engine.driven``: a fast fleet's replica, one decision at a time). The replica
 holds the state and the step mechanics every driver shares (a run of decode steps
 planned or applied, a restart's boundary, coming back); the driver decides when they
@@ -14,11 +15,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal, Protocol
+from typing import Literal
 
 import simpy
 
 from policies.allocators.base import Allocator
+from sim.engine.driver import Driver
 from sim.engine.events import RunPlan
 from sim.engine.inbound import InboundKV
 from sim.engine.outlet import ReplicaOutlet
@@ -32,59 +34,6 @@ RestartMode = Literal["drain", "kill", "lose"]
 next step boundary; the batch waits here and is recomputed after. ``lose``: the process
 dies at the next step boundary (a crash, a killed restart in a fleet): every request it
 holds goes to its outlet's ``on_lost`` (its clients see an error)."""
-
-
-class Driver(Protocol):
-    """What advances a replica's time (the module docstring): a SimPy process of its own
-    (``sim.engine.process``) or one event per decision (``sim.engine.driven.Driven``). The
-    replica calls these; the driver calls the replica's step mechanics."""
-
-    def attach(self, replica: Replica) -> None:
-        """Drive ``replica`` (called once, first thing in its construction: read nothing
-        of it yet)."""
-        ...
-
-    def clock_s(self) -> float:
-        """The time observers read the replica at: ``env.now``, the run's one clock."""
-        ...
-
-    def horizon_s(self) -> float:
-        """The next time anything else may act or read the replica: a step or a run
-        that ends before it is applied at once."""
-        ...
-
-    def next_arrival_s(self) -> float:
-        """When the next request the driver holds arrives (inf: none or unknown)."""
-        ...
-
-    def submit(self, group: Group, next_arrival_s: float) -> None:
-        """A request arrives now (:meth:`Replica.submit`)."""
-        ...
-
-    def feed(self, groups: list[Group]) -> None:
-        """Requests that arrive at their own times (:meth:`Replica.feed`)."""
-        ...
-
-    def queue_due(self) -> None:
-        """Queue the requests the driver holds that have arrived by now."""
-        ...
-
-    def retry(self, group: Group, delay_s: float) -> None:
-        """The scheduler refused ``group``; its client tries again after ``delay_s``."""
-        ...
-
-    def wake(self) -> None:
-        """Something for the replica to decide came now (KV handed over): it decides at
-        its next step boundary (now when idle)."""
-        ...
-
-    def restart_requested(self, changed: bool) -> None:
-        """A restart was requested (``changed``: the pending restart changed)."""
-        ...
-
-    def close(self) -> None:
-        """The run is over: drop whatever keeps the replica alive."""
-        ...
 
 
 class Replica:

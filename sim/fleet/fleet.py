@@ -47,7 +47,7 @@ from sim.latency.base import OutOfRange
 from sim.scenario import bounds
 from sim.scenario.fleet import FleetConfig
 from sim.simulate.columns import GroupColumns
-from sim.simulate.driver import RunOutlet
+from sim.simulate.outlet import RunOutlet
 from sim.simulate.parts import Parts
 from sim.simulate.records import Records
 
@@ -73,10 +73,9 @@ class _NodeOutlet(RunOutlet):
     fleet's clients (retries, lost requests) and the node's lifecycle (a restart's
     rows are the fleet's own: ``Fleet.fleet_event``)."""
 
-    takes_retries = True
-
     def __init__(self, fleet: Fleet, node: Node, driven: Driven | None) -> None:
         super().__init__(fleet.recorder, fleet.records)
+        self.takes_retries = True
         self.fleet = fleet
         self.node = node
         self.driven = driven

@@ -10,8 +10,9 @@ records, sampled on one grid and stopped by one rule:
 * ``sim.fleet.fleet.Fleet``: the fleet's arrival process routing every request, node
   lifecycles, client retries re-routed or pinned, restart policies and autoscalers.
 
-Both give their replicas outlets (``sim.engine.outlet``) built on :class:`RunOutlet`:
-events and restarts to the recorder, ended requests to the records. :func:`simulate`
+Both give their replicas outlets (``sim.engine.outlet``) built on ``RunOutlet``
+(``sim.simulate.outlet``, compiled): events and restarts to the recorder, ended
+requests to the records. :func:`simulate`
 starts the traffic's processes, a metric sampler (every ``sample_interval_s``: each
 replica the traffic samples, then the traffic's own row) and an optional progress
 reporter, and runs until every request has ended (at the last finish, which a replica's
@@ -28,37 +29,18 @@ from typing import Any, Protocol
 
 import simpy
 
-from sim.engine.batch import Group, SchedEvent
-from sim.engine.outlet import ReplicaOutlet
 from sim.engine.recorder import Recorder
-from sim.engine.replica import Replica, RestartMode
+from sim.engine.replica import Replica
 from sim.engine.simpy_adapter import drop_pending
 from sim.latency.base import OutOfRange
 from sim.scenario import bounds
 from sim.scenario.schema import RestartOptions, Scenario
 from sim.simulate.columns import GroupColumns
+from sim.simulate.outlet import RunOutlet
 from sim.simulate.parts import Parts
 from sim.simulate.records import Records
 
 Process = Generator[simpy.Event, Any, None]
-
-
-class RunOutlet(ReplicaOutlet):
-    """A replica's outlet in a run: its events and restarts to the run's recorder, its
-    ended requests to the run's records."""
-
-    def __init__(self, recorder: Recorder, records: Records) -> None:
-        self.recorder = recorder
-        self.records = records
-
-    def on_event(self, replica: Replica, event: SchedEvent) -> None:
-        self.recorder.on_event(replica, event)
-
-    def on_done(self, replica: Replica, group: Group) -> None:
-        self.records.end(group, replica.replica_id)
-
-    def on_restart(self, replica: Replica, mode: RestartMode, downtime_s: float) -> None:
-        self.recorder.on_restart(replica, mode, downtime_s)
 
 
 class Traffic(Protocol):
@@ -110,7 +92,7 @@ class SingleReplica:
             out_of_range=self.out_of_range,
         )
         groups = columns.groups(0, len(columns))
-        outlet.records.start_all(groups)
+        outlet.records.keep_all(groups)  # the feed holds them all run
         self.replica.feed(groups)
 
     def processes(self, sampler: Process) -> list[Process]:

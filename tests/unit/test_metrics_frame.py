@@ -30,7 +30,7 @@ from sim.results.frames import (
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
 from sim.scenario.workload import load_workload
-from sim.simulate.records import STATUSES, RecordColumns, Records
+from sim.simulate.records import KEPT_COPY_ROWS, STATUSES, RecordColumns, Records
 
 OUTPUTS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "scenarios.md"
 
@@ -235,3 +235,44 @@ def test_records_frame_of_ends_and_unfinished() -> None:
     groups[1].end("ok", 2.0)
     full.end(groups[1], 0)
     assert calls == [1]
+
+
+def test_kept_records_are_the_started_ones_byte_for_byte() -> None:
+    """A single replica's records (``keep_all``: ends keep the group, fields copied a
+    batch at a time) hold the same arrays, in the same order, as records started one by
+    one: ends in end order (across a flush), then the unfinished in arrival order."""
+    outs: list[dict[str, bytes]] = []
+    for keep in (False, True):
+        groups = [Group(i, float(i), 10 + i, 5) for i in (4, 0, 3, 1, 2)]
+        records = Records(5, flush_rows=2)  # one flush mid-run
+        (records.keep_all if keep else records.start_all)(groups)
+        for g, status, at_s in ((groups[3], "ok", 4.0), (groups[0], "timed-out", 2.0)):
+            g.end(status, at_s)  # type: ignore[arg-type]
+            records.end(g, 3)
+        groups[4].end("ok", 6.0)
+        records.end(groups[4], 1)
+        records.close()
+        assert records.ended == 3 and records.last_finish_s == 6.0
+        assert records.arrays["request_id"][:5].tolist() == [1, 4, 2, 0, 3]
+        assert records.replicas[:5].tolist() == [3, 3, 1, -1, -1]
+        outs.append({k: a[: records.count].tobytes() for k, a in records.arrays.items()})
+    assert outs[0] == outs[1]
+
+
+def test_kept_records_over_several_copy_chunks_are_the_started_ones() -> None:
+    """Kept ends are copied ``KEPT_COPY_ROWS`` at a time: over several chunks (and an
+    unfinished tail) the arrays are still byte for byte those of started records."""
+    n = 2 * KEPT_COPY_ROWS + 7
+    outs: list[dict[str, bytes]] = []
+    for keep in (False, True):
+        groups = [Group(i, float(i), 10 + i % 13, 5) for i in range(n)]
+        records = Records(n)
+        (records.keep_all if keep else records.start_all)(groups)
+        for g in groups[::-1][: n - 3]:  # ends in reverse arrival order; 3 unfinished
+            g.end("ok", 100.0 - g.arrival_s * 1e-3)
+            records.end(g, g.request_id % 3)
+        records.close()
+        assert records.count == n
+        outs.append({k: a.tobytes() for k, a in records.arrays.items()})
+        outs[-1]["replica"] = records.replicas.tobytes()
+    assert outs[0] == outs[1]
