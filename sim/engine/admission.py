@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from policies.allocators.base import Allocation, Allocator
 from sim.engine.batch import Group, Step
 from sim.engine.growth import Growth
 from sim.engine.offload import OffloadTiers
@@ -237,30 +238,10 @@ class Admission:
         ):
             return False
         first = self._next_seq_id
-        got = alloc.allocate(
-            first, prompt, reserve_tokens=prompt + g.target_tokens, prefix_hashes=g.prefix_hashes
-        )
-        if got is None:
+        placed = place_sequences(alloc, first, g, grow)
+        if placed is None:
             return False
-        ids = [first]
-        if g.num_seqs > 1 or grow:
-            ids = list(range(first, first + g.num_seqs))
-            placed = [first]
-            ok = True
-            for sid in ids[1:]:
-                if not alloc.fork(first, sid):
-                    ok = False
-                    break
-                placed.append(sid)
-            if ok and grow:
-                for sid in ids:
-                    if not alloc.extend(sid, grow):
-                        ok = False
-                        break
-            if not ok:  # undo; the refusal stays recorded (free does not clear it)
-                for sid in placed:
-                    alloc.free(sid)
-                return False
+        got, ids = placed
         self._next_seq_id += g.num_seqs
         g.allocates_per_chunk = False
         g.seq_ids = ids
@@ -323,3 +304,39 @@ def _count_hits(g: Group, queried: int, cached: int) -> None:
     else:
         g.preempted_queried_tokens += queried
         g.preempted_hit_tokens += cached
+
+
+def place_sequences(
+    alloc: Allocator, first: int, g: Group, grow_tokens: int
+) -> tuple[Allocation, list[int]] | None:
+    """``g``'s prompt allocated as sequence ``first`` (its reserve and prefix hashes
+    given), forked into its ``num_seqs`` sequences ``first, first + 1, ...``, each then
+    extended by ``grow_tokens``: the allocation and the sequence ids. On any refusal
+    everything placed is freed again and None (the refusal stays recorded: ``free``
+    does not clear it)."""
+    prompt = g.prompt_tokens
+    got = alloc.allocate(
+        first, prompt, reserve_tokens=prompt + g.target_tokens, prefix_hashes=g.prefix_hashes
+    )
+    if got is None:
+        return None
+    if g.num_seqs == 1 and not grow_tokens:
+        return got, [first]
+    ids = list(range(first, first + g.num_seqs))
+    placed = [first]
+    ok = True
+    for sid in ids[1:]:
+        if not alloc.fork(first, sid):
+            ok = False
+            break
+        placed.append(sid)
+    if ok and grow_tokens:
+        for sid in ids:
+            if not alloc.extend(sid, grow_tokens):
+                ok = False
+                break
+    if not ok:
+        for sid in placed:
+            alloc.free(sid)
+        return None
+    return got, ids

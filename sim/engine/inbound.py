@@ -35,7 +35,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from sim.engine.admission import Admission
+from sim.engine.admission import Admission, place_sequences
 from sim.engine.batch import Group, Status, Step
 from sim.engine.growth import Growth
 from sim.engine.running import RunningBatch
@@ -189,29 +189,10 @@ class Inbound:
             and not alloc.admission_fits(prompt, g.prefix_hashes, keep_free_tokens=keep)
         ):
             return False
-        first = self.admission.next_seq_id
-        got = alloc.allocate(
-            first, prompt, reserve_tokens=prompt + g.target_tokens, prefix_hashes=g.prefix_hashes
-        )
-        if got is None:
+        placed = place_sequences(alloc, self.admission.next_seq_id, g, 1)
+        if placed is None:
             return False
-        ids = list(range(first, first + g.num_seqs))
-        placed = [first]
-        ok = True
-        for sid in ids[1:]:
-            if not alloc.fork(first, sid):
-                ok = False
-                break
-            placed.append(sid)
-        if ok:
-            for sid in ids:
-                if not alloc.extend(sid, 1):
-                    ok = False
-                    break
-        if not ok:  # undo; the refusal stays recorded (free does not clear it)
-            for sid in placed:
-                alloc.free(sid)
-            return False
+        ids = placed[1]
         self.admission.take_seq_ids(g.num_seqs)
         g.seq_ids = ids
         return True
