@@ -20,7 +20,8 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from sim.cli import COMMANDS, app, load_command
-from sim.cli.output import wrap_cell, wrap_prose
+from sim.cli.output import wrap_prose
+from sim.cli.table_layout import wrap_cell
 
 runner = CliRunner()
 

@@ -16,8 +16,9 @@ import time
 
 import pytest
 
-from sim.cli.output import Cell, TableData, column_groups, print_table, print_tables, wrap_cell
+from sim.cli.output import Cell, TableData, print_table, print_tables
 from sim.cli.progress import elapsed_text, progress, sim_time_amounts
+from sim.cli.table_layout import column_groups, wrap_cell
 
 RUNS = [f"seed-postmortem-variant-{i}" for i in range(5)]
 ROWS = [
