@@ -9,7 +9,8 @@ naive scaler waits five minutes)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,6 +35,10 @@ class AutoscalerConfig(BaseModel):
     )
 
     kind: str
+    example_fields: ClassVar[Mapping[str, int | float]] = {}
+    """A worked example of this kind's own fields under which it scales a fleet of one up
+    on a surge and down after it (``tests/unit/test_fleet_lifecycle.py`` runs every
+    registered kind with it: a new kind brings its own case, no test edit)."""
     interval_s: float = Field(15.0, gt=0.0, le=3_600.0)
     """Seconds of simulated time between the fleet's calls to ``decide``; a run makes at
     most 1,000,000 calls (``sim.scenario.bounds.MAX_POLICY_CHECKS``: span / interval_s,
@@ -91,6 +96,10 @@ class NaiveConfig(_FailureTriggersConfig):
     nodes; a quiet ``scale_down_window_s`` removes one."""
 
     kind: Literal["naive"] = "naive"
+    example_fields: ClassVar[Mapping[str, int | float]] = {
+        "queue_threshold": 1,
+        "scale_down_window_s": 50.0,
+    }
 
     def build(self) -> Autoscaler:
         return NaiveAutoscaler(
@@ -106,6 +115,10 @@ class RunbookConfig(_FailureTriggersConfig):
     genuine capacity failures (or a queue no restart explains) scale up."""
 
     kind: Literal["runbook"] = "runbook"
+    example_fields: ClassVar[Mapping[str, int | float]] = {
+        "queue_threshold": 1,
+        "scale_down_window_s": 50.0,
+    }
     max_concurrent_restarts: int = Field(1, ge=1, le=MAX_NODES)
     """At most this many of the runbook's restarts in flight at once."""
     min_uptime_s: float = Field(600.0, ge=0.0, le=MAX_TIME_S)
@@ -127,6 +140,10 @@ class KvTargetConfig(AutoscalerConfig):
     """Kubernetes HPA on mean KV usage: ``desired = ceil(serving * mean / target)``."""
 
     kind: Literal["kv_target"] = "kv_target"
+    example_fields: ClassVar[Mapping[str, int | float]] = {
+        "target": 0.5,
+        "scale_down_window_s": 50.0,
+    }
     step: int = Field(4, ge=1, le=MAX_NODES)
     """At most this many nodes added or removed per decision (HPA's default scale-up
     policy allows 4 pods per 15 s)."""
@@ -153,6 +170,7 @@ class QueueConfig(AutoscalerConfig):
     """KEDA on the queue: one node per ``queue_threshold`` waiting requests."""
 
     kind: Literal["queue"] = "queue"
+    example_fields: ClassVar[Mapping[str, int | float]] = {"queue_threshold": 1}
     interval_s: float = Field(30.0, ge=1.0, le=3_600.0)
     """KEDA's polling interval (default 30 s; 15-30 s is typical)."""
     step: int = Field(4, ge=1, le=MAX_NODES)

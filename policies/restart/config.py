@@ -8,7 +8,8 @@ by the policy: how a node is drained before its restart and how often the fleet 
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +34,10 @@ class RestartConfig(BaseModel):
     )
 
     kind: str
+    example_fields: ClassVar[Mapping[str, int | float]] = {}
+    """A worked example of this kind's own fields under which it restarts a node at its
+    first check on a small fragmented replica (``tests/unit/test_fleet_lifecycle.py``
+    runs every registered kind with it: a new kind brings its own case, no test edit)."""
     drain: Literal["wait", "kill", "redirect"] = "wait"
     """How the fleet drains a node before restarting it: ``wait`` for its batch (up to
     ``drain_timeout_s``), ``kill`` the batch at once, or ``redirect`` its waiting queue to
@@ -61,6 +66,7 @@ class ScheduledConfig(RestartConfig):
     """Restart each node after ``every_s`` of uptime plus a per-node jitter, staggered."""
 
     kind: Literal["scheduled"] = "scheduled"
+    example_fields: ClassVar[Mapping[str, int | float]] = {"every_s": 3.0, "jitter_s": 0.0}
     every_s: float = Field(86_400.0, gt=0.0, le=MAX_TIME_S)
     """Uptime after which a node is restarted (before its jitter)."""
     jitter_s: float = Field(3_600.0, ge=0.0, le=MAX_TIME_S)
@@ -82,6 +88,7 @@ class FragmentationConfig(RestartConfig):
     for ``for_s`` (the seed's alert metric, alert threshold 0.5)."""
 
     kind: Literal["fragmentation"] = "fragmentation"
+    example_fields: ClassVar[Mapping[str, int | float]] = {"threshold": 0.99, "for_s": 0.0}
     threshold: float = Field(0.5, gt=0.0, le=1.0)
     """Ratio (largest usable free extent / total free) below which a node is fragmented."""
     for_s: float = Field(600.0, ge=0.0, le=MAX_TIME_S)
@@ -100,6 +107,7 @@ class AlertConfig(RestartConfig):
     previous check: the seed's high-severity alert."""
 
     kind: Literal["alert"] = "alert"
+    example_fields: ClassVar[Mapping[str, int | float]] = {"min_uptime_s": 0.0}
     min_uptime_s: float = Field(600.0, ge=0.0, le=MAX_TIME_S)
     """A node younger than this is not restarted again (its alert is dropped)."""
     max_concurrent: int = Field(1, ge=1, le=MAX_NODES)
@@ -114,6 +122,7 @@ class RollingConfig(RestartConfig):
     ``max_down`` nodes of the fleet not active at a time."""
 
     kind: Literal["rolling"] = "rolling"
+    example_fields: ClassVar[Mapping[str, int | float]] = {"max_uptime_s": 3.0}
     max_uptime_s: float = Field(86_400.0, gt=0.0, le=MAX_TIME_S)
     """A node whose uptime exceeds this is due for recycling."""
     max_down: int = Field(1, ge=1, le=MAX_NODES)

@@ -42,8 +42,8 @@ def fail(
 # --- registry and configs ----------------------------------------------------------
 
 
-def test_the_registry_lists_every_kind() -> None:
-    assert set(AUTOSCALERS) == {"none", "naive", "kv_target", "queue", "runbook"}
+def test_the_registry_lists_every_shipped_kind() -> None:
+    assert {"none", "naive", "kv_target", "queue", "runbook"} <= set(AUTOSCALERS)
 
 
 @pytest.mark.parametrize("kind", sorted(AUTOSCALERS))
@@ -66,7 +66,8 @@ def test_every_kind_has_the_common_fields_and_builds_fresh_autoscalers(kind: str
 
 
 def test_parse_autoscaler_names_the_allowed_kinds() -> None:
-    with pytest.raises(ValueError, match="allowed: kv_target, naive, none, queue, runbook"):
+    allowed = ", ".join(sorted(AUTOSCALERS))
+    with pytest.raises(ValueError, match=f"allowed: {allowed}$"):
         parse_autoscaler({"kind": "hpa"})
 
 

@@ -112,22 +112,15 @@ FRAGMENTED = request_frame(
     [0.0, 0.1, 0.2, 2.0, 60.0], [100, 1990, 100, 2000, 100], [900, 10, 900, 50, 10]
 )
 
-TRIGGERS: dict[str, dict[str, Any]] = {
-    "none": {},
-    "scheduled": {"every_s": 3.0, "jitter_s": 0.0},
-    "fragmentation": {"threshold": 0.99, "for_s": 0.0},
-    "alert": {"min_uptime_s": 0.0},
-    "rolling": {"max_uptime_s": 3.0},
-}
-
-
-def test_every_restart_policy_has_a_trigger_here() -> None:
-    assert set(TRIGGERS) == set(RESTART_POLICIES)
-
 
 @pytest.mark.parametrize("kind", sorted(RESTART_POLICIES))
 def test_every_restart_policy_restarts_as_it_says(kind: str) -> None:
-    restart = {"kind": kind, "interval_s": 4.0, "drain": "kill", **TRIGGERS[kind]}
+    restart = {
+        "kind": kind,
+        "interval_s": 4.0,
+        "drain": "kill",
+        **RESTART_POLICIES[kind].example_fields,
+    }
     data = fleet_data(
         count=1,
         on_admission_failure="reject",
@@ -164,23 +157,11 @@ SURGE = request_frame(
     [2.5 * i for i in range(24)] + [300.0], [3000] * 24 + [100], [500] * 24 + [10]
 )
 
-SCALERS: dict[str, dict[str, Any]] = {
-    "none": {},
-    "naive": {"queue_threshold": 1, "scale_down_window_s": 50.0},
-    "runbook": {"queue_threshold": 1, "scale_down_window_s": 50.0},
-    "kv_target": {"target": 0.5, "scale_down_window_s": 50.0},
-    "queue": {"queue_threshold": 1},
-}
-
-
-def test_every_autoscaler_has_a_case_here() -> None:
-    assert set(SCALERS) == set(AUTOSCALERS)
-
 
 @pytest.mark.parametrize("kind", sorted(AUTOSCALERS))
 def test_every_autoscaler_scales_up_on_the_surge_and_down_after_it(kind: str) -> None:
     timing = {"step": 1, "scale_up_cooldown_s": 0.0, "scale_down_cooldown_s": 0.0}
-    autoscaler = {"kind": kind, "interval_s": 10.0, **SCALERS[kind]}
+    autoscaler = {"kind": kind, "interval_s": 10.0, **AUTOSCALERS[kind].example_fields}
     if kind != "none":
         autoscaler |= timing
     data = fleet_data(

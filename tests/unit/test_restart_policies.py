@@ -41,8 +41,8 @@ def first_restart(
 # --- registry and configs ----------------------------------------------------------
 
 
-def test_the_registry_lists_every_kind() -> None:
-    assert set(RESTART_POLICIES) == {"none", "scheduled", "fragmentation", "alert", "rolling"}
+def test_the_registry_lists_every_shipped_kind() -> None:
+    assert {"none", "scheduled", "fragmentation", "alert", "rolling"} <= set(RESTART_POLICIES)
 
 
 @pytest.mark.parametrize("kind", sorted(RESTART_POLICIES))
@@ -56,9 +56,10 @@ def test_every_kind_carries_the_fleet_fields_and_builds_fresh_policies(kind: str
 
 
 def test_parse_restart_names_the_allowed_kinds() -> None:
-    with pytest.raises(ValueError, match="allowed: alert, fragmentation, none, rolling, scheduled"):
+    allowed = ", ".join(sorted(RESTART_POLICIES))
+    with pytest.raises(ValueError, match=f"allowed: {allowed}$"):
         parse_restart({"kind": "reboot"})
-    with pytest.raises(ValueError, match="needs a kind, one of alert, fragmentation, none"):
+    with pytest.raises(ValueError, match=f"needs a kind, one of {allowed}$"):
         parse_restart({})
 
 
