@@ -15,7 +15,10 @@ import difflib
 import types
 import typing
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic.fields import FieldInfo
 
 MAX_LISTED = 12
 """The most field names a message lists when no name is close to the one written."""
@@ -31,7 +34,7 @@ def _leaves(t: object) -> list[object]:
     return [t]
 
 
-def _fields(model: object) -> dict[str, Any]:
+def _fields(model: object) -> dict[str, FieldInfo]:
     """The model's fields by the names a user writes (aliases where set)."""
     fields = getattr(model, "model_fields", None)
     if not isinstance(fields, dict):

@@ -28,7 +28,7 @@ import warnings  # noqa: E402
 from collections.abc import Iterator, MutableMapping, Sequence  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from importlib.metadata import PackageNotFoundError, version  # noqa: E402
-from typing import Any, NamedTuple  # noqa: E402
+from typing import Any, NamedTuple, TextIO  # noqa: E402
 
 import typer  # noqa: E402
 from typer.core import TyperCommand, TyperGroup  # noqa: E402
@@ -269,11 +269,18 @@ def _notes_as_lines() -> Iterator[None]:
     time; other warnings are shown as before."""
     previous = warnings.showwarning
 
-    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
         if issubclass(category, RunFolderNote):
             typer.echo(f"note: {message}", err=True)
         else:
-            previous(message, category, *args, **kwargs)
+            previous(message, category, filename, lineno, file, line)
 
     with warnings.catch_warnings():
         warnings.simplefilter("always", RunFolderNote)

@@ -56,9 +56,10 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Literal, NamedTuple
 
 import typer
+from typer.models import OptionInfo
 
 from sim.cli.table_layout import print_fitted
 
@@ -72,7 +73,7 @@ DEFAULT_WIDTH = 80
 PLACEHOLDER = "—"
 
 
-def format_option(*names: str, help: str = FORMAT_HELP) -> Any:
+def format_option(*names: str, help: str = FORMAT_HELP) -> OptionInfo:
     """A ``typer.Option`` choosing one of :data:`FORMATS` (case-insensitive), under
     ``names`` (default ``--format``, ``-f``); annotate it as ``Format``."""
     return typer.Option(*(names or ("--format", "-f")), help=help, case_sensitive=False)

@@ -5,7 +5,7 @@ belongs to, so quantisation and MoE routing can treat groups apart."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sim.models.hf_config import _Fields
@@ -196,7 +196,7 @@ def _deepseek(c: Counted, f: _Fields, hidden: int, layers: int) -> None:
 
 
 def _nemotron_h(c: Counted, f: _Fields, hidden: int) -> None:
-    pattern: Any = f.get("hybrid_override_pattern")
+    pattern = f.get("hybrid_override_pattern")
     if not isinstance(pattern, str):
         raise f.fail("field 'hybrid_override_pattern' missing (needed for nemotron_h)")
     if "E" in pattern:
@@ -235,7 +235,7 @@ def _jamba(c: Counted, f: _Fields, hidden: int, layers: int) -> None:
     e_period, e_offset = f.int("expert_layer_period"), f.int("expert_layer_offset")
     inner = f.int("mamba_expand") * hidden
     state, conv = f.int("mamba_d_state"), f.int("mamba_d_conv")
-    rank: Any = f.get("mamba_dt_rank", "auto")
+    rank = f.get("mamba_dt_rank", "auto")
     dt_rank = -(-hidden // 16) if rank == "auto" else f.int("mamba_dt_rank")
     ffn = f.int("intermediate_size")
     proj_bias = bool(f.get("mamba_proj_bias", False))

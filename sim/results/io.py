@@ -31,7 +31,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -206,7 +205,7 @@ def summary_json(summary: Summary) -> str:
     return json.dumps(summary.to_json_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
-def undefined_as_null(value: Any) -> Any:
+def undefined_as_null(value: object) -> object:
     """``value`` (nested dicts, lists and tuples) with every float that is not finite
     replaced by None; other values as they are."""
     if isinstance(value, dict):

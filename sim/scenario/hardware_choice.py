@@ -8,7 +8,7 @@ naming the branch taken.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, model_validator
 
@@ -112,7 +112,7 @@ class ModelConfigFile(BaseModel):
         description="Weights: auto (as the config ships them) or fp8 (quantised at load, "
         "per-tensor scales, as vLLM's --quantization fp8).",
     )
-    _model: Any = PrivateAttr(default=None)
+    _model: HfModel | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _read(self) -> ModelConfigFile:
@@ -131,7 +131,8 @@ class ModelConfigFile(BaseModel):
 
     @property
     def hf_model(self) -> HfModel:
-        """The model the file describes."""
+        """The model the file describes (read by the validator, so never None here)."""
+        assert self._model is not None
         return self._model
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -21,8 +22,14 @@ from sim.models.hardware import MODELS
 from traces.atomic import staged
 from traces.errors import TraceError
 
+if TYPE_CHECKING:  # the gpu extra: imported where used, as the module docstring says
+    import torch
 
-def _need_torch(command: str) -> Any:
+    from gpu_backend.device import Kernels
+    from gpu_backend.model import ModelShape
+
+
+def _need_torch(command: str) -> ModuleType:
     """torch, or the exit-2 error naming the extra."""
     try:
         import torch
@@ -33,7 +40,7 @@ def _need_torch(command: str) -> Any:
 
 def _setup(
     command: str, device_name: str, dtype_name: str | None, kernels: str
-) -> tuple[Any, Any, Any]:
+) -> tuple[torch.device, torch.dtype, Kernels]:
     """(device, dtype, Kernels) or a one-line error."""
     torch = _need_torch(command)
     from gpu_backend.device import select_kernels, steady_cpu_timing
@@ -60,7 +67,7 @@ def _setup(
     return device, getattr(torch, dtype_name), chosen
 
 
-def _shape(command: str, model: str) -> Any:
+def _shape(command: str, model: str) -> ModelShape:
     from gpu_backend.model import TINY, ModelShape
 
     if model == "tiny":

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
 import pandas as pd
 import typer
@@ -287,11 +287,18 @@ def show_scenario_warnings(source: Path) -> Iterator[None]:
     ``warning: SOURCE: ...`` line on stderr; other warnings keep their handling."""
     previous = warnings.showwarning
 
-    def show(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
         if issubclass(category, ScenarioWarning):
             err.print(f"warning: {clip(str(source))}: {message}", markup=False, highlight=False)
         else:
-            previous(message, category, *args, **kw)
+            previous(message, category, filename, lineno, file, line)
 
     with warnings.catch_warnings():
         warnings.simplefilter("always", ScenarioWarning)

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import typer
 import yaml
@@ -50,11 +50,18 @@ def show_trace_warnings() -> Iterator[None]:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     previous = warnings.showwarning
 
-    def show(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
         if issubclass(category, TraceWarning):
             err.print(f"warning: {message}", markup=False)
         else:
-            previous(message, category, *args, **kw)
+            previous(message, category, filename, lineno, file, line)
 
     with warnings.catch_warnings():
         warnings.simplefilter("always", TraceWarning)
