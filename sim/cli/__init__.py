@@ -35,7 +35,7 @@ from typer.core import TyperCommand, TyperGroup  # noqa: E402
 
 from sim.build import engine_build  # noqa: E402
 from sim.cli import lazy  # noqa: E402
-from sim.cli.help_format import HelpContext, plain_help  # noqa: E402
+from sim.cli.help_format import Command, Context, HelpContext, HelpFormatter, plain_help  # noqa: E402
 from sim.errors import clip, os_error_line  # noqa: E402
 from sim.results.folder_errors import RunFolderNote  # noqa: E402
 
@@ -117,9 +117,7 @@ COMMANDS: dict[str, Lazy] = {
 summary is the first sentence of the command's own help (a test holds them equal)."""
 
 
-# A command, a group, a context and a formatter are click's objects, typed ``Any`` here:
-# typer 0.29 vendors click privately (``typer._click``), so no public name types them.
-def load_command(name: str) -> Any:
+def load_command(name: str) -> Command:
     """The click command of :data:`COMMANDS` ``name``, built from its module."""
     obj = lazy.resolve(COMMANDS[name].target)
     holder = typer.Typer(
@@ -133,16 +131,16 @@ def load_command(name: str) -> Any:
     return plain_help(typer.main.get_group(holder).commands[name])
 
 
-class LazyCommands(MutableMapping[str, Any]):
+class LazyCommands(MutableMapping[str, Command]):
     """A group's commands: the eager ones typer built, and :data:`COMMANDS`, imported on
     first access (or, while the group formats its help, a stand-in that carries only
     the summary)."""
 
-    def __init__(self, eager: MutableMapping[str, Any]) -> None:
-        self._loaded: dict[str, Any] = {n: plain_help(c) for n, c in eager.items()}
+    def __init__(self, eager: MutableMapping[str, Command]) -> None:
+        self._loaded: dict[str, Command] = {n: plain_help(c) for n, c in eager.items()}
         self.listing = False
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> Command:
         if name in self._loaded:
             return self._loaded[name]
         if name not in COMMANDS:
@@ -153,7 +151,7 @@ class LazyCommands(MutableMapping[str, Any]):
         self._loaded[name] = load_command(name)
         return self._loaded[name]
 
-    def __setitem__(self, name: str, command: Any) -> None:
+    def __setitem__(self, name: str, command: Command) -> None:
         self._loaded[name] = command
 
     def __delitem__(self, name: str) -> None:
@@ -189,7 +187,7 @@ class OneLineErrors(TyperGroup):
         super().__init__(*args, **kwargs)
         self.commands = LazyCommands(self.commands)
 
-    def format_help(self, ctx: Any, formatter: Any) -> None:
+    def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
         """The help, listing the commands by their summaries (nothing imported)."""
         commands = self.commands
         assert isinstance(commands, LazyCommands)
@@ -207,7 +205,7 @@ class OneLineErrors(TyperGroup):
         standalone_mode: bool = True,
         windows_expand_args: bool = True,
         **extra: Any,
-    ) -> Any:
+    ) -> int:
         extra["windows_expand_args"] = windows_expand_args
         code = self._run(args, prog_name, complete_var, **extra)
         if standalone_mode:
@@ -252,7 +250,7 @@ class OneLineErrors(TyperGroup):
         error the parser raised without a context (an option missing its value)."""
         words = list(sys.argv[1:] if args is None else args)
         path: list[str] = [self.name or "fragsim"]
-        group: Any = self
+        group: Command = self
         for word in words:
             sub = group.commands.get(word) if isinstance(group, TyperGroup) else None
             if sub is None:

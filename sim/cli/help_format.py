@@ -8,17 +8,23 @@ at a hyphen: ``--no-autoscale`` stays one piece) and rejoins a docstring's parag
 before wrapping them to the terminal. The one adapter for typer's help internals:
 :class:`HelpContext` (the context class each command gets, :func:`plain_help`) and
 :class:`WholeWordsFormatter` (its formatter; ``typer._click`` is the click typer
-vendors, whose ``HelpFormatter`` wraps with ``textwrap``'s defaults).
+vendors, whose ``HelpFormatter`` wraps with ``textwrap``'s defaults). ``Command`` and
+``Context`` are click's classes from the same place, for the type hints of
+:mod:`sim.cli` (typer 0.29 exports no public name for a click command or a formatter).
 """
 
 from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
-from typing import Any
+from typing import TypeVar
 
 import typer
-from typer._click.formatting import HelpFormatter, iter_rows, measure_table, term_len
+from typer._click.core import Command as Command
+from typer._click.core import Context as Context
+from typer._click.formatting import HelpFormatter as HelpFormatter
+from typer._click.formatting import iter_rows, measure_table, term_len
+from typer.core import TyperCommand, TyperGroup
 
 
 def wrap_whole_words(text: str, width: int, indent: str = "") -> str:
@@ -76,20 +82,26 @@ class WholeWordsFormatter(HelpFormatter):
                 self.write(f"{'':>{column + self.current_indent}}{line}\n")
 
 
+C = TypeVar("C", bound=Command)
+"""A click command (or group) handed through :func:`plain_help`."""
+
+
 class HelpContext(typer.Context):
     """typer's context, formatting help with :class:`WholeWordsFormatter`."""
 
     formatter_class = WholeWordsFormatter
 
 
-def plain_help(command: Any) -> Any:
+def plain_help(command: C) -> C:
     """``command`` (and every subcommand it holds) printing plain, whole-word help, and
     listed by its help's whole first paragraph (click would cut it at 45 characters);
     returns it."""
     command.context_class = HelpContext
-    command.rich_markup_mode = None
+    if isinstance(command, TyperCommand | TyperGroup):  # typer's own (every command here)
+        command.rich_markup_mode = None
     if not command.short_help and command.help:
         command.short_help = " ".join(command.help.split("\n\n")[0].split())
-    for sub in getattr(command, "commands", {}).values():
-        plain_help(sub)
+    if isinstance(command, TyperGroup):
+        for sub in command.commands.values():
+            plain_help(sub)
     return command
