@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel
 
@@ -38,7 +38,7 @@ def build_registry(classes: Iterable[type[C]], family: str) -> dict[str, type[C]
     return registry
 
 
-def parse_kind(registry: Mapping[str, type[C]], data: Mapping[str, Any], family: str) -> C:
+def parse_kind(registry: Mapping[str, type[C]], data: Mapping[str, object], family: str) -> C:
     """Validate a ``{kind: ..., ...}`` mapping against the class ``registry`` holds for
     its kind. Raises ValueError naming the kind and the allowed kinds, or pydantic's
     ValidationError naming the bad field."""
@@ -63,6 +63,6 @@ class Registry(dict[str, type[C]]):
         super().__init__(build_registry(classes, family))
         self.family = family
 
-    def parse(self, data: Mapping[str, Any]) -> C:
+    def parse(self, data: Mapping[str, object]) -> C:
         """Validate a ``{kind: ..., ...}`` mapping (:func:`parse_kind`)."""
         return parse_kind(self, data, self.family)

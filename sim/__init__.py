@@ -16,16 +16,19 @@ The public API (everything else is internal and may move)::
 * :func:`load_workload` -- the request table a scenario's ``workload`` describes.
 * :func:`read_result` -- a :class:`RunResult` back from a run directory.
 
-Packages: ``sim.engine`` (the compiled core: scheduler, decode ticks, replica, recorder),
-``sim.latency`` (step-time models), ``sim.scenario`` (schema, workloads, built-ins),
-``sim.results`` (frames, summary, files), ``sim.cli`` (the ``fragsim`` command),
-``sim.fleet`` and ``sim.sweep`` (homes of the fleet and of sweeps).
+Packages (``docs/layout.md`` maps them and the direction of their imports):
+``sim.engine`` (the compiled core: scheduler, decode ticks, replica, recorder),
+``sim.models`` (GPU and model presets), ``sim.latency`` (step-time models),
+``sim.scenario`` (schema, workloads, built-ins), ``sim.results`` (frames, summary,
+files), ``sim.simulate`` (what a replica and a fleet share), ``sim.fleet`` (the fleet),
+``sim.telemetry`` (alerts, Prometheus, OpenMetrics), ``sim.postmortem``, ``sim.sweep``
+and ``sim.cli`` (the ``fragsim`` command).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sim.results.io import RunResult
@@ -60,7 +63,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'sim' has no attribute {name!r}")

@@ -8,7 +8,6 @@ validates it against the class registered for that kind.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from policies.allocators import config as cfg
 from policies.allocators.config import AllocatorConfig
@@ -38,6 +37,6 @@ ALLOCATORS: Registry[AllocatorConfig] = Registry(
 )
 
 
-def parse_allocator(data: Mapping[str, Any]) -> AllocatorConfig:
+def parse_allocator(data: Mapping[str, object]) -> AllocatorConfig:
     """Validate a ``{kind: ..., ...}`` mapping against ALLOCATORS (``Registry.parse``)."""
     return ALLOCATORS.parse(data)

@@ -7,7 +7,6 @@ A fleet scenario names an autoscaler as ``{kind: kv_target, ...}``;
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from policies.autoscale import config as cfg
 from policies.autoscale.config import AutoscalerConfig
@@ -26,6 +25,6 @@ AUTOSCALERS: Registry[AutoscalerConfig] = Registry(
 )
 
 
-def parse_autoscaler(data: Mapping[str, Any]) -> AutoscalerConfig:
+def parse_autoscaler(data: Mapping[str, object]) -> AutoscalerConfig:
     """Validate a ``{kind: ..., ...}`` mapping against AUTOSCALERS (``Registry.parse``)."""
     return AUTOSCALERS.parse(data)

@@ -7,7 +7,6 @@ A fleet scenario names a restart policy as ``{kind: fragmentation, ...}``;
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from policies.registry import Registry
 from policies.restart import config as cfg
@@ -26,6 +25,6 @@ RESTART_POLICIES: Registry[RestartConfig] = Registry(
 )
 
 
-def parse_restart(data: Mapping[str, Any]) -> RestartConfig:
+def parse_restart(data: Mapping[str, object]) -> RestartConfig:
     """Validate a ``{kind: ..., ...}`` mapping against RESTART_POLICIES (``Registry.parse``)."""
     return RESTART_POLICIES.parse(data)
