@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from reports.common import FAILURE_KINDS, as_float
+from reports.common import as_float
 from reports.downsample import window_width_s
-from sim.results.seed_alerts import spearman_rho
+from sim.results.seed_alerts import FAILURE_KINDS, spearman_rho
 
 QUANTILES = (("min", 0.0), ("p10", 0.10), ("p50", 0.50), ("p90", 0.90))
 """The fleet quantiles drawn over time: the worst replica (min) and the 10th, 50th and

@@ -24,7 +24,7 @@ from sim.results.io import RunResult
 from sim.results.seed_alerts import BY_NAME, UPTIME_CORRELATION, AlertThresholds, condition
 from sim.results.summary_model import Fleet
 from sim.scenario.builtin import DEMO, builtin_names
-from sim.telemetry.alerts import DIAGNOSES, diagnose_failures
+from sim.telemetry.diagnosis import DIAGNOSES, diagnose_failures
 
 
 @dataclass(frozen=True)

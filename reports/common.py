@@ -15,7 +15,6 @@ import plotly.graph_objects as go
 
 from sim.results.summary_model import Summary
 
-FAILURE_KINDS = ("admission_failure", "growth_failure")
 FLEET_EVENT_KINDS = ("restart", "crash", "scale-up", "scale-down")
 PALETTE = (
     "#1f77b4",

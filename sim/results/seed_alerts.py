@@ -47,6 +47,11 @@ from sim.results.offload_summary import TIER_KINDS
 Severity = Literal["high", "medium"]
 
 
+FAILURE_KINDS = ("admission_failure", "growth_failure")
+"""The event kinds that are allocation failures (what the failure alerts, the OpenMetrics
+counters, the summary and the reports count)."""
+
+
 @dataclass(frozen=True, slots=True)
 class AlertThresholds:
     """The seed's thresholds (a scenario's ``metrics`` block can change them)."""
@@ -60,6 +65,9 @@ class AlertThresholds:
     uptime_rho_alert: float = 0.5
     """Spearman rho of (uptime, fragmentation) at or above which the uptime alert fires."""
 
+
+DEFAULT_THRESHOLDS = AlertThresholds()
+"""The seed's thresholds (the scenario's ``metrics`` defaults)."""
 
 THRESHOLD_FIELDS = ("high_free_share", "ratio_alert", "ratio_severe", "uptime_rho_alert")
 """:class:`AlertThresholds`' fields, as a fleet run's summary records them

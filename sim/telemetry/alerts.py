@@ -1,5 +1,6 @@
 """The fleet seed's alerts evaluated over a run's output frames as Prometheus would
-evaluate them, and a diagnosis of every failed request. Pure functions of the frames
+evaluate them (a diagnosis of every failed request is :mod:`sim.telemetry.diagnosis`,
+re-exported here: ``diagnose_failures``). Pure functions of the frames
 (``timeseries``, ``events``, ``requests``): a single-replica run and a fleet run (a
 ``replica`` per node) are read the same way. The alerts' names, severities, conditions
 and responses are :mod:`sim.results.seed_alerts`'s (one name per alert everywhere).
@@ -68,6 +69,8 @@ from sim.results.offload_summary import TIER_KINDS
 from sim.results.seed_alerts import ALERTS as ALERTS  # re-exported: the seed's alerts
 from sim.results.seed_alerts import (
     BY_NAME,
+    DEFAULT_THRESHOLDS,
+    FAILURE_KINDS,
     FRAGMENTATION_FAILURE,
     HIGH_FRAGMENTATION,
     SEVERE_FRAGMENTATION,
@@ -83,9 +86,7 @@ from sim.telemetry.alert_states import (
     hold,
     increase_condition,
 )
-
-FAILURE_KINDS = ("admission_failure", "growth_failure")
-"""The event kinds that are allocation failures."""
+from sim.telemetry.diagnosis import diagnose_failures as diagnose_failures  # re-exported
 
 ALERT_COLUMNS = (
     "time_s",
@@ -103,7 +104,6 @@ STATES = ("pending", "firing", "resolved")
 """A log row's ``state``, in the order rows at one instant are listed."""
 
 DEFAULT_SCRAPE_INTERVAL_S = 30.0
-DEFAULT_THRESHOLDS = AlertThresholds()
 """The fleet seed's thresholds (a scenario's: ``scenario.metrics.thresholds()``)."""
 DEFAULT_TREND_WINDOW_S = 3600.0
 
@@ -376,77 +376,3 @@ def _dtype(column: str) -> str:
     floats = ("time_s", "value", "active_since_s", "for_s")
     kinds = {"replica": "int64", "fired": "bool", **{c: "float64" for c in floats}}
     return kinds.get(column, "object")
-
-
-FAILED_PREFIXES = ("rejected-", "failed-")
-
-DIAGNOSES = {
-    "fragmentation": "fragmentation on a capable node",
-    "capacity": "capacity shortage",
-}
-"""The allocator's cause of a failure -> its diagnosis. Fragmentation: total free >=
-the need but no usable extent is large enough (restart or defragment the node; adding
-replicas does not help); capacity: not enough free memory at all (a genuine shortage)."""
-
-DIAGNOSIS_COLUMNS = (
-    "request_id",
-    "replica",
-    "status",
-    "diagnosis",
-    "cause",
-    "failure_s",
-    "need_tokens",
-    "free_tokens",
-    "largest_free_extent_tokens",
-    "free_share",
-    "at_high_free_memory",
-)
-
-
-def diagnose_failures(
-    requests: pd.DataFrame,
-    events: pd.DataFrame,
-    thresholds: AlertThresholds = DEFAULT_THRESHOLDS,
-) -> pd.DataFrame:
-    """One row per failed request (status ``rejected-*`` / ``failed-*``), in the order of
-    ``requests``, with the columns :data:`DIAGNOSIS_COLUMNS`: the request's last
-    allocation failure (the one that ended it; a retried request may have failed on
-    several replicas) and its diagnosis (:data:`DIAGNOSES`); ``at_high_free_memory``:
-    its free share exceeded ``high_free_share``. A request refused with no allocation
-    failure (``rejected-too-long``: longer than the node's maximum sequence) is
-    ``request too long``, with missing pool columns.
-
-    To add the diagnosis to the requests table::
-
-        requests.merge(diagnose_failures(requests, events)[["request_id", "diagnosis"]],
-                       on="request_id", how="left")
-    """
-    failed = requests[requests["status"].astype(str).str.startswith(FAILED_PREFIXES)]
-    fails = events[events["kind"].isin(FAILURE_KINDS)]
-    last = fails.sort_values("time_s", kind="stable").drop_duplicates("request_id", keep="last")
-    last = last.rename(columns={"time_s": "failure_s", "replica": "failure_replica"})
-    out = failed[["request_id", "replica", "status"]].merge(
-        last[
-            [
-                "request_id",
-                "failure_replica",
-                "cause",
-                "failure_s",
-                "need_tokens",
-                "free_tokens",
-                "largest_free_extent_tokens",
-                "free_share",
-            ]
-        ],
-        on="request_id",
-        how="left",
-    )
-    out["replica"] = out["failure_replica"].fillna(out["replica"]).astype("int64")
-    cause = out["cause"].fillna("")
-    out["cause"] = cause
-    out["diagnosis"] = cause.map(DIAGNOSES).fillna("request too long")
-    out.loc[out["status"] != "rejected-too-long", "diagnosis"] = out["diagnosis"].where(
-        cause != "", "unknown (no allocation failure recorded)"
-    )
-    out["at_high_free_memory"] = out["free_share"] > thresholds.high_free_share
-    return out[list(DIAGNOSIS_COLUMNS)].reset_index(drop=True)

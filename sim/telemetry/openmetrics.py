@@ -74,6 +74,7 @@ from typing import TextIO
 import numpy as np
 import pyarrow.parquet as pq
 
+from sim.results.seed_alerts import FAILURE_KINDS
 from sim.results.summary_model import Summary
 from sim.telemetry.alerts import scraped, trend_window_scrapes, uptime_correlation
 from sim.telemetry.openmetrics_alerts import AlertInputs, write_alert_families
@@ -97,8 +98,6 @@ from sim.telemetry.openmetrics_offload import known_updates, offload_families
 
 DEFAULT_ORIGIN_S = 1_704_067_200
 """2024-01-01T00:00:00Z: simulated time 0 in the exported timestamps."""
-FAILURE_KINDS = ("admission_failure", "growth_failure")
-"""``sim.telemetry.alerts.FAILURE_KINDS`` (a test holds them equal)."""
 FAILURE_TRIGGER = "failure"
 """The ``trigger`` of a timeseries row sampled at an allocation failure (not scraped)."""
 LIFECYCLE_STATES = ("provisioning", "loading", "warming", "active", "draining", "down")

@@ -24,7 +24,8 @@ from sim.results.seed_alerts import (
     SEVERE_FRAGMENTATION,
     AlertThresholds,
 )
-from sim.telemetry.alerts import ALERT_COLUMNS, diagnose_failures, evaluate_alerts
+from sim.telemetry.alerts import ALERT_COLUMNS, evaluate_alerts
+from sim.telemetry.diagnosis import diagnose_failures
 
 runner = CliRunner()
 

@@ -30,10 +30,9 @@ from sim.telemetry.alert_states import RuleTiming
 from sim.telemetry.alerts import (
     ALERT_COLUMNS,
     ALERTS,
-    DIAGNOSIS_COLUMNS,
-    diagnose_failures,
     evaluate_alerts,
 )
+from sim.telemetry.diagnosis import DIAGNOSIS_COLUMNS, diagnose_failures
 from sim.telemetry.prometheus import METRICS, alert_rules, expressions, rules_yaml
 
 CAP = 1000

@@ -36,7 +36,8 @@ from sim.results.io import FILES
 from sim.results.runfolder import RunFolderError, read_result, read_run
 from sim.results.seed_alerts import THRESHOLD_FIELDS, AlertThresholds, alerts_for
 from sim.results.summary_model import Summary
-from sim.telemetry.alerts import diagnose_failures, evaluate_alerts, tier_kinds
+from sim.telemetry.alerts import evaluate_alerts, tier_kinds
+from sim.telemetry.diagnosis import diagnose_failures
 from sim.telemetry.openmetrics import pool_of
 from sim.telemetry.prometheus import (
     INSTANCE_LABELS,
