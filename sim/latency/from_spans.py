@@ -29,15 +29,15 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from sim.fields import JsonObject, JsonValue
 from sim.latency.base import LatencyModel
 from sim.latency.calibrated import LATENCY_FORMAT, CalibratedLatency, fit_calibrated_latency
-from sim.postmortem.otlp_files import check_regular, documents, span_entries
+from sim.postmortem.otlp_files import check_regular, documents, objects, span_entries
 from sim.runner import run
 from sim.scenario.schema import Scenario, ScenarioError
 from sim.simulate.parts import Parts, build_parts
@@ -56,17 +56,25 @@ class SpanFitError(ValueError):
     """Spans or a scenario a fit cannot use; ``str()`` is one line."""
 
 
-def _value(v: dict[str, Any]) -> Any:
+def _value(v: JsonValue) -> JsonValue:
+    """An OTLP ``AnyValue``'s scalar (``intValue`` is JSON text of an int64); None for
+    anything else."""
+    if not isinstance(v, dict):
+        return None
     for key in ("intValue", "doubleValue", "stringValue", "boolValue"):
         if key in v:
-            return int(v[key]) if key == "intValue" else v[key]
+            raw = v[key]
+            if key == "intValue" and isinstance(raw, str | int | float):
+                return int(raw)
+            return raw
     return None
 
 
-def _attrs(items: Any) -> dict[str, Any]:
-    return {
-        str(a.get("key")): _value(a.get("value") or {}) for a in items or [] if isinstance(a, dict)
-    }
+def _attrs(holder: JsonValue) -> dict[str, JsonValue]:
+    """``holder["attributes"]`` (OTLP ``KeyValue``s) by key; empty where there are none."""
+    if not isinstance(holder, dict):
+        return {}
+    return {str(a.get("key")): _value(a.get("value")) for a in objects(holder, "attributes")}
 
 
 def read_span_requests(path: str | Path) -> pd.DataFrame:
@@ -81,11 +89,11 @@ def read_span_requests(path: str | Path) -> pd.DataFrame:
     for f in files:
         check_regular(f)
         for line, doc in documents(f):
-            for rs in doc.get("resourceSpans") or []:
-                res = _attrs((rs.get("resource") or {}).get("attributes"))
+            for rs in objects(doc, "resourceSpans"):
+                res = _attrs(rs.get("resource"))
                 node = next((str(res[k]) for k in _NODE_KEYS if res.get(k)), "replica")
-                for ss in rs.get("scopeSpans") or []:
-                    for span in ss.get("spans") or []:
+                for ss in objects(rs, "scopeSpans"):
+                    for span in objects(ss, "spans"):
                         rows += _row(span, node, f, line)
     if len(rows) < MIN_SPANS:
         raise SpanFitError(
@@ -99,11 +107,15 @@ def read_span_requests(path: str | Path) -> pd.DataFrame:
     return frame.sort_values(["node", "arrival_s"], kind="stable").reset_index(drop=True)
 
 
-def _row(span: Any, node: str, f: Path, line: int) -> list[tuple[str, int, int, int, float, float]]:
-    attrs = _attrs(span.get("attributes"))
-    code = (span.get("status") or {}).get("code", 0)
+def _row(
+    span: JsonObject, node: str, f: Path, line: int
+) -> list[tuple[str, int, int, int, float, float]]:
+    attrs = _attrs(span)
+    status = span.get("status")
+    code = status.get("code", 0) if isinstance(status, dict) else 0
     if code in (2, "STATUS_CODE_ERROR") or attrs.get("error.type") is not None:
         return []
+    numbers: dict[str, int | float] = {}
     for key in (TTFT, E2E, "gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens"):
         value = attrs.get(key)
         if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
@@ -111,17 +123,27 @@ def _row(span: Any, node: str, f: Path, line: int) -> list[tuple[str, int, int, 
                 f"{f} line {line}: an ok span without {key} (got {value!r}): a fit needs "
                 f"{TTFT}, {E2E} and the prompt and completion token counts on every ok span"
             )
-    ttft, e2e = float(attrs[TTFT]), float(attrs[E2E])
+        numbers[key] = value
+    ttft, e2e = float(numbers[TTFT]), float(numbers[E2E])
     prompt, output = (
-        int(attrs["gen_ai.usage.prompt_tokens"]),
-        int(attrs["gen_ai.usage.completion_tokens"]),
+        int(numbers["gen_ai.usage.prompt_tokens"]),
+        int(numbers["gen_ai.usage.completion_tokens"]),
     )
     if prompt < 1 or output < 1 or not 0 < ttft <= e2e:
         raise SpanFitError(
             f"{f} line {line}: span with prompt_tokens {prompt}, completion_tokens {output}, "
             f"ttft {ttft:g} s, e2e {e2e:g} s: expected tokens >= 1 and 0 < ttft <= e2e"
         )
-    return [(node, int(span.get("startTimeUnixNano") or 0), prompt, output, ttft, e2e)]
+    start = span.get("startTimeUnixNano") or 0
+    try:
+        if not isinstance(start, str | int | float):
+            raise ValueError(start)
+        start_ns = int(start)
+    except ValueError:
+        raise SpanFitError(
+            f"{f} line {line}: startTimeUnixNano {start!r}: expected an integer (nanoseconds)"
+        ) from None
+    return [(node, start_ns, prompt, output, ttft, e2e)]
 
 
 @dataclass

@@ -40,7 +40,7 @@ import stat
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Final
 
 import pyarrow as pa
 
@@ -228,6 +228,13 @@ def _records(path: Path, f: IO[bytes]) -> Iterator[tuple[int, bytes]]:
         yield record, text.rstrip(b"\n")
 
 
+def objects(doc: JsonObject, key: str) -> list[JsonObject]:
+    """The objects of the list ``doc[key]`` (none where it is no list; items that are no
+    object are left out)."""
+    items = doc.get(key)
+    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
+
+
 def _too_long(path: Path, line: int) -> LogError:
     return LogError(
         path,
@@ -237,9 +244,8 @@ def _too_long(path: Path, line: int) -> LogError:
     )
 
 
-def documents(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def documents(path: Path) -> Iterator[tuple[int, JsonObject]]:
     """(line number, JSON object) per non-blank line of ``path`` (module docstring)."""
-    # Any values, not JsonValue: sim.latency.from_spans reads the objects by key unnarrowed
     for line, raw in open_lines(path):
         if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
             raw = raw[3:]

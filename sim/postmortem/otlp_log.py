@@ -69,6 +69,7 @@ from sim.postmortem.otlp_files import (
     check_regular,
     documents,
     is_span_name,
+    objects,
     present,
     span_entries,
 )
@@ -186,20 +187,14 @@ def _read_spans(path: Path) -> list[Span]:
 def _drop_ids(doc: JsonObject) -> None:
     """Remove the hex span/trace ids (OTLP JSON's, not protobuf JSON's encoding); what is
     not a list of objects where one is due is left for the protobuf parser to refuse."""
-    for rs in _objects(doc, "resourceSpans"):
-        for ss in _objects(rs, "scopeSpans"):
-            for span in _objects(ss, "spans"):
+    for rs in objects(doc, "resourceSpans"):
+        for ss in objects(rs, "scopeSpans"):
+            for span in objects(ss, "spans"):
                 for key in _IDS:
                     span.pop(key, None)
-                for link in _objects(span, "links"):
+                for link in objects(span, "links"):
                     link.pop("traceId", None)
                     link.pop("spanId", None)
-
-
-def _objects(doc: JsonObject, key: str) -> list[JsonObject]:
-    """The objects of the list ``doc[key]`` (none where it is no list)."""
-    items = doc.get(key)
-    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
 
 
 def _spans_of(message: ExportTraceServiceRequest, where: tuple[Path, int]) -> list[Span]:
