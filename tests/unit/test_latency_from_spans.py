@@ -172,3 +172,19 @@ def test_the_command_writes_a_file_any_scenario_loads_and_prints_the_error(
     assert result.exit_code == 2 and result.output.count("error:") == 1, result.output
     assert "an ok span without gen_ai.latency.time_to_first_token" in result.output
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_span_start_that_is_no_integer_is_one_line_naming_the_file_and_line(
+    tmp_path: Path,
+) -> None:
+    scenario = Scenario.model_validate(SCENARIO)
+    rows, _ = _truth(scenario, 60)
+    path = tmp_path / "bad_start.jsonl"
+    _spans(path, rows.assign(request_id=range(len(rows))))
+    doc = json.loads(path.read_text())
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"][3]["startTimeUnixNano"] = "soon"
+    path.write_text(json.dumps(doc) + "\n")
+    with pytest.raises(
+        fs.SpanFitError, match=r"bad_start\.jsonl line 1: startTimeUnixNano 'soon': expected an"
+    ):
+        fs.read_span_requests(path)
