@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import typer
 import yaml
@@ -143,7 +143,14 @@ def _fmt(value: object, digits: int = 1) -> str:
     return str(value)
 
 
-def render_summary(title: str, summary: dict[str, Any], fmt: str = "table") -> None:
+def _stats(summary: Mapping[str, object], name: str) -> Mapping[str, object]:
+    """The statistics :func:`traces.describe` gives of one token length (a mapping)."""
+    column = summary[name]
+    assert isinstance(column, Mapping), f"describe()[{name!r}] is a mapping of statistics"
+    return column
+
+
+def render_summary(title: str, summary: Mapping[str, object], fmt: str = "table") -> None:
     """Print a :func:`traces.describe` summary as two tables (``sim.cli.output``): the
     trace's headline numbers, and its token-length percentiles."""
     rate = summary["rate_per_s"]
@@ -168,8 +175,8 @@ def render_summary(title: str, summary: dict[str, Any], fmt: str = "table") -> N
     ]
     stats = ("mean", "min", "p50", "p90", "p99", "max")
     lengths = [
-        (name, *(Cell(summary[name][k], _fmt(summary[name][k])) for k in stats))
-        for name in ("prompt_tokens", "output_tokens")
+        (name, *(Cell(column[k], _fmt(column[k])) for k in stats))
+        for name, column in ((n, _stats(summary, n)) for n in ("prompt_tokens", "output_tokens"))
     ]
     print_tables(
         [
