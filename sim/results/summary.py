@@ -39,6 +39,7 @@ from sim.results.labels import WASTE_LABELS
 from sim.results.seed_alerts import (
     ALL_ALERTS,
     BY_NAME,
+    FAILURE_KINDS,
     FRAGMENTATION_FAILURE,
     HIGH_FRAGMENTATION,
     SEVERE_FRAGMENTATION,
@@ -149,7 +150,7 @@ def summarize(
         ok["generated_tokens"] > 1
     )
 
-    fails = events[events["kind"].isin(["admission_failure", "growth_failure"])]
+    fails = events[events["kind"].isin(FAILURE_KINDS)]
     high = fails[fails["free_share"] > thresholds.high_free_share]
     periodic = timeseries[(timeseries["trigger"] == "periodic") & timeseries["up"]]
     shares = {
