@@ -25,7 +25,7 @@ from policies.routing.base import Router, RouteRequest, RouterView, up_indices
 from policies.routing.config import RouterConfig
 from policies.routing.registry import ROUTERS
 from sim.results.io import RunResult
-from tests.support.fleet import evenly, fleet_data, run_fleet_data
+from support.fleet import evenly, fleet_data, run_fleet_data
 
 
 class _HighestUp(Router):
