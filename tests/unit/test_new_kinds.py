@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar, Literal
 
 import pytest
+from support.fleet import evenly, fleet_data, run_fleet_data
 
 from policies.allocators.base import Allocator, PoolSpec
 from policies.allocators.config import GrowthConfig
@@ -25,7 +26,6 @@ from policies.routing.base import Router, RouteRequest, RouterView, up_indices
 from policies.routing.config import RouterConfig
 from policies.routing.registry import ROUTERS
 from sim.results.io import RunResult
-from support.fleet import evenly, fleet_data, run_fleet_data
 
 
 class _HighestUp(Router):
