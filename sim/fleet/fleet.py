@@ -19,6 +19,7 @@ comes from a stream seeded by (scenario seed, replica id, purpose), so the same 
 gives the same bytes.
 """
 
+# fragsim: compiled
 from __future__ import annotations
 
 import math

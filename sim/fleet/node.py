@@ -6,6 +6,7 @@ A node's ``replica`` exists from the end of its first model load; a restart keep
 same ``Replica`` (it goes down and comes back with a fresh allocator). ``epoch`` counts
 lifecycle changes that cancel pending timers (a node scaled down while provisioning)."""
 
+# fragsim: compiled
 from __future__ import annotations
 
 import math
