@@ -8,7 +8,7 @@ pydantic models stay interpreted."""
 # fragsim: pure: pydantic models
 from __future__ import annotations
 
-from typing import Literal, cast
+from typing import ClassVar, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -47,6 +47,10 @@ class AllocatorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: str
+    kv_manager: ClassVar[bool] = False
+    """Whether this kind is a KV manager: it splits memory by layer kind (KV cache groups,
+    pools per window), so a KV tier's chunks cannot live in it (``sim.scenario.offload``
+    refuses it there). A new KV manager sets it on its own config, as the shipped three do."""
 
     def build(self, spec: PoolSpec) -> Allocator:
         raise NotImplementedError
@@ -289,6 +293,7 @@ class HybridKvConfig(AllocatorConfig):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     kind: Literal["hybrid_kv"] = "hybrid_kv"
+    kv_manager: ClassVar[bool] = True
     block_size_tokens: int = Field(16, ge=1, le=1 << 16)
     """Attention tokens per block (vLLM's block_size; pushed up to hold a Mamba state)."""
     prefill_chunk_tokens: int = Field(8192, ge=1, le=1 << 24)
@@ -309,6 +314,7 @@ class SplitPoolsConfig(AllocatorConfig):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     kind: Literal["split_pools"] = "split_pools"
+    kv_manager: ClassVar[bool] = True
     page_size_tokens: int = Field(1, ge=1, le=1 << 16)
     """Tokens per page of the KV pools (SGLang's --page-size, default 1)."""
     swa_full_tokens_ratio: float = Field(0.8, gt=0.0, le=64.0)
@@ -336,6 +342,7 @@ class WindowPoolsConfig(AllocatorConfig):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     kind: Literal["window_pools"] = "window_pools"
+    kv_manager: ClassVar[bool] = True
     tokens_per_block: int = Field(32, ge=1, le=1 << 16)
     """Tokens per block (TensorRT-LLM's tokens_per_block, default 32)."""
     reserve_final_length: bool = True

@@ -36,6 +36,7 @@ from pydantic import (
 
 from policies.allocators.base import Allocator, PoolSpec
 from policies.allocators.config import AllocatorConfig, PagedConfig
+from policies.allocators.registry import ALLOCATORS
 from sim.engine.offload import OffloadSpec, TierSpec, TierStore
 from sim.fields import MAX_BYTES_PER_S, Count, Number
 from sim.scenario.allocator_field import allocator_from
@@ -43,8 +44,17 @@ from sim.scenario.allocator_field import allocator_from
 GIB = 1 << 30
 MAX_TIER_BYTES = 1 << 56
 """A tier's capacity: 64 PiB, above any store."""
-KV_MANAGERS = ("hybrid_kv", "split_pools", "window_pools")
-"""Allocator kinds a tier cannot use: they split memory by layer kind, a tier holds chunks."""
+KV_MANAGERS: tuple[str, ...] = tuple(k for k, c in ALLOCATORS.items() if c.kv_manager)
+"""Allocator kinds a tier cannot use: they split memory by layer kind, a tier holds chunks
+(the registered kinds whose config says ``kv_manager``; the tier's check reads the flag
+itself, so a kind registered later is refused too)."""
+
+
+def _is_kv_manager(kind: object) -> bool:
+    """Whether ``kind`` names a registered allocator that is a KV manager (its config's
+    ``kv_manager``), looked up now (a kind registered after import counts too)."""
+    cls = ALLOCATORS.get(kind) if isinstance(kind, str) else None
+    return cls is not None and cls.kv_manager
 
 
 class _Strict(BaseModel):
@@ -81,7 +91,7 @@ class TierConfig(_Strict):
     def _allocator(cls, value: object) -> AllocatorConfig | None:
         if value is None or isinstance(value, AllocatorConfig):
             return value
-        if isinstance(value, dict) and value.get("kind") in KV_MANAGERS:
+        if isinstance(value, dict) and _is_kv_manager(value.get("kind")):
             raise ValueError(
                 f"{value['kind']} is a KV manager (it splits memory by layer kind); a "
                 "tier takes a single-pool policy such as best_fit, buddy or paged"

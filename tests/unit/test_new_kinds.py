@@ -8,12 +8,14 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar, Literal
 
 import pytest
+from pydantic import ValidationError
 from support.fleet import evenly, fleet_data, run_fleet_data
 
 from policies.allocators.base import Allocator, PoolSpec
-from policies.allocators.config import GrowthConfig
+from policies.allocators.config import AllocatorConfig, GrowthConfig
 from policies.allocators.contiguous import ContiguousAllocator
 from policies.allocators.extents import FreeExtentIndex
+from policies.allocators.hybrid import HybridKvManager
 from policies.allocators.registry import ALLOCATORS
 from policies.autoscale.base import Autoscaler, Cooldowns, ScaleDecision, ScaleTiming, clamped
 from policies.autoscale.config import AutoscalerConfig
@@ -26,6 +28,7 @@ from policies.routing.base import Router, RouteRequest, RouterView, up_indices
 from policies.routing.config import RouterConfig
 from policies.routing.registry import ROUTERS
 from sim.results.io import RunResult
+from sim.scenario.offload import TierConfig
 
 
 class _HighestUp(Router):
@@ -59,6 +62,16 @@ class _ChunkedFitConfig(GrowthConfig):
             growth_factor=self.growth_factor,
             growth_chunk_tokens=128,
         )
+
+
+class _LayerSplitConfig(AllocatorConfig):
+    """A KV manager (vLLM's hybrid manager under another kind)."""
+
+    kind: Literal["test_layer_split"] = "test_layer_split"
+    kv_manager: ClassVar[bool] = True
+
+    def build(self, spec: PoolSpec) -> Allocator:
+        return HybridKvManager(spec, block_size_tokens=16, prefill_chunk_tokens=8192)
 
 
 class _RestartNodeZero(RestartPolicy):
@@ -124,6 +137,16 @@ def test_a_registered_allocator_allocates(monkeypatch: pytest.MonkeyPatch) -> No
     r = run_fleet_data(fleet_data(count=2, allocator="test_chunked_fit"), evenly(20, 0.5))
     assert r.summary.allocator == "test_chunked_fit"
     assert (r.requests["status"] == "ok").all()
+
+
+def test_a_registered_kv_manager_is_refused_as_a_tier_allocator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(ALLOCATORS, "test_layer_split", _LayerSplitConfig)
+    tier = {"kind": "host", "capacity_gib": 1.0, "bandwidth_gb_per_s": 25.0, "latency_s": 0.0}
+    with pytest.raises(ValidationError, match="test_layer_split is a KV manager"):
+        TierConfig.model_validate({**tier, "allocator": {"kind": "test_layer_split"}})
+    assert TierConfig.model_validate({**tier, "allocator": {"kind": "best_fit"}}).allocator
 
 
 def test_a_registered_restart_policy_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
