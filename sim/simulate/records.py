@@ -1,8 +1,7 @@
 """A run's request records, compact and columnar: when a request ends for good its
-``Group`` is held in a list; a batch at a time the held groups' record fields are read
-into one list per column (:class:`RecordColumns`, named as
-``sim.results.frames.RECORD_FIELDS``) and copied into preallocated numpy arrays, one
-per column, and the groups are let go, so a run holds objects only for the requests in
+``Group`` is held in a list; a batch at a time the held groups' record fields
+(``sim.results.frames.RECORD_FIELDS``) are copied into preallocated numpy arrays, one
+per column (:func:`copy_records`), and the groups are let go, so a run holds objects only for the requests in
 flight and the last batch ended (one ``Group`` costs ~0.7 KB; a record row ~0.1 KB).
 Compiled with the engine (``sim/build.py``): one end is two list appends, with no
 tuple, no record object and no object-dtype array per request (the status is kept as
@@ -33,66 +32,43 @@ from sim.results.frames import RECORD_FIELDS, records_frame
 FLUSH_ROWS = 65_536
 """Ended groups held before their records are copied into the arrays (~45 MB of them)."""
 KEPT_COPY_ROWS = 4_096
-"""Ended groups' records made into lists and copied at a time: the lists' boxed numbers
-are freed and their memory reused chunk after chunk (all at once, a run's worth of
-them would be fresh memory, given back after: measured ~7 % slower on the Azure case)."""
+"""Ended groups' records copied at a time: each column's list of boxed numbers is freed
+and its memory reused chunk after chunk (all at once, a run's worth of them would be
+fresh memory, given back after: measured ~7 % slower on the Azure case)."""
 
 STATUSES: tuple[str, ...] = get_args(Status)
 """Every request status, in the order of their codes (the ``status`` column's values)."""
 _STATUS_CODE: dict[str, int] = {status: i for i, status in enumerate(STATUSES)}
 
 
-class RecordColumns:
-    """Ended requests' records not yet copied out: one list per column, each named as
-    the record field it holds (``RECORD_FIELDS``; ``status`` as codes into
-    :data:`STATUSES`). A test holds the names to ``RECORD_FIELDS``."""
-
-    def __init__(self) -> None:
-        self.request_id: list[int] = []
-        self.arrival_s: list[float] = []
-        self.prompt_tokens: list[int] = []
-        self.output_tokens: list[int] = []
-        self.generated_tokens: list[int] = []
-        self.num_seqs: list[int] = []
-        self.admit_s: list[float] = []
-        self.first_token_s: list[float] = []
-        self.finish_s: list[float] = []
-        self.status: list[int] = []
-        self.preemptions: list[int] = []
-        self.retries: list[int] = []
-        self.peak_reserved_tokens: list[int] = []
-        self.cached_tokens: list[int] = []
-        self.prefix_queried_tokens: list[int] = []
-        self.prefix_hit_tokens: list[int] = []
-        self.preempted_queried_tokens: list[int] = []
-        self.preempted_hit_tokens: list[int] = []
-        self.replica: list[int] = []
-        """The replica it ended on (-1: none); not a record field of ``Group``."""
-
-    def add(self, g: Group, replica_id: int) -> None:
-        """Append ``g``'s record (every field of ``RECORD_FIELDS``) and its replica."""
-        self.request_id.append(g.request_id)
-        self.arrival_s.append(g.arrival_s)
-        self.prompt_tokens.append(g.prompt_tokens)
-        self.output_tokens.append(g.output_tokens)
-        self.generated_tokens.append(g.generated_tokens)
-        self.num_seqs.append(g.num_seqs)
-        self.admit_s.append(g.admit_s)
-        self.first_token_s.append(g.first_token_s)
-        self.finish_s.append(g.finish_s)
-        self.status.append(_STATUS_CODE[g.status])
-        self.preemptions.append(g.preemptions)
-        self.retries.append(g.retries)
-        self.peak_reserved_tokens.append(g.peak_reserved_tokens)
-        self.cached_tokens.append(g.cached_tokens)
-        self.prefix_queried_tokens.append(g.prefix_queried_tokens)
-        self.prefix_hit_tokens.append(g.prefix_hit_tokens)
-        self.preempted_queried_tokens.append(g.preempted_queried_tokens)
-        self.preempted_hit_tokens.append(g.preempted_hit_tokens)
-        self.replica.append(replica_id)
-
-    def __len__(self) -> int:
-        return len(self.request_id)
+def copy_records(
+    arrays: dict[str, Any], replicas: Any, at: int, groups: list[Group], on: list[int]
+) -> None:
+    """Write ``groups``' records (every field of ``RECORD_FIELDS``; ``status`` as its
+    code into :data:`STATUSES`) into rows ``at`` .. ``at + len(groups)`` of ``arrays``,
+    and the replica each ended on (``on``) into ``replicas``: a column at a time, each
+    one list made in one compiled loop over the groups and converted by numpy in one.
+    A test holds the columns written here to ``RECORD_FIELDS``."""
+    end = at + len(groups)
+    arrays["request_id"][at:end] = [g.request_id for g in groups]
+    arrays["arrival_s"][at:end] = [g.arrival_s for g in groups]
+    arrays["prompt_tokens"][at:end] = [g.prompt_tokens for g in groups]
+    arrays["output_tokens"][at:end] = [g.output_tokens for g in groups]
+    arrays["generated_tokens"][at:end] = [g.generated_tokens for g in groups]
+    arrays["num_seqs"][at:end] = [g.num_seqs for g in groups]
+    arrays["admit_s"][at:end] = [g.admit_s for g in groups]
+    arrays["first_token_s"][at:end] = [g.first_token_s for g in groups]
+    arrays["finish_s"][at:end] = [g.finish_s for g in groups]
+    arrays["status"][at:end] = [_STATUS_CODE[g.status] for g in groups]
+    arrays["preemptions"][at:end] = [g.preemptions for g in groups]
+    arrays["retries"][at:end] = [g.retries for g in groups]
+    arrays["peak_reserved_tokens"][at:end] = [g.peak_reserved_tokens for g in groups]
+    arrays["cached_tokens"][at:end] = [g.cached_tokens for g in groups]
+    arrays["prefix_queried_tokens"][at:end] = [g.prefix_queried_tokens for g in groups]
+    arrays["prefix_hit_tokens"][at:end] = [g.prefix_hit_tokens for g in groups]
+    arrays["preempted_queried_tokens"][at:end] = [g.preempted_queried_tokens for g in groups]
+    arrays["preempted_hit_tokens"][at:end] = [g.preempted_hit_tokens for g in groups]
+    replicas[at:end] = on
 
 
 def _unfinished(groups: list[Group]) -> list[Group]:
@@ -121,7 +97,6 @@ class Records:
         self.replicas = np.full(capacity, -1, dtype=np.int64)
         self.count = 0
         """Records copied into the arrays."""
-        self._pending = RecordColumns()
         self._flush_rows = flush_rows
         """Ended records kept before they are copied (:data:`FLUSH_ROWS`)."""
         self.live: dict[int, Group] = {}
@@ -181,39 +156,23 @@ class Records:
 
     def _flush(self) -> None:
         """Copy the ended groups' records into the arrays, :data:`KEPT_COPY_ROWS` at a
-        time (one slice per column), then any pending ones; the groups are let go."""
+        time (:func:`copy_records`), and let the groups go."""
         ended, on = self._ended, self._ended_on
-        if ended:
-            self._ended, self._ended_on = [], []
-            for start in range(0, len(ended), KEPT_COPY_ROWS):
-                pending = self._pending
-                for i in range(start, min(start + KEPT_COPY_ROWS, len(ended))):
-                    pending.add(ended[i], on[i])
-                self._copy_pending()
-        self._copy_pending()
+        self._ended, self._ended_on = [], []
+        self._copy(ended, on)
 
-    def _copy_pending(self) -> None:
-        """Copy the pending records into the arrays (one slice per column)."""
-        pending = self._pending
-        n, k = len(pending), self.count
-        if not n:
-            return
-        for name, _ in RECORD_FIELDS:
-            self.arrays[name][k : k + n] = getattr(pending, name)
-        self.replicas[k : k + n] = pending.replica
-        self.count = k + n
-        self._pending = RecordColumns()
+    def _copy(self, groups: list[Group], on: list[int]) -> None:
+        for start in range(0, len(groups), KEPT_COPY_ROWS):
+            stop = min(start + KEPT_COPY_ROWS, len(groups))
+            copy_records(self.arrays, self.replicas, self.count, groups[start:stop], on[start:stop])
+            self.count += stop - start
 
     def close(self) -> None:
         """Record the requests still queued or running (``unfinished``, replica -1)."""
         self._flush()
         kept = self._kept
         unfinished = list(self.live.values()) if kept is None else _unfinished(kept)
-        for g in unfinished:
-            self._pending.add(g, -1)
-            if len(self._pending) >= self._flush_rows:
-                self._flush()
-        self._flush()
+        self._copy(unfinished, [-1] * len(unfinished))
         assert self.count == self.ended + len(unfinished), "a request started twice"
         self._kept = None
         self.live.clear()

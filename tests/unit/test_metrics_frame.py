@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -30,7 +31,7 @@ from sim.results.frames import (
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
 from sim.scenario.workload import load_workload
-from sim.simulate.records import KEPT_COPY_ROWS, STATUSES, RecordColumns, Records
+from sim.simulate.records import KEPT_COPY_ROWS, STATUSES, Records, copy_records
 
 OUTPUTS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "scenarios.md"
 
@@ -195,18 +196,25 @@ def test_a_real_runs_rows(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_run_records_columns_are_the_request_record_fields() -> None:
-    """The run's columnar records hold one list per record field, by the same names,
-    and the replica: a field added to ``RECORD_FIELDS`` and forgotten there fails."""
-    columns = RecordColumns()
+    """``copy_records`` writes every record field's column, by the same names, and the
+    replica: a field added to ``RECORD_FIELDS`` and forgotten there keeps its sentinel
+    and fails."""
     g = Group(7, 1.5, 100, 20)
     g.end("timed-out", 3.0)
-    columns.add(g, 2)
-    want = [name for name, _ in RECORD_FIELDS] + ["replica"]
-    if hasattr(columns, "__dict__"):  # the pure build (a compiled class has no dict)
-        assert list(vars(columns)) == want
-    assert [len(getattr(columns, name)) for name in want] == [1] * len(want)
-    assert STATUSES[columns.status[0]] == "timed-out"
-    assert columns.request_id == [7] and columns.replica == [2]
+    for i, (name, dtype) in enumerate(RECORD_FIELDS):
+        if name not in ("request_id", "status"):  # every other field a distinct value
+            setattr(g, name, float(1000 + i) if dtype == "float64" else 1000 + i)
+    arrays = {
+        name: np.full(3, -5, dtype=np.int8 if name == "status" else dtype)
+        for name, dtype in RECORD_FIELDS
+    }
+    replicas = np.full(3, -5, dtype=np.int64)
+    copy_records(arrays, replicas, 1, [g], [2])
+    for name, _ in RECORD_FIELDS:
+        want = STATUSES.index("timed-out") if name == "status" else getattr(g, name)
+        assert arrays[name][1] == want, name
+        assert arrays[name][0] == -5 and arrays[name][2] == -5, name
+    assert replicas.tolist() == [-5, 2, -5]
 
 
 def test_records_frame_of_ends_and_unfinished() -> None:
