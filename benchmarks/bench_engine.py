@@ -21,7 +21,10 @@ Three cases, each through the public path ``parse_scenario`` -> ``load_workload`
   scheduling logic rather than the interpreter's floor: the line's
   ``azure_conv_1d_over_floor`` is ``engine.azure_conv_1d``'s median requests per
   wall-second over the floor's, both measured in this run (issue 27's target: >= 0.4,
-  ``target_ratio``). Measured on the compiled build, quick case, 5 repeats, load ~1.4
+  ``target_ratio``): the median of pairs measured back to back, one run of the engine's
+  case and one of the floor per repeat (``..._interleaved_all``), as the machine's load
+  moves both rates by tens of percent within minutes; the two lines' own medians'
+  ratio is ``azure_conv_1d_over_floor_separate``. Measured on the compiled build, quick case, 5 repeats, load ~1.4
   on 2 cores, interleaved: 128-133k req/s over 803-864k = 0.154-0.159 at fc9f992 (135k
   over 848k = 0.159 on a quiet machine); 147-148k over 791-836k = 0.175-0.188 with
   columnar compiled request records, one-type frame columns, the decode ticks' O(B)
@@ -250,38 +253,61 @@ def bench_diurnal(scale: float, repeats: int) -> dict[str, Any]:
     }
 
 
-def bench_floor(scale: float, repeats: int) -> dict[str, Any]:
+def _floor_once(n: int) -> float:
+    """One run of the floor over ``n`` requests: requests per wall-second."""
     model = RooflineLatency(MODELS["llama-2-7b"], GPUS["a100-80gb"])
     run_s, within = model.decode_run_s, model.steps_within_s
+    alloc = PagedAllocator(PoolSpec(capacity_tokens=10**8))
+    groups = [Group(i, i * 0.18, 1000 + i % 300, 200 + i % 50) for i in range(n)]
+    heap: list[tuple[int, int, Group]] = []
+    rows: list[tuple[object, ...]] = []
+    tick, now_s = 0, 0.0
+    t0 = time.perf_counter()
+    for g in groups:
+        alloc.allocate(g.request_id, g.prompt_tokens)
+        step_s = model.step_time_s(g.prompt_tokens, 30, 0)
+        heapq.heappush(heap, (tick + g.output_tokens, g.request_id, g))
+        k = within(30, 0, 0.18, 4096)
+        now_s += run_s(30, 0, k) + step_s
+        tick += k
+        while heap and heap[0][0] <= tick:
+            h = heapq.heappop(heap)[2]
+            alloc.extend(h.request_id, h.output_tokens)
+            alloc.free(h.request_id)
+            rows.append((h.request_id, h.arrival_s, now_s, "ok"))
+    return n / (time.perf_counter() - t0)
+
+
+def bench_floor(scale: float, repeats: int) -> dict[str, Any]:
+    """The floor, each repeat right after one run of ``engine.azure_conv_1d``'s case: the
+    pair's ratio is the engine's rate over the floor's measured back to back, so the
+    load on this shared machine, which moves both rates by tens of percent within
+    minutes, hits both sides of it alike; the line's ratio is the median pair's."""
     n = int(200_000 * scale)
     rates: list[float] = []
+    pair_ratios: list[float] = []
+    azure = azure_scenario(DAY_S * scale) if AZURE_CONV.is_file() else None
+    requests = load_workload(azure) if azure is not None else None
     for _ in range(repeats):
-        alloc = PagedAllocator(PoolSpec(capacity_tokens=10**8))
-        groups = [Group(i, i * 0.18, 1000 + i % 300, 200 + i % 50) for i in range(n)]
-        heap: list[tuple[int, int, Group]] = []
-        rows: list[tuple[object, ...]] = []
-        tick, now_s = 0, 0.0
-        t0 = time.perf_counter()
-        for g in groups:
-            alloc.allocate(g.request_id, g.prompt_tokens)
-            step_s = model.step_time_s(g.prompt_tokens, 30, 0)
-            heapq.heappush(heap, (tick + g.output_tokens, g.request_id, g))
-            k = within(30, 0, 0.18, 4096)
-            now_s += run_s(30, 0, k) + step_s
-            tick += k
-            while heap and heap[0][0] <= tick:
-                h = heapq.heappop(heap)[2]
-                alloc.extend(h.request_id, h.output_tokens)
-                alloc.free(h.request_id)
-                rows.append((h.request_id, h.arrival_s, now_s, "ok"))
-        rates.append(n / (time.perf_counter() - t0))
-    return {
+        engine_rps = None
+        if azure is not None and requests is not None:
+            t0 = time.perf_counter()
+            run(azure, requests)
+            engine_rps = len(requests) / (time.perf_counter() - t0)
+        rates.append(_floor_once(n))
+        if engine_rps is not None:
+            pair_ratios.append(engine_rps / rates[-1])
+    line: dict[str, Any] = {
         "bench": "engine.python_floor",
         "requests": n,
         "repeats": repeats,
         "requests_per_wall_s": statistics.median(rates),
         "us_per_request": 1e6 / statistics.median(rates),
     }
+    if pair_ratios:
+        line["azure_conv_1d_over_floor_interleaved"] = statistics.median(pair_ratios)
+        line["azure_conv_1d_over_floor_interleaved_all"] = pair_ratios
+    return line
 
 
 def bench_exact(scale: float, repeats: int) -> dict[str, Any]:
@@ -386,7 +412,11 @@ def main(argv: list[str] | None = None) -> None:
         if line["bench"] == "engine.azure_conv_1d" and "requests_per_wall_s" in line:
             single_rps = line["requests_per_wall_s"]
         if line["bench"] == "engine.python_floor" and single_rps is not None:
-            ratio = single_rps / line["requests_per_wall_s"]
+            # The interleaved pairs' median where measured (bench_floor); the two
+            # lines' medians, minutes apart, beside it.
+            separate = single_rps / line["requests_per_wall_s"]
+            ratio = line.get("azure_conv_1d_over_floor_interleaved", separate)
+            line["azure_conv_1d_over_floor_separate"] = separate
             line["azure_conv_1d_over_floor"] = ratio
             line["target_ratio"] = TARGET_FLOOR_RATIO
             line["target_met"] = ratio >= TARGET_FLOOR_RATIO
