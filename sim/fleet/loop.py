@@ -37,7 +37,7 @@ import simpy
 from simpy.events import URGENT
 
 from sim.engine.batch import Group
-from sim.engine.simpy_adapter import Call, reserve_eid
+from sim.engine.simpy_adapter import Call, Queue, live_horizon_s, reserve_eid
 
 if TYPE_CHECKING:
     from sim.fleet.fleet import Fleet
@@ -86,9 +86,13 @@ class Arrivals:
     def _due(self) -> None:
         """The requests arriving now, routed; then the next arrival time's event, sorted
         as if made before they were routed (a client retry set now for that instant
-        comes after it)."""
+        comes after it). When the next arrival time comes strictly before every live
+        event in the heap, its event would be the very next one processed: its
+        requests are routed here, in place (``env.now`` set to it, its event id taken
+        as the event's would be), saving the event's trip through the heap."""
         env, fleet = self.env, self.fleet
         first = fleet.first_replica
+        queue: Queue = env._queue
         eid = reserve_eid(env)
         g = self._next()
         now_s = g.arrival_s
@@ -99,5 +103,9 @@ class Arrivals:
                 return
             g = self._next()
             if g.arrival_s != now_s:
-                break
+                if g.arrival_s >= live_horizon_s(queue):
+                    break
+                now_s = g.arrival_s
+                env._now = now_s
+                eid = reserve_eid(env)
         Call(env, g.arrival_s, URGENT, self._due, eid)
