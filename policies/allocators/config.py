@@ -188,7 +188,7 @@ class CompactionConfig(GrowthConfig):
     fragmentation, then retries."""
 
     kind: Literal["compaction"] = "compaction"
-    fit: Literal["first_fit", "best_fit", "next_fit", "worst_fit"] = "best_fit"
+    fit: Fit = "best_fit"
     """The contiguous fit policy wrapped."""
 
     def build(self, spec: PoolSpec) -> Allocator:

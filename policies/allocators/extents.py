@@ -25,10 +25,11 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator
-from typing import Literal
+from typing import Literal, get_args
 
 Fit = Literal["first_fit", "best_fit", "next_fit", "worst_fit"]
-FITS: tuple[Fit, ...] = ("first_fit", "best_fit", "next_fit", "worst_fit")
+FITS: tuple[Fit, ...] = get_args(Fit)
+"""The fits ``Fit`` names, in its order (one list: a new fit is one ``Fit`` value)."""
 
 
 class SortedInts:

@@ -11,13 +11,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from support.allocators import kv_manager_kinds
 from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.scenario.builtin import builtin_data
 
 runner = CliRunner()
-KINDS = ("hybrid_kv", "split_pools", "window_pools")
+KINDS = kv_manager_kinds()
 EXAMPLE_LOG = Path(__file__).parents[2] / "examples" / "postmortem"
 
 

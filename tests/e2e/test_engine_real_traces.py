@@ -27,6 +27,8 @@ def scenario(trace: Path, allocator: dict[str, Any], **hardware: Any) -> Any:
     )
 
 
+# A deliberate sample, one kind of each family, on the real traces (slow); every
+# registered kind runs on synthetic workloads in the registry-driven tests.
 @pytest.mark.parametrize(
     "allocator",
     [

@@ -6,13 +6,14 @@ prefilled on a prefill one, and fast mode equals exact mode."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from support.fast_exact import assert_frames_match, run_mode
 from support.fleet import STATUSES, comparable, synthetic_fleet_data
 
+from policies.routing.pd import DecodeChoice
 from sim.runner import run
 from sim.scenario.schema import parse_scenario
 from sim.scenario.workload import load_workload
@@ -25,6 +26,8 @@ def pd_fleets(draw: st.DrawFn) -> dict[str, Any]:
     faults: dict[str, Any] = {}
     if draw(st.booleans()):
         faults = {"mtbf_s": draw(st.sampled_from([150.0, 400.0])), "mttr": {"mean_s": 30.0}}
+    # A deliberate sample: restarts only as a disturbance of the hand-off (every kind is
+    # drawn by test_fleet_props.py and test_fleet_policy_props.py).
     restart = draw(
         st.sampled_from(
             [
@@ -36,7 +39,7 @@ def pd_fleets(draw: st.DrawFn) -> dict[str, Any]:
     data = synthetic_fleet_data(
         seed=draw(st.integers(0, 2**16)),
         duration_s=400.0,
-        router={"kind": "pd", "decode": draw(st.sampled_from(["least_outstanding", "best_fit"]))},
+        router={"kind": "pd", "decode": draw(st.sampled_from(get_args(DecodeChoice)))},
         router_refresh_s=draw(st.sampled_from([0.0, 0.05])),
         faults=faults,
         restart=restart,

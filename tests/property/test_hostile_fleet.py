@@ -24,6 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.hostile import error_lines, put, strict_json
 
+from policies.autoscale.registry import AUTOSCALERS
+from policies.restart.registry import RESTART_POLICIES
 from sim.results.io import summary_json
 from sim.runner import run
 from sim.scenario.schema import ScenarioError, parse_scenario
@@ -43,18 +45,10 @@ BASE: dict[str, Any] = {
 
 HOSTILE: list[Any] = [1e-300, 1e-9, 1e-7, 1e-3, 0, 0.0, -1.0, 3.0, 1e9, 1e300, math.inf, math.nan]
 
-RESTARTS = [
-    {"kind": "scheduled", "every_s": 1.0, "jitter_s": 0.0},
-    {"kind": "rolling", "max_uptime_s": 1.0},
-    {"kind": "fragmentation", "for_s": 0.0},
-    {"kind": "alert", "min_uptime_s": 0.0},
-]
-AUTOSCALERS = [
-    {"kind": "naive"},
-    {"kind": "runbook"},
-    {"kind": "kv_target", "target": 0.01},
-    {"kind": "queue"},
-]
+# Every registered kind with its worked example (``example_fields``: it restarts, or
+# scales, at its first checks), so a new kind is drawn here without an edit.
+RESTART_CASES = [{"kind": kind, **cls.example_fields} for kind, cls in RESTART_POLICIES.items()]
+AUTOSCALER_CASES = [{"kind": kind, **cls.example_fields} for kind, cls in AUTOSCALERS.items()]
 
 FIELDS: list[tuple[str, ...]] = [
     ("fleet", "router_refresh_s"),
@@ -83,8 +77,8 @@ TIME_BOUND_S = 30.0
 @st.composite
 def fleets(draw: st.DrawFn) -> dict[str, Any]:
     data = copy.deepcopy(BASE)
-    data["fleet"]["restart"] = dict(draw(st.sampled_from(RESTARTS)))
-    data["fleet"]["autoscaler"] = dict(draw(st.sampled_from(AUTOSCALERS)))
+    data["fleet"]["restart"] = dict(draw(st.sampled_from(RESTART_CASES)))
+    data["fleet"]["autoscaler"] = dict(draw(st.sampled_from(AUTOSCALER_CASES)))
     data["scheduler"] = {"retry_attempts": draw(st.integers(0, 3))}
     for _ in range(draw(st.integers(1, 3))):
         put(data, draw(st.sampled_from(FIELDS)), draw(st.sampled_from(HOSTILE)))

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.allocators import kv_manager_kinds
 from support.fast_exact import assert_modes_agree
 
 
@@ -55,7 +56,7 @@ def hybrid_cases(draw: st.DrawFn, kind: str) -> tuple[dict[str, Any], pd.DataFra
     return data, df
 
 
-@pytest.mark.parametrize("kind", ["hybrid_kv", "split_pools", "window_pools"])
+@pytest.mark.parametrize("kind", kv_manager_kinds())
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_fast_mode_matches_exact_mode_on_hybrid_models(kind: str, data: st.DataObject) -> None:

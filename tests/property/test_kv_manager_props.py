@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.allocators import check_pool
+from support.allocators import check_pool, kv_manager_kinds
 
 from policies.allocators.base import LayerKindSpec, PoolSpec, blocks_for
 from policies.allocators.kv_groups import KvGroupManager
@@ -39,19 +39,21 @@ LAYOUTS = {
         LayerKindSpec("mamba", 6, state_bytes_per_layer=9_000),
     ),
 }
+VARIANTS: dict[str, list[dict[str, Any]]] = {
+    "hybrid_kv": [{"block_size_tokens": 8, "prefill_chunk_tokens": 64}],
+    "split_pools": [
+        {"page_size_tokens": 4, "swa_full_tokens_ratio": 0.3, "chunked_prefill_tokens": 64}
+    ],
+    "window_pools": [{"reserve_final_length": False, "tokens_per_block": 8}],
+}
+"""Small-block variants a KV manager is also drawn with, by kind."""
 CONFIGS: list[dict[str, Any]] = [
-    {"kind": "hybrid_kv"},
-    {"kind": "hybrid_kv", "block_size_tokens": 8, "prefill_chunk_tokens": 64},
-    {"kind": "split_pools"},
-    {
-        "kind": "split_pools",
-        "page_size_tokens": 4,
-        "swa_full_tokens_ratio": 0.3,
-        "chunked_prefill_tokens": 64,
-    },
-    {"kind": "window_pools"},
-    {"kind": "window_pools", "reserve_final_length": False, "tokens_per_block": 8},
+    {"kind": kind, **fields}
+    for kind in kv_manager_kinds()
+    for fields in [{}, *VARIANTS.get(kind, [])]
 ]
+"""Every registered KV manager (``AllocatorConfig.kv_manager``) with its defaults, each
+followed by its variants."""
 
 _op = st.tuples(
     st.sampled_from(["alloc", "alloc", "extend", "extend", "extend", "fork", "free"]),

@@ -12,10 +12,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_scheduler_ticks import drive, rows_strategy
 
+from policies.allocators.registry import ALLOCATORS, parse_allocator
 from sim.engine.batch import ClientRetry, SchedulerConfig
 
+PER_CHUNK_KINDS = [
+    kind for kind in ALLOCATORS if parse_allocator({"kind": kind}).why_not_per_chunk() is None
+]
+"""The registered kinds that allow ``allocate_per_chunk`` (their config's
+``why_not_per_chunk`` is None), each drawn with its defaults; then paged's variants."""
 POLICIES = (
-    {"kind": "paged"},
+    *({"kind": kind} for kind in PER_CHUNK_KINDS),
     {"kind": "paged", "block_size_tokens": 4},
     {"kind": "paged", "block_size_tokens": 4, "reuse_uncached_first": True},
     {"kind": "paged", "cache_generated_blocks": True, "reuse_uncached_first": True},

@@ -39,6 +39,12 @@ def fit_kinds() -> list[str]:
     return sorted(kind for kind in ALLOCATORS if kind in get_args(Fit))
 
 
+def kv_manager_kinds() -> list[str]:
+    """Every registered kind whose config declares itself a KV manager
+    (``AllocatorConfig.kv_manager``: memory split by layer kind), sorted."""
+    return sorted(kind for kind, cls in ALLOCATORS.items() if cls.kv_manager)
+
+
 def registry_configs(*extras: Mapping[str, Any]) -> list[Config]:
     """``{"kind": kind}`` for every registered kind (its defaults), then ``extras``:
     variants a test adds on top (prefix caching, small pages, ...), each validated here

@@ -3,13 +3,11 @@ multiset underneath."""
 
 from __future__ import annotations
 
-from typing import get_args
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.allocators.extents import Fit, FreeExtentIndex, SortedInts
+from policies.allocators.extents import FITS, FreeExtentIndex, SortedInts
 
 
 def _holes(fit: str) -> FreeExtentIndex:
@@ -63,7 +61,7 @@ def test_freeing_between_two_free_extents_merges_all_three() -> None:
 
 
 def test_a_request_larger_than_every_extent_is_refused_without_change() -> None:
-    for fit in ("first_fit", "best_fit", "next_fit", "worst_fit"):
+    for fit in FITS:
         index = _holes(fit)
         assert index.take(301) is None
         assert index.extents() == [(0, 100), (200, 50), (400, 300), (800, 60)]
@@ -119,7 +117,7 @@ def test_sorted_ints_matches_a_sorted_set(ops: list[tuple[bool, int]]) -> None:
         assert len(ints) == len(model)
 
 
-@pytest.mark.parametrize("fit", get_args(Fit))
+@pytest.mark.parametrize("fit", FITS)
 @settings(max_examples=30, deadline=None)
 @given(
     ops=st.lists(

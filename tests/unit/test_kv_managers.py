@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.allocators import kv_manager_kinds
 
 from policies.allocators.base import LayerKindSpec, PoolSpec
 from policies.allocators.hybrid import group_size_of
@@ -149,7 +150,7 @@ def test_tensorrt_splits_by_window_and_reserves_the_final_length() -> None:
     assert a.kv_waste().reserved_ahead > 0
 
 
-@pytest.mark.parametrize("kind", ["hybrid_kv", "split_pools", "window_pools"])
+@pytest.mark.parametrize("kind", kv_manager_kinds())
 def test_a_uniform_model_is_one_full_pool(kind: str) -> None:
     a = _built("llama-3.1-8b", kind)
     assert len(a.layout.pools) == 1 and len(a.layout.groups) == 1

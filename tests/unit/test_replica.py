@@ -400,6 +400,8 @@ MIXED_SCHEDULERS = [
 ]
 
 
+# A deliberate sample (paged, a fit, buddy) of these mixed stories; every registered kind
+# is run fast against exact by tests/property/test_fast_exact_more.py.
 @pytest.mark.parametrize(
     "allocator", [PAGED, {"kind": "best_fit"}, {"kind": "buddy"}], ids=lambda a: a["kind"]
 )

@@ -12,6 +12,7 @@ from support.allocators import (
     assert_pool_accounting,
     build_allocator,
     fit_kinds,
+    kv_manager_kinds,
     pooled_kinds,
     registered_kinds,
     registry_configs,
@@ -58,6 +59,11 @@ def test_a_misspelt_variant_fails_at_once() -> None:
 
 def test_the_pooled_family_is_found() -> None:
     assert {"paged", "vm_paged"} <= set(pooled_kinds()) <= set(ALLOCATORS)
+
+
+def test_the_kv_managers_are_found_by_their_flag() -> None:
+    assert {"hybrid_kv", "split_pools", "window_pools"} <= set(kv_manager_kinds())
+    assert "paged" not in kv_manager_kinds()
 
 
 def test_pool_accounting_catches_a_leak() -> None:
