@@ -4,7 +4,8 @@
 ``now + delay``), so SimPy's heap keeps everything in time order:
 
 1. arrivals (:class:`Arrivals`: one event per distinct arrival time, routing every
-   request of that time) and client retries (:meth:`sim.fleet.fleet.Fleet.apply`: one
+   request of that time; an arrival time before every live event is routed in place
+   by the one before it, as its event would be the very next processed) and client retries (:meth:`sim.fleet.fleet.Fleet.apply`: one
    event each, pinned or re-routed), at ``URGENT`` priority;
 2. the slow processes' events: samples, restart and autoscale ticks, lifecycle timers,
    the script (``NORMAL``);
