@@ -45,14 +45,13 @@ from sim.fleet.loop import ARRIVAL_CHUNK, Arrivals
 from sim.fleet.node import Node
 from sim.fleet.routeviews import AbsentView, RouteViews
 from sim.latency.base import OutOfRange
+from sim.results.seed_alerts import FAILURE_KINDS
 from sim.scenario import bounds
 from sim.scenario.fleet import FleetConfig
 from sim.simulate.columns import GroupColumns
 from sim.simulate.outlet import RunOutlet
 from sim.simulate.parts import Parts
 from sim.simulate.records import Records
-
-FAILURE_KINDS = frozenset({"admission_failure", "growth_failure"})
 
 
 @dataclass(frozen=True, slots=True)
